@@ -1,0 +1,143 @@
+"""The storage protocol: what the core needs from a backend, and no more.
+
+A conversation's whole state is one ``ConversationState``. The core never
+writes fields directly: it hands ``transact`` a function that looks at the
+current state and returns a ``Change`` (a delta), and the backend applies the
+delta atomically. Atomicity lives in the backend operation, not in a lock of
+the daemon, so a store shared by several daemon processes (diskcache's SQLite,
+Redis with WATCH/MULTI) stays consistent: the backend may call ``decide``
+again if another writer got in first, which is why ``decide`` must be a pure
+function of the state it is given.
+
+Contract every backend keeps (tests/backends/test_contract.py checks it):
+
+* ``read`` of a conversation never written returns an empty state (not an
+  error); ``utterances`` and ``pending`` are in ascending seq order.
+* ``transact`` either applies the whole change or none of it; once it returns,
+  the change is as durable as the backend promises (memory: this process;
+  disk: committed to SQLite before the reply).
+* Returned states are snapshots: later writes do not change them, and callers
+  must not mutate them.
+* ``conversations`` lists every conversation with any stored state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+
+from daemon.utterance import Summary, Utterance
+
+__all__ = ["ConversationState", "Change", "Backend", "apply_change", "T"]
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class ConversationState:
+    """Everything stored for one conversation.
+
+    ``next_seq`` is the seq the next stored utterance gets; seqs are never
+    reused, even after a remove or a clear. ``last_turn`` is the highest turn
+    seen (0 before any). ``pending`` holds utterances evicted from the buffer
+    whose content has not yet reached ``summary``. ``settings`` are this
+    conversation's overrides of the daemon's limits.
+    """
+
+    conversation_id: str
+    next_seq: int = 1
+    last_turn: int = 0
+    utterances: list[Utterance] = field(default_factory=list)
+    pending: list[Utterance] = field(default_factory=list)
+    summary: Summary = field(default_factory=Summary)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.next_seq == 1 and not self.settings
+
+
+@dataclass(slots=True)
+class Change:
+    """A delta to one conversation's state, applied all or nothing.
+
+    Removals apply before appends; ``update`` replaces buffer utterances that
+    have the same seq (for flags such as ``important``).
+    """
+
+    append: list[Utterance] = field(default_factory=list)
+    remove: set[int] = field(default_factory=set)
+    update: list[Utterance] = field(default_factory=list)
+    pending_add: list[Utterance] = field(default_factory=list)
+    pending_remove: set[int] = field(default_factory=set)
+    summary: Summary | None = None
+    next_seq: int | None = None
+    last_turn: int | None = None
+    settings: dict[str, Any] | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return not (
+            self.append
+            or self.remove
+            or self.update
+            or self.pending_add
+            or self.pending_remove
+            or self.summary is not None
+            or self.next_seq is not None
+            or self.last_turn is not None
+            or self.settings is not None
+        )
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Storage for conversations. See the module docstring for the contract."""
+
+    def read(self, conversation_id: str) -> ConversationState:
+        """A consistent snapshot of one conversation (empty if unknown)."""
+        ...
+
+    def transact(
+        self,
+        conversation_id: str,
+        decide: Callable[[ConversationState], tuple[Change, T]],
+    ) -> T:
+        """Apply ``decide(state)[0]`` atomically and return ``decide(state)[1]``.
+
+        If ``decide`` raises, nothing is written and the exception propagates.
+        """
+        ...
+
+    def conversations(self) -> list[str]:
+        """Ids of every conversation with stored state, sorted."""
+        ...
+
+    def close(self) -> None:
+        """Release files and connections; the backend is unusable afterwards."""
+        ...
+
+
+def _without(items: list[Utterance], seqs: set[int]) -> list[Utterance]:
+    return [u for u in items if u.seq not in seqs] if seqs else list(items)
+
+
+def apply_change(state: ConversationState, change: Change) -> ConversationState:
+    """The state after ``change``, as a new object (``state`` is left untouched)."""
+    utterances = _without(state.utterances, change.remove)
+    if change.update:
+        replaced = {u.seq: u for u in change.update}
+        utterances = [replaced.get(u.seq, u) for u in utterances]
+    utterances.extend(change.append)
+    pending = _without(state.pending, change.pending_remove)
+    pending.extend(change.pending_add)
+    pending.sort(key=lambda u: u.seq)
+    return ConversationState(
+        conversation_id=state.conversation_id,
+        next_seq=state.next_seq if change.next_seq is None else change.next_seq,
+        last_turn=state.last_turn if change.last_turn is None else change.last_turn,
+        utterances=utterances,
+        pending=pending,
+        summary=state.summary if change.summary is None else change.summary,
+        settings=state.settings if change.settings is None else dict(change.settings),
+    )

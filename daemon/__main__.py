@@ -1,0 +1,4 @@
+from daemon.cli import main
+import sys
+
+sys.exit(main())

@@ -1,0 +1,38 @@
+"""The daemon's limits and switches, with the spec's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Settings"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Per-daemon limits. Every field can be set by flag or ``CHD_*`` variable.
+
+    ``buffer_size`` and ``max_tokens`` bound the rolling buffer (the oldest
+    utterances leave first when either is exceeded); ``summary_token_limit``
+    bounds the running summary; ``eviction_batch`` is how many utterances
+    leave at least once the buffer overflows; ``max_utterance_chars`` refuses oversized
+    utterances before anything is stored.
+    """
+
+    buffer_size: int = 20
+    max_tokens: int = 8000
+    summary_token_limit: int = 512
+    max_utterance_chars: int = 32_000
+    eviction_batch: int = 5
+    summarization_enabled: bool = True
+
+    def __post_init__(self) -> None:
+        for name in (
+            "buffer_size",
+            "max_tokens",
+            "summary_token_limit",
+            "max_utterance_chars",
+            "eviction_batch",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")

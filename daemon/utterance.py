@@ -1,0 +1,153 @@
+"""Utterances and summaries: the records a conversation is made of."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+__all__ = [
+    "SPEAKERS",
+    "Speaker",
+    "Utterance",
+    "SummarySegment",
+    "Summary",
+    "now_rfc3339",
+]
+
+Speaker = Literal["user", "assistant", "system"]
+SPEAKERS: tuple[Speaker, ...] = ("user", "assistant", "system")
+
+
+def now_rfc3339() -> str:
+    """The current time as RFC 3339 in UTC with microseconds, e.g. 2026-11-21T14:00:00.000001Z."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class Utterance:
+    """One stored utterance.
+
+    ``seq`` is 1-based, monotonic per conversation and never reused, so it
+    names an utterance for its whole life; its position in the buffer
+    (``utterance_index``) changes as older ones leave and is computed when the
+    utterance is returned, never stored.
+    """
+
+    conversation_id: str
+    seq: int
+    speaker: Speaker
+    text: str
+    turn_number: int
+    timestamp: str
+    tokens: int
+    important: bool = False
+
+    def to_dict(self, utterance_index: int | None = None) -> dict[str, Any]:
+        """The wire form; ``utterance_index`` is included when known."""
+        out: dict[str, Any] = {
+            "seq": self.seq,
+            "speaker": self.speaker,
+            "text": self.text,
+            "turn_number": self.turn_number,
+            "timestamp": self.timestamp,
+            "tokens": self.tokens,
+            "conversation_id": self.conversation_id,
+            "important": self.important,
+        }
+        if utterance_index is not None:
+            out["utterance_index"] = utterance_index
+        return out
+
+    def to_record(self) -> dict[str, Any]:
+        """A plain dict for storage (JSON- and pickle-safe)."""
+        return self.to_dict()
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Utterance:
+        return cls(
+            conversation_id=record["conversation_id"],
+            seq=int(record["seq"]),
+            speaker=record["speaker"],
+            text=record["text"],
+            turn_number=int(record["turn_number"]),
+            timestamp=record["timestamp"],
+            tokens=int(record["tokens"]),
+            important=bool(record.get("important", False)),
+        )
+
+    def with_important(self, important: bool) -> Utterance:
+        return replace(self, important=important)
+
+
+@dataclass(frozen=True, slots=True)
+class SummarySegment:
+    """A piece of the running summary and the utterances it was made from.
+
+    Keeping the seq and turn range per segment lets a remove find which parts
+    of the summary hold content of the utterances it deletes.
+    """
+
+    text: str
+    tokens: int
+    seq_from: int
+    seq_to: int
+    turn_from: int
+    turn_to: int
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "tokens": self.tokens,
+            "seq_from": self.seq_from,
+            "seq_to": self.seq_to,
+            "turn_from": self.turn_from,
+            "turn_to": self.turn_to,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> SummarySegment:
+        return cls(
+            text=record["text"],
+            tokens=int(record["tokens"]),
+            seq_from=int(record["seq_from"]),
+            seq_to=int(record["seq_to"]),
+            turn_from=int(record["turn_from"]),
+            turn_to=int(record["turn_to"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The running summary of everything evicted from a conversation's buffer.
+
+    ``through_seq`` is the highest evicted seq folded in (0: nothing yet).
+    ``tokens`` counts the joined ``text``, which is what the budget limits.
+    """
+
+    segments: tuple[SummarySegment, ...] = ()
+    through_seq: int = 0
+    tokens: int = 0
+
+    @property
+    def text(self) -> str:
+        return "\n".join(s.text for s in self.segments)
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "segments": [s.to_record() for s in self.segments],
+            "through_seq": self.through_seq,
+            "tokens": self.tokens,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any] | None) -> Summary:
+        if not record:
+            return cls()
+        return cls(
+            segments=tuple(SummarySegment.from_record(s) for s in record["segments"]),
+            through_seq=int(record["through_seq"]),
+            tokens=int(record["tokens"]),
+        )
+
+

@@ -1,0 +1,113 @@
+"""Shared fixtures: a core, a real gRPC server in-process, and a real daemon process."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import grpc
+import pytest
+
+from daemon.core import ConversationHistory
+from daemon.server import Server, build_server
+from daemon.settings import Settings
+from daemon.v1 import daemon_pb2, daemon_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def history() -> ConversationHistory:
+    return ConversationHistory(settings=Settings())
+
+
+@pytest.fixture
+def server(history: ConversationHistory) -> Iterator[Server]:
+    """The real gRPC server (health, reflection) on a free loopback port."""
+    running = build_server(history, "127.0.0.1", 0)
+    yield running
+    running.stop(grace=1)
+
+
+@pytest.fixture
+def stub(server: Server) -> Iterator[daemon_pb2_grpc.DaemonStub]:
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        yield daemon_pb2_grpc.DaemonStub(channel)
+
+
+def query(stub: daemon_pb2_grpc.DaemonStub, text: str, metadata: dict | None = None, data: dict | None = None) -> daemon_pb2.QueryResponse:
+    request = daemon_pb2.QueryRequest(query=text)
+    request.metadata.update(metadata or {})
+    request.data.update(data or {})
+    return stub.Query(request, timeout=10)
+
+
+def chd_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def run_chd(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run the ``chd`` CLI from this checkout as a separate process."""
+    return subprocess.run(
+        [sys.executable, "-m", "daemon", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=chd_env(),
+        cwd=ROOT,
+    )
+
+
+class DaemonProcess:
+    """A ``chd serve`` subprocess on a free port, stopped by the fixture."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daemon", "serve", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=chd_env(),
+            cwd=ROOT,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        match = re.search(r"listening on (\S+):(\d+)", line)
+        if not match:
+            self.proc.kill()
+            raise RuntimeError(f"daemon did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}")
+        self.port = int(match.group(2))
+        self.target = f"127.0.0.1:{self.port}"
+
+    def terminate(self, timeout: float = 15) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self._close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self._close()
+
+    def _close(self) -> None:
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream:
+                stream.close()
+
+
+@pytest.fixture
+def daemon_process() -> Iterator[DaemonProcess]:
+    started = DaemonProcess()
+    yield started
+    started.kill()
