@@ -1,7 +1,9 @@
 """Storage backends for chd and the registry that picks one by name.
 
-``open_backend("memory")`` or ``open_backend("package.module:Class", **options)``
-for a custom backend: any class satisfying ``backends.base.Backend``.
+``open_backend("memory")``, ``open_backend("disk", data_dir=..., durability=...)``
+or ``open_backend("package.module:Class", **options)`` for a custom backend:
+any class satisfying ``backends.base.Backend`` (see docs/backends.md). The
+spec's names ``in-memory`` and ``durable`` are accepted as aliases.
 """
 
 from __future__ import annotations
@@ -17,22 +19,46 @@ __all__ = [
     "Change",
     "ConversationState",
     "apply_change",
+    "ALIASES",
     "BACKENDS",
     "open_backend",
 ]
 
 
-def _memory(**_options: Any) -> Backend:
+def _memory(**options: Any) -> Backend:
     from backends.memory import MemoryBackend
 
+    if options.get("data_dir") is not None:
+        # Accepting it silently would let a user believe their data is on disk.
+        raise InvalidRequest("the memory backend keeps nothing on disk; use --backend disk with --data-dir")
     return MemoryBackend()
 
 
-BACKENDS: dict[str, Callable[..., Backend]] = {"memory": _memory}
+def _disk(data_dir: Any = None, durability: str | None = None, **options: Any) -> Backend:
+    from backends.disk import DiskBackend
+
+    if data_dir is None:
+        raise InvalidRequest("the disk backend needs a directory: --data-dir DIR (or CHD_DATA_DIR)")
+    return DiskBackend(data_dir, durability=durability, **options)
+
+
+BACKENDS: dict[str, Callable[..., Backend]] = {"memory": _memory, "disk": _disk}
+ALIASES = {"in-memory": "memory", "durable": "disk"}
 
 
 def open_backend(name: str, **options: Any) -> Backend:
-    """A backend by registered name or ``module:Class`` path."""
+    """A backend by registered name, alias or ``module:Class`` path.
+
+    Options that are None are left out, so a custom class only receives the
+    options the user actually gave.
+
+    Raises:
+        InvalidRequest: Unknown name, a class that cannot be loaded or does not
+            implement the protocol, or options the backend cannot use.
+        StorageError: The backend could not open its storage.
+    """
+    name = ALIASES.get(name, name)
+    options = {key: value for key, value in options.items() if value is not None}
     factory = BACKENDS.get(name)
     if factory is None:
         if ":" not in name:
@@ -45,7 +71,10 @@ def open_backend(name: str, **options: Any) -> Backend:
             factory = getattr(importlib.import_module(module_name), class_name)
         except (ImportError, AttributeError) as exc:
             raise InvalidRequest(f"cannot load backend {name!r}: {exc}") from None
-    backend = factory(**options)
+    try:
+        backend = factory(**options)
+    except TypeError as exc:
+        raise InvalidRequest(f"backend {name!r} does not take these options: {exc}") from None
     if not isinstance(backend, Backend):
         raise InvalidRequest(f"backend {name!r} does not implement backends.base.Backend")
     return backend

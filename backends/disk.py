@@ -1,0 +1,395 @@
+"""The durable backend: conversations in a diskcache (SQLite) directory.
+
+A thin layer over diskcache's public API. What it relies on, and why:
+
+* ``Cache.transact()`` is ``BEGIN IMMEDIATE`` ... ``COMMIT`` on SQLite: one
+  writer at a time across every thread and process using the directory, and
+  a transaction is applied whole or not at all, also across a crash. Every
+  ``transact`` here is one such transaction, committed before it returns,
+  so the daemon never acknowledges a change that is not on disk.
+* ``eviction_policy='none'`` and ``cull_limit=0``: a default Cache deletes
+  entries once it passes its 1 GiB ``size_limit`` (least recently stored
+  first), which here would silently delete conversations.
+* ``disk_min_file_size=2**30``: by default values of 32 KiB or more go to
+  separate files, which diskcache writes without fsync, so after a power
+  loss a committed row could name a truncated file. Keeping every record in
+  SQLite puts all of it under SQLite's journal.
+* ``sqlite_synchronous``: 1 (NORMAL, diskcache's default) or 2 (FULL) with
+  ``durability='full'``; see docs/backends.md for what each survives.
+
+Utterances live under their own keys and each conversation has a small meta
+record (see backends/records.py), so a store writes one utterance and a few
+hundred bytes whatever the buffer size. Reading a whole 10,000-utterance
+buffer on every operation would cost more than the operation, so states are
+cached in memory, keyed by the meta record's ``token``, which every commit
+changes: the cache is only a cache, checked against SQLite on every call,
+and several processes can share one directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import sqlite3
+import threading
+import uuid
+from collections import OrderedDict
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+import diskcache
+
+from backends.base import Change, ConversationState, T, apply_change
+from backends.records import (
+    META_PREFIX,
+    SCHEMA_KEY,
+    SCHEMA_VERSION,
+    Meta,
+    decode_meta,
+    decode_schema,
+    decode_summary,
+    decode_utterance,
+    encode_meta,
+    encode_schema,
+    encode_summary,
+    encode_utterance,
+    meta_key,
+    summary_key,
+    utterance_key,
+)
+from backends.seq_runs import SeqRuns
+from daemon.errors import StorageError, StorageFull
+from daemon.utterance import Summary, Utterance
+
+__all__ = ["DiskBackend", "DURABILITY"]
+
+log = logging.getLogger(__name__)
+
+# --durability -> SQLite's PRAGMA synchronous (diskcache's sqlite_synchronous).
+DURABILITY = {"normal": 1, "full": 2}
+
+# Optimistic reads retry when a writer commits between their key reads; past
+# this many tries they read inside a transaction instead.
+_READ_ATTEMPTS = 5
+
+
+class _Changed(Exception):
+    """A record named by the meta record is missing.
+
+    Outside a transaction a writer got in between the reads: read again.
+    Inside one it means a damaged directory.
+    """
+
+
+class DiskBackend:
+    """Conversations stored durably in a diskcache directory.
+
+    Args:
+        data_dir: Directory for the SQLite database; created if missing.
+        durability: ``"normal"`` or ``"full"`` (see ``DURABILITY``); ``None``
+            keeps whatever the directory was last opened with (tools such as
+            ``chd export`` use this so they do not change a daemon's setting).
+        timeout: Seconds to wait for another process's write transaction.
+        cached_conversations: How many conversation states to keep in memory.
+
+    Raises:
+        StorageError: The directory cannot be created, opened or written, holds
+            a corrupted database, or was written by a newer chd.
+    """
+
+    name = "disk"
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        durability: str | None = None,
+        timeout: float = 15.0,
+        cached_conversations: int = 1024,
+    ) -> None:
+        self.path = Path(data_dir).expanduser()
+        settings: dict[str, object] = {
+            "eviction_policy": "none",
+            "cull_limit": 0,
+            "disk_min_file_size": 2**30,
+        }
+        if durability is not None:
+            if durability not in DURABILITY:
+                raise StorageError(
+                    f"unknown durability {durability!r}; use one of {', '.join(DURABILITY)}"
+                )
+            settings["sqlite_synchronous"] = DURABILITY[durability]
+        self._states: OrderedDict[str, tuple[str, ConversationState]] = OrderedDict()
+        self._states_lock = threading.Lock()
+        self._capacity = cached_conversations
+        # Only a shortcut: threads of this process queue here instead of in
+        # SQLite's busy handler, which sleeps in steps of milliseconds. SQLite's
+        # write lock is what keeps writers from different processes apart.
+        self._write_lock = threading.Lock()
+        self._closed = False
+        try:
+            self._cache = diskcache.Cache(str(self.path), timeout=timeout, **settings)
+        except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
+            raise StorageError(f"cannot open data dir {self.path}: {_describe(exc, self.path)}") from exc
+        try:
+            self._check_schema()
+        except StorageError as exc:
+            self._cache.close()
+            raise StorageError(f"cannot use data dir {self.path}: {exc}") from exc
+        except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
+            self._cache.close()
+            raise StorageError(f"cannot open data dir {self.path}: {_describe(exc, self.path)}") from exc
+
+    # --- the Backend protocol --------------------------------------------------
+
+    def read(self, conversation_id: str) -> ConversationState:
+        with self._storage("read"):
+            for _ in range(_READ_ATTEMPTS):
+                meta = self._meta(conversation_id)
+                cached = self._cached(conversation_id, meta)
+                if cached is not None:
+                    return cached
+                assert meta is not None
+                try:
+                    state = self._load(conversation_id, meta)
+                except _Changed:
+                    continue
+                # No commit in between means the keys were read from one version.
+                if self._meta(conversation_id) == meta:
+                    self._remember(conversation_id, meta.token, state)
+                    return state
+            with self._write_lock, self._cache.transact():
+                return self._current(conversation_id, self._meta(conversation_id))
+
+    def transact(
+        self,
+        conversation_id: str,
+        decide: Callable[[ConversationState], tuple[Change, T]],
+    ) -> T:
+        with self._storage("write"), self._write_lock:
+            with self._cache.transact():
+                meta = self._meta(conversation_id)
+                state = self._current(conversation_id, meta)
+                change, value = decide(state)
+                if change.is_empty:
+                    return value
+                new_state = apply_change(state, change)
+                token = self._write(conversation_id, meta, state, change, new_state)
+            self._remember(conversation_id, token, new_state)
+            return value
+
+    def conversations(self) -> list[str]:
+        found = []
+        with self._storage("read"):
+            # Keys iterate in SQLite's order; every meta key sorts after
+            # "chd:schema" and before the "s:" and "u:" keys.
+            for key in self._cache.iterkeys():
+                if not isinstance(key, str) or key < META_PREFIX:
+                    continue
+                if not key.startswith(META_PREFIX):
+                    break
+                conversation_id = key[len(META_PREFIX) :]
+                meta = self._meta(conversation_id)
+                if meta is not None and (meta.next_seq > 1 or meta.settings):
+                    found.append(conversation_id)
+        return found
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._states_lock:
+            self._states.clear()
+        # Closes this thread's connection; those of other threads close as
+        # their threads end.
+        self._cache.close()
+
+    # --- reading ---------------------------------------------------------------
+
+    def _meta(self, conversation_id: str) -> Meta | None:
+        text = self._cache.get(meta_key(conversation_id))
+        return None if text is None else decode_meta(text, conversation_id)
+
+    def _cached(self, conversation_id: str, meta: Meta | None) -> ConversationState | None:
+        if meta is None:
+            return ConversationState(conversation_id)
+        with self._states_lock:
+            entry = self._states.get(conversation_id)
+            if entry is None or entry[0] != meta.token:
+                return None
+            self._states.move_to_end(conversation_id)
+            return entry[1]
+
+    def _current(self, conversation_id: str, meta: Meta | None) -> ConversationState:
+        """The state inside a transaction, where nothing can change under us."""
+        cached = self._cached(conversation_id, meta)
+        if cached is not None:
+            return cached
+        assert meta is not None
+        try:
+            state = self._load(conversation_id, meta)
+        except _Changed as missing:
+            raise StorageError(
+                f"conversation {conversation_id!r} is damaged in {self.path}: "
+                f"its record {missing.args[0]!r} is missing"
+            ) from None
+        self._remember(conversation_id, meta.token, state)
+        return state
+
+    def _load(self, conversation_id: str, meta: Meta) -> ConversationState:
+        return ConversationState(
+            conversation_id=conversation_id,
+            next_seq=meta.next_seq,
+            last_turn=meta.last_turn,
+            utterances=self._utterances(conversation_id, meta.buffer),
+            pending=self._utterances(conversation_id, meta.pending),
+            summary=self._summary(conversation_id) if meta.has_summary else Summary(),
+            settings=dict(meta.settings),
+        )
+
+    def _utterances(self, conversation_id: str, seqs: SeqRuns) -> list[Utterance]:
+        get = self._cache.get
+        out = []
+        for seq in seqs:
+            key = utterance_key(conversation_id, seq)
+            text = get(key)
+            if text is None:
+                raise _Changed(key)
+            out.append(decode_utterance(text, conversation_id, seq))
+        return out
+
+    def _summary(self, conversation_id: str) -> Summary:
+        key = summary_key(conversation_id)
+        text = self._cache.get(key)
+        if text is None:
+            raise _Changed(key)
+        return decode_summary(text, conversation_id)
+
+    def _remember(self, conversation_id: str, token: str, state: ConversationState) -> None:
+        with self._states_lock:
+            self._states[conversation_id] = (token, state)
+            self._states.move_to_end(conversation_id)
+            while len(self._states) > self._capacity:
+                self._states.popitem(last=False)
+
+    # --- writing ---------------------------------------------------------------
+
+    def _write(
+        self,
+        conversation_id: str,
+        meta: Meta | None,
+        state: ConversationState,
+        change: Change,
+        new_state: ConversationState,
+    ) -> str:
+        """Write what ``change`` touched, inside the caller's transaction; the new token."""
+        old = meta or Meta(token="")
+        buffer = old.buffer.without(change.remove).with_added(u.seq for u in change.append)
+        pending = old.pending.without(change.pending_remove).with_added(u.seq for u in change.pending_add)
+        if len(buffer) != len(new_state.utterances) or len(pending) != len(new_state.pending):
+            # Duplicate or out-of-order seqs: refuse before anything is written.
+            raise StorageError(
+                f"refusing a change to conversation {conversation_id!r} that would leave "
+                "its seqs duplicated or out of order"
+            )
+        cache = self._cache
+        for utterance in (*change.append, *change.pending_add):
+            cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
+        for utterance in change.update:
+            if utterance.seq in buffer:
+                cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
+        for seq in change.remove | change.pending_remove:
+            if seq not in buffer and seq not in pending:
+                cache.delete(utterance_key(conversation_id, seq))
+        has_summary = bool(new_state.summary.segments) or new_state.summary.through_seq > 0
+        if change.summary is not None:
+            if has_summary:
+                cache.set(summary_key(conversation_id), encode_summary(new_state.summary))
+            else:
+                cache.delete(summary_key(conversation_id))
+        token = uuid.uuid4().hex
+        new_meta = Meta(
+            token=token,
+            next_seq=new_state.next_seq,
+            last_turn=new_state.last_turn,
+            buffer=buffer,
+            pending=pending,
+            settings=dict(new_state.settings),
+            has_summary=has_summary if change.summary is not None else old.has_summary,
+        )
+        cache.set(meta_key(conversation_id), encode_meta(new_meta))
+        return token
+
+    # --- start-up and errors ---------------------------------------------------
+
+    def _check_schema(self) -> None:
+        """Refuse a directory from a newer chd, or one holding someone else's data."""
+        found = self._cache.get(SCHEMA_KEY)
+        if found is not None:
+            decode_schema(found)
+            return
+        with self._cache.transact():
+            if self._cache.get(SCHEMA_KEY) is not None:
+                return  # another process created it first
+            if len(self._cache) > 0:
+                raise StorageError(
+                    "it holds a diskcache that chd did not write (no chd:schema record); "
+                    "use an empty or new directory"
+                )
+            self._cache.set(SCHEMA_KEY, encode_schema(f"chd storage schema {SCHEMA_VERSION}"))
+
+    @contextmanager
+    def _storage(self, doing: str) -> Iterator[None]:
+        """Translate diskcache and SQLite errors into StorageError / StorageFull."""
+        if self._closed:
+            raise StorageError("the disk backend is closed")
+        try:
+            yield
+        except diskcache.Timeout:
+            raise StorageError(
+                f"data dir {self.path} stayed locked by another writer; try again"
+            ) from None
+        except (sqlite3.Error, OSError) as exc:
+            if doing == "write":
+                # A failed COMMIT can leave the transaction open on this
+                # thread's connection (diskcache issue #112); closing the
+                # connection rolls it back, and the next call opens a new one.
+                self._cache.close()
+            if _is_full(exc):
+                log.error("data dir %s is full: %s", self.path, exc)
+                raise StorageFull(
+                    f"the disk holding {self.path} is full; nothing was written, reads still work"
+                ) from exc
+            log.error("storage error on %s in %s: %s", doing, self.path, exc)
+            raise StorageError(f"storage error in {self.path}: {exc}") from exc
+
+
+def _is_full(exc: BaseException) -> bool:
+    if isinstance(exc, sqlite3.Error):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or (
+            "database or disk is full" in str(exc)
+        )
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _describe(exc: BaseException, path: Path) -> str:
+    """The cause of a start-up failure in words a user can act on."""
+    if _is_full(exc):
+        return "the disk is full"
+    if isinstance(exc, diskcache.Timeout):
+        return "the database stayed locked by another process"
+    message = str(exc)
+    if path.exists() and not path.is_dir():
+        return "it is a file, not a directory"
+    if isinstance(exc, sqlite3.DatabaseError) and "not a database" in message:
+        return "cache.db is not a SQLite database (corrupted or not chd's); restore it from a backup or move it away"
+    if isinstance(exc, sqlite3.DatabaseError) and "malformed" in message:
+        return "the database is corrupted (SQLite says: database disk image is malformed); restore it from a backup"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower() if not exc.filename else f"{exc.strerror.lower()}: {exc.filename}"
+    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        return f"not writable ({message})"
+    if "readonly" in message or "read-only" in message:
+        return f"not writable ({message})"
+    return message
