@@ -386,8 +386,9 @@ def _describe(exc: BaseException, path: Path) -> str:
         return "cache.db is not a SQLite database (corrupted or not chd's); restore it from a backup or move it away"
     if isinstance(exc, sqlite3.DatabaseError) and "malformed" in message:
         return "the database is corrupted (SQLite says: database disk image is malformed); restore it from a backup"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror.lower() if not exc.filename else f"{exc.strerror.lower()}: {exc.filename}"
+    if isinstance(exc, OSError) and exc.errno:
+        cause = os.strerror(exc.errno).lower()
+        return cause if path.is_dir() else f"cannot create it: {cause}"
     if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
         return f"not writable ({message})"
     if "readonly" in message or "read-only" in message:

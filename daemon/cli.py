@@ -1,8 +1,10 @@
 """The ``chd`` command: run the daemon and talk to it.
 
     chd serve [--host H] [--port P] [--buffer-size N] [--max-tokens N] ...
+              [--backend memory|disk|module:Class] [--data-dir DIR] [--durability normal|full]
     chd query "TEXT" [--metadata JSON] [--data JSON] [--json] [--target H:P]
     chd purpose | chd instructions
+    chd export [--conversation ID] --data-dir DIR | chd import [FILE] --data-dir DIR
 
 A failed RPC exits with 64 + the gRPC status code, as grpcurl does, so a
 script can treat both tools alike; usage errors exit 2.
@@ -58,6 +60,7 @@ def _json_object(text: str) -> dict[str, Any]:
 
 def _parser() -> argparse.ArgumentParser:
     from daemon.settings import Settings
+    from daemon.storage_cli import add_backend_arguments, add_transfer_commands
 
     defaults = Settings()
     parser = argparse.ArgumentParser(prog="chd", description="chd, the Conversation History Daemon")
@@ -83,6 +86,8 @@ def _parser() -> argparse.ArgumentParser:
                        default=_env_int("CHD_EVICTION_BATCH", defaults.eviction_batch),
                        help="utterances evicted together once the buffer overflows (CHD_EVICTION_BATCH)")
     serve.add_argument("--log-level", default=os.environ.get("CHD_LOG_LEVEL", "INFO"))
+    add_backend_arguments(serve, serving=True)
+    add_transfer_commands(commands)
 
     for name, help_text in (("query", "send a query"), ("purpose", "print the purpose"),
                             ("instructions", "print the instructions")):
@@ -103,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command in ("export", "import"):
+        from daemon.storage_cli import run_transfer
+
+        return run_transfer(args)
     return _client(args)
 
 
@@ -110,6 +119,7 @@ def _serve(args: argparse.Namespace) -> int:
     from daemon.core import ConversationHistory
     from daemon.server import build_server, serve_forever
     from daemon.settings import Settings
+    from daemon.storage_cli import open_backend_from_args
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings(
@@ -119,10 +129,15 @@ def _serve(args: argparse.Namespace) -> int:
         max_utterance_chars=args.max_utterance_chars,
         eviction_batch=args.eviction_batch,
     )
-    history = ConversationHistory(settings=settings)
+    # Storage opens before the port does: a bad data dir fails fast, in one line.
+    backend = open_backend_from_args(args)
+    if backend is None:
+        return 1
+    history = ConversationHistory(backend=backend, settings=settings)
     try:
         server = build_server(history, args.host, args.port)
     except (OSError, RuntimeError) as exc:
+        backend.close()
         print(f"chd: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
     # One parseable line, flushed, so scripts and tests can learn the port.

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from backends.base import Backend, Change, ConversationState
 from backends.memory import MemoryBackend
-from daemon.errors import InvalidRequest, NotFound, TooLarge
+from daemon.errors import InvalidRequest, NotFound, StorageError, TooLarge
 from daemon.fields import as_str
 from daemon.instructions import INSTRUCTIONS, PURPOSE
 from daemon.intents import (
@@ -319,8 +319,14 @@ class ConversationHistory:
                     log.exception("summarizer failed for conversation %s", conversation_id)
                     return False
                 summary = _merged_summary(state.summary, batch, text, self.counter.count(text))
-                if self.backend.transact(conversation_id, _commit_fold(state, batch, summary)):
-                    return True
+                try:
+                    if self.backend.transact(conversation_id, _commit_fold(state, batch, summary)):
+                        return True
+                except StorageError:
+                    # A full disk must not fail the store that queued the batch
+                    # (already committed) nor the read that wanted it folded.
+                    log.warning("fold of conversation %s not saved; the batch stays queued", conversation_id)
+                    return False
             return False
 
     def _bounded_summary(self, previous: str, utterances: Sequence[Utterance], limit: int) -> str:

@@ -13,6 +13,7 @@ from typing import Iterator
 import grpc
 import pytest
 
+from backends import Backend, open_backend
 from daemon.core import ConversationHistory
 from daemon.server import Server, build_server
 from daemon.settings import Settings
@@ -21,9 +22,28 @@ from daemon.v1 import daemon_pb2, daemon_pb2_grpc
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Every backend the daemon ships. The ``backend`` fixture runs each test that
+# uses it (and so ``history``, ``server`` and ``stub``) once per kind.
+BACKEND_KINDS = ("memory", "disk")
+
+
+def open_test_backend(kind: str, directory: Path) -> Backend:
+    """A fresh backend of ``kind``; a disk one keeps its data under ``directory``."""
+    if kind == "disk":
+        return open_backend("disk", data_dir=directory / "chd-data")
+    return open_backend(kind)
+
+
+@pytest.fixture(params=BACKEND_KINDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    opened = open_test_backend(request.param, tmp_path)
+    yield opened
+    opened.close()
+
+
 @pytest.fixture
-def history() -> ConversationHistory:
-    return ConversationHistory(settings=Settings())
+def history(backend: Backend) -> ConversationHistory:
+    return ConversationHistory(backend=backend, settings=Settings())
 
 
 @pytest.fixture

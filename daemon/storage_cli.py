@@ -1,0 +1,166 @@
+"""The ``chd`` options and commands about storage: backend flags, export, import.
+
+    chd serve --backend disk --data-dir DIR [--durability normal|full]
+    chd export [--conversation ID ...] [--output FILE] --data-dir DIR
+    chd import [FILE] [--replace] --data-dir DIR
+
+``export`` and ``import`` open the backend's storage directly, not the
+daemon over gRPC: the Query interface has no operation that returns the
+summary queue, the summary's segments or the next seq, and an import through
+``store`` would give every utterance a new seq and timestamp. A disk data
+dir may be exported from or imported into while a daemon serves it (SQLite
+transactions keep both consistent; the daemon sees the change on its next
+call). The memory backend lives inside its daemon process, so it can only
+be exported in-process (``backends.transfer.export_lines``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from contextlib import nullcontext
+from typing import TextIO
+
+from backends import ALIASES, Backend, open_backend
+from backends.disk import DURABILITY
+from backends.transfer import export_lines, import_states, parse_lines
+from daemon.errors import DaemonError
+
+__all__ = ["add_backend_arguments", "add_transfer_commands", "open_backend_from_args", "run_transfer", "TRANSFER_COMMANDS"]
+
+log = logging.getLogger(__name__)
+
+TRANSFER_COMMANDS = ("export", "import")
+EXIT_FAILED = 1
+
+
+def _durability(name: str, default: str | None) -> str | None:
+    value = os.environ.get(name, default)
+    if value is not None and value not in DURABILITY:
+        raise SystemExit(f"chd: {name} must be one of {', '.join(DURABILITY)}, got {value!r}")
+    return value
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser, *, serving: bool) -> None:
+    """``--backend``, ``--data-dir`` and ``--durability``, defaulting to CHD_* variables.
+
+    A daemon defaults to the memory backend and NORMAL durability. The
+    transfer tools default to the disk backend and leave the data dir's
+    durability as its daemon set it.
+    """
+    backend_default = os.environ.get("CHD_BACKEND", "memory" if serving else "disk")
+    parser.add_argument(
+        "--backend",
+        default=backend_default,
+        help=f"memory, disk, or module:Class for a custom backend (CHD_BACKEND, default {backend_default})",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=os.environ.get("CHD_DATA_DIR"),
+        help="directory of the disk backend, created if missing (CHD_DATA_DIR)",
+    )
+    durability_default = _durability("CHD_DURABILITY", "normal" if serving else None)
+    parser.add_argument(
+        "--durability",
+        choices=tuple(DURABILITY),
+        default=durability_default,
+        help="disk backend: normal survives a crash of chd, full also an OS crash or power loss "
+        f"(CHD_DURABILITY, default {durability_default or 'as the data dir was last served'})",
+    )
+
+
+def open_backend_from_args(args: argparse.Namespace) -> Backend | None:
+    """The backend the flags name, or None after printing one line saying why not."""
+    name = ALIASES.get(args.backend, args.backend)
+    options = {"data_dir": args.data_dir}
+    if name != "memory":
+        # Memory has no durability to set; a custom class gets it only if asked for.
+        options["durability"] = args.durability
+    try:
+        backend = open_backend(name, **options)
+    except DaemonError as exc:
+        print(f"chd: {exc}", file=sys.stderr)
+    except Exception as exc:  # a custom backend's constructor may raise anything
+        print(f"chd: cannot open backend {args.backend!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    else:
+        where = f" in {args.data_dir} (durability {args.durability or 'as stored'})" if args.data_dir else ""
+        log.info("storage: %s backend%s", name, where)
+        return backend
+    return None
+
+
+def add_transfer_commands(commands: argparse._SubParsersAction) -> None:
+    export = commands.add_parser("export", help="write conversations as JSON Lines")
+    export.add_argument(
+        "--conversation", "-c", action="append", dest="conversations", metavar="ID",
+        help="conversation to export (repeatable; default: all)",
+    )
+    export.add_argument("--output", "-o", default="-", help="file to write (default: stdout)")
+    add_backend_arguments(export, serving=False)
+
+    imp = commands.add_parser("import", help="read conversations from JSON Lines")
+    imp.add_argument("file", nargs="?", default="-", help="file to read (default: stdin)")
+    imp.add_argument("--replace", action="store_true", help="overwrite conversations that already hold data")
+    add_backend_arguments(imp, serving=False)
+
+
+def run_transfer(args: argparse.Namespace) -> int:
+    if ALIASES.get(args.backend, args.backend) == "memory":
+        print(
+            "chd: the memory backend lives inside its daemon; export and import work on "
+            "--backend disk (or a custom backend)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    backend = open_backend_from_args(args)
+    if backend is None:
+        return EXIT_FAILED
+    try:
+        if args.command == "export":
+            return _export(backend, args)
+        return _import(backend, args)
+    except DaemonError as exc:
+        print(f"chd: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        backend.close()
+
+
+def _export(backend: Backend, args: argparse.Namespace) -> int:
+    ids = args.conversations or backend.conversations()
+    for conversation_id in ids:
+        if backend.read(conversation_id).is_empty:
+            print(f"chd: conversation {conversation_id!r} holds nothing to export", file=sys.stderr)
+            return EXIT_FAILED
+    with _open(args.output, "w") as out:
+        for line in export_lines(backend, ids):
+            out.write(line + "\n")
+    print(f"exported {len(ids)} conversation(s)", file=sys.stderr)
+    return 0
+
+
+def _import(backend: Backend, args: argparse.Namespace) -> int:
+    with _open(args.file, "r") as source:
+        states = parse_lines(source)
+    for state in import_states(backend, states, replace=args.replace):
+        print(
+            f"imported {state.conversation_id}: {len(state.utterances)} in the buffer, "
+            f"{len(state.pending)} queued for the summary, summary through #{state.summary.through_seq}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _open(path: str, mode: str) -> TextIO:
+    if path == "-":
+        return nullcontext(sys.stdout if mode == "w" else sys.stdin)  # type: ignore[return-value]
+    try:
+        return open(path, mode, encoding="utf-8")
+    except OSError as exc:
+        raise _FileError(f"cannot open {path}: {exc.strerror}") from None
+
+
+class _FileError(DaemonError):
+    """An export or import file cannot be opened."""

@@ -1,0 +1,55 @@
+"""Backends under test: every shipped one plus a custom ``module:Class`` one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from backends import Backend, open_backend
+from backends.base import Change, ConversationState
+from daemon.utterance import Utterance
+from tests.conftest import BACKEND_KINDS, open_test_backend
+
+CUSTOM_BACKEND = "tests.backends.optimistic_backend:OptimisticBackend"
+CONTRACT_KINDS = (*BACKEND_KINDS, "custom")
+
+
+def open_contract_backend(kind: str, directory: Path) -> Backend:
+    if kind == "custom":
+        return open_backend(CUSTOM_BACKEND)
+    return open_test_backend(kind, directory)
+
+
+@pytest.fixture(params=CONTRACT_KINDS)
+def any_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each backend the contract applies to, fresh and empty."""
+    opened = open_contract_backend(request.param, tmp_path)
+    yield opened
+    opened.close()
+
+
+def utterance(seq: int, text: str | None = None, conversation_id: str = "c", turn: int | None = None,
+              speaker: str = "user", important: bool = False) -> Utterance:
+    return Utterance(
+        conversation_id=conversation_id,
+        seq=seq,
+        speaker=speaker,  # type: ignore[arg-type]
+        text=f"utterance {seq}" if text is None else text,
+        turn_number=seq if turn is None else turn,
+        timestamp=f"2026-01-01T00:00:{seq % 60:02d}.000000Z",
+        tokens=3,
+        important=important,
+    )
+
+
+def append_next(text: str = "x") -> Callable[[ConversationState], tuple[Change, int]]:
+    """A decide that appends one utterance with the next seq, like a store."""
+
+    def decide(state: ConversationState) -> tuple[Change, int]:
+        seq = state.next_seq
+        new = utterance(seq, text, state.conversation_id, turn=state.last_turn + 1)
+        return Change(append=[new], next_seq=seq + 1, last_turn=state.last_turn + 1), seq
+
+    return decide
