@@ -13,7 +13,6 @@ from concurrent import futures
 from typing import Any, Callable
 
 import grpc
-from google.protobuf import json_format, struct_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -27,6 +26,7 @@ from daemon.errors import (
     TooLarge,
 )
 from daemon.v1 import daemon_pb2, daemon_pb2_grpc
+from daemon.wire import dict_to_struct, struct_to_dict
 
 __all__ = ["DaemonServicer", "Server", "build_server", "status_for", "SERVICE_NAME"]
 
@@ -51,16 +51,6 @@ def status_for(error: DaemonError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-def _to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
-    return json_format.MessageToDict(message) if message.fields else {}
-
-
-def _to_struct(values: dict[str, Any]) -> struct_pb2.Struct:
-    struct = struct_pb2.Struct()
-    struct.update(values)
-    return struct
-
-
 class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     """Serves the Daemon Interface from a ConversationHistory."""
 
@@ -71,13 +61,13 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         def run() -> daemon_pb2.QueryResponse:
             outcome: QueryResult = self.history.query(
                 request.query,
-                _to_dict(request.metadata),
-                _to_dict(request.data),
+                struct_to_dict(request.metadata),
+                struct_to_dict(request.data),
             )
             return daemon_pb2.QueryResponse(
                 operation=outcome.operation,
-                result=_to_struct(outcome.result),
-                metadata=_to_struct(outcome.metadata),
+                result=dict_to_struct(outcome.result),
+                metadata=dict_to_struct(outcome.metadata),
             )
 
         return _answer(context, run)
