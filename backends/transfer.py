@@ -173,7 +173,7 @@ def _state(draft: _Draft) -> ConversationState:
         last_turn=as_int("last_turn", header.get("last_turn")),
         utterances=draft.buffer,
         pending=draft.pending,
-        summary=_summary(header.get("summary", {"segments": []})),
+        summary=_summary(header["summary"]) if "summary" in header else Summary(),
         settings=settings,
     )
     for where, utterances in zip(_WHERE, (state.utterances, state.pending)):

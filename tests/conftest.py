@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import grpc
 import pytest
@@ -88,9 +88,10 @@ def run_chd(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]
 class DaemonProcess:
     """A ``chd serve`` subprocess on a free port, stopped by the fixture."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, prefix: Sequence[str] = ()) -> None:
+        """``prefix`` runs the daemon through a wrapper, e.g. ``unshare``."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon", "serve", "--port", "0", *args],
+            [*prefix, sys.executable, "-m", "daemon", "serve", "--port", "0", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

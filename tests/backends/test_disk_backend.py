@@ -1,0 +1,237 @@
+"""The disk backend's own promises: persistence, settings, layout, schema, sharing, a full disk."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import diskcache
+import pytest
+
+from backends.base import Change
+from backends.disk import DiskBackend
+from backends.records import SCHEMA_KEY, meta_key
+from daemon.core import ConversationHistory
+from daemon.errors import StorageError, StorageFull
+from daemon.settings import Settings
+from tests.backends.conftest import append_next
+
+
+def sqlite_settings(directory: Path) -> dict[str, object]:
+    with sqlite3.connect(directory / "cache.db") as db:
+        return dict(db.execute("SELECT key, value FROM Settings").fetchall())
+
+
+def stored_value(directory: Path, key: str) -> str:
+    with sqlite3.connect(directory / "cache.db") as db:
+        (value,) = db.execute("SELECT value FROM Cache WHERE key = ?", (key,)).fetchone()
+    return value
+
+
+def history_on(backend: DiskBackend, **settings: int) -> ConversationHistory:
+    return ConversationHistory(backend=backend, settings=Settings(**settings))
+
+
+class TestPersistence:
+    """What one process writes, the next one reads."""
+
+    def test_whole_state_survives_reopening(self, tmp_path: Path) -> None:
+        """Buffer, queue, summary, counters and settings all come back."""
+        first = DiskBackend(tmp_path)
+        history = history_on(first, buffer_size=5, eviction_batch=2)
+        for i in range(12):
+            history.query(f"Add utterance: message number {i} about the harbour")
+        first.transact("default", lambda s: (Change(remove={s.utterances[0].seq}, pending_add=[s.utterances[0]], settings={"k": 1}), None))
+        before = first.read("default")
+        first.close()
+
+        again = DiskBackend(tmp_path)
+        assert again.read("default") == before
+        assert before.pending and before.summary.segments
+        again.close()
+
+    def test_two_backends_on_one_directory_see_each_others_writes(self, tmp_path: Path) -> None:
+        """A state cached by one process is refreshed when another commits."""
+        one, two = DiskBackend(tmp_path), DiskBackend(tmp_path)
+        one.transact("c", append_next("from one"))
+        assert [u.text for u in two.read("c").utterances] == ["from one"]
+        two.transact("c", append_next("from two"))
+        assert [u.text for u in one.read("c").utterances] == ["from one", "from two"]
+        assert one.transact("c", append_next("again")) == 3
+        one.close()
+        two.close()
+
+    def test_two_backends_writing_one_conversation_lose_nothing(self, tmp_path: Path) -> None:
+        """Atomicity comes from SQLite's transaction, not from one process's lock."""
+        backends = [DiskBackend(tmp_path), DiskBackend(tmp_path)]
+
+        def writer(backend: DiskBackend) -> None:
+            for _ in range(100):
+                backend.transact("c", append_next())
+
+        threads = [threading.Thread(target=writer, args=(b,)) for b in backends for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [u.seq for u in backends[0].read("c").utterances] == list(range(1, 401))
+        for backend in backends:
+            backend.close()
+
+
+class TestDiskcacheSettings:
+    """The settings that keep diskcache from losing or splitting data."""
+
+    def test_cache_never_evicts_entries(self, tmp_path: Path) -> None:
+        """eviction_policy none and cull_limit 0: the 1 GiB size_limit deletes nothing."""
+        DiskBackend(tmp_path).close()
+        stored = sqlite_settings(tmp_path)
+        assert stored["eviction_policy"] == "none"
+        assert stored["cull_limit"] == 0
+
+    def test_every_record_stays_inside_sqlite(self, tmp_path: Path) -> None:
+        """A 128 KB utterance is a row under SQLite's journal, not a side file."""
+        backend = DiskBackend(tmp_path)
+        backend.transact("c", append_next("🙂" * 32_000))
+        backend.close()
+        files = {p.name for p in tmp_path.rglob("*") if p.is_file()}
+        assert files <= {"cache.db", "cache.db-wal", "cache.db-shm"}
+
+    def test_durability_full_means_synchronous_full(self, tmp_path: Path) -> None:
+        """--durability full is SQLite synchronous=FULL (2) for every connection."""
+        DiskBackend(tmp_path, durability="full").close()
+        assert sqlite_settings(tmp_path)["sqlite_synchronous"] == 2
+
+    def test_default_durability_is_normal_and_tools_keep_the_daemons_choice(self, tmp_path: Path) -> None:
+        """A new dir gets NORMAL; opening without a durability keeps what is stored."""
+        DiskBackend(tmp_path).close()
+        assert sqlite_settings(tmp_path)["sqlite_synchronous"] == 1
+        DiskBackend(tmp_path, durability="full").close()
+        DiskBackend(tmp_path, durability=None).close()
+        assert sqlite_settings(tmp_path)["sqlite_synchronous"] == 2
+
+    def test_unknown_durability_is_refused(self, tmp_path: Path) -> None:
+        with pytest.raises(StorageError, match="unknown durability 'fast'"):
+            DiskBackend(tmp_path, durability="fast")
+
+
+class TestLayout:
+    """A store writes what changed, not the whole buffer."""
+
+    def test_meta_record_does_not_grow_with_the_buffer(self, tmp_path: Path) -> None:
+        """A 2,000-utterance buffer is described by one seq run."""
+        backend = DiskBackend(tmp_path)
+        backend.transact("c", append_next())
+        small = len(stored_value(tmp_path, meta_key("c")))
+        for _ in range(1999):
+            backend.transact("c", append_next())
+        backend.close()
+        # Only the counters' digits grew (2 -> 2001, [1,1] -> [1,2000]).
+        assert len(stored_value(tmp_path, meta_key("c"))) <= small + 12
+        assert '"buffer":[[1,2000]]' in stored_value(tmp_path, meta_key("c"))
+
+    def test_records_are_json_with_a_schema_version(self, tmp_path: Path) -> None:
+        """Readable without chd, and never unpickled."""
+        backend = DiskBackend(tmp_path)
+        backend.transact("c", append_next("hello"))
+        backend.close()
+        assert stored_value(tmp_path, "u:c#1").startswith('{"schema":1,')
+        assert stored_value(tmp_path, SCHEMA_KEY).startswith('{"schema":1,')
+
+
+class TestSchemaVersion:
+    """Data from a newer chd is refused, never misread."""
+
+    def test_directory_from_a_newer_chd_is_refused_at_open(self, tmp_path: Path) -> None:
+        with diskcache.Cache(str(tmp_path)) as cache:
+            cache.set(SCHEMA_KEY, '{"schema": 99, "created_by": "chd 9"}')
+        with pytest.raises(StorageError, match=r"newer chd \(storage schema 99\)"):
+            DiskBackend(tmp_path)
+
+    def test_record_from_a_newer_chd_is_refused_on_read(self, tmp_path: Path) -> None:
+        """One newer record makes its conversation unreadable, not empty."""
+        DiskBackend(tmp_path).close()
+        with diskcache.Cache(str(tmp_path)) as cache:
+            cache.set(meta_key("c"), '{"schema": 2, "token": "x"}')
+        backend = DiskBackend(tmp_path)
+        with pytest.raises(StorageError, match="newer chd"):
+            backend.read("c")
+        with pytest.raises(StorageError, match="newer chd"):
+            backend.transact("c", append_next())
+        backend.close()
+
+    def test_a_diskcache_chd_did_not_write_is_refused(self, tmp_path: Path) -> None:
+        """Someone else's cache directory is not silently adopted."""
+        with diskcache.Cache(str(tmp_path)) as cache:
+            cache.set("their-key", "their value")
+        with pytest.raises(StorageError, match="did not write"):
+            DiskBackend(tmp_path)
+
+
+class TestBadDirectory:
+    """Opening refuses, naming the path and the cause."""
+
+    def test_corrupted_database_is_refused(self, tmp_path: Path) -> None:
+        (tmp_path / "cache.db").write_bytes(b"this is not SQLite at all" * 400)
+        with pytest.raises(StorageError, match=f"cannot open data dir {tmp_path}: .*not a SQLite database"):
+            DiskBackend(tmp_path)
+
+    def test_a_file_in_place_of_the_directory_is_refused(self, tmp_path: Path) -> None:
+        (tmp_path / "data").write_text("x")
+        with pytest.raises(StorageError, match="it is a file, not a directory"):
+            DiskBackend(tmp_path / "data")
+
+    def test_closed_backend_refuses_calls(self, tmp_path: Path) -> None:
+        backend = DiskBackend(tmp_path)
+        backend.close()
+        backend.close()
+        with pytest.raises(StorageError, match="closed"):
+            backend.read("c")
+
+
+class TestFullDisk:
+    """No room: the write fails cleanly, reads go on."""
+
+    @staticmethod
+    def fill(tmp_path: Path) -> DiskBackend:
+        """A backend whose database cannot grow: SQLite's max_page_count, set
+        through diskcache's own sqlite_* settings, gives the same SQLITE_FULL
+        a full disk does."""
+        backend = DiskBackend(tmp_path)
+        for _ in range(20):
+            backend.transact("c", append_next("some words " * 20))
+        backend.close()
+        with sqlite3.connect(tmp_path / "cache.db") as db:
+            (pages,) = db.execute("PRAGMA page_count").fetchone()
+        with diskcache.Cache(str(tmp_path), sqlite_max_page_count=pages) as cache:
+            assert cache.sqlite_max_page_count == pages
+        return DiskBackend(tmp_path)
+
+    def test_write_to_a_full_disk_is_storage_full_and_reads_still_work(self, tmp_path: Path) -> None:
+        backend = self.fill(tmp_path)
+        before = backend.read("c")
+        with pytest.raises(StorageFull, match="full"):
+            for _ in range(500):
+                backend.transact("c", append_next("x" * 3000))
+        after = backend.read("c")
+        assert after.utterances[: len(before.utterances)] == before.utterances
+        # Nothing half-written: every listed utterance reads back, counters agree.
+        assert after.next_seq == after.utterances[-1].seq + 1
+        backend.close()
+        reopened = DiskBackend(tmp_path)
+        assert reopened.read("c") == after
+        reopened.close()
+
+    def test_writes_work_again_once_there_is_room(self, tmp_path: Path) -> None:
+        backend = self.fill(tmp_path)
+        with pytest.raises(StorageFull):
+            for _ in range(500):
+                backend.transact("c", append_next("x" * 3000))
+        backend.close()
+        with diskcache.Cache(str(tmp_path), sqlite_max_page_count=1_000_000):
+            pass
+        backend = DiskBackend(tmp_path)
+        seq = backend.transact("c", append_next("room again"))
+        assert backend.read("c").utterances[-1].seq == seq
+        backend.close()

@@ -1,0 +1,190 @@
+"""`chd serve` storage flags: choosing a backend, and refusing a bad data dir in one line."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import diskcache
+import grpc
+import pytest
+
+from backends.records import SCHEMA_KEY
+from daemon.v1 import daemon_pb2_grpc
+from tests.backends.conftest import CUSTOM_BACKEND
+from tests.conftest import ROOT, DaemonProcess, chd_env, query, run_chd
+
+
+def _namespaces_work() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        probe = subprocess.run(
+            ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+            capture_output=True, timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return probe.returncode == 0
+
+
+needs_namespaces = pytest.mark.skipif(
+    not _namespaces_work(),
+    reason="needs `unshare -rm` (user and mount namespaces) to mount a read-only or tiny filesystem",
+)
+
+
+def tmpfs(mountpoint: Path, size: str, fill: bool = False) -> list[str]:
+    """A prefix that runs a command with a fresh tmpfs of ``size`` at ``mountpoint``."""
+    filler = f' && (head -c 100000000 /dev/zero > "$0/filler" 2>/dev/null; true)' if fill else ""
+    script = f'mount -t tmpfs -o size={size} tmpfs "$0"{filler} && exec "$@"'
+    return ["unshare", "-rm", "sh", "-c", script, str(mountpoint)]
+
+
+def read_only(directory: Path) -> list[str]:
+    """A prefix that runs a command with ``directory`` mounted read-only."""
+    script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    return ["unshare", "-rm", "sh", "-c", script, str(directory)]
+
+
+def serve_fails(*args: str, prefix: Sequence[str] = ()) -> str:
+    """Run `chd serve` expecting it to refuse; its one line of stderr."""
+    done = subprocess.run(
+        [*prefix, sys.executable, "-m", "daemon", "serve", "--port", "0", *args],
+        capture_output=True, text=True, timeout=60, env=chd_env(), cwd=ROOT,
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "listening" not in done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def populated(directory: Path) -> Path:
+    """A data dir holding one stored utterance."""
+    daemon = DaemonProcess("--backend", "disk", "--data-dir", str(directory))
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            query(daemon_pb2_grpc.DaemonStub(channel), "Add utterance: keep me")
+    finally:
+        assert daemon.terminate() == 0
+    return directory
+
+
+class TestChoosingABackend:
+    """--backend, --data-dir, --durability and their CHD_* variables."""
+
+    def test_disk_backend_keeps_utterances_across_restarts(self, tmp_path: Path) -> None:
+        populated(tmp_path / "data")
+        daemon = DaemonProcess("--backend", "durable", "--data-dir", str(tmp_path / "data"))
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                got = query(daemon_pb2_grpc.DaemonStub(channel), "Get the last 5 utterances")
+            assert [u["text"] for u in got.result["utterances"]] == ["keep me"]
+        finally:
+            daemon.terminate()
+
+    def test_environment_variables_choose_backend_dir_and_durability(self, tmp_path: Path, monkeypatch) -> None:
+        monkeypatch.setenv("CHD_BACKEND", "disk")
+        monkeypatch.setenv("CHD_DATA_DIR", str(tmp_path / "env-data"))
+        monkeypatch.setenv("CHD_DURABILITY", "full")
+        daemon = DaemonProcess()
+        daemon.terminate()
+        with sqlite3.connect(tmp_path / "env-data" / "cache.db") as db:
+            (synchronous,) = db.execute("SELECT value FROM Settings WHERE key = 'sqlite_synchronous'").fetchone()
+        assert synchronous == 2
+
+    def test_custom_backend_class_serves_queries(self) -> None:
+        daemon = DaemonProcess("--backend", CUSTOM_BACKEND)
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                query(stub, "Add utterance: via a custom backend")
+                got = query(stub, "Get the last 1 utterances")
+            assert got.result["utterances"][0]["text"] == "via a custom backend"
+        finally:
+            daemon.terminate()
+
+    def test_unknown_backend_is_refused(self) -> None:
+        assert "unknown backend 'floppy'" in serve_fails("--backend", "floppy")
+
+    def test_disk_without_a_data_dir_is_refused(self) -> None:
+        assert "--data-dir" in serve_fails("--backend", "disk")
+
+    def test_memory_with_a_data_dir_is_refused(self, tmp_path: Path) -> None:
+        """Otherwise a user could believe their conversations are on disk."""
+        assert "keeps nothing on disk" in serve_fails("--data-dir", str(tmp_path))
+
+    def test_bad_durability_is_a_usage_error(self) -> None:
+        done = run_chd("serve", "--durability", "maybe")
+        assert done.returncode == 2
+        assert "invalid choice: 'maybe'" in done.stderr
+
+
+class TestBadDataDir:
+    """One line naming the path and the cause, exit 1, and the data left as it was."""
+
+    def test_corrupted_database_is_refused_and_left_alone(self, tmp_path: Path) -> None:
+        database = tmp_path / "cache.db"
+        database.write_bytes(b"\x00garbage\xff" * 1000)
+        line = serve_fails("--backend", "disk", "--data-dir", str(tmp_path))
+        assert line == (
+            f"chd: cannot open data dir {tmp_path}: cache.db is not a SQLite database "
+            "(corrupted or not chd's); restore it from a backup or move it away"
+        )
+        assert database.read_bytes() == b"\x00garbage\xff" * 1000
+
+    def test_data_dir_from_a_newer_chd_is_refused(self, tmp_path: Path) -> None:
+        populated(tmp_path)
+        with diskcache.Cache(str(tmp_path)) as cache:
+            cache.set(SCHEMA_KEY, '{"schema": 7}')
+        line = serve_fails("--backend", "disk", "--data-dir", str(tmp_path))
+        assert line.startswith(f"chd: cannot use data dir {tmp_path}: ")
+        assert "newer chd (storage schema 7)" in line
+
+    def test_path_under_a_file_is_refused(self, tmp_path: Path) -> None:
+        (tmp_path / "file").write_text("x")
+        line = serve_fails("--backend", "disk", "--data-dir", str(tmp_path / "file" / "data"))
+        assert line == f"chd: cannot open data dir {tmp_path / 'file' / 'data'}: cannot create it: not a directory"
+
+    @needs_namespaces
+    def test_read_only_data_dir_is_refused(self, tmp_path: Path) -> None:
+        data = populated(tmp_path / "data")
+        line = serve_fails("--backend", "disk", "--data-dir", str(data), prefix=read_only(data))
+        assert line.startswith(f"chd: cannot open data dir {data}: not writable")
+
+    @needs_namespaces
+    def test_full_disk_at_start_is_refused(self, tmp_path: Path) -> None:
+        line = serve_fails("--backend", "disk", "--data-dir", str(tmp_path / "data"),
+                           prefix=tmpfs(tmp_path, "256k", fill=True))
+        assert line == f"chd: cannot open data dir {tmp_path / 'data'}: the disk is full"
+
+
+@needs_namespaces
+class TestDiskFillsUpWhileServing:
+    """A real full filesystem under a running daemon."""
+
+    def test_store_gets_resource_exhausted_and_reads_still_work(self, tmp_path: Path) -> None:
+        data = tmp_path / "data"
+        daemon = DaemonProcess("--backend", "disk", "--data-dir", str(data), "--buffer-size", "100000",
+                               "--max-tokens", "100000000", prefix=tmpfs(tmp_path, "1m"))
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                stored = 0
+                with pytest.raises(grpc.RpcError) as full:
+                    for i in range(2000):
+                        query(stub, f"Add utterance: {i} " + "words to fill the disk " * 40)
+                        stored += 1
+                assert full.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert "is full" in full.value.details()
+                got = query(stub, "Get the last 100000 utterances")
+                assert len(got.result["utterances"]) == stored > 0
+                summary = query(stub, "Get the summary")
+                assert summary.operation == "retrieve"
+        finally:
+            daemon.kill()
