@@ -29,6 +29,7 @@ and several processes can share one directory.
 from __future__ import annotations
 
 import errno
+from bisect import bisect_left
 import logging
 import os
 import sqlite3
@@ -37,7 +38,8 @@ import uuid
 from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import diskcache
 
@@ -63,16 +65,47 @@ from backends.seq_runs import SeqRuns
 from daemon.errors import StorageError, StorageFull
 from daemon.utterance import Summary, Utterance
 
-__all__ = ["DiskBackend", "DURABILITY"]
+__all__ = ["DiskBackend", "DURABILITY", "InvalidChange"]
 
 log = logging.getLogger(__name__)
 
 # --durability -> SQLite's PRAGMA synchronous (diskcache's sqlite_synchronous).
 DURABILITY = {"normal": 1, "full": 2}
 
+# Most requests one group commit takes; bounds how long one transaction runs.
+_MAX_BATCH = 64
+
 # Optimistic reads retry when a writer commits between their key reads; past
 # this many tries they read inside a transaction instead.
 _READ_ATTEMPTS = 5
+
+
+class InvalidChange(StorageError):
+    """A change that would break the stored layout (duplicate or unordered seqs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    """A conversation's state and the meta record it belongs to.
+
+    Equal meta text means the same commit (every commit writes a new token),
+    so the state can be used without reading the utterances again.
+    """
+
+    text: str | None
+    meta: Meta | None
+    state: ConversationState
+
+
+@dataclass(slots=True, eq=False)
+class _Request:
+    """One transact call waiting for a group commit."""
+
+    conversation_id: str
+    decide: Callable[[ConversationState], tuple[Change, Any]]
+    done: bool = False
+    value: Any = None
+    error: BaseException | None = None
 
 
 class _Changed(Exception):
@@ -120,13 +153,16 @@ class DiskBackend:
                     f"unknown durability {durability!r}; use one of {', '.join(DURABILITY)}"
                 )
             settings["sqlite_synchronous"] = DURABILITY[durability]
-        self._states: OrderedDict[str, tuple[str, ConversationState]] = OrderedDict()
+        self._states: OrderedDict[str, _Cached] = OrderedDict()
         self._states_lock = threading.Lock()
         self._capacity = cached_conversations
-        # Only a shortcut: threads of this process queue here instead of in
-        # SQLite's busy handler, which sleeps in steps of milliseconds. SQLite's
-        # write lock is what keeps writers from different processes apart.
+        # Held by the thread committing a group (see transact). Threads of this
+        # process queue here rather than in SQLite's busy handler, which sleeps
+        # in steps of milliseconds; SQLite's own write lock is what keeps
+        # writers from different processes apart.
         self._write_lock = threading.Lock()
+        self._queue: list[_Request] = []
+        self._queue_lock = threading.Lock()
         self._closed = False
         try:
             self._cache = diskcache.Cache(str(self.path), timeout=timeout, **settings)
@@ -146,38 +182,43 @@ class DiskBackend:
     def read(self, conversation_id: str) -> ConversationState:
         with self._storage("read"):
             for _ in range(_READ_ATTEMPTS):
-                meta = self._meta(conversation_id)
-                cached = self._cached(conversation_id, meta)
-                if cached is not None:
-                    return cached
-                assert meta is not None
+                text = self._meta_text(conversation_id)
+                hit = self._cached(conversation_id, text)
+                if hit is not None:
+                    return hit.state
+                assert text is not None
+                meta = decode_meta(text, conversation_id)
                 try:
                     state = self._load(conversation_id, meta)
                 except _Changed:
                     continue
-                # No commit in between means the keys were read from one version.
-                if self._meta(conversation_id) == meta:
-                    self._remember(conversation_id, meta.token, state)
+                # The same meta record after the reads means no commit came
+                # between them: every key was read from one version.
+                if self._meta_text(conversation_id) == text:
+                    self._remember(conversation_id, _Cached(text, meta, state))
                     return state
             with self._write_lock, self._cache.transact():
-                return self._current(conversation_id, self._meta(conversation_id))
+                return self._current(conversation_id, self._meta_text(conversation_id)).state
 
     def transact(
         self,
         conversation_id: str,
         decide: Callable[[ConversationState], tuple[Change, T]],
     ) -> T:
-        with self._storage("write"), self._write_lock:
-            with self._cache.transact():
-                meta = self._meta(conversation_id)
-                state = self._current(conversation_id, meta)
-                change, value = decide(state)
-                if change.is_empty:
-                    return value
-                new_state = apply_change(state, change)
-                token = self._write(conversation_id, meta, state, change, new_state)
-            self._remember(conversation_id, token, new_state)
-            return value
+        if self._closed:
+            raise StorageError("the disk backend is closed")
+        request = _Request(conversation_id, decide)
+        with self._queue_lock:
+            self._queue.append(request)
+        # Group commit: whoever holds the write lock commits every queued
+        # request in one SQLite transaction, so concurrent stores share one
+        # COMMIT (the dearest step) and still each return only after it.
+        with self._write_lock:
+            while not request.done:
+                self._commit_queued()
+        if request.error is not None:
+            raise request.error
+        return request.value  # type: ignore[return-value]
 
     def conversations(self) -> list[str]:
         found = []
@@ -190,7 +231,8 @@ class DiskBackend:
                 if not key.startswith(META_PREFIX):
                     break
                 conversation_id = key[len(META_PREFIX) :]
-                meta = self._meta(conversation_id)
+                text = self._meta_text(conversation_id)
+                meta = None if text is None else decode_meta(text, conversation_id)
                 if meta is not None and (meta.next_seq > 1 or meta.settings):
                     found.append(conversation_id)
         return found
@@ -207,26 +249,27 @@ class DiskBackend:
 
     # --- reading ---------------------------------------------------------------
 
-    def _meta(self, conversation_id: str) -> Meta | None:
-        text = self._cache.get(meta_key(conversation_id))
-        return None if text is None else decode_meta(text, conversation_id)
+    def _meta_text(self, conversation_id: str) -> str | None:
+        return self._cache.get(meta_key(conversation_id))
 
-    def _cached(self, conversation_id: str, meta: Meta | None) -> ConversationState | None:
-        if meta is None:
-            return ConversationState(conversation_id)
+    def _cached(self, conversation_id: str, text: str | None) -> _Cached | None:
+        """The cached state if ``text`` is still its meta record (no commit since)."""
+        if text is None:
+            return _Cached(None, None, ConversationState(conversation_id))
         with self._states_lock:
             entry = self._states.get(conversation_id)
-            if entry is None or entry[0] != meta.token:
+            if entry is None or entry.text != text:
                 return None
             self._states.move_to_end(conversation_id)
-            return entry[1]
+            return entry
 
-    def _current(self, conversation_id: str, meta: Meta | None) -> ConversationState:
+    def _current(self, conversation_id: str, text: str | None) -> _Cached:
         """The state inside a transaction, where nothing can change under us."""
-        cached = self._cached(conversation_id, meta)
-        if cached is not None:
-            return cached
-        assert meta is not None
+        hit = self._cached(conversation_id, text)
+        if hit is not None:
+            return hit
+        assert text is not None
+        meta = decode_meta(text, conversation_id)
         try:
             state = self._load(conversation_id, meta)
         except _Changed as missing:
@@ -234,8 +277,9 @@ class DiskBackend:
                 f"conversation {conversation_id!r} is damaged in {self.path}: "
                 f"its record {missing.args[0]!r} is missing"
             ) from None
-        self._remember(conversation_id, meta.token, state)
-        return state
+        entry = _Cached(text, meta, state)
+        self._remember(conversation_id, entry)
+        return entry
 
     def _load(self, conversation_id: str, meta: Meta) -> ConversationState:
         return ConversationState(
@@ -266,36 +310,97 @@ class DiskBackend:
             raise _Changed(key)
         return decode_summary(text, conversation_id)
 
-    def _remember(self, conversation_id: str, token: str, state: ConversationState) -> None:
+    def _remember(self, conversation_id: str, entry: _Cached) -> None:
         with self._states_lock:
-            self._states[conversation_id] = (token, state)
+            self._states[conversation_id] = entry
             self._states.move_to_end(conversation_id)
             while len(self._states) > self._capacity:
                 self._states.popitem(last=False)
 
     # --- writing ---------------------------------------------------------------
 
+    def _commit_queued(self) -> None:
+        """Commit the oldest queued requests; each ends done, with a value or an error."""
+        with self._queue_lock:
+            batch = self._queue[:_MAX_BATCH]
+            del self._queue[:_MAX_BATCH]
+        try:
+            try:
+                self._commit(batch)
+            except StorageError:
+                if len(batch) == 1:
+                    raise
+                # One request's write may be the cause (a full disk fails them
+                # all anyway): commit each alone so only the culprit fails.
+                for request in batch:
+                    request.error = None
+                    try:
+                        self._commit([request])
+                    except StorageError as exc:
+                        request.error = exc
+        except BaseException as exc:
+            for request in batch:
+                request.error = request.error or exc
+        finally:
+            for request in batch:
+                request.done = True
+
+    def _commit(self, batch: list[_Request]) -> None:
+        """Decide and write ``batch`` in one transaction; errors of one decide stay its own."""
+        staged: dict[str, _Cached] = {}
+        with self._storage("write"):
+            with self._cache.transact():
+                for request in batch:
+                    cid = request.conversation_id
+                    current = staged.get(cid) or self._current(cid, self._meta_text(cid))
+                    try:
+                        change, request.value = request.decide(current.state)
+                    except Exception as exc:  # the caller's to see; the others go on
+                        request.error = exc
+                        continue
+                    if change.is_empty:
+                        continue
+                    new_state = apply_change(current.state, change)
+                    try:
+                        staged[cid] = self._write(cid, current, change, new_state)
+                    except InvalidChange as exc:  # raised before anything is written
+                        request.error = exc
+        for cid, entry in staged.items():
+            self._remember(cid, entry)
+
     def _write(
-        self,
-        conversation_id: str,
-        meta: Meta | None,
-        state: ConversationState,
-        change: Change,
-        new_state: ConversationState,
-    ) -> str:
-        """Write what ``change`` touched, inside the caller's transaction; the new token."""
-        old = meta or Meta(token="")
-        buffer = old.buffer.without(change.remove).with_added(u.seq for u in change.append)
+        self, conversation_id: str, current: _Cached, change: Change, new_state: ConversationState
+    ) -> _Cached:
+        """Write what ``change`` touched, inside the caller's transaction.
+
+        Raises:
+            InvalidChange: before writing anything, if the change would leave
+                seqs duplicated or the buffer out of seq order.
+        """
+        old = current.meta or Meta(token="")
+        state = current.state
+        kept = old.buffer.without(change.remove)
+        appended = [u.seq for u in change.append]
+        if appended and (appended != sorted(set(appended)) or (kept and appended[0] <= kept.last)):
+            raise InvalidChange(
+                f"refusing a change to conversation {conversation_id!r} that appends "
+                f"seqs {appended} after seq {kept.last if kept else 0}: the buffer must stay in seq order"
+            )
+        buffer = kept.with_added(appended)
         pending = old.pending.without(change.pending_remove).with_added(u.seq for u in change.pending_add)
         if len(buffer) != len(new_state.utterances) or len(pending) != len(new_state.pending):
-            # Duplicate or out-of-order seqs: refuse before anything is written.
-            raise StorageError(
+            raise InvalidChange(
                 f"refusing a change to conversation {conversation_id!r} that would leave "
-                "its seqs duplicated or out of order"
+                "its seqs duplicated"
             )
         cache = self._cache
-        for utterance in (*change.append, *change.pending_add):
+        for utterance in change.append:
             cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
+        for utterance in change.pending_add:
+            # An evicted utterance keeps its key on its way to the summary
+            # queue: only the meta record changes, unless the record did.
+            if _buffered(state, utterance.seq) != utterance:
+                cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
         for utterance in change.update:
             if utterance.seq in buffer:
                 cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
@@ -308,9 +413,8 @@ class DiskBackend:
                 cache.set(summary_key(conversation_id), encode_summary(new_state.summary))
             else:
                 cache.delete(summary_key(conversation_id))
-        token = uuid.uuid4().hex
         new_meta = Meta(
-            token=token,
+            token=uuid.uuid4().hex,
             next_seq=new_state.next_seq,
             last_turn=new_state.last_turn,
             buffer=buffer,
@@ -318,8 +422,9 @@ class DiskBackend:
             settings=dict(new_state.settings),
             has_summary=has_summary if change.summary is not None else old.has_summary,
         )
-        cache.set(meta_key(conversation_id), encode_meta(new_meta))
-        return token
+        text = encode_meta(new_meta)
+        cache.set(meta_key(conversation_id), text)
+        return _Cached(text, new_meta, new_state)
 
     # --- start-up and errors ---------------------------------------------------
 
@@ -363,6 +468,18 @@ class DiskBackend:
                 ) from exc
             log.error("storage error on %s in %s: %s", doing, self.path, exc)
             raise StorageError(f"storage error in {self.path}: {exc}") from exc
+
+
+def _buffered(state: ConversationState, seq: int) -> Utterance | None:
+    """The buffer's utterance ``seq``, by bisection: the buffer is in seq order."""
+    i = bisect_left(state.utterances, seq, key=_seq)
+    if i < len(state.utterances) and state.utterances[i].seq == seq:
+        return state.utterances[i]
+    return None
+
+
+def _seq(utterance: Utterance) -> int:
+    return utterance.seq
 
 
 def _is_full(exc: BaseException) -> bool:

@@ -78,6 +78,11 @@ class SeqRuns:
                 runs.append([seq, seq])
         return SeqRuns((a, b) for a, b in runs)
 
+    @property
+    def last(self) -> int:
+        """The highest seq; IndexError when empty."""
+        return self._runs[-1][1]
+
     def __contains__(self, seq: object) -> bool:
         if not isinstance(seq, int):
             return False

@@ -1,0 +1,225 @@
+"""Store and retrieve throughput over gRPC, per backend, against this machine's ceiling.
+
+    python bench/bench_backends.py [--requests 2000] [--clients 4] [--rounds 3]
+
+Each target is a separate server process on 127.0.0.1, driven by the same
+client threads in this process:
+
+* ceiling: a do-nothing Daemon servicer that answers every Query with a
+  canned response of the same shape and size as the real one, on the same
+  gRPC server setup: what gRPC and the client cost on this machine;
+* memory, disk (durability normal) and disk-full (durability full): real
+  ``chd serve`` processes.
+
+Two scenarios: ``storage`` gives the buffer room for every utterance, so a
+store is parse, count, and one append to the backend (the storage path
+alone); ``default`` keeps the default buffer of 20, so every fifth store
+evicts a batch and folds it into the summary before replying.
+
+The store phase sends "Add utterance: ..." round-robin over 8 conversations
+(new ones each round); the retrieve phase then sends "Get the last 5
+utterances" to the same ones.
+Each figure is the median of ``--rounds`` runs, and ratios are taken against
+the ceiling measured in the same run (targets: memory >= 70 %, disk >= 40 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from daemon.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
+
+CONVERSATIONS = 8
+SCENARIOS = {
+    "storage": ["--buffer-size", "1000000", "--max-tokens", "1000000000"],
+    "default": [],
+}
+TARGETS = {"memory": 0.70, "disk": 0.40, "disk-full": None}
+
+
+# --- the ceiling server -----------------------------------------------------------
+
+
+def _canned_responses() -> dict[str, daemon_pb2.QueryResponse]:
+    """Real responses from the core, captured once, so the ceiling sends the same bytes."""
+    from daemon.core import ConversationHistory
+    from daemon.wire import dict_to_struct
+
+    history = ConversationHistory()
+    for i in range(25):
+        history.query(_store_text(i), {"conversation_id": "c0"})
+    out = {}
+    for kind, text in (("store", _store_text(25)), ("retrieve", "Get the last 5 utterances")):
+        result = history.query(text, {"conversation_id": "c0"})
+        out[kind] = daemon_pb2.QueryResponse(
+            operation=result.operation,
+            result=dict_to_struct(result.result),
+            metadata=dict_to_struct(result.metadata),
+        )
+    return out
+
+
+class NullServicer(daemon_pb2_grpc.DaemonServicer):
+    """Answers without doing anything: the cost of gRPC alone."""
+
+    def __init__(self) -> None:
+        self._responses = _canned_responses()
+
+    def Query(self, request: daemon_pb2.QueryRequest, context: grpc.ServicerContext) -> daemon_pb2.QueryResponse:
+        return self._responses["store" if request.query.startswith("Add") else "retrieve"]
+
+
+def serve_null() -> None:
+    # The same executor size as daemon.server.build_server.
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    daemon_pb2_grpc.add_DaemonServicer_to_server(NullServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(f"chd listening on 127.0.0.1:{port}", flush=True)
+    server.wait_for_termination()
+
+
+# --- driving a server ---------------------------------------------------------------
+
+
+def _store_text(i: int) -> str:
+    return f"Add utterance: message {i} about the weather in Paris and the train to Lyon tomorrow"
+
+
+class Target:
+    """A server subprocess that prints its port first, like ``chd serve --port 0``."""
+
+    def __init__(self, name: str, command: list[str]) -> None:
+        self.name = name
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        match = re.search(r"listening on \S+:(\d+)", line)
+        if not match:
+            self.proc.kill()
+            raise RuntimeError(f"{name} did not start: {line!r}")
+        self.address = f"127.0.0.1:{match.group(1)}"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _run(address: str, requests: list[daemon_pb2.QueryRequest], clients: int) -> float:
+    """Requests per second with ``clients`` threads sharing the list."""
+    with grpc.insecure_channel(address) as channel:
+        stub = daemon_pb2_grpc.DaemonStub(channel)
+        stub.Query(requests[0], timeout=30)  # connect and warm up
+        cursor = iter(range(len(requests)))
+        lock = threading.Lock()
+
+        def client() -> None:
+            while True:
+                with lock:
+                    i = next(cursor, None)
+                if i is None:
+                    return
+                stub.Query(requests[i], timeout=30)
+
+        threads = [threading.Thread(target=client) for _ in range(clients)]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return len(requests) / (time.perf_counter() - start)
+
+
+def _requests(kind: str, count: int, round_number: int) -> list[daemon_pb2.QueryRequest]:
+    """Each round writes to its own conversations, so buffers are the same size every round."""
+    out = []
+    for i in range(count):
+        text = _store_text(i) if kind == "store" else "Get the last 5 utterances"
+        request = daemon_pb2.QueryRequest(query=text)
+        request.metadata.update({"conversation_id": f"round{round_number}-c{i % CONVERSATIONS}"})
+        out.append(request)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000, help="requests per phase and round")
+    parser.add_argument("--clients", type=int, default=4, help="client threads")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; the median is reported")
+    parser.add_argument("--scenario", choices=tuple(SCENARIOS), action="append",
+                        help="storage and/or default (default: both)")
+    parser.add_argument("--null-server", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.null_server:
+        serve_null()
+        return 0
+
+    failed = False
+    for scenario in args.scenario or list(SCENARIOS):
+        failed |= _bench(scenario, args)
+    return 1 if failed else 0
+
+
+def _bench(scenario: str, args: argparse.Namespace) -> bool:
+    """Run one scenario and print its table; True if a goal was missed."""
+    data = Path(tempfile.mkdtemp(prefix="chd-bench-"))
+    chd = [sys.executable, "-m", "daemon", "serve", "--port", "0", "--log-level", "WARNING", *SCENARIOS[scenario]]
+    commands = {
+        "ceiling": [sys.executable, str(Path(__file__).resolve()), "--null-server"],
+        "memory": [*chd, "--backend", "memory"],
+        "disk": [*chd, "--backend", "disk", "--data-dir", str(data / "normal"), "--durability", "normal"],
+        "disk-full": [*chd, "--backend", "disk", "--data-dir", str(data / "full"), "--durability", "full"],
+    }
+    results: dict[str, dict[str, list[float]]] = {name: {"store": [], "retrieve": []} for name in commands}
+    targets = {name: Target(name, command) for name, command in commands.items()}
+    try:
+        for round_number in range(args.rounds):
+            # Interleaved, so drift on a shared machine hits every target alike.
+            for phase in ("store", "retrieve"):
+                for name, target in targets.items():
+                    requests = _requests(phase, args.requests, round_number)
+                    results[name][phase].append(_run(target.address, requests, args.clients))
+    finally:
+        for target in targets.values():
+            target.stop()
+
+    print(f"\nscenario {scenario}: {args.requests} requests x {args.rounds} rounds, {args.clients} client "
+          f"threads, {CONVERSATIONS} conversations, {os.cpu_count()} CPUs; median requests/s")
+    print(f"{'target':<10} {'store/s':>9} {'vs ceiling':>11} {'retrieve/s':>11} {'vs ceiling':>11}  goal")
+    ceiling = {phase: statistics.median(results["ceiling"][phase]) for phase in ("store", "retrieve")}
+    failed = False
+    for name in commands:
+        row = [f"{name:<10}"]
+        for phase in ("store", "retrieve"):
+            rate = statistics.median(results[name][phase])
+            row.append(f"{rate:>9.0f}" if phase == "store" else f"{rate:>11.0f}")
+            row.append(f"{rate / ceiling[phase]:>10.0%} ")
+        goal = TARGETS.get(name)
+        if goal is not None:
+            met = all(statistics.median(results[name][p]) / ceiling[p] >= goal for p in ceiling)
+            failed |= not met
+            row.append(f" >= {goal:.0%} {'met' if met else 'NOT met'}")
+        print(" ".join(row))
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
