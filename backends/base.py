@@ -9,16 +9,22 @@ Redis with WATCH/MULTI) stays consistent: the backend may call ``decide``
 again if another writer got in first, which is why ``decide`` must be a pure
 function of the state it is given.
 
-Contract every backend keeps (tests/backends/test_contract.py checks it):
+Contract every backend keeps (tests/backends/test_backend_contract.py checks
+it; docs/backends.md shows how to write one):
 
 * ``read`` of a conversation never written returns an empty state (not an
-  error); ``utterances`` and ``pending`` are in ascending seq order.
+  error); ``utterances`` and ``pending`` are in ascending seq order, and a
+  Change keeps them so (appended seqs are above every seq left in the buffer).
 * ``transact`` either applies the whole change or none of it; once it returns,
   the change is as durable as the backend promises (memory: this process;
-  disk: committed to SQLite before the reply).
+  disk: committed to SQLite before the reply). If ``decide`` raises, nothing
+  is written and the exception reaches the caller.
 * Returned states are snapshots: later writes do not change them, and callers
   must not mutate them.
-* ``conversations`` lists every conversation with any stored state.
+* ``conversations`` lists, sorted, every conversation with any stored state
+  (``not ConversationState.is_empty``).
+* Storage failures are raised as ``daemon.errors.StorageError``, or
+  ``StorageFull`` when out of space (reads should still work then).
 """
 
 from __future__ import annotations

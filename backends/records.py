@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from backends.seq_runs import SeqRuns
 from daemon.errors import StorageError
@@ -47,6 +47,7 @@ __all__ = [
 # Bump when a record's layout changes, and teach decode_* to read the old one.
 SCHEMA_VERSION = 1
 SCHEMA_KEY = "chd:schema"
+T = TypeVar("T")
 META_PREFIX = "m:"
 
 
@@ -133,20 +134,19 @@ def encode_meta(meta: Meta) -> str:
 
 
 def decode_meta(text: Any, conversation_id: str) -> Meta:
-    what = f"the meta record of conversation {conversation_id!r}"
-    record = _load(text, what)
-    try:
-        return Meta(
-            token=str(record["token"]),
-            next_seq=int(record["next_seq"]),
-            last_turn=int(record["last_turn"]),
-            buffer=SeqRuns(tuple(r) for r in record["buffer"]),
-            pending=SeqRuns(tuple(r) for r in record["pending"]),
-            settings=dict(record["settings"]),
-            has_summary=bool(record["has_summary"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StorageError(f"{what} is malformed: {exc!r}") from None
+    return _parse(text, f"the meta record of conversation {conversation_id!r}", _meta)
+
+
+def _meta(record: dict[str, Any]) -> Meta:
+    return Meta(
+        token=str(record["token"]),
+        next_seq=int(record["next_seq"]),
+        last_turn=int(record["last_turn"]),
+        buffer=SeqRuns(tuple(r) for r in record["buffer"]),
+        pending=SeqRuns(tuple(r) for r in record["pending"]),
+        settings=dict(record["settings"]),
+        has_summary=bool(record["has_summary"]),
+    )
 
 
 def encode_utterance(utterance: Utterance) -> str:
@@ -154,12 +154,7 @@ def encode_utterance(utterance: Utterance) -> str:
 
 
 def decode_utterance(text: Any, conversation_id: str, seq: int) -> Utterance:
-    what = f"utterance {seq} of conversation {conversation_id!r}"
-    record = _load(text, what)
-    try:
-        return Utterance.from_record(record)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StorageError(f"{what} is malformed: {exc!r}") from None
+    return _parse(text, f"utterance {seq} of conversation {conversation_id!r}", Utterance.from_record)
 
 
 def encode_summary(summary: Summary) -> str:
@@ -167,9 +162,12 @@ def encode_summary(summary: Summary) -> str:
 
 
 def decode_summary(text: Any, conversation_id: str) -> Summary:
-    what = f"the summary of conversation {conversation_id!r}"
+    return _parse(text, f"the summary of conversation {conversation_id!r}", Summary.from_record)
+
+
+def _parse(text: Any, what: str, build: Callable[[dict[str, Any]], T]) -> T:
     record = _load(text, what)
     try:
-        return Summary.from_record(record)
+        return build(record)
     except (KeyError, TypeError, ValueError) as exc:
         raise StorageError(f"{what} is malformed: {exc!r}") from None

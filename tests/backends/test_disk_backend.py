@@ -10,12 +10,12 @@ import diskcache
 import pytest
 
 from backends.base import Change
-from backends.disk import DiskBackend
+from backends.disk import DiskBackend, InvalidChange
 from backends.records import SCHEMA_KEY, meta_key
 from daemon.core import ConversationHistory
 from daemon.errors import StorageError, StorageFull
 from daemon.settings import Settings
-from tests.backends.conftest import append_next
+from tests.backends.conftest import append_next, utterance
 
 
 def sqlite_settings(directory: Path) -> dict[str, object]:
@@ -234,4 +234,64 @@ class TestFullDisk:
         backend = DiskBackend(tmp_path)
         seq = backend.transact("c", append_next("room again"))
         assert backend.read("c").utterances[-1].seq == seq
+        backend.close()
+
+
+class TestGroupCommit:
+    """Concurrent transacts share one SQLite transaction but keep their own outcomes."""
+
+    @staticmethod
+    def run_together(backend: DiskBackend, calls: list) -> list[object]:
+        """Queue every call while the commit lock is held, so one leader commits them as a group."""
+        outcomes: list[object] = [None] * len(calls)
+
+        def call(i: int) -> None:
+            try:
+                outcomes[i] = backend.transact(*calls[i])
+            except Exception as exc:  # compared below
+                outcomes[i] = exc
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(len(calls))]
+        with backend._write_lock:  # white box: hold the leader's lock until all are queued
+            for thread in threads:
+                thread.start()
+            while len(backend._queue) < len(calls):
+                threading.Event().wait(0.001)
+        for thread in threads:
+            thread.join()
+        return outcomes
+
+    def test_one_failing_decide_fails_only_its_own_call(self, tmp_path: Path) -> None:
+        backend = DiskBackend(tmp_path)
+
+        def refuse(state):
+            raise ValueError("not this one")
+
+        outcomes = self.run_together(backend, [("a", append_next("one")), ("a", refuse), ("b", append_next("two"))])
+        assert isinstance(outcomes[1], ValueError)
+        assert sorted(o for o in outcomes if isinstance(o, int)) == [1, 1]
+        assert [u.text for u in backend.read("a").utterances] == ["one"]
+        assert [u.text for u in backend.read("b").utterances] == ["two"]
+        backend.close()
+
+    def test_calls_on_one_conversation_in_a_group_see_each_other(self, tmp_path: Path) -> None:
+        backend = DiskBackend(tmp_path)
+        outcomes = self.run_together(backend, [("c", append_next(str(i))) for i in range(10)])
+        assert sorted(outcomes) == list(range(1, 11))
+        backend.close()
+        reopened = DiskBackend(tmp_path)
+        assert [u.seq for u in reopened.read("c").utterances] == list(range(1, 11))
+        reopened.close()
+
+    def test_a_change_that_breaks_seq_order_is_refused_alone(self, tmp_path: Path) -> None:
+        """InvalidChange is raised before writing, and the rest of the group commits."""
+        backend = DiskBackend(tmp_path)
+        backend.transact("c", append_next())
+        backend.transact("c", append_next())
+        backwards = Change(append=[utterance(1, "again")])
+        outcomes = self.run_together(backend, [("c", lambda s: (backwards, None)), ("d", append_next())])
+        assert isinstance(outcomes[0], InvalidChange)
+        assert "buffer must stay in seq order" in str(outcomes[0])
+        assert outcomes[1] == 1
+        assert [u.text for u in backend.read("c").utterances] == ["x", "x"]
         backend.close()
