@@ -48,7 +48,8 @@ def add_backend_arguments(parser: argparse.ArgumentParser, *, serving: bool) -> 
 
     A daemon defaults to the memory backend and NORMAL durability. The
     transfer tools default to the disk backend and leave the data dir's
-    durability as its daemon set it.
+    durability as its daemon set it. A custom backend receives ``data_dir``
+    and ``durability`` only when they were given.
     """
     backend_default = os.environ.get("CHD_BACKEND", "memory" if serving else "disk")
     parser.add_argument(
@@ -61,23 +62,26 @@ def add_backend_arguments(parser: argparse.ArgumentParser, *, serving: bool) -> 
         default=os.environ.get("CHD_DATA_DIR"),
         help="directory of the disk backend, created if missing (CHD_DATA_DIR)",
     )
-    durability_default = _durability("CHD_DURABILITY", "normal" if serving else None)
+    # None when not given, so a custom backend only receives what the user set.
     parser.add_argument(
         "--durability",
         choices=tuple(DURABILITY),
-        default=durability_default,
+        default=_durability("CHD_DURABILITY", None),
         help="disk backend: normal survives a crash of chd, full also an OS crash or power loss "
-        f"(CHD_DURABILITY, default {durability_default or 'as the data dir was last served'})",
+        f"(CHD_DURABILITY, default {'normal' if serving else 'as the data dir was last served'})",
     )
+    parser.set_defaults(serving=serving)
 
 
 def open_backend_from_args(args: argparse.Namespace) -> Backend | None:
     """The backend the flags name, or None after printing one line saying why not."""
     name = ALIASES.get(args.backend, args.backend)
-    options = {"data_dir": args.data_dir}
-    if name != "memory":
-        # Memory has no durability to set; a custom class gets it only if asked for.
-        options["durability"] = args.durability
+    options = {"data_dir": args.data_dir, "durability": args.durability}
+    if name == "disk" and args.serving and args.durability is None:
+        # A daemon sets the directory's durability; the tools keep it.
+        options["durability"] = "normal"
+    if name == "memory":
+        del options["durability"]  # nothing to make durable
     try:
         backend = open_backend(name, **options)
     except DaemonError as exc:
@@ -85,7 +89,8 @@ def open_backend_from_args(args: argparse.Namespace) -> Backend | None:
     except Exception as exc:  # a custom backend's constructor may raise anything
         print(f"chd: cannot open backend {args.backend!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
     else:
-        where = f" in {args.data_dir} (durability {args.durability or 'as stored'})" if args.data_dir else ""
+        durability = options.get("durability") or "as stored"
+        where = f" in {args.data_dir} (durability {durability})" if args.data_dir else ""
         log.info("storage: %s backend%s", name, where)
         return backend
     return None

@@ -23,7 +23,8 @@ class OptimisticBackend:
 
     name = "optimistic"
 
-    def __init__(self, max_attempts: int = 10_000, **_options: Any) -> None:
+    def __init__(self, max_attempts: int = 10_000, **options: Any) -> None:
+        self.options = options  # what `chd serve` passed (--data-dir, --durability)
         # apply_change returns new objects and nothing mutates a stored one,
         # so a stored state doubles as the snapshot read() hands out.
         self._rows: dict[str, tuple[int, ConversationState]] = {}

@@ -14,6 +14,8 @@ import grpc
 import pytest
 
 from backends.records import SCHEMA_KEY
+from daemon.cli import _parser
+from daemon.storage_cli import open_backend_from_args
 from daemon.v1 import daemon_pb2_grpc
 from tests.backends.conftest import CUSTOM_BACKEND
 from tests.conftest import ROOT, DaemonProcess, chd_env, query, run_chd
@@ -108,6 +110,16 @@ class TestChoosingABackend:
             assert got.result["utterances"][0]["text"] == "via a custom backend"
         finally:
             daemon.terminate()
+
+    def test_custom_backend_receives_only_the_options_given(self, monkeypatch) -> None:
+        """A class that takes no options works without flags; flags given reach it."""
+        for name in ("CHD_DATA_DIR", "CHD_DURABILITY"):
+            monkeypatch.delenv(name, raising=False)
+        bare = open_backend_from_args(_parser().parse_args(["serve", "--backend", CUSTOM_BACKEND]))
+        assert bare.options == {}
+        flags = ["serve", "--backend", CUSTOM_BACKEND, "--data-dir", "/srv/chd", "--durability", "full"]
+        assert open_backend_from_args(_parser().parse_args(flags)).options == {
+            "data_dir": "/srv/chd", "durability": "full"}
 
     def test_unknown_backend_is_refused(self) -> None:
         assert "unknown backend 'floppy'" in serve_fails("--backend", "floppy")
