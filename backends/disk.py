@@ -96,6 +96,11 @@ class _Cached:
     meta: Meta | None
     state: ConversationState
 
+    @property
+    def size(self) -> int:
+        """What the entry weighs in the cache: its utterances, and one for the rest."""
+        return 1 + len(self.state.utterances) + len(self.state.pending)
+
 
 @dataclass(slots=True, eq=False)
 class _Request:
@@ -125,7 +130,9 @@ class DiskBackend:
             keeps whatever the directory was last opened with (tools such as
             ``chd export`` use this so they do not change a daemon's setting).
         timeout: Seconds to wait for another process's write transaction.
-        cached_conversations: How many conversation states to keep in memory.
+        cached_utterances: How many utterances the in-memory cache of states
+            may hold (least recently used conversations leave first); the
+            conversation last used always stays.
 
     Raises:
         StorageError: The directory cannot be created, opened or written, holds
@@ -139,7 +146,7 @@ class DiskBackend:
         data_dir: str | os.PathLike[str],
         durability: str | None = None,
         timeout: float = 15.0,
-        cached_conversations: int = 1024,
+        cached_utterances: int = 200_000,
     ) -> None:
         self.path = Path(data_dir).expanduser()
         settings: dict[str, object] = {
@@ -155,7 +162,8 @@ class DiskBackend:
             settings["sqlite_synchronous"] = DURABILITY[durability]
         self._states: OrderedDict[str, _Cached] = OrderedDict()
         self._states_lock = threading.Lock()
-        self._capacity = cached_conversations
+        self._capacity = cached_utterances
+        self._cached_count = 0
         # Held by the thread committing a group (see transact). Threads of this
         # process queue here rather than in SQLite's busy handler, which sleeps
         # in steps of milliseconds; SQLite's own write lock is what keeps
@@ -243,6 +251,7 @@ class DiskBackend:
         self._closed = True
         with self._states_lock:
             self._states.clear()
+            self._cached_count = 0
         # Closes this thread's connection; those of other threads close as
         # their threads end.
         self._cache.close()
@@ -312,10 +321,14 @@ class DiskBackend:
 
     def _remember(self, conversation_id: str, entry: _Cached) -> None:
         with self._states_lock:
+            previous = self._states.pop(conversation_id, None)
+            if previous is not None:
+                self._cached_count -= previous.size
             self._states[conversation_id] = entry
-            self._states.move_to_end(conversation_id)
-            while len(self._states) > self._capacity:
-                self._states.popitem(last=False)
+            self._cached_count += entry.size
+            while self._cached_count > self._capacity and len(self._states) > 1:
+                _, oldest = self._states.popitem(last=False)
+                self._cached_count -= oldest.size
 
     # --- writing ---------------------------------------------------------------
 

@@ -295,3 +295,17 @@ class TestGroupCommit:
         assert outcomes[1] == 1
         assert [u.text for u in backend.read("c").utterances] == ["x", "x"]
         backend.close()
+
+
+class TestStateCache:
+    """The in-memory cache of states is bounded and only ever a cache."""
+
+    def test_cache_is_bounded_by_utterances_and_evicted_states_reload(self, tmp_path: Path) -> None:
+        backend = DiskBackend(tmp_path, cached_utterances=25)
+        for cid in ("a", "b", "c"):
+            for _ in range(10):
+                backend.transact(cid, append_next(cid))
+        assert list(backend._states) == ["b", "c"]  # white box: "a" left first
+        assert [u.text for u in backend.read("a").utterances] == ["a"] * 10
+        assert list(backend._states) == ["c", "a"]
+        backend.close()
