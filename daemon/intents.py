@@ -9,7 +9,7 @@ worth hearing about.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Callable, Mapping, Union
 
 from daemon.errors import InvalidRequest
@@ -182,6 +182,18 @@ def build_intent(
                     f"{first!r} in {first_source} and {other!r} in {source}"
                 )
         values[name] = first
+    missing = [
+        f.name
+        for f in fields(cls)
+        if f.name not in values
+        and f.default is MISSING
+        and f.default_factory is MISSING
+    ]
+    if missing:
+        raise InvalidRequest(
+            f"{operation} needs {missing[0]}: give data.{missing[0]}"
+            + (" or use 'Add utterance: <text>'" if operation == "store" else "")
+        )
     intent = cls(**values)
     _check_consistent(intent)
     return intent

@@ -322,3 +322,9 @@ class TestSpecMethods:
             store(history, f"u{i}")
         assert history.get_last_n(2) == history.query("Get the last 2 utterances").result["utterances"]
         assert history.get_summary() == history.query("Get summary").result
+
+
+def test_data_store_without_text_is_invalid_argument(history: ConversationHistory) -> None:
+    """data.operation store with no text names the missing field instead of crashing."""
+    with pytest.raises(InvalidRequest, match="store needs text"):
+        history.query("", {}, {"operation": "store"})
