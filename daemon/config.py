@@ -208,7 +208,8 @@ KEYS: tuple[Key, ...] = (
     # --- security
     Key("auth_token", Text(), None, "bearer token every RPC but health must carry", secret=True),
     Key("tls_cert", FilePath(), None, "PEM certificate chain; with tls_key, serve TLS"),
-    Key("tls_key", FilePath(), None, "PEM private key of tls_cert", secret=True),
+    # A path, not the key itself: shown so an operator can check it.
+    Key("tls_key", FilePath(), None, "PEM private key of tls_cert"),
     Key("tls_client_ca", FilePath(), None, "PEM CA bundle; when set, clients must present a certificate it signed"),
     Key("insecure", Boolean(), False, "allow a non-loopback host without a token or client certificates"),
     # --- observability
