@@ -26,8 +26,8 @@ from daemon.errors import (
     StorageFull,
     TooLarge,
 )
-from daemon.structs import to_dict, to_struct
 from daemon.v1 import daemon_pb2, daemon_pb2_grpc
+from daemon.wire import dict_to_struct, struct_to_dict
 
 __all__ = ["DaemonServicer", "Server", "build_server", "status_for", "SERVICE_NAME"]
 
@@ -62,13 +62,13 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         def run() -> daemon_pb2.QueryResponse:
             outcome: QueryResult = self.history.query(
                 request.query,
-                to_dict(request.metadata),
-                to_dict(request.data),
+                struct_to_dict(request.metadata),
+                struct_to_dict(request.data),
             )
             return daemon_pb2.QueryResponse(
                 operation=outcome.operation,
-                result=to_struct(outcome.result),
-                metadata=to_struct(outcome.metadata),
+                result=dict_to_struct(outcome.result),
+                metadata=dict_to_struct(outcome.metadata),
             )
 
         return _answer(context, run)

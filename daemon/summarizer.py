@@ -156,6 +156,10 @@ class ExtractiveSummarizer:
             trial = sorted([*chosen, sentence], key=lambda s: s.order)
             if self._counter.count(self._render(trial)) <= limit:
                 chosen = trial
+        if not chosen and ranked:
+            # Not even one sentence fits whole: keep the best one and let
+            # _fit trim it, rather than return nothing.
+            chosen = [ranked[0]]
         return chosen
 
     def _render(self, sentences: list[_Sentence]) -> str:
