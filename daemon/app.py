@@ -10,6 +10,8 @@ import logging
 
 import grpc
 
+from backends.base import Backend
+from backends.memory import MemoryBackend
 from daemon.auth import BearerAuthInterceptor
 from daemon.config import Config, to_settings
 from daemon.core import ConversationHistory
@@ -18,6 +20,7 @@ from daemon.limits import DeadlineInterceptor, LimitedBackend, Limits
 from daemon.metrics import Metrics
 from daemon.observe import CallSink, ObservingInterceptor
 from daemon.server import Server, build_server
+from daemon.summarizer import Summarizer
 from daemon.tls import server_credentials
 from daemon.tracelog import TraceLog
 
@@ -36,22 +39,27 @@ def limits_from(config: Config) -> Limits:
     )
 
 
-def start(config: Config, history: ConversationHistory | None = None) -> Server:
-    """A started server as ``config`` says; ``history`` defaults to one over the memory backend.
+def start(config: Config, *, backend: Backend | None = None, summarizer: Summarizer | None = None) -> Server:
+    """A started server as ``config`` says, over ``backend`` (memory if None).
 
-    The history's backend and summarizer are wrapped here (limits, sizes,
-    failure counts), whatever backend the caller chose.
+    The backend and summarizer are wrapped (limits, sizes, failure counts)
+    before the core is built over them, so every part of the core that holds
+    a reference to them goes through the wrappers.
     """
-    history = history or ConversationHistory(settings=to_settings(config))
     limits = limits_from(config)
-    history.backend = LimitedBackend(history.backend, limits)
+    store: Backend = LimitedBackend(backend if backend is not None else MemoryBackend(), limits)
     sinks: list[CallSink] = [TraceLog()]
     metrics: Metrics | None = None
     if config.metrics_port is not None:
         metrics = Metrics()
-        history.backend = metrics.watch_backend(history.backend)
-        history.summarizer = metrics.watch_summarizer(history.summarizer)
+        store = metrics.watch_backend(store)
+        if summarizer is not None:
+            summarizer = metrics.watch_summarizer(summarizer)
         sinks.append(metrics)
+    history = ConversationHistory(backend=store, settings=to_settings(config), summarizer=summarizer)
+    if metrics is not None and summarizer is None:
+        # The core built its default summarizer: count that one's failures.
+        history.summarizer = metrics.watch_summarizer(history.summarizer)
     # Outermost first: observe sees every outcome, auth refuses before
     # anything is decoded, the deadline is checked last before the servicer.
     interceptors: list[grpc.ServerInterceptor] = [ObservingInterceptor(sinks)]

@@ -112,11 +112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "config":
             print(config.render(effective))
             return 0
-        return _serve(effective)
+        return _serve(args, effective)
     return _client(args)
 
 
-def _serve(effective: config.Config) -> int:
+def _serve(args: argparse.Namespace, effective: config.Config) -> int:
+    # args: for serve flags declared outside the key table (storage, summarizer).
     from daemon.app import start
     from daemon.server import serve_forever
     from daemon.tracelog import configure_logging

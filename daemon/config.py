@@ -31,6 +31,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "CLIENT_ENV",
+    "OTHER_ENV",
     "add_arguments",
     "load",
     "from_arguments",
@@ -47,6 +48,15 @@ CONFIG_ENV = "CHD_CONFIG"
 CLIENT_ENV = frozenset(
     {"CHD_TARGET", "CHD_TLS_CA", "CHD_TLS_SERVER_NAME", "CHD_CLIENT_TLS_CERT", "CHD_CLIENT_TLS_KEY"}
 )
+# Variables of serve flags declared outside this table (storage flags, issue
+# 3; summarizer flags, issue 4). Allowed, not checked or shown, until they
+# become rows of KEYS.
+OTHER_ENV = frozenset({
+    "CHD_BACKEND", "CHD_DATA_DIR", "CHD_DURABILITY",
+    "CHD_SUMMARIZER", "CHD_ANTHROPIC_MODEL", "CHD_ANTHROPIC_MAX_TOKENS", "CHD_ANTHROPIC_MAX_RETRIES",
+    "CHD_SUMMARIZER_TIMEOUT", "CHD_SUMMARIZER_ATTEMPTS", "CHD_SUMMARIZER_BACKOFF",
+    "CHD_SUMMARY_SEGMENTS", "CHD_ARCHIVE_EVICTED",
+})
 
 
 class ConfigError(ValueError):
@@ -294,7 +304,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, Any]]:
     by_env = {key.env: key for key in KEYS}
     found: dict[str, tuple[str, Any]] = {}
     for variable, raw in env.items():
-        if not variable.startswith(ENV_PREFIX) or variable in CLIENT_ENV or variable == CONFIG_ENV:
+        if not variable.startswith(ENV_PREFIX) or variable in CLIENT_ENV | OTHER_ENV or variable == CONFIG_ENV:
             continue
         key = by_env.get(variable)
         if key is None:

@@ -19,6 +19,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from daemon.core import DEFAULT_CONVERSATION, MAX_CONVERSATION_ID
 from daemon.observe import CallRecord, operation_of
 
 __all__ = ["TraceLog", "JsonFormatter", "configure_logging", "TRACE_LOGGER"]
@@ -75,11 +76,14 @@ def _conversation(request: Any, meta: Any) -> str | None:
     if meta is not None and "conversation_id" in meta:
         return str(meta["conversation_id"])
     metadata = getattr(request, "metadata", None)
-    if metadata is not None and "conversation_id" in metadata.fields:
-        value = metadata.fields["conversation_id"]
-        if value.WhichOneof("kind") == "string_value":
-            return value.string_value[:256]
-    return None
+    if metadata is None:
+        return None
+    if "conversation_id" not in metadata.fields:
+        return DEFAULT_CONVERSATION
+    value = metadata.fields["conversation_id"]
+    if value.WhichOneof("kind") == "string_value":
+        return value.string_value[:MAX_CONVERSATION_ID]
+    return None  # not a string: the call was refused for it
 
 
 class JsonFormatter(logging.Formatter):

@@ -17,8 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from backends.memory import MemoryBackend
 from daemon.app import start
 from daemon.auth import bearer_metadata
-from daemon.config import Config, load, to_settings
-from daemon.core import ConversationHistory
+from daemon.config import Config, load
 from daemon.server import Server
 from daemon.utterance import Utterance
 from daemon.v1 import daemon_pb2, daemon_pb2_grpc
@@ -31,18 +30,14 @@ def config(**values: Any) -> Config:
 
 
 @contextmanager
-def running(cfg: Config | None = None, history: ConversationHistory | None = None, **values: Any) -> Iterator[Server]:
+def running(cfg: Config | None = None, backend: Any = None, summarizer: Any = None, **values: Any) -> Iterator[Server]:
     """A started, fully assembled server (``daemon.app.start``), stopped afterwards."""
     cfg = cfg or config(**values)
-    server = start(cfg, history)
+    server = start(cfg, backend=backend, summarizer=summarizer)
     try:
         yield server
     finally:
         server.stop(grace=0.5)
-
-
-def history_with(cfg: Config, backend: Any = None, summarizer: Any = None) -> ConversationHistory:
-    return ConversationHistory(backend=backend, settings=to_settings(cfg), summarizer=summarizer)
 
 
 @contextmanager

@@ -13,7 +13,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from conftest import DaemonProcess
 from daemon.server import SERVICE_NAME
-from ops_support import GatedBackend, ask, channel_to, config, health_status, history_with, running
+from daemon.app import start
+from ops_support import GatedBackend, ask, channel_to, config, health_status, running
 
 
 class TestHealthStates:
@@ -26,7 +27,7 @@ class TestHealthStates:
         backend = GatedBackend()
         backend.gate.clear()
         started: list = []
-        opener = threading.Thread(target=lambda: started.append(_start(cfg, history_with(cfg, backend))))
+        opener = threading.Thread(target=lambda: started.append(start(cfg, backend=backend)))
         opener.start()
         try:
             assert backend.waiting.wait(10)
@@ -80,12 +81,6 @@ class TestHealthStates:
             assert process.terminate() == 0
         finally:
             process.kill()
-
-
-def _start(cfg, history):  # type: ignore[no-untyped-def]
-    from daemon.app import start
-
-    return start(cfg, history)
 
 
 def _free_port() -> int:

@@ -16,7 +16,6 @@ from ops_support import (
     code_of,
     config,
     health_status,
-    history_with,
     running,
 )
 
@@ -75,8 +74,7 @@ class TestCountLimits:
     def test_a_conversation_over_max_utterances_is_refused_while_the_summarizer_is_down(self):
         """Evicted utterances pile up when summarizing fails; the limit stops the pile growing."""
         cfg = config(buffer_size=2, eviction_batch=1, max_utterances_per_conversation=3)
-        history = history_with(cfg, summarizer=DownSummarizer())
-        with running(cfg, history) as server, channel_to(server) as channel:
+        with running(cfg, summarizer=DownSummarizer()) as server, channel_to(server) as channel:
             meta = {"conversation_id": "piling"}
             for n in (1, 2, 3):
                 ask(channel, f"Add utterance: number {n}", metadata=meta)
@@ -93,13 +91,12 @@ class TestDeadlines:
 
     def _blocked(self, **values):  # type: ignore[no-untyped-def]
         cfg = config(workers=1, **values)
-        backend = GatedBackend()
-        return cfg, backend, history_with(cfg, backend)
+        return cfg, GatedBackend()
 
     def test_a_call_queued_past_request_timeout_is_deadline_exceeded_and_not_applied(self):
         """With one worker held, a store that waits past request_timeout is refused and not stored."""
-        cfg, backend, history = self._blocked(request_timeout=0.3)
-        with running(cfg, history) as server, channel_to(server) as channel, futures.ThreadPoolExecutor(2) as pool:
+        cfg, backend = self._blocked(request_timeout=0.3)
+        with running(cfg, backend) as server, channel_to(server) as channel, futures.ThreadPoolExecutor(2) as pool:
             backend.gate.clear()
             holder = pool.submit(ask, channel, "Get all utterances", metadata={"conversation_id": "q"})
             assert backend.waiting.wait(5)
@@ -113,8 +110,8 @@ class TestDeadlines:
 
     def test_a_call_whose_caller_gave_up_is_not_applied(self):
         """A store with a 0.3 s client deadline that waits behind a held worker never runs."""
-        cfg, backend, history = self._blocked()
-        with running(cfg, history) as server, channel_to(server) as channel, futures.ThreadPoolExecutor(2) as pool:
+        cfg, backend = self._blocked()
+        with running(cfg, backend) as server, channel_to(server) as channel, futures.ThreadPoolExecutor(2) as pool:
             backend.gate.clear()
             holder = pool.submit(ask, channel, "Get all utterances", metadata={"conversation_id": "q"})
             assert backend.waiting.wait(5)
@@ -127,8 +124,8 @@ class TestDeadlines:
 
     def test_calls_over_max_concurrent_rpcs_are_resource_exhausted(self):
         """With one call allowed at a time, a second one is refused at once."""
-        cfg, backend, history = self._blocked(max_concurrent_rpcs=1)
-        with running(cfg, history) as server, channel_to(server) as channel, futures.ThreadPoolExecutor(2) as pool:
+        cfg, backend = self._blocked(max_concurrent_rpcs=1)
+        with running(cfg, backend) as server, channel_to(server) as channel, futures.ThreadPoolExecutor(2) as pool:
             backend.gate.clear()
             holder = pool.submit(ask, channel, "Get all utterances")
             assert backend.waiting.wait(5)

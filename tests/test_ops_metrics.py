@@ -8,7 +8,7 @@ import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import DaemonProcess, run_chd
-from ops_support import DownSummarizer, ask, channel_to, code_of, config, history_with, running
+from ops_support import DownSummarizer, ask, channel_to, code_of, config, running
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -48,7 +48,7 @@ class TestSizeMetrics:
 
     def test_buffer_queue_and_summarizer_failures_follow_the_conversations(self):
         cfg = config(metrics_port=0, buffer_size=2, eviction_batch=1)
-        with running(cfg, history_with(cfg, summarizer=DownSummarizer())) as server, channel_to(server) as channel:
+        with running(cfg, summarizer=DownSummarizer()) as server, channel_to(server) as channel:
             for n in range(4):
                 ask(channel, f"Add utterance: number {n}", metadata={"conversation_id": "a"})
             ask(channel, "Add utterance: alone", metadata={"conversation_id": "b"})
