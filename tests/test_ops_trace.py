@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 from typing import Any, Iterator
 
 import grpc
@@ -104,10 +103,10 @@ class TestTraceFromTheProcess:
         try:
             assert run_chd("query", f"Add utterance: {SECRET_TEXT}", "--target", process.target).returncode == 0
             assert run_chd("query", "Get the last 2 utterances", "--target", process.target).returncode == 0
-            process.proc.send_signal(signal.SIGTERM)
-            _, stderr = process.proc.communicate(timeout=15)
+            assert process.terminate() == 0
         finally:
             process.kill()
+        stderr = "".join(process.stderr_lines)
         records = [json.loads(line) for line in stderr.splitlines() if line.strip()]
         traced = [r for r in records if r["logger"] == TRACE_LOGGER]
         assert [r["operation"] for r in traced] == ["store", "retrieve"]
