@@ -74,7 +74,9 @@ class LimitedBackend(WrappedBackend):
                 self._known.add(conversation_id)
             return value
 
-    def _checked(self, decide: Callable[[ConversationState], tuple[Change, T]], new: bool) -> Callable[[ConversationState], tuple[Change, T]]:
+    def _checked(
+        self, decide: Callable[[ConversationState], tuple[Change, T]], new: bool
+    ) -> Callable[[ConversationState], tuple[Change, T]]:
         limits = self.limits
 
         def checked(state: ConversationState) -> tuple[Change, T]:

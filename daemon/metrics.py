@@ -34,13 +34,20 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.requests = Counter("chd_requests", "Daemon RPCs answered, by method and status code.", ["method", "code"], registry=r)
-        self.errors = Counter("chd_errors", "Daemon RPCs answered with an error, by method and status code.", ["method", "code"], registry=r)
+        self.requests = Counter(
+            "chd_requests", "Daemon RPCs answered, by method and status code.", ["method", "code"], registry=r
+        )
+        self.errors = Counter(
+            "chd_errors", "Daemon RPCs answered with an error, by method and status code.", ["method", "code"],
+            registry=r,
+        )
         self.latency = Histogram(
             "chd_request_latency_seconds", "Time from a call's arrival to its answer, by method.", ["method"],
             buckets=_LATENCY_BUCKETS, registry=r,
         )
-        self.operations = Counter("chd_operations", "Queries answered, by operation and outcome.", ["operation", "outcome"], registry=r)
+        self.operations = Counter(
+            "chd_operations", "Queries answered, by operation and outcome.", ["operation", "outcome"], registry=r
+        )
         self.operation_latency = Histogram(
             "chd_operation_latency_seconds", "Time to answer a successful query, by operation.", ["operation"],
             buckets=_LATENCY_BUCKETS, registry=r,

@@ -112,10 +112,11 @@ class Server:
         self._stopped = threading.Event()
 
     def stop(self, grace: float = 10.0, drain: float = 0.0) -> None:
-        """Say NOT_SERVING, keep answering for ``drain`` seconds, let in-flight calls finish within ``grace``, close storage.
+        """Say NOT_SERVING, drain, let in-flight calls finish within ``grace``, close storage.
 
-        The drain lets load balancers that poll health see NOT_SERVING and
-        route elsewhere before the port stops accepting calls.
+        For ``drain`` seconds the server still answers while health says
+        NOT_SERVING, so load balancers that poll health route elsewhere
+        before the port stops accepting calls.
         """
         if self._stopped.is_set():
             return
