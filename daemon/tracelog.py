@@ -49,7 +49,7 @@ class TraceLog:
         except Exception:  # a trace must never fail the call it describes
             self.log.exception("could not build the trace line for a %s call", call.method)
             return
-        self.log.info("%s", json.dumps(fields, ensure_ascii=False), extra={"chd_trace": fields})
+        self.log.info("%s", _AsJson(fields), extra={"chd_trace": fields})
 
     @staticmethod
     def fields(call: CallRecord, debug: bool = False) -> dict[str, Any]:
@@ -70,6 +70,18 @@ class TraceLog:
             if call.details:
                 fields["error"] = call.details
         return fields
+
+
+class _AsJson:
+    """The fields as JSON text, rendered only if a text formatter asks (JsonFormatter does not)."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+
+    def __str__(self) -> str:
+        return json.dumps(self.fields, ensure_ascii=False)
 
 
 def _conversation(request: Any, meta: Any) -> str | None:
