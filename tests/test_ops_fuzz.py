@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.v1 import daemon_pb2
@@ -50,11 +50,6 @@ _query = st.one_of(
 )
 
 
-def _store_without_text(data: dict) -> bool:
-    operation = data.get("operation")
-    return isinstance(operation, str) and operation.strip().lower() == "store" and "text" not in data
-
-
 @pytest.fixture(scope="module")
 def channel():
     with running(buffer_size=5, eviction_batch=2, max_utterance_chars=200) as server, channel_to(server) as open_channel:
@@ -82,7 +77,6 @@ class TestFuzz:
     @_fuzz
     @given(query=_query, metadata=_metadata, data=_data)
     def test_random_queries_never_answer_unknown_or_internal(self, channel, query, metadata, data):
-        assume(not _store_without_text(data))  # known bug, see TestKnownGaps
         message = request(query, metadata, data)
         code = _code(channel, message)
         assert code not in FORBIDDEN, (query, metadata, data)
@@ -100,10 +94,8 @@ class TestFuzz:
         assert got.result["utterances"][0]["text"] == "still here"
 
 
-class TestKnownGaps:
-    """Bugs the fuzzing found in code this branch does not own; strict xfail turns red once fixed."""
+class TestFoundByFuzzing:
+    """Inputs the fuzzing once found answered INTERNAL, kept as regression tests."""
 
-    @pytest.mark.xfail(strict=True, reason="intents.build_intent calls StoreIntent(**values) without text: "
-                       "TypeError -> INTERNAL; the check belongs in daemon/intents.py")
     def test_a_store_without_text_is_invalid_argument(self, channel):
         assert _code(channel, request("", {}, {"operation": "store"})) == grpc.StatusCode.INVALID_ARGUMENT
