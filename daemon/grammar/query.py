@@ -36,6 +36,8 @@ QUOTED = re.compile(
 )
 _PLACEHOLDER = re.compile(r"\u27e6(\d+)\u27e7")
 _WORD = re.compile(r"\u27e6\d+\u27e7|[\w'#]+", re.UNICODE)
+# What a rule leaves of "what's" or "they're" after taking the word itself.
+_CONTRACTION = re.compile(r"'(?:s|re|d|ll|ve|m)", re.IGNORECASE)
 
 
 def strip_politeness(text: str) -> str:
@@ -77,5 +79,7 @@ class Query:
         return [
             self.restore(w)
             for w in _WORD.findall(self.text)
-            if w.lower().strip("'") not in FILLERS and w.lower() not in extra_fillers
+            if w.lower().strip("'") not in FILLERS
+            and w.lower() not in extra_fillers
+            and not _CONTRACTION.fullmatch(w)
         ]

@@ -56,8 +56,9 @@ def _count_fields(count: Count, topic: bool) -> dict[str, Any]:
 
 def read_retrieve(text: str) -> Reading | None:
     q = Query(text)
-    verb = q.take(_VERB)
+    # The topic first: "who said X" needs its "who" to know "said" marks a topic.
     q, topic = split_topic(q)
+    verb = q.take(_VERB)
     fields: dict[str, Any] = dict(take_time(q))
     seqs = take_seqs(q)
     if len(seqs) == 1:

@@ -110,8 +110,11 @@ _TURN_UPTO = (
     rf"\b{_turn_ref('n')}\s+and\s+(?:earlier|before|older|prior)\b",
 )
 _TURN_AFTER = rf"\b(?:after|later\s+than|newer\s+than|following)\s+{_turn_ref('n')}"
+# "from turn 3" is that turn ("the messages from turn 3"); onwards needs
+# "since", "starting at" or "from turn 3 on".
 _TURN_SINCE = (
-    rf"\b(?:since|from|starting\s+(?:at|from|with))\s+{_turn_ref('n')}(?:\s+on(?:wards?)?)?",
+    rf"\b(?:since|starting\s+(?:at|from|with))\s+{_turn_ref('n')}(?:\s+on(?:wards?)?)?",
+    rf"\bfrom\s+{_turn_ref('n')}\s+on(?:wards?)?\b",
     rf"\b(?:in\s+|from\s+)?{_turn_ref('n')}\s+(?:and\s+(?:later|after|newer|onwards?|beyond)|on(?:wards?)?)\b",
 )
 _TURN_LAST = (
@@ -268,8 +271,8 @@ _STRONG_TOPIC = (
 # "who said X", "did anyone mention X", "did the user say X": the verb only
 # marks a topic after a subject, so "tell me the last 5" has no topic "me the last 5".
 _WEAK_TOPIC = (
-    rf"\b(?:did|has|have|had|who|anyone|anybody|someone|somebody|ever|was|were|i|we|you|{SPEAKER})"
-    rf"(?:\s+(?:the\s+)?{SPEAKER})?(?:\s+ever)?\s+(?P<v>say|said|mention(?:ed)?|talk(?:ed)?\s+about"
+    rf"\b(?:did|has|have|had|who|anyone|anybody|someone|somebody|ever|was|were|i|we|you|{SPEAKER}|{NOUN})"
+    rf"(?:\s+(?:the\s+)?{SPEAKER})?(?:\s+ever)?\s+(?P<v>say|said|mention(?:s|ed)?|talk(?:ed)?\s+about"
     rf"|discuss(?:ed)?|br(?:ing|ought)\s+up|ask(?:ed)?\s+about|write|wrote)\s+(?:anything\s+(?:like\s+)?)?"
 )
 
@@ -303,7 +306,7 @@ def split_topic(q: Query) -> tuple[Query, str | None]:
 _TRAILING = (
     rf"\s*,?\s*(?:(?:in|from|during|for|of|over|across|within)\s+)?(?:the\s+)?turns?\s*\#?{NUM}\s*{_TO}\s*(?:turn\s*\#?)?{NUM}",
     rf"\s*,?\s*between\s+turns?\s*\#?{NUM}\s+and\s+(?:turn\s*\#?)?{NUM}",
-    rf"\s*,?\s*(?:before|after|since|until|up\s+to|from|in|during|at)\s+{_turn_ref('x')}(?:\s+on(?:wards?)?)?",
+    rf"\s*,?\s*(?:before|after|since|until|up\s+to|from|in|during|at|starting\s+(?:at|from))\s+{_turn_ref('x')}(?:\s+on(?:wards?)?)?",
     rf"\s*,?\s*(?:(?:in|within|during|over|from|for)\s+)?the\s+(?:last|past|previous)\s+(?:{NUM}\s*)?{_UNIT}",
     rf"\s*,?\s*(?:in|during|from|over)\s+the\s+(?:last|latest|most\s+recent|past|previous)\s+(?:{NUM}\s+)?turns?",
     rf"\s*,?\s*(?:in|among|within|from|of)\s+the\s+(?:{_NEWEST}|{_OLDEST})\s+{NUM}(?:\s+{NOUN})?",
@@ -322,7 +325,7 @@ def _peel_filters(tail: str) -> tuple[str, str]:
         stripped = tail.rstrip(" ?.!")
         for pattern in _TRAILING:
             m = re.search(pattern + r"$", stripped, FLAGS)
-            if m and m.start() > 0:
+            if m and m.end() > m.start():
                 trailing = stripped[m.start():] + " " + trailing
                 tail = stripped[: m.start()]
                 changed = True

@@ -30,10 +30,10 @@ _HEADER = (
     r"^\s*(?:(?:a|an|the|this|new|following|another|next)\s+)*"
     rf"(?:(?P<sp1>{SPEAKER})(?:'s)?\s*)?"
     r"(?:utterance|message|turn|line|reply|response|statement|entry|note|question|answer|text)?"
-    rf"(?:\s+(?:from|by|for|of)\s+(?:the\s+)?(?P<sp2>{SPEAKER}))?"
-    r"(?:\s+(?:to|in|into)\s+(?:the\s+)?(?:conversation|history|buffer|chat|log|memory))?"
-    rf"(?:\s+(?:from|by|for)\s+(?:the\s+)?(?P<sp3>{SPEAKER}))?"
-    r"(?:\s+(?:saying|that\s+says|which\s+says|reading|with\s+(?:the\s+)?text))?"
+    rf"(?:\s*\b(?:from|by|for|of)\s+(?:the\s+)?(?P<sp2>{SPEAKER}))?"
+    r"(?:\s*\b(?:to|in|into)\s+(?:the\s+)?(?:conversation|history|buffer|chat|log|memory))?"
+    rf"(?:\s*\b(?:from|by|for)\s+(?:the\s+)?(?P<sp3>{SPEAKER}))?"
+    r"(?:\s*\b(?:saying|that\s+says|which\s+says|reading|with\s+(?:the\s+)?text))?"
 )
 _COLON = re.compile(_HEADER + r"\s*[:\u2014]\s*(?P<text>.*)$", FLAGS)
 _QUOTED = re.compile(_HEADER + r"\s*(?P<text>([\"'\u201c\u2018]).*)$", FLAGS)
