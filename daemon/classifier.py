@@ -15,6 +15,7 @@ its own.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Protocol
 
 from daemon.guide import PARAMETERS
@@ -22,7 +23,14 @@ from daemon.intents import EVICTION_POLICIES, field_sources
 from daemon.parser import NotUnderstood, ParsedQuery
 from daemon.utterance import SPEAKERS
 
-__all__ = ["QueryClassifier", "ClaudeClassifier", "DEFAULT_MODEL", "MIN_CONFIDENCE", "tool_definitions"]
+__all__ = [
+    "QueryClassifier",
+    "ClaudeClassifier",
+    "DEFAULT_MODEL",
+    "MIN_CONFIDENCE",
+    "tool_definitions",
+    "classifier_from_environment",
+]
 
 log = logging.getLogger(__name__)
 
@@ -147,3 +155,14 @@ class ClaudeClassifier:
             # A classified store must keep the caller's words; a paraphrase is refused.
             raise refusal
         return ParsedQuery(call.name, fields, round(float(confidence), 2))
+
+
+def classifier_from_environment(enabled: bool, model: str = DEFAULT_MODEL) -> ClaudeClassifier | None:
+    """The classifier if it is enabled and ANTHROPIC_API_KEY is set, else None (the rules alone)."""
+    if not enabled:
+        return None
+    if not os.environ.get("ANTHROPIC_API_KEY"):
+        log.warning("the query classifier is enabled but ANTHROPIC_API_KEY is not set; using the rules alone")
+        return None
+    log.info("query classifier on (model %s)", model)
+    return ClaudeClassifier(model=model)

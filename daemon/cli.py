@@ -82,6 +82,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--eviction-batch", type=_positive,
                        default=_env_int("CHD_EVICTION_BATCH", defaults.eviction_batch),
                        help="utterances evicted together once the buffer overflows (CHD_EVICTION_BATCH)")
+    serve.add_argument("--eviction-policy", choices=("fifo", "importance"),
+                       default=os.environ.get("CHD_EVICTION_POLICY", defaults.eviction_policy),
+                       help="which utterances leave a full buffer first (CHD_EVICTION_POLICY)")
+    serve.add_argument("--query-classifier", action="store_true",
+                       default=os.environ.get("CHD_QUERY_CLASSIFIER", "") not in ("", "0", "false"),
+                       help="let Claude classify queries the rules are unsure of; needs "
+                            "ANTHROPIC_API_KEY (CHD_QUERY_CLASSIFIER=1)")
+    serve.add_argument("--classifier-model", default=os.environ.get("CHD_CLASSIFIER_MODEL", "claude-haiku-4-5"),
+                       help="model of the query classifier (CHD_CLASSIFIER_MODEL)")
     serve.add_argument("--log-level", default=os.environ.get("CHD_LOG_LEVEL", "INFO"))
 
     for name, help_text in (("query", "send a query"), ("purpose", "print the purpose"),
@@ -107,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from daemon.classifier import classifier_from_environment
     from daemon.core import ConversationHistory
     from daemon.server import build_server, serve_forever
     from daemon.settings import Settings
@@ -118,8 +128,11 @@ def _serve(args: argparse.Namespace) -> int:
         summary_token_limit=args.summary_token_limit,
         max_utterance_chars=args.max_utterance_chars,
         eviction_batch=args.eviction_batch,
+        eviction_policy=args.eviction_policy,
+        query_classifier=args.query_classifier,
     )
-    history = ConversationHistory(settings=settings)
+    classifier = classifier_from_environment(settings.query_classifier, args.classifier_model)
+    history = ConversationHistory(settings=settings, classifier=classifier)
     try:
         server = build_server(history, args.host, args.port)
     except (OSError, RuntimeError) as exc:
