@@ -34,20 +34,17 @@ def _select(
     if count <= settings.buffer_size and tokens <= settings.max_tokens:
         return []
     chosen: list[Utterance] = []
-    order = _in_eviction_order(buffer, settings.eviction_policy)
-    for utterance in order:
-        if count <= settings.buffer_size and tokens <= settings.max_tokens:
+    topping_up_stops_at_important = settings.eviction_policy == "importance"
+    for utterance in _in_eviction_order(buffer, settings.eviction_policy):
+        fits = count <= settings.buffer_size and tokens <= settings.max_tokens
+        # Once it fits, top the batch up, but never with an important
+        # utterance that did not have to go: the batch exists to fold less
+        # often, not to forget more.
+        if fits and (len(chosen) >= batch or (utterance.important and topping_up_stops_at_important)):
             break
         chosen.append(utterance)
         count -= 1
         tokens -= utterance.tokens
-    # Top the batch up, but never with an important utterance that did not
-    # have to go: the batch exists to fold less often, not to forget more.
-    while len(chosen) < batch:
-        utterance = next(order, None)
-        if utterance is None or (utterance.important and settings.eviction_policy == "importance"):
-            break
-        chosen.append(utterance)
     chosen.sort(key=lambda u: u.seq)
     return chosen
 
