@@ -27,7 +27,6 @@ from typing import Iterable, Sequence
 
 from backends.base import ConversationState
 from daemon.search import term_counts
-from daemon.selection import epoch
 from daemon.utterance import Utterance
 
 __all__ = ["IndexedDoc", "ConversationIndex", "IndexCache"]
@@ -45,7 +44,7 @@ class IndexedDoc:
     length: int
     speaker: str
     turn: int
-    at: float
+    timestamp: str
 
 
 class ConversationIndex:
@@ -73,12 +72,11 @@ class ConversationIndex:
             else:
                 posting[seq] = tf
         length = sum(counts.values())
-        self.docs[seq] = IndexedDoc(
-            tuple(counts), length, utterance.speaker, utterance.turn_number, epoch(utterance.timestamp)
-        )
+        self.docs[seq] = IndexedDoc(tuple(counts), length, utterance.speaker, utterance.turn_number, utterance.timestamp)
         self.total_length += length
         self._order.append(seq)
-        self.next_seq = max(self.next_seq, seq + 1)
+        if seq >= self.next_seq:
+            self.next_seq = seq + 1
 
     def discard(self, seq: int) -> None:
         doc = self.docs.pop(seq, None)

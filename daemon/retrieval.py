@@ -91,12 +91,16 @@ def find_utterances(
         index = ConversationIndex()
 
     def admits(seq: int, doc: IndexedDoc) -> bool:
-        return filters.admits_fields(seq, doc.speaker, doc.turn, doc.at)
+        return filters.admits_fields(seq, doc.speaker, doc.turn, doc.timestamp)
 
     with index.lock:
         index.sync(state)
         ranking = rank(
-            index, intent.topic, admits, intent.limit or DEFAULT_TOPIC_LIMIT, state.summary.text
+            index,
+            intent.topic,
+            None if filters.is_open else admits,
+            intent.limit or DEFAULT_TOPIC_LIMIT,
+            state.summary.text,
         )
     utterances = []
     for hit in ranking.hits:

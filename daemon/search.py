@@ -43,15 +43,40 @@ def _stem(word: str) -> str:
     return word
 
 
+# word -> its term ("" for a stopword). Memoised because tokenizing is most
+# of an index update (bench/bench_search.py); bounded so odd input cannot
+# grow it without limit.
+_TERMS: dict[str, str] = {w: "" for w in _STOP}
+_TERMS_LIMIT = 200_000
+
+
+def _term(word: str) -> str:
+    term = _TERMS.get(word)
+    if term is None:
+        if len(_TERMS) > _TERMS_LIMIT:
+            _TERMS.clear()
+            _TERMS.update((w, "") for w in _STOP)
+        term = _TERMS[word] = _stem(word)
+    return term
+
+
 def terms(text: str) -> list[str]:
     """Lower-cased, lightly stemmed words of ``text`` without stopwords."""
-    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP]
+    out = []
+    for word in _WORD.findall(text.lower()):
+        term = _TERMS.get(word)
+        if term is None:
+            term = _term(word)
+        if term:
+            out.append(term)
+    return out
 
 
 def term_counts(text: str) -> dict[str, int]:
     counts: dict[str, int] = {}
+    get = counts.get
     for term in terms(text):
-        counts[term] = counts.get(term, 0) + 1
+        counts[term] = get(term, 0) + 1
     return counts
 
 
@@ -81,45 +106,43 @@ def _idf(documents: int, frequency: int) -> float:
 def rank(
     index: ConversationIndex,
     topic: str,
-    admits: Callable[[int, IndexedDoc], bool],
+    admits: Callable[[int, IndexedDoc], bool] | None,
     limit: int,
     summary: str = "",
 ) -> Ranking:
     """Utterances of ``index`` that mention ``topic`` and pass ``admits``, best first.
 
-    Ties go to the newer utterance. Only the postings of the query's terms
-    are visited, so the cost follows how many utterances mention the topic,
-    not the buffer's size.
+    ``admits`` None means no filter. Ties go to the newer utterance. Only the
+    postings of the query's terms are visited, so the cost follows how many
+    utterances mention the topic, not the buffer's size.
     """
     query = set(terms(topic))
     docs = index.docs
     n = len(docs)
-    average = index.total_length / n if n else 1.0
-    average = average or 1.0
+    average = (index.total_length / n if n else 1.0) or 1.0
+    # BM25 with its per-document length factor written out: this loop is
+    # the whole cost of a search, and a function call per posting doubles it.
+    norm_a, norm_b = K1 * (1 - B), K1 * B / average
     scores: dict[int, float] = {}
-    admitted: dict[int, bool] = {}
+    rejected: set[int] = set()
     for term in query:
         posting = index.postings.get(term)
         if not posting:
             continue
-        idf = _idf(n, len(posting))
+        weight = _idf(n, len(posting)) * (K1 + 1)
         for seq, tf in posting.items():
-            ok = admitted.get(seq)
-            if ok is None:
-                ok = admitted[seq] = admits(seq, docs[seq])
-            if ok:
-                scores[seq] = scores.get(seq, 0.0) + _bm25(idf, tf, docs[seq].length, average)
+            if admits is not None and (seq in rejected or (seq not in scores and not admits(seq, docs[seq]))):
+                rejected.add(seq)
+                continue
+            scores[seq] = scores.get(seq, 0.0) + weight * tf / (tf + norm_a + norm_b * docs[seq].length)
     hits: list[Hit] = []
     if scores:
         # Recency by seq across the buffer, not by position: seqs are dense
         # enough in a buffer and need no lookup per candidate.
         first, last = index.bounds()
-        span = max(last - first, 1)
-        scored = (
-            (score * (1 + RECENCY_WEIGHT * (seq - first) / span), seq)
-            for seq, score in scores.items()
-        )
-        hits = [Hit(seq, score) for score, seq in heapq.nlargest(limit, scored)]
+        bonus = RECENCY_WEIGHT / max(last - first, 1)
+        best = heapq.nlargest(limit, scores.items(), key=lambda item: (item[1] * (1 + bonus * (item[0] - first)), item[0]))
+        hits = [Hit(seq, score * (1 + bonus * (seq - first))) for seq, score in best]
     summary_score = score_text(index, query, summary) if summary else 0.0
     return Ranking(hits, len(scores), summary_score)
 

@@ -66,8 +66,8 @@ class Filters:
             and self.seq_to is None
         )
 
-    def admits_fields(self, seq: int, speaker: str, turn: int, at: float | None) -> bool:
-        """The check on plain fields; ``at`` None is parsed only if a time filter needs it."""
+    def admits_fields(self, seq: int, speaker: str, turn: int, timestamp: str) -> bool:
+        """The check on plain fields (the timestamp is parsed only for a time filter)."""
         return (
             (self.speaker is None or speaker == self.speaker)
             and (self.turn_from is None or turn >= self.turn_from)
@@ -75,12 +75,11 @@ class Filters:
             and (self.seqs is None or seq in self.seqs)
             and (self.seq_from is None or seq >= self.seq_from)
             and (self.seq_to is None or seq <= self.seq_to)
-            and (self.after is None or (at is not None and at >= self.after))
+            and (self.after is None or epoch(timestamp) >= self.after)
         )
 
     def admits(self, u: Utterance) -> bool:
-        at = epoch(u.timestamp) if self.after is not None else None
-        return self.admits_fields(u.seq, u.speaker, u.turn_number, at)
+        return self.admits_fields(u.seq, u.speaker, u.turn_number, u.timestamp)
 
 
 def position_of(utterances: Sequence[Utterance], seq: int) -> int | None:

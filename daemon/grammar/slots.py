@@ -60,8 +60,13 @@ _SPEAKER_PATTERNS = (
 )
 
 
+_ANY_SPEAKER = re.compile(rf"\b{SPEAKER}\b", FLAGS)
+
+
 def take_speaker(q: Query) -> str | None:
     """'from the assistant', "the user's messages", 'did the assistant say', 'assistant messages'."""
+    if not q.search(_ANY_SPEAKER):
+        return None  # the cheap check first: these patterns are long
     for pattern in _SPEAKER_PATTERNS:
         match = q.take(pattern)
         if match:
@@ -127,6 +132,8 @@ _TURN_SINGLE = rf"\b(?:(?:in|from|during|of|for|at|on)\s+)?{_turn_ref('n')}\b"
 def take_turns(q: Query) -> TurnSpan:
     """Turn ranges, 'before/after turn N', 'since turn N', 'the last 2 turns', 'turn 3'."""
     span = TurnSpan()
+    if "turn" not in q.text.lower():
+        return span
     for pattern in _TURN_RANGE:
         if m := q.take(pattern):
             span.turn_from, span.turn_to = sorted((parse_number(m.group("a")), parse_number(m.group("b"))))
@@ -165,12 +172,17 @@ _MOMENT = r"(?P<t>\d{4}-\d{2}-\d{2}(?:[t ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?(?:z
 _TIME_SINCE = rf"\b(?:since|after|from)\s+{_MOMENT}"
 
 
+_ANY_TIME = re.compile(r"sec|min|hour|hr|day|week|\d{4}-\d\d", FLAGS)
+
+
 def _unit_seconds(unit: str) -> int:
     return _UNIT_SECONDS[unit.lower()[0]]
 
 
 def take_time(q: Query) -> dict[str, object]:
     """'in the last 10 minutes' -> within_seconds; 'since 2026-01-31T14:00Z' -> since."""
+    if not q.search(_ANY_TIME):
+        return {}
     for pattern in _TIME_WINDOW:
         if m := q.take(pattern):
             count = parse_number(m.group("n")) if m.group("n") else 1
@@ -316,6 +328,9 @@ _TRAILING = (
 )
 
 
+_TRAILING_AT_END = tuple(re.compile(pattern + r"$", FLAGS) for pattern in _TRAILING)
+
+
 def _peel_filters(tail: str) -> tuple[str, str]:
     """Split ``tail`` into the topic and the filters that end it."""
     trailing = ""
@@ -323,8 +338,8 @@ def _peel_filters(tail: str) -> tuple[str, str]:
     while changed:
         changed = False
         stripped = tail.rstrip(" ?.!")
-        for pattern in _TRAILING:
-            m = re.search(pattern + r"$", stripped, FLAGS)
+        for pattern in _TRAILING_AT_END:
+            m = pattern.search(stripped)
             if m and m.end() > m.start():
                 trailing = stripped[m.start():] + " " + trailing
                 tail = stripped[: m.start()]
@@ -357,4 +372,4 @@ _SUMMARY = r"(?P<with>\b(?:with|and|plus|including|along\s+with|as\s+well\s+as)\
 
 def take_summary(q: Query) -> re.Match[str] | None:
     """'the summary', 'the running summary', 'with the summary' (group ``with``)."""
-    return q.take(_SUMMARY)
+    return q.take(_SUMMARY) if "summary" in q.text.lower() else None
