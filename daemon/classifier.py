@@ -18,7 +18,7 @@ import logging
 import os
 from typing import Any, Protocol
 
-from daemon.guide import PARAMETERS
+from daemon.guide import GUIDE, PARAMETERS
 from daemon.intents import EVICTION_POLICIES, field_sources
 from daemon.parser import NotUnderstood, ParsedQuery
 from daemon.utterance import SPEAKERS
@@ -69,8 +69,6 @@ class QueryClassifier(Protocol):
 
 def tool_definitions() -> list[dict[str, Any]]:
     """The Messages API ``tools``: one per operation, plus not_understood."""
-    from daemon.guide import GUIDE
-
     tools = []
     for guide in GUIDE:
         properties: dict[str, Any] = {}

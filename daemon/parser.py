@@ -28,10 +28,14 @@ from daemon.grammar.retrieve import read_retrieve
 from daemon.grammar.stats import read_stats
 from daemon.grammar.store import read_store
 from daemon.grammar.summarize import read_summarize
+from daemon.guide import GUIDE
+from daemon.numbers import parse_number
 
 __all__ = [
     "ParsedQuery",
     "parse",
+    "parse_number",
+    "SUPPORTED_FORMS",
     "NotUnderstood",
     "Ambiguous",
     "THRESHOLDS",
@@ -51,6 +55,10 @@ THRESHOLDS: dict[str, float] = {
     "remove": 1.0,
 }
 _READ_ONLY_CONFIGURE = 0.8
+
+
+# Every documented phrasing (from daemon/guide.py), as the first parser exported it.
+SUPPORTED_FORMS: tuple[str, ...] = tuple(form for guide in GUIDE for form in guide.forms)
 
 _READERS: tuple[Callable[[str], Reading | None], ...] = (
     read_mark,
@@ -128,8 +136,6 @@ def _quote(text: str, limit: int = 60) -> str:
 
 def closest_forms(query: str, operation: str | None = None, count: int = 3) -> list[str]:
     """The supported example phrasings most like ``query`` (its operation's first)."""
-    from daemon.guide import GUIDE
-
     lowered = query.lower()
 
     def likeness(form: str) -> float:
