@@ -153,23 +153,25 @@ class TestImportancePolicy:
         _store(history, 2, start=5)
         assert _seqs(history) == [1, 4, 5, 6]
 
+    @staticmethod
+    def _marked(buffer_size: int, batch: int, marked: tuple[int, ...]) -> ConversationHistory:
+        """A full buffer of ``buffer_size`` under importance, with ``marked`` important; one more stored."""
+        history = ConversationHistory(
+            settings=Settings(buffer_size=buffer_size, eviction_batch=batch, eviction_policy="importance")
+        )
+        _store(history, buffer_size)
+        for seq in marked:
+            history.query(f"Mark utterance {seq} as important")
+        _store(history, 1, start=buffer_size + 1)
+        return history
+
     def test_importance_evicts_important_ones_when_nothing_else_is_left(self) -> None:
         """With every utterance important, the oldest important one leaves."""
-        history = ConversationHistory(settings=Settings(buffer_size=2, eviction_batch=1, eviction_policy="importance"))
-        _store(history, 2)
-        history.query("Mark utterance 1 as important")
-        history.query("Mark utterance 2 as important")
-        _store(history, 1, start=3)
-        assert _seqs(history) == [2, 3]
+        assert _seqs(self._marked(2, 1, (1, 2))) == [2, 3]
 
     def test_eviction_batch_is_not_topped_up_with_important_utterances(self) -> None:
         """A batch of 3 takes only what must go plus unimportant ones."""
-        history = ConversationHistory(settings=Settings(buffer_size=3, eviction_batch=3, eviction_policy="importance"))
-        _store(history, 3)
-        history.query("Mark utterance 2 as important")
-        history.query("Mark utterance 3 as important")
-        _store(history, 1, start=4)
-        assert _seqs(history) == [2, 3, 4]
+        assert _seqs(self._marked(3, 3, (2, 3))) == [2, 3, 4]
 
     def test_a_conversation_can_switch_to_importance(self) -> None:
         """'Use the importance eviction policy' applies to this conversation's next evictions."""

@@ -17,6 +17,7 @@ from daemon.grammar.query import Query
 from daemon.grammar.reading import Reading
 from daemon.grammar.slots import (
     Count,
+    seq_fields,
     split_topic,
     take_count,
     take_seqs,
@@ -57,10 +58,7 @@ def read_remove(text: str) -> Reading | None:
     if take_time(q):
         reading.refusal = "remove by time is not supported; remove by turn or by seq instead"
     seqs = take_seqs(q)
-    if len(seqs) == 1:
-        fields["seq"] = seqs[0]
-    elif seqs:
-        fields["seqs"] = list(seqs)
+    fields.update(seq_fields(seqs))
     span = take_turns(q)
     for name, value in (
         ("before_turn", span.before),

@@ -14,6 +14,7 @@ from daemon.grammar.query import Query
 from daemon.grammar.reading import Reading
 from daemon.grammar.slots import (
     Count,
+    seq_fields,
     split_topic,
     take_count,
     take_seqs,
@@ -61,10 +62,7 @@ def read_retrieve(text: str) -> Reading | None:
     verb = q.take(_VERB)
     fields: dict[str, Any] = dict(take_time(q))
     seqs = take_seqs(q)
-    if len(seqs) == 1:
-        fields["seq"] = seqs[0]
-    elif seqs:
-        fields["seqs"] = list(seqs)
+    fields.update(seq_fields(seqs))
     span = take_turns(q)
     low, high = span.inclusive()
     if low is not None:

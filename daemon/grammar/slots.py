@@ -23,6 +23,7 @@ __all__ = [
     "take_turns",
     "take_time",
     "take_seqs",
+    "seq_fields",
     "take_count",
     "split_topic",
     "take_token_limit",
@@ -129,31 +130,31 @@ _TURN_LAST = (
 _TURN_SINGLE = rf"\b(?:(?:in|from|during|of|for|at|on)\s+)?{_turn_ref('n')}\b"
 
 
+def _first(q: Query, patterns: tuple[str, ...]) -> re.Match[str] | None:
+    """Take the first of ``patterns`` that matches."""
+    for pattern in patterns:
+        if m := q.take(pattern):
+            return m
+    return None
+
+
 def take_turns(q: Query) -> TurnSpan:
     """Turn ranges, 'before/after turn N', 'since turn N', 'the last 2 turns', 'turn 3'."""
     span = TurnSpan()
     if "turn" not in q.text.lower():
         return span
-    for pattern in _TURN_RANGE:
-        if m := q.take(pattern):
-            span.turn_from, span.turn_to = sorted((parse_number(m.group("a")), parse_number(m.group("b"))))
-            break
+    if m := _first(q, _TURN_RANGE):
+        span.turn_from, span.turn_to = sorted((parse_number(m.group("a")), parse_number(m.group("b"))))
     if m := q.take(_TURN_BEFORE):
         span.before = _turn_value(m, "n")
-    for pattern in _TURN_UPTO:
-        if m := q.take(pattern):
-            span.turn_to = _turn_value(m, "n")
-            break
+    if m := _first(q, _TURN_UPTO):
+        span.turn_to = _turn_value(m, "n")
     if m := q.take(_TURN_AFTER):
         span.after = _turn_value(m, "n")
-    for pattern in _TURN_SINCE:
-        if m := q.take(pattern):
-            span.turn_from = _turn_value(m, "n")
-            break
-    for pattern in _TURN_LAST:
-        if m := q.take(pattern):
-            span.last_turns = parse_number(m.group("n")) if m.group("n") else 1
-            break
+    if m := _first(q, _TURN_SINCE):
+        span.turn_from = _turn_value(m, "n")
+    if m := _first(q, _TURN_LAST):
+        span.last_turns = parse_number(m.group("n")) if m.group("n") else 1
     if not span.given and (m := q.take(_TURN_SINGLE)):
         span.turn_from = span.turn_to = _turn_value(m, "n")
     return span
@@ -205,6 +206,13 @@ _SEQ_LIST = (
     rf"(?P<rest>(?:\s*(?:,|and|&|or)\s*(?:and\s+)?\#?\d+)+|\s*(?:to|through|thru|-|\u2013)\s*\#?\d+)?\b"
 )
 _SEQ_HASH = r"(?<![\w])\#(?P<a>\d+)\b(?P<rest>)"
+
+
+def seq_fields(seqs: tuple[int, ...]) -> dict[str, object]:
+    """``seq`` for one, ``seqs`` for several, nothing for none."""
+    if len(seqs) == 1:
+        return {"seq": seqs[0]}
+    return {"seqs": list(seqs)} if seqs else {}
 
 
 def take_seqs(q: Query) -> tuple[int, ...]:
