@@ -365,10 +365,10 @@ GUIDE: tuple[OperationGuide, ...] = (
         (
             Example(
                 "How many utterances are stored?",
-                {"operation": "stats", "result": {"utterances": 8, "turns": 4, "queue_length": 0}},
+                {"operation": "stats", "result": {"utterance_count": 8, "turn_count": 4, "queue_length": 0}},
             ),
         ),
-        "result.utterances, by_speaker, important, tokens, turns, first_turn, last_turn, "
+        "result.utterance_count, by_speaker, important_count, tokens, turn_count, first_turn, last_turn, "
         "oldest_seq, newest_seq, next_seq, summary_tokens, summary_segments, "
         "summary_through_seq, queue_length, queue_tokens, buffer_fill, token_fill, settings",
     ),

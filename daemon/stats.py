@@ -23,11 +23,11 @@ def conversation_stats(state: ConversationState, settings: Settings) -> dict[str
     speakers = Counter(u.speaker for u in buffer)
     turns = {u.turn_number for u in buffer}
     return {
-        "utterances": len(buffer),
+        "utterance_count": len(buffer),
         "by_speaker": {s: speakers.get(s, 0) for s in ("user", "assistant", "system")},
-        "important": sum(1 for u in buffer if u.important),
+        "important_count": sum(1 for u in buffer if u.important),
         "tokens": tokens,
-        "turns": len(turns),
+        "turn_count": len(turns),
         "first_turn": min(turns) if turns else None,
         "last_turn": state.last_turn,
         "oldest_seq": buffer[0].seq if buffer else None,

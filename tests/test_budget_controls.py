@@ -227,8 +227,8 @@ class TestStats:
         history.query("Mark utterance 6 as important")
         stats = history.query("stats").result
         state = history.backend.read("default")
-        assert stats["utterances"] == 4 == len(state.utterances)
-        assert stats["important"] == 1
+        assert stats["utterance_count"] == 4 == len(state.utterances)
+        assert stats["important_count"] == 1
         assert stats["tokens"] == sum(u.tokens for u in state.utterances)
         assert stats["summary_tokens"] == state.summary.tokens > 0
         assert stats["queue_length"] == 0 and stats["next_seq"] == 7
@@ -248,7 +248,7 @@ class TestThroughGrpc:
         marked = query(stub, "Mark utterance 2 as important")
         assert marked.operation == "mark" and marked.result["utterance"]["important"] is True
         stats = query(stub, "How many utterances are stored?")
-        assert stats.operation == "stats" and stats.result["utterances"] == 3
+        assert stats.operation == "stats" and stats.result["utterance_count"] == 3
         assert stats.metadata["confidence"] == 1.0
 
     def test_refusals_over_grpc_are_invalid_argument_with_closest_forms(

@@ -71,7 +71,7 @@ def run_entry(entry: dict[str, Any]) -> None:
 
 
 def _check_response(expect: dict[str, Any], result: dict[str, Any], metadata: dict[str, Any]) -> None:
-    hits = [u["seq"] for u in result.get("utterances", [])] if isinstance(result.get("utterances"), list) else []
+    hits = [u["seq"] for u in result.get("utterances", [])]
     if "seqs" in expect:
         assert hits == expect["seqs"]
     if "seq_set" in expect:
