@@ -21,7 +21,7 @@ index's utterances (proof in ``ConversationIndex.sync``).
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -177,26 +177,31 @@ class ConversationIndex:
 
 
 class IndexCache:
-    """One ConversationIndex per conversation id, created on first use.
+    """One ConversationIndex per conversation id, least recently searched dropped first.
 
-    Memory follows the buffers it mirrors; ``drop`` forgets a conversation
-    (the next search rebuilds it from the backend).
+    Bounded because a durable backend may hold far more conversations than
+    are searched; a dropped index is rebuilt from the backend when needed.
     """
 
-    def __init__(self) -> None:
-        self._indexes: dict[str, ConversationIndex] = {}
+    def __init__(self, max_conversations: int = 256) -> None:
+        self._indexes: OrderedDict[str, ConversationIndex] = OrderedDict()
         self._guard = threading.Lock()
+        self.max_conversations = max_conversations
 
     def get(self, conversation_id: str) -> ConversationIndex:
-        index = self._indexes.get(conversation_id)
-        if index is None:
-            with self._guard:
-                index = self._indexes.setdefault(conversation_id, ConversationIndex())
-        return index
+        with self._guard:
+            index = self._indexes.get(conversation_id)
+            if index is None:
+                index = self._indexes[conversation_id] = ConversationIndex()
+                while len(self._indexes) > self.max_conversations:
+                    self._indexes.popitem(last=False)
+            else:
+                self._indexes.move_to_end(conversation_id)
+            return index
 
     def peek(self, conversation_id: str) -> ConversationIndex | None:
+        """The index if one is cached, without creating it or refreshing its place."""
         return self._indexes.get(conversation_id)
 
-    def drop(self, conversation_id: str) -> None:
-        with self._guard:
-            self._indexes.pop(conversation_id, None)
+    def __len__(self) -> int:
+        return len(self._indexes)

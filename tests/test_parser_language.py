@@ -206,6 +206,36 @@ class TestAmbiguousRemoves:
         assert parse("Remove the assistant's messages").fields == {"speaker": "assistant"}
 
 
+_FUZZ_WORDS = (
+    "remove delete get find set mark clear summarize stats the last first oldest newest 3 three 4k "
+    "turn turns to - and from since before after utterance messages # 0 99999999999 ago minutes "
+    "2026-13-45 2026-01-01T10:00Z about 'Paris' \" user assistant important not all everything "
+    "buffer size token budget = : policy importance fifo reset summary with tl;dr a dozen ? , ."
+).split()
+
+
+class TestRobustness:
+    """Whatever the words, the answer is a result or an InvalidRequest/NotFound, never a crash."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.sampled_from(_FUZZ_WORDS), min_size=1, max_size=10).map(" ".join))
+    def test_any_mix_of_grammar_words_is_answered_or_refused(self, text: str) -> None:
+        """No ValueError, KeyError or the like escapes the core."""
+        from daemon.errors import DaemonError
+
+        history = ConversationHistory()
+        history.query("Add utterance: hello")
+        try:
+            history.query(text)
+        except DaemonError:
+            pass
+
+    def test_an_impossible_date_is_invalid_argument(self) -> None:
+        """'since 2026-13-45' names the bad time."""
+        with pytest.raises(InvalidRequest, match="2026-13-45"):
+            parse("Get messages since 2026-13-45")
+
+
 class TestSources:
     """Text, metadata and data agree or the query is refused."""
 

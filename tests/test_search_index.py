@@ -128,6 +128,16 @@ class TestOtherWritersAndRestarts:
         hits = after.query("Find utterances about lyon").result["utterances"]
         assert sorted(h["seq"] for h in hits) == [1, 2]
 
+    def test_index_cache_keeps_only_recently_searched_conversations(self) -> None:
+        """Past the bound the least recently searched index is dropped and rebuilt on demand."""
+        history = ConversationHistory()
+        history.indexes.max_conversations = 2
+        for cid in ("a", "b", "c"):
+            history.query("Add utterance: flight", {"conversation_id": cid})
+            history.query("Find utterances about flight", {"conversation_id": cid})
+        assert len(history.indexes) == 2 and history.indexes.peek("a") is None
+        assert len(history.query("Find utterances about flight", {"conversation_id": "a"}).result["utterances"]) == 1
+
     def test_conversations_have_separate_indexes(self) -> None:
         """A search in one conversation never returns another's utterances."""
         history = ConversationHistory()

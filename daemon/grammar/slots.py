@@ -190,7 +190,10 @@ def take_time(q: Query) -> dict[str, object]:
             return {"within_seconds": count * _unit_seconds(m.group("u"))}
     if m := q.take(_TIME_SINCE):
         text = m.group("t").upper().replace(" ", "T")
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError as error:
+            raise InvalidRequest(f"{m.group('t')!r} is not a valid time ({error})") from None
         if moment.tzinfo is None:
             # A time without a zone is read as UTC, the zone of stored timestamps.
             moment = moment.replace(tzinfo=timezone.utc)
