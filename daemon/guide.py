@@ -18,6 +18,7 @@ __all__ = [
     "GUIDE",
     "DEMO_CONVERSATION",
     "PARAMETERS",
+    "NOT_IN_TEXT",
     "SOURCES_RULE",
     "CONFIDENCE_RULE",
     "ERRORS_RULE",
@@ -80,7 +81,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "turn_to": "only turns <= this",
         "seq": "only this utterance (NOT_FOUND if it is not in the buffer)",
         "seqs": "only these utterances",
-        "since": "only utterances at or after this RFC 3339 time",
+        "since": "only utterances at or after this RFC 3339 time (in the text, a time without zone is UTC)",
         "within_seconds": "only utterances of the last n seconds",
         "include_summary": "also return the running summary",
         "summary_only": "return only the running summary",
@@ -117,6 +118,11 @@ PARAMETERS: dict[str, dict[str, str]] = {
     },
     "stats": {},
 }
+
+# Parameters the rules never read from the query text: a store's text is
+# verbatim (so a turn number in it is just text), and at_most is only set to
+# 1 by singular phrasings.
+NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset({("store", "turn_number"), ("remove", "at_most")})
 
 GUIDE: tuple[OperationGuide, ...] = (
     OperationGuide(

@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from daemon.core import ConversationHistory
+from daemon.errors import InvalidRequest
 from daemon.guide import GUIDE, PARAMETERS, Example
 from daemon.instructions import INSTRUCTIONS, render_instructions, render_markdown
 from daemon.intents import OPERATIONS, field_sources
@@ -65,6 +66,28 @@ def _concrete(form: str) -> str:
         .replace("utterance 12", "utterance 2")
         .replace("Utterance 12", "Utterance 2")
     )
+
+
+class TestSourcesAreTrue:
+    """A parameter documented as readable from the query text is read from some phrasing."""
+
+    def test_every_text_parameter_is_produced_by_a_corpus_or_guide_phrasing(self) -> None:
+        """Parse the corpus and the guide; each (operation, parameter) said to come from text appears."""
+        import json
+
+        from daemon.guide import NOT_IN_TEXT
+
+        texts = [json.loads(line)["query"] for line in (ROOT / "tests/corpus/queries.jsonl").read_text().splitlines()]
+        texts += [_concrete(f) for g in GUIDE for f in g.forms] + [e.query for _, e in EXAMPLES]
+        produced: set[tuple[str, str]] = set()
+        for text in texts:
+            try:
+                parsed = parse(text)
+            except InvalidRequest:
+                continue
+            produced |= {(parsed.operation, name) for name in parsed.fields}
+        claimed = {(op, name) for op in OPERATIONS for name in PARAMETERS[op]} - NOT_IN_TEXT
+        assert claimed <= produced, sorted(claimed - produced)
 
 
 class TestFormsParse:
