@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Union
 
 from daemon.errors import InvalidRequest
+from daemon.eviction import POLICIES
 from daemon.fields import as_bool, as_int, as_speaker, as_str, describe
 from daemon.utterance import Speaker
 
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 MAX_INT = 2**31 - 1
-EVICTION_POLICIES: tuple[str, ...] = ("fifo", "importance")
+EVICTION_POLICIES: tuple[str, ...] = POLICIES
 
 
 @dataclass(frozen=True, slots=True)
