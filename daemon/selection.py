@@ -142,7 +142,21 @@ def retrieve_filters(state: ConversationState, intent: RetrieveIntent, now: floa
 def remove_victims(state: ConversationState, intent: RemoveIntent) -> list[Utterance]:
     """The utterances a remove deletes, in seq order; raise before deleting too many."""
     if intent.all:
-        return [*state.pending, *state.utterances]
+        chosen = sorted([*state.pending, *state.utterances], key=lambda u: u.seq)
+    else:
+        chosen = _chosen(state, intent)
+    if intent.at_most is not None and len(chosen) > intent.at_most:
+        shown = ", ".join(str(u.seq) for u in chosen[:10]) + (", ..." if len(chosen) > 10 else "")
+        raise InvalidRequest(
+            f"this remove matches {len(chosen)} utterances (seq {shown}) but asks for at most "
+            f"{intent.at_most}; nothing was removed. Name one by seq ('Remove utterance "
+            f"{chosen[0].seq}'), or say plainly that all of them go ('Remove all the "
+            f"assistant's messages')"
+        )
+    return chosen
+
+
+def _chosen(state: ConversationState, intent: RemoveIntent) -> list[Utterance]:
     seqs = _seq_set(intent.seq, intent.seqs)
     for seq in sorted(seqs or ()):
         if position_of(state.utterances, seq) is None and position_of(state.pending, seq) is None:
@@ -158,13 +172,6 @@ def remove_victims(state: ConversationState, intent: RemoveIntent) -> list[Utter
     else:
         pool = sorted([*state.pending, *state.utterances], key=lambda u: u.seq)
         chosen = [u for u in pool if filters.admits(u)]
-    if intent.at_most is not None and len(chosen) > intent.at_most:
-        shown = ", ".join(str(u.seq) for u in chosen[:10]) + (", ..." if len(chosen) > 10 else "")
-        raise InvalidRequest(
-            f"this remove matches {len(chosen)} utterances (seq {shown}) but asks for at most "
-            f"{intent.at_most}; nothing was removed. Name them by seq ('Remove utterance "
-            f"{chosen[0].seq}') or say 'all' ('Remove all ... ')"
-        )
     return chosen
 
 
