@@ -385,8 +385,8 @@ SOURCES_RULE = (
     "table says which). When two sources give different values the query is refused with "
     "INVALID_ARGUMENT naming both: none of them silently wins. Programs that already know what "
     "they want can skip the language: set data.operation to an operation's name and pass its "
-    "parameters as data fields. metadata.conversation_id (default 'default') selects the "
-    "conversation."
+    "parameters as data fields (the query text is then ignored; metadata.interpreted_by says "
+    "'data'). metadata.conversation_id (default 'default') selects the conversation."
 )
 CONFIDENCE_RULE = (
     "Every answered query's metadata carries confidence: the share of the query's words the "
