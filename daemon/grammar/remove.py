@@ -33,7 +33,9 @@ _VERB = (
     r"^(?P<v>remove|delete|forget|drop|erase|purge|clear|wipe|evict|discard|get\s+rid\s+of"
     r"|throw\s+(?:away|out)|scrub|reset|empty|trash|nuke)\b"
 )
-_WIPE_VERBS = {"clear", "wipe", "purge", "reset", "empty", "nuke"}
+# Verbs that alone mean "everything". "reset" is not one of them: a bare
+# "reset" could as well mean the settings, so it needs "the conversation".
+_WIPE_VERBS = {"clear", "wipe", "purge"}
 _ALL = r"\b(?:all|everything|every|entire|whole|complete)\b"
 _WORDS = frozenset("everything all every entire whole complete out away".split())
 _HOW = (
