@@ -13,6 +13,7 @@ import grpc
 from backends.base import Backend
 from backends.memory import MemoryBackend
 from daemon.auth import BearerAuthInterceptor
+from daemon.classifier import classifier_from_environment
 from daemon.config import Config, to_settings
 from daemon.core import ConversationHistory
 from daemon.decoding import DecodingInterceptor
@@ -56,7 +57,10 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
         if summarizer is not None:
             summarizer = metrics.watch_summarizer(summarizer)
         sinks.append(metrics)
-    history = ConversationHistory(backend=store, settings=to_settings(config), summarizer=summarizer)
+    classifier = classifier_from_environment(config.query_classifier, config.classifier_model)
+    history = ConversationHistory(
+        backend=store, settings=to_settings(config), summarizer=summarizer, classifier=classifier
+    )
     if metrics is not None and summarizer is None:
         # The core built its default summarizer: count that one's failures.
         history.summarizer = metrics.watch_summarizer(history.summarizer)

@@ -204,6 +204,11 @@ def _human(answer: dict[str, Any]) -> str:
     if "removed" in result:
         removed = result["removed"]
         lines.append(f"removed: {', '.join(f'#{s}' for s in removed) if removed else 'nothing'}")
+    if "summary_hit" in result:
+        hit = result["summary_hit"]
+        lines.append(f"summary matches too, score {hit['score']:.3f}: {hit['text']}")
+    if answer["operation"] in ("configure", "stats"):
+        lines.extend(f"{key}: {json.dumps(value, sort_keys=True)}" for key, value in sorted(result.items()))
     if "summary" in result:
         tokens = result.get("tokens", result.get("summary_tokens", 0))
         lines.append(f"summary ({tokens} tokens):")

@@ -205,6 +205,11 @@ KEYS: tuple[Key, ...] = (
     Key("max_utterance_chars", Integer(), _DEFAULTS.max_utterance_chars, "longest utterance accepted, in characters"),
     Key("eviction_batch", Integer(), _DEFAULTS.eviction_batch, "utterances evicted together once a buffer overflows"),
     Key("summarization_enabled", Boolean(), _DEFAULTS.summarization_enabled, "fold evicted utterances into a summary"),
+    Key("eviction_policy", Text(("fifo", "importance")), _DEFAULTS.eviction_policy,
+        "which utterances leave a full buffer first; importance: important ones last"),
+    Key("query_classifier", Boolean(), _DEFAULTS.query_classifier,
+        "let Claude classify queries the rules are unsure of (needs ANTHROPIC_API_KEY)"),
+    Key("classifier_model", Text(), "claude-haiku-4-5", "model of the query classifier"),
     # --- limits (daemon.limits)
     Key("max_request_bytes", Integer(1024, 2**31 - 1), 4 * 1024 * 1024, "largest request message accepted, in bytes"),
     Key("max_conversations", Integer(), 100_000, "conversations one daemon holds"),
