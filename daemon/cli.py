@@ -1,9 +1,11 @@
 """The ``chd`` command: run the daemon and talk to it.
 
-    chd serve [--host H] [--port P] [--buffer-size N] [--max-tokens N] ...
-              [--backend memory|disk|module:Class] [--data-dir DIR] [--durability normal|full]
+    chd serve [--config FILE] [--host H] [--port P] [--buffer-size N] ...
+    chd config [same options as serve]       # effective configuration, secrets masked
     chd query "TEXT" [--metadata JSON] [--data JSON] [--json] [--target H:P]
+              [--auth-token T] [--tls] [--tls-ca PEM] [--tls-cert PEM --tls-key PEM]
     chd purpose | chd instructions
+    chd serve ... [--backend memory|disk|module:Class] [--data-dir DIR] [--durability normal|full]
     chd export [--conversation ID] --data-dir DIR | chd import [FILE] --data-dir DIR
 
 A failed RPC exits with 64 + the gRPC status code, as grpcurl does, so a
@@ -21,6 +23,8 @@ from typing import Any, Sequence
 
 import grpc
 from google.protobuf import json_format
+
+from daemon import config
 
 __all__ = ["main"]
 
@@ -66,28 +70,13 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chd", description="chd, the Conversation History Daemon")
     commands = parser.add_subparsers(dest="command", required=True)
 
+    # Serve options are the configuration keys (daemon/config.py): flag, CHD_* or TOML file.
     serve = commands.add_parser("serve", help="run the daemon")
-    serve.add_argument("--host", default=os.environ.get("CHD_HOST", "127.0.0.1"))
-    serve.add_argument("--port", type=int, default=_env_int("CHD_PORT", 50051),
-                       help="0 picks a free port (printed at start)")
-    serve.add_argument("--buffer-size", type=_positive,
-                       default=_env_int("CHD_BUFFER_SIZE", defaults.buffer_size),
-                       help="utterances kept per conversation (CHD_BUFFER_SIZE)")
-    serve.add_argument("--max-tokens", type=_positive,
-                       default=_env_int("CHD_MAX_TOKENS", defaults.max_tokens),
-                       help="tokens kept per conversation buffer (CHD_MAX_TOKENS)")
-    serve.add_argument("--summary-token-limit", type=_positive,
-                       default=_env_int("CHD_SUMMARY_TOKEN_LIMIT", defaults.summary_token_limit),
-                       help="token budget of each running summary (CHD_SUMMARY_TOKEN_LIMIT)")
-    serve.add_argument("--max-utterance-chars", type=_positive,
-                       default=_env_int("CHD_MAX_UTTERANCE_CHARS", defaults.max_utterance_chars),
-                       help="longest utterance accepted (CHD_MAX_UTTERANCE_CHARS)")
-    serve.add_argument("--eviction-batch", type=_positive,
-                       default=_env_int("CHD_EVICTION_BATCH", defaults.eviction_batch),
-                       help="utterances evicted together once the buffer overflows (CHD_EVICTION_BATCH)")
-    serve.add_argument("--log-level", default=os.environ.get("CHD_LOG_LEVEL", "INFO"))
+    config.add_arguments(serve)
     add_backend_arguments(serve, serving=True)
     add_transfer_commands(commands)
+    show = commands.add_parser("config", help="print the effective serve configuration (secrets masked)")
+    config.add_arguments(show)
 
     for name, help_text in (("query", "send a query"), ("purpose", "print the purpose"),
                             ("instructions", "print the instructions")):
@@ -95,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--target", default=os.environ.get("CHD_TARGET", DEFAULT_TARGET),
                          help=f"host:port of the daemon (CHD_TARGET, default {DEFAULT_TARGET})")
         sub.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
+        _add_security_arguments(sub)
         if name == "query":
             sub.add_argument("text", help='the query, e.g. "Get the last 5 utterances"')
             sub.add_argument("--metadata", type=_json_object, default={}, help="JSON object")
@@ -104,10 +94,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_security_arguments(sub: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    sub.add_argument("--auth-token", default=env("CHD_AUTH_TOKEN"), help="bearer token (CHD_AUTH_TOKEN)")
+    sub.add_argument("--tls", action="store_true", help="connect with TLS (implied by the other --tls-* flags)")
+    sub.add_argument("--tls-ca", default=env("CHD_TLS_CA"), help="PEM CA to trust instead of the system's (CHD_TLS_CA)")
+    sub.add_argument("--tls-cert", default=env("CHD_CLIENT_TLS_CERT"),
+                     help="PEM client certificate (CHD_CLIENT_TLS_CERT)")
+    sub.add_argument("--tls-key", default=env("CHD_CLIENT_TLS_KEY"), help="PEM client key (CHD_CLIENT_TLS_KEY)")
+    sub.add_argument("--tls-server-name", default=env("CHD_TLS_SERVER_NAME"),
+                     help="name to check the server certificate against (CHD_TLS_SERVER_NAME)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "serve":
-        return _serve(args)
+    if args.command in ("serve", "config"):
+        try:
+            effective = config.from_arguments(args, os.environ)
+        except config.ConfigError as exc:
+            print(f"chd: {exc}", file=sys.stderr)
+            return 2
+        if args.command == "config":
+            print(config.render(effective))
+            return 0
+        return _serve(args, effective)
     if args.command in ("export", "import"):
         from daemon.storage_cli import run_transfer
 
@@ -115,48 +125,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _client(args)
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from daemon.core import ConversationHistory
-    from daemon.server import build_server, serve_forever
-    from daemon.settings import Settings
+def _serve(args: argparse.Namespace, effective: config.Config) -> int:
+    # args: for serve flags declared outside the key table (storage, summarizer).
+    from daemon.app import start
+    from daemon.server import serve_forever
     from daemon.storage_cli import open_backend_from_args
+    from daemon.tracelog import configure_logging
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = Settings(
-        buffer_size=args.buffer_size,
-        max_tokens=args.max_tokens,
-        summary_token_limit=args.summary_token_limit,
-        max_utterance_chars=args.max_utterance_chars,
-        eviction_batch=args.eviction_batch,
-    )
+    configure_logging(effective.log_level, effective.log_format)
     # Storage opens before the port does: a bad data dir fails fast, in one line.
     backend = open_backend_from_args(args)
     if backend is None:
         return 1
-    history = ConversationHistory(backend=backend, settings=settings)
     try:
-        server = build_server(history, args.host, args.port)
+        server = start(effective, backend=backend)
     except (OSError, RuntimeError) as exc:
         backend.close()
-        print(f"chd: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        print(f"chd: cannot listen on {effective.host}:{effective.port}: {exc}", file=sys.stderr)
         return 1
     # One parseable line, flushed, so scripts and tests can learn the port.
-    print(f"chd listening on {args.host}:{server.port}", flush=True)
-    serve_forever(server)
+    print(f"chd listening on {effective.host}:{server.port}", flush=True)
+    if server.metrics_port is not None:
+        print(f"chd metrics on http://{effective.metrics_host}:{server.metrics_port}/metrics", flush=True)
+    serve_forever(server, effective.shutdown_grace, effective.shutdown_drain)
     return 0
 
 
 def _client(args: argparse.Namespace) -> int:
+    from daemon.auth import bearer_metadata
+    from daemon.tls import ClientSecurity, open_channel
     from daemon.v1 import daemon_pb2, daemon_pb2_grpc
 
-    with grpc.insecure_channel(args.target) as channel:
+    security = ClientSecurity(
+        tls=bool(args.tls or args.tls_ca or args.tls_cert or args.tls_server_name),
+        ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name,
+    )
+    call = {"timeout": args.timeout, "metadata": bearer_metadata(args.auth_token) if args.auth_token else None}
+    with open_channel(args.target, security) as channel:
         stub = daemon_pb2_grpc.DaemonStub(channel)
         try:
             if args.command == "purpose":
-                print(stub.GetPurpose(daemon_pb2.GetPurposeRequest(), timeout=args.timeout).purpose)
+                print(stub.GetPurpose(daemon_pb2.GetPurposeRequest(), **call).purpose)
                 return 0
             if args.command == "instructions":
-                print(stub.GetInstructions(daemon_pb2.GetInstructionsRequest(), timeout=args.timeout).instructions)
+                print(stub.GetInstructions(daemon_pb2.GetInstructionsRequest(), **call).instructions)
                 return 0
             metadata = dict(args.metadata)
             if args.conversation:
@@ -164,7 +176,7 @@ def _client(args: argparse.Namespace) -> int:
             request = daemon_pb2.QueryRequest(query=args.text)
             request.metadata.update(metadata)
             request.data.update(args.data)
-            response = stub.Query(request, timeout=args.timeout)
+            response = stub.Query(request, **call)
         except grpc.RpcError as error:
             code = error.code()
             print(f"chd: {code.name}: {error.details()}", file=sys.stderr)
@@ -207,6 +219,11 @@ def _human(answer: dict[str, Any]) -> str:
     if "removed" in result:
         removed = result["removed"]
         lines.append(f"removed: {', '.join(f'#{s}' for s in removed) if removed else 'nothing'}")
+    if "summary_hit" in result:
+        hit = result["summary_hit"]
+        lines.append(f"summary matches too, score {hit['score']:.3f}: {hit['text']}")
+    if answer["operation"] in ("configure", "stats"):
+        lines.extend(f"{key}: {json.dumps(value, sort_keys=True)}" for key, value in sorted(result.items()))
     if "summary" in result:
         tokens = result.get("tokens", result.get("summary_tokens", 0))
         lines.append(f"summary ({tokens} tokens):")

@@ -10,27 +10,38 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from backends.base import Backend, Change, ConversationState
 from backends.memory import MemoryBackend
-from daemon.errors import InvalidRequest, NotFound, StorageError, TooLarge
+from daemon.classifier import QueryClassifier
+from daemon.configure import configure, effective_settings
+from daemon.errors import InvalidRequest, StorageError, TooLarge
+from daemon.eviction import evictions_for_store
 from daemon.fields import as_str
+from daemon.index import IndexCache
 from daemon.instructions import INSTRUCTIONS, PURPOSE
 from daemon.intents import (
+    ConfigureIntent,
     Intent,
+    MarkIntent,
     RemoveIntent,
     RetrieveIntent,
+    StatsIntent,
     StoreIntent,
     SummarizeIntent,
     build_intent,
 )
-from daemon.parser import parse
-from daemon.search import rank
+from daemon.marking import mark
+from daemon.retrieval import find_utterances
+from daemon.selection import remove_victims, segments_removed, summarize_scope
 from daemon.settings import Settings
+from daemon.stats import conversation_stats
 from daemon.summarizer import ExtractiveSummarizer, Summarizer
 from daemon.tokens import TokenCounter, default_counter
+from daemon.understanding import understand
 from daemon.utterance import Speaker, Summary, SummarySegment, Utterance, now_rfc3339
 
 __all__ = ["ConversationHistory", "QueryResult", "DEFAULT_CONVERSATION"]
@@ -62,11 +73,16 @@ class ConversationHistory:
         settings: Settings | None = None,
         summarizer: Summarizer | None = None,
         counter: TokenCounter | None = None,
+        classifier: QueryClassifier | None = None,
     ) -> None:
         self.backend: Backend = backend if backend is not None else MemoryBackend()
         self.settings = settings or Settings()
         self.counter: TokenCounter = counter or default_counter()
         self.summarizer: Summarizer = summarizer or ExtractiveSummarizer(self.counter)
+        # Claude for queries the rules are unsure of; None: the rules alone.
+        self.classifier = classifier
+        # Search indexes: a cache derived from the backend (daemon/index.py).
+        self.indexes = IndexCache()
         self._fold_locks: dict[str, threading.Lock] = {}
         self._fold_locks_guard = threading.Lock()
 
@@ -88,20 +104,18 @@ class ConversationHistory:
         metadata = metadata or {}
         data = data or {}
         conversation_id = self._conversation_id(metadata)
-        intent = self.interpret(text, metadata, data)
-        return self.execute(intent, conversation_id)
+        understood = understand(text, metadata, data, self.classifier)
+        outcome = self.execute(understood.intent, conversation_id)
+        outcome.metadata["confidence"] = understood.confidence
+        if understood.interpreted_by != "rules":
+            outcome.metadata["interpreted_by"] = understood.interpreted_by
+        return outcome
 
     def interpret(
         self, text: str, metadata: Mapping[str, Any], data: Mapping[str, Any]
     ) -> Intent:
         """The typed intent for a query; ``data.operation`` skips the parser."""
-        if "operation" in data:
-            operation = as_str("data.operation", data["operation"]).strip().lower()
-            return build_intent(operation, {}, metadata, data)
-        if not isinstance(text, str):
-            raise InvalidRequest("query must be a string")
-        parsed = parse(text)
-        return build_intent(parsed.operation, parsed.fields, metadata, data)
+        return understand(text, metadata, data, self.classifier).intent
 
     def execute(self, intent: Intent, conversation_id: str) -> QueryResult:
         if isinstance(intent, StoreIntent):
@@ -112,6 +126,16 @@ class ConversationHistory:
             return self._remove(intent, conversation_id)
         if isinstance(intent, SummarizeIntent):
             return self._summarize(intent, conversation_id)
+        if isinstance(intent, ConfigureIntent):
+            return QueryResult("configure", *configure(self, intent, conversation_id))
+        if isinstance(intent, MarkIntent):
+            return QueryResult("mark", *mark(self.backend, intent, conversation_id))
+        if isinstance(intent, StatsIntent):
+            state = self.backend.read(conversation_id)
+            stats = conversation_stats(state, effective_settings(self.settings, state.settings))
+            return QueryResult(
+                "stats", stats, {"conversation_id": conversation_id, "items_affected": 0, "tokens_used": 0}
+            )
         raise InvalidRequest(f"unsupported intent {type(intent).__name__}")
 
     # --- convenience methods named in the spec -------------------------------
@@ -149,14 +173,15 @@ class ConversationHistory:
                 f"{settings.max_utterance_chars}"
             )
         tokens = self.counter.count(intent.text)
-        if tokens > settings.max_tokens:
-            raise TooLarge(
-                f"utterance has {tokens} tokens, more than the buffer's max_tokens of "
-                f"{settings.max_tokens}"
-            )
         timestamp = now_rfc3339()
 
         def decide(state: ConversationState) -> tuple[Change, tuple[Utterance, list[Utterance], int]]:
+            limits = effective_settings(settings, state.settings)
+            if tokens > limits.max_tokens:
+                raise TooLarge(
+                    f"utterance has {tokens} tokens, more than the buffer's max_tokens of "
+                    f"{limits.max_tokens}"
+                )
             if intent.turn_number is not None:
                 turn = intent.turn_number
             elif intent.speaker == "user":
@@ -174,7 +199,7 @@ class ConversationHistory:
                 timestamp=timestamp,
                 tokens=tokens,
             )
-            evicted = _fifo_evictions(state.utterances, utterance, settings)
+            evicted = evictions_for_store(state.utterances, utterance, limits)
             change = Change(
                 append=[utterance],
                 remove={u.seq for u in evicted},
@@ -186,6 +211,7 @@ class ConversationHistory:
             return change, (utterance, evicted, index)
 
         utterance, evicted, index = self.backend.transact(conversation_id, decide)
+        self._note_store(conversation_id, utterance, evicted)
         if evicted and settings.summarization_enabled:
             self.fold(conversation_id)
         return QueryResult(
@@ -203,21 +229,10 @@ class ConversationHistory:
         tokens_used = 0
         utterances: list[dict[str, Any]] = []
         if not intent.summary_only:
-            positions = {u.seq: i for i, u in enumerate(state.utterances)}
-            chosen = _filter(state, intent)
-            if intent.last_n is not None:
-                chosen = chosen[len(chosen) - intent.last_n :] if intent.last_n else []
-            if intent.topic is not None:
-                hits = rank(chosen, intent.topic)
-                utterances = [
-                    h.utterance.to_dict(positions[h.utterance.seq]) | {"score": round(h.score, 4)}
-                    for h in hits
-                ]
-                result["ranked"] = True
-            else:
-                utterances = [u.to_dict(positions[u.seq]) for u in chosen]
+            index = self.indexes.get(conversation_id) if intent.topic is not None else None
+            result = find_utterances(state, intent, index, time.time())
+            utterances = result["utterances"]
             tokens_used += sum(u["tokens"] for u in utterances)
-            result["utterances"] = utterances
         metadata: dict[str, Any] = {
             "conversation_id": conversation_id,
             "items_affected": len(utterances),
@@ -232,22 +247,12 @@ class ConversationHistory:
     def _remove(self, intent: RemoveIntent, conversation_id: str) -> QueryResult:
         def decide(state: ConversationState) -> tuple[Change, tuple[list[Utterance], int]]:
             buffer, pending, summary = state.utterances, state.pending, state.summary
+            victims = remove_victims(state, intent)
+            gone = segments_removed(summary, intent)
+            dropped = len(gone)
             if intent.all:
-                victims = [*pending, *buffer]
-                dropped = len(summary.segments)
                 new_summary: Summary | None = Summary() if summary.segments else None
             else:
-                if intent.seq is not None:
-                    victims = [u for u in (*pending, *buffer) if u.seq == intent.seq]
-                    if not victims:
-                        raise NotFound(_missing_seq(state, intent.seq))
-                elif intent.oldest is not None:
-                    victims = list(buffer[: intent.oldest])
-                else:
-                    assert intent.before_turn is not None
-                    victims = [u for u in (*pending, *buffer) if u.turn_number < intent.before_turn]
-                gone = _segments_before(summary, intent.before_turn)
-                dropped = len(gone)
                 new_summary = self._summary_without(summary, gone) if gone else None
             seqs = {u.seq for u in victims}
             change = Change(
@@ -255,7 +260,7 @@ class ConversationHistory:
                 pending_remove=seqs & {u.seq for u in pending},
                 summary=new_summary,
             )
-            return change, (sorted(victims, key=lambda u: u.seq), dropped)
+            return change, (victims, dropped)
 
         removed, dropped = self.backend.transact(conversation_id, decide)
         return QueryResult(
@@ -271,9 +276,10 @@ class ConversationHistory:
     def _summarize(self, intent: SummarizeIntent, conversation_id: str) -> QueryResult:
         self.fold(conversation_id)
         state = self.backend.read(conversation_id)
-        limit = intent.token_limit or self.settings.summary_token_limit
-        if state.utterances or state.summary.segments:
-            text = self._bounded_summary(state.summary.text, state.utterances, limit)
+        limit = intent.token_limit or effective_settings(self.settings, state.settings).summary_token_limit
+        previous, covered = summarize_scope(state, intent)
+        if covered or previous:
+            text = self._bounded_summary(previous, covered, limit)
         else:
             text = ""
         tokens = self.counter.count(text)
@@ -283,11 +289,11 @@ class ConversationHistory:
                 "summary": text,
                 "tokens": tokens,
                 "token_limit": limit,
-                "utterances_covered": len(state.utterances),
+                "utterances_covered": len(covered),
             },
             {
                 "conversation_id": conversation_id,
-                "items_affected": len(state.utterances),
+                "items_affected": len(covered),
                 "tokens_used": tokens,
             }
             | _summary_coverage(state),
@@ -311,9 +317,8 @@ class ConversationHistory:
                 if not batch:
                     return True
                 try:
-                    text = self._bounded_summary(
-                        state.summary.text, batch, self.settings.summary_token_limit
-                    )
+                    limit = effective_settings(self.settings, state.settings).summary_token_limit
+                    text = self._bounded_summary(state.summary.text, batch, limit)
                 except Exception:
                     # The batch stays queued: nothing is lost, the next fold retries.
                     log.exception("summarizer failed for conversation %s", conversation_id)
@@ -341,6 +346,15 @@ class ConversationHistory:
         text = "\n".join(s.text for s in kept)
         return Summary(kept, summary.through_seq, self.counter.count(text) if kept else 0)
 
+    def _note_store(self, conversation_id: str, utterance: Utterance, evicted: list[Utterance]) -> None:
+        # Keep a live search index in step with this store (~20 us at 10k
+        # utterances, bench/bench_search.py) so the next search does not pay
+        # for it; an index nobody searched yet is built on first search instead.
+        index = self.indexes.peek(conversation_id)
+        if index is not None:
+            with index.lock:
+                index.note_store(utterance, (u.seq for u in evicted))
+
     def _fold_lock(self, conversation_id: str) -> threading.Lock:
         with self._fold_locks_guard:
             return self._fold_locks.setdefault(conversation_id, threading.Lock())
@@ -358,58 +372,6 @@ class ConversationHistory:
                 f"the limit is {MAX_CONVERSATION_ID}"
             )
         return value
-
-
-def _fifo_evictions(
-    buffer: Sequence[Utterance], incoming: Utterance, settings: Settings
-) -> list[Utterance]:
-    """The oldest utterances that leave so ``incoming`` fits both limits.
-
-    Once something must go, at least ``eviction_batch`` go together (the
-    spec's 21st utterance evicts 1-5): the summarizer then folds a batch at a
-    time instead of running on every store of a full buffer.
-    """
-    count = len(buffer) + 1
-    tokens = sum(u.tokens for u in buffer) + incoming.tokens
-    needed = 0
-    for utterance in buffer:
-        if count <= settings.buffer_size and tokens <= settings.max_tokens:
-            break
-        needed += 1
-        count -= 1
-        tokens -= utterance.tokens
-    if needed:
-        needed = max(needed, min(settings.eviction_batch, len(buffer)))
-    return list(buffer[:needed])
-
-
-def _filter(state: ConversationState, intent: RetrieveIntent) -> list[Utterance]:
-    if intent.seq is not None and not any(u.seq == intent.seq for u in state.utterances):
-        raise NotFound(_missing_seq(state, intent.seq))
-    low = intent.turn_from if intent.turn_from is not None else -1
-    high = intent.turn_to if intent.turn_to is not None else float("inf")
-    return [
-        u
-        for u in state.utterances
-        if (intent.seq is None or u.seq == intent.seq)
-        and (intent.speaker is None or u.speaker == intent.speaker)
-        and low <= u.turn_number <= high
-    ]
-
-
-def _missing_seq(state: ConversationState, seq: int) -> str:
-    if seq >= state.next_seq:
-        return f"there is no utterance {seq} yet (the newest is {state.next_seq - 1})"
-    if seq <= state.summary.through_seq:
-        return f"utterance {seq} was evicted and folded into the summary"
-    return f"utterance {seq} is no longer in the buffer (evicted or removed)"
-
-
-def _segments_before(summary: Summary, before_turn: int | None) -> tuple[SummarySegment, ...]:
-    """Summary segments made only from turns before ``before_turn``: they go with those turns."""
-    if before_turn is None:
-        return ()
-    return tuple(s for s in summary.segments if s.turn_to < before_turn)
 
 
 def _merged_summary(

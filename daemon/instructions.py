@@ -1,129 +1,164 @@
-"""What GetPurpose and GetInstructions return.
+"""What GetPurpose and GetInstructions return, and docs/query-language.md.
 
-The guide is data (``GUIDE``) so that docs and the RPC answer can be produced
-from the same source.
+Both texts are rendered from daemon/guide.py (forms, examples) and
+daemon/intents.py (parameters and where they may come from), so they say the
+same thing. ``python scripts/gen_query_docs.py`` rewrites the document; a
+test fails when the committed document differs from what this renders.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from typing import Any
 
-from daemon.intents import data_fields
+from daemon.guide import (
+    CONFIDENCE_RULE,
+    DEMO_CONVERSATION,
+    ERRORS_RULE,
+    GUIDE,
+    NOT_IN_TEXT,
+    PARAMETERS,
+    SOURCES_RULE,
+    Example,
+    OperationGuide,
+)
+from daemon.intents import field_sources
 
-__all__ = ["PURPOSE", "INSTRUCTIONS", "GUIDE", "OperationGuide", "render_instructions"]
+__all__ = ["PURPOSE", "INSTRUCTIONS", "render_instructions", "render_markdown", "describe_effect"]
 
 PURPOSE = (
     "Maintain rolling buffer of recent conversation utterances with automatic "
     "summarization of older conversations"
 )
 
-
-@dataclass(frozen=True, slots=True)
-class OperationGuide:
-    operation: str
-    what: str
-    forms: tuple[str, ...]
-    example: str
-    returns: str
-
-
-GUIDE: tuple[OperationGuide, ...] = (
-    OperationGuide(
-        "store",
-        "Append one utterance to the conversation's rolling buffer. Everything after "
-        "the colon is stored verbatim, even words like 'remove' or 'summarize'. The "
-        "speaker comes from the phrase or metadata.speaker (default user). Without "
-        "metadata.turn_number a user utterance opens a new turn and assistant/system "
-        "utterances join the current one. When the buffer passes buffer_size or "
-        "max_tokens the oldest utterances are evicted and folded into the summary.",
-        (
-            "Add utterance: <text>",
-            "Add user utterance: '<text>'",
-            "Add assistant utterance: <text>",
-            "Store: <text>   /   Record: <text>   /   Remember <text>",
-        ),
-        "query=\"Add user utterance: 'What's the weather today?'\" "
-        "metadata={conversation_id: 'c1', turn_number: 5}",
-        "result.utterance {seq, speaker, text, turn_number, utterance_index, timestamp, "
-        "tokens, conversation_id}, result.evicted [seq...]",
-    ),
-    OperationGuide(
-        "retrieve",
-        "Read utterances (oldest first) and/or the running summary. Filters combine: "
-        "speaker (in the phrase or metadata.speaker), turns, seq, last N. A topic "
-        "search is ranked by relevance (BM25) blended with recency and each hit has "
-        "a score.",
-        (
-            "Get all utterances",
-            "Get the last 5 utterances",
-            "Find utterances about <topic>   (metadata.speaker filters by speaker)",
-            "Get utterance 12",
-            "Get utterances in turns 3 to 6",
-            "Get the last 3 utterances with summary",
-            "Get summary",
-        ),
-        "query='Find utterances about weather' metadata={speaker: 'user'}",
-        "result.utterances [...], with the summary: result.summary, summary_tokens, "
-        "summary_through_seq, summary_pending",
-    ),
-    OperationGuide(
-        "remove",
-        "Delete utterances. A remove must name its target; 'remove utterances' alone "
-        "is refused. 'before turn N' also drops summary segments made only from those "
-        "turns; 'clear the conversation' deletes the buffer, the summary and the queue. "
-        "Seq numbers are never reused.",
-        (
-            "Remove oldest utterance   /   Remove the oldest 3 utterances",
-            "Remove before turn 4",
-            "Remove utterance 12",
-            "Clear the conversation",
-        ),
-        "query='Remove before turn 4' metadata={conversation_id: 'c1'}",
-        "result.removed [seq...], result.summary_segments_dropped",
-    ),
-    OperationGuide(
-        "summarize",
-        "Summarize the whole conversation (running summary plus the buffer) within a "
-        "token limit (data.token_limit, default summary_token_limit). Read-only.",
-        (
-            "Summarize conversation",
-            "Summarize the conversation in 200 tokens",
-        ),
-        "query='Summarize conversation' data={token_limit: 500}",
-        "result.summary, result.tokens (never above the limit), result.token_limit",
-    ),
+_INTRO = (
+    "Send Query(query, metadata, data). Every response has operation, result, and metadata "
+    "with conversation_id, items_affected, tokens_used and confidence."
 )
 
 
+def _sources(operation: str, name: str) -> list[str]:
+    extra = [f"{source}.{name}" for source in field_sources(operation).get(name, ())]
+    return extra if (operation, name) in NOT_IN_TEXT else ["query text", *extra]
+
+
+def describe_effect(example: Example) -> str:
+    """The example's expected effect in words (the test checks the same ``expect``)."""
+    expect = example.expect
+    if "error" in expect:
+        return f"refused ({expect['error']})"
+    parts: list[str] = []
+    if "seqs" in expect:
+        parts.append("utterances " + ", ".join(f"#{s}" for s in expect["seqs"]))
+    if "removed" in expect:
+        parts.append("removes " + ", ".join(f"#{s}" for s in expect["removed"]))
+    if "stored" in expect:
+        parts.append("utterance " + _fields(expect["stored"]))
+    if "result" in expect:
+        parts.append(_fields(expect["result"]))
+    if "left" in expect:
+        left = expect["left"]
+        parts.append("buffer now " + (", ".join(f"#{s}" for s in left) if left else "empty"))
+    return "; ".join(parts)
+
+
+def _fields(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={json.dumps(v)}" for k, v in values.items())
+
+
+def _call(example: Example) -> str:
+    args = [json.dumps(example.query)]
+    if example.metadata:
+        args.append(f"metadata={json.dumps(example.metadata)}")
+    if example.data:
+        args.append(f"data={json.dumps(example.data)}")
+    return f"query({', '.join(args)})"
+
+
+def _operation_text(guide: OperationGuide) -> list[str]:
+    lines = [f"{guide.operation.upper()}: {guide.what}", "  Forms:"]
+    lines += [f"    {form}" for form in guide.forms]
+    params = PARAMETERS[guide.operation]
+    if params:
+        lines.append("  Parameters (where from):")
+        lines += [
+            f"    {name} ({', '.join(_sources(guide.operation, name))}): {meaning}"
+            for name, meaning in params.items()
+        ]
+    lines.append("  Examples (on the demo conversation below):")
+    for example in guide.examples:
+        note = f" ({example.note})" if example.note else ""
+        lines.append(f"    {_call(example)} -> {describe_effect(example)}{note}")
+    lines.append(f"  Returns: {guide.returns}")
+    return lines
+
+
+def _demo_lines() -> list[str]:
+    lines, turn = [], 0
+    for seq, (speaker, text) in enumerate(DEMO_CONVERSATION, start=1):
+        turn += speaker == "user"
+        lines.append(f"#{seq} turn {turn} {speaker}: {text}")
+    return lines
+
+
 def render_instructions() -> str:
-    lines = [
-        "chd, the Conversation History Daemon: " + PURPOSE + ".",
+    """The GetInstructions text."""
+    lines = [f"chd, the Conversation History Daemon: {PURPOSE}.", "", _INTRO, "", SOURCES_RULE, "",
+             CONFIDENCE_RULE, ""]
+    for guide in GUIDE:
+        lines += _operation_text(guide)
+        lines.append("")
+    lines.append("Demo conversation used by the examples:")
+    lines += [f"  {line}" for line in _demo_lines()]
+    lines += ["", ERRORS_RULE]
+    return "\n".join(lines)
+
+
+def render_markdown() -> str:
+    """docs/query-language.md."""
+    out = [
+        "# The chd query language",
         "",
-        "Send Query(query, metadata, data). metadata.conversation_id (default "
-        "'default') isolates conversations. Every response has operation, result, "
-        "and metadata with items_affected and tokens_used.",
+        "<!-- Generated by scripts/gen_query_docs.py from daemon/guide.py; do not edit by hand. -->",
         "",
-        "Programs that already know what they want can skip the language: set "
-        "data.operation to store, retrieve, remove or summarize and pass the "
-        "parameters as data fields. A field given in two places with different "
-        "values is refused, not guessed.",
+        _INTRO,
+        "",
+        "## Where parameters come from",
+        "",
+        SOURCES_RULE,
+        "",
+        "## Confidence and refusals",
+        "",
+        CONFIDENCE_RULE,
+        "",
+        "## The demo conversation",
+        "",
+        "Every example below runs on a fresh conversation holding these utterances "
+        "(seq, turn, speaker):",
+        "",
+        "```",
+        *_demo_lines(),
+        "```",
         "",
     ]
     for guide in GUIDE:
-        lines.append(f"{guide.operation.upper()}: {guide.what}")
-        lines.append("  Forms:")
-        lines.extend(f"    {form}" for form in guide.forms)
-        lines.append(f"  data fields: {', '.join(data_fields(guide.operation))}")
-        lines.append(f"  Example: {guide.example}")
-        lines.append(f"  Returns: {guide.returns}")
-        lines.append("")
-    lines.append(
-        "Errors: INVALID_ARGUMENT for a query that is not understood or a bad field "
-        "(the message says which and shows the supported forms), NOT_FOUND for a seq "
-        "that is not in the buffer, RESOURCE_EXHAUSTED for an utterance over the size "
-        "limits. A failed query changes nothing."
-    )
-    return "\n".join(lines)
+        out += [f"## {guide.operation}", "", guide.what, "", "Phrasings:", ""]
+        out += [f"- `{form}`" for form in guide.forms]
+        params = PARAMETERS[guide.operation]
+        if params:
+            out += ["", "| parameter | from | meaning |", "|---|---|---|"]
+            out += [
+                f"| `{name}` | {', '.join(_sources(guide.operation, name))} | {meaning} |"
+                for name, meaning in params.items()
+            ]
+        out += ["", "Examples:", "", "| query | effect |", "|---|---|"]
+        for example in guide.examples:
+            note = f" — {example.note}" if example.note else ""
+            call = _call(example).replace("|", "\\|")
+            out.append(f"| `{call}` | {describe_effect(example)}{note} |")
+        out += ["", f"Returns: {guide.returns}", ""]
+    out += ["## Errors", "", ERRORS_RULE, ""]
+    return "\n".join(out)
 
 
 INSTRUCTIONS = render_instructions()

@@ -1,21 +1,26 @@
-"""Topic search over a conversation's buffer: BM25 relevance blended with recency.
+"""Topic search: BM25 relevance over the conversation index, blended with recency.
 
-The buffer holds tens of utterances by default, so the scores are computed
-over the candidates at query time; nothing has to be kept in step with
-every store and remove.
+Scores come from the incremental index in daemon/index.py (why an index
+and not a query-time scan is explained there). Term statistics (document
+frequency, average length) are those of the whole buffer, so how rare a word
+is does not change with the filters; the filters only decide which
+utterances may be hits, and they are applied before the hits are ranked and
+cut to ``limit``. The running summary is scored as one more document and
+reported apart from the utterance hits.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable
 
-from daemon.utterance import Utterance
+if TYPE_CHECKING:
+    from daemon.index import ConversationIndex, IndexedDoc
 
-__all__ = ["Hit", "rank", "terms"]
+__all__ = ["Hit", "Ranking", "rank", "score_text", "terms", "term_counts", "RECENCY_WEIGHT"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset(
@@ -38,38 +43,120 @@ def _stem(word: str) -> str:
     return word
 
 
+# word -> its term ("" for a stopword). Memoised because tokenizing is most
+# of an index update (bench/bench_search.py); bounded so odd input cannot
+# grow it without limit.
+_TERMS: dict[str, str] = {w: "" for w in _STOP}
+_TERMS_LIMIT = 200_000
+
+
+def _term(word: str) -> str:
+    term = _TERMS.get(word)
+    if term is None:
+        if len(_TERMS) > _TERMS_LIMIT:
+            _TERMS.clear()
+            _TERMS.update((w, "") for w in _STOP)
+        term = _TERMS[word] = _stem(word)
+    return term
+
+
 def terms(text: str) -> list[str]:
     """Lower-cased, lightly stemmed words of ``text`` without stopwords."""
-    return [_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP]
+    out = []
+    for word in _WORD.findall(text.lower()):
+        term = _TERMS.get(word)
+        if term is None:
+            term = _term(word)
+        if term:
+            out.append(term)
+    return out
+
+
+def term_counts(text: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    get = counts.get
+    for term in terms(text):
+        counts[term] = get(term, 0) + 1
+    return counts
 
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    utterance: Utterance
+    seq: int
     score: float
 
 
-def rank(candidates: Sequence[Utterance], topic: str) -> list[Hit]:
-    """Candidates that mention the topic, best first (ties: newer first)."""
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """The best hits (best first), how many utterances matched, the summary's score."""
+
+    hits: list[Hit]
+    matches: int
+    summary_score: float
+
+
+def _bm25(idf: float, tf: int, length: int, average: float) -> float:
+    return idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average))
+
+
+def _idf(documents: int, frequency: int) -> float:
+    return math.log(1 + (documents - frequency + 0.5) / (frequency + 0.5))
+
+
+def rank(
+    index: ConversationIndex,
+    topic: str,
+    admits: Callable[[int, IndexedDoc], bool] | None,
+    limit: int,
+    summary: str = "",
+) -> Ranking:
+    """Utterances of ``index`` that mention ``topic`` and pass ``admits``, best first.
+
+    ``admits`` None means no filter. Ties go to the newer utterance. Only the
+    postings of the query's terms are visited, so the cost follows how many
+    utterances mention the topic, not the buffer's size.
+    """
     query = set(terms(topic))
-    if not query or not candidates:
-        return []
-    docs = [Counter(terms(u.text)) for u in candidates]
-    average = sum(sum(d.values()) for d in docs) / len(docs) or 1.0
-    frequency = Counter(t for d in docs for t in query if t in d)
+    docs = index.docs
     n = len(docs)
-    hits: list[Hit] = []
-    for position, (utterance, doc) in enumerate(zip(candidates, docs)):
-        length = sum(doc.values())
-        score = 0.0
-        for term in query:
-            tf = doc.get(term, 0)
-            if not tf:
+    average = (index.total_length / n if n else 1.0) or 1.0
+    # BM25 with its per-document length factor written out: this loop is
+    # the whole cost of a search, and a function call per posting doubles it.
+    norm_a, norm_b = K1 * (1 - B), K1 * B / average
+    scores: dict[int, float] = {}
+    rejected: set[int] = set()
+    for term in query:
+        posting = index.postings.get(term)
+        if not posting:
+            continue
+        weight = _idf(n, len(posting)) * (K1 + 1)
+        for seq, tf in posting.items():
+            if admits is not None and (seq in rejected or (seq not in scores and not admits(seq, docs[seq]))):
+                rejected.add(seq)
                 continue
-            idf = math.log(1 + (n - frequency[term] + 0.5) / (frequency[term] + 0.5))
-            score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average))
-        if score > 0:
-            recency = position / (n - 1) if n > 1 else 1.0
-            hits.append(Hit(utterance, score * (1 + RECENCY_WEIGHT * recency)))
-    hits.sort(key=lambda h: (-h.score, -h.utterance.seq))
-    return hits
+            scores[seq] = scores.get(seq, 0.0) + weight * tf / (tf + norm_a + norm_b * docs[seq].length)
+    hits: list[Hit] = []
+    if scores:
+        # Recency by seq across the buffer, not by position: seqs are dense
+        # enough in a buffer and need no lookup per candidate.
+        first, last = index.bounds()
+        bonus = RECENCY_WEIGHT / max(last - first, 1)
+        best = heapq.nlargest(limit, scores.items(), key=lambda item: (item[1] * (1 + bonus * (item[0] - first)), item[0]))
+        hits = [Hit(seq, score * (1 + bonus * (seq - first))) for seq, score in best]
+    summary_score = score_text(index, query, summary) if summary else 0.0
+    return Ranking(hits, len(scores), summary_score)
+
+
+def score_text(index: ConversationIndex, query: set[str], text: str) -> float:
+    """BM25 of ``text`` as if it were one more document of the index."""
+    counts = term_counts(text)
+    length = sum(counts.values())
+    n = len(index.docs) + 1
+    average = (index.total_length + length) / n or 1.0
+    score = 0.0
+    for term in query:
+        tf = counts.get(term, 0)
+        if tf:
+            frequency = len(index.postings.get(term, ())) + 1
+            score += _bm25(_idf(n, frequency), tf, length, average)
+    return score

@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from concurrent import futures
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -92,6 +93,11 @@ def _answer(context: grpc.ServicerContext, run: Callable[[], Any]) -> Any:
         context.abort(grpc.StatusCode.INTERNAL, "internal error; see the daemon's log")
 
 
+# Read at start-up to prove the backend answers before health says SERVING.
+_PROBE_CONVERSATION = "chd-health-probe"
+_HEALTH_SERVICES = ("", SERVICE_NAME)
+
+
 class Server:
     """A running gRPC server with health and reflection, stoppable once."""
 
@@ -100,16 +106,31 @@ class Server:
         self.port = port
         self.health = health_servicer
         self.history = history
+        # Run after the server and the backend are closed (a metrics endpoint, say).
+        self.on_stop: list[Callable[[], None]] = []
+        self.metrics_port: int | None = None
         self._stopped = threading.Event()
 
-    def stop(self, grace: float = 10.0) -> None:
-        """Say NOT_SERVING, let in-flight calls finish within ``grace``, close storage."""
+    def stop(self, grace: float = 10.0, drain: float = 0.0) -> None:
+        """Say NOT_SERVING, drain, let in-flight calls finish within ``grace``, close storage.
+
+        For ``drain`` seconds the server still answers while health says
+        NOT_SERVING, so load balancers that poll health route elsewhere
+        before the port stops accepting calls.
+        """
         if self._stopped.is_set():
             return
         self._stopped.set()
         self.health.enter_graceful_shutdown()
+        if drain > 0:
+            time.sleep(drain)
         self.grpc_server.stop(grace).wait()
         self.history.backend.close()
+        for hook in self.on_stop:
+            try:
+                hook()
+            except Exception:
+                log.exception("error while stopping")
 
     def wait(self) -> None:
         self.grpc_server.wait_for_termination()
@@ -120,26 +141,51 @@ def build_server(
     host: str = "127.0.0.1",
     port: int = 50051,
     max_workers: int = 16,
+    *,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
+    credentials: grpc.ServerCredentials | None = None,
+    options: Sequence[tuple[str, Any]] = (),
+    maximum_concurrent_rpcs: int | None = None,
 ) -> Server:
-    """Create and start the server; ``port=0`` picks a free port (see ``Server.port``)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
+    """Create and start the server; ``port=0`` picks a free port (see ``Server.port``).
+
+    Health answers NOT_SERVING until the backend has answered a read, then
+    SERVING; ``Server.stop`` turns it back to NOT_SERVING for good.
+    """
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers),
+        interceptors=tuple(interceptors),
+        options=tuple(options),
+        maximum_concurrent_rpcs=maximum_concurrent_rpcs,
+    )
     daemon_pb2_grpc.add_DaemonServicer_to_server(DaemonServicer(history), server)
     health_servicer = health.HealthServicer()
+    for service in _HEALTH_SERVICES:
+        health_servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    bound = server.add_insecure_port(address)
+    if credentials is None:
+        bound = server.add_insecure_port(address)
+    else:
+        bound = server.add_secure_port(address, credentials)
     if bound == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()
-    for service in ("", SERVICE_NAME):
+    running = Server(server, bound, health_servicer, history)
+    try:
+        history.backend.read(_PROBE_CONVERSATION)
+    except Exception:
+        running.stop(grace=0)
+        raise
+    for service in _HEALTH_SERVICES:
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    return Server(server, bound, health_servicer, history)
+    return running
 
 
-def serve_forever(server: Server, grace: float = 10.0) -> None:
+def serve_forever(server: Server, grace: float = 10.0, drain: float = 0.0) -> None:
     """Block until SIGTERM or SIGINT, then stop gracefully."""
     done = threading.Event()
 
@@ -151,4 +197,4 @@ def serve_forever(server: Server, grace: float = 10.0) -> None:
     signal.signal(signal.SIGINT, on_signal)
     while not done.wait(0.5):
         pass
-    server.stop(grace)
+    server.stop(grace, drain)

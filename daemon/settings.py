@@ -15,7 +15,11 @@ class Settings:
     utterances leave first when either is exceeded); ``summary_token_limit``
     bounds the running summary; ``eviction_batch`` is how many utterances
     leave at least once the buffer overflows; ``max_utterance_chars`` refuses oversized
-    utterances before anything is stored.
+    utterances before anything is stored. ``eviction_policy`` is ``fifo`` or
+    ``importance`` (important utterances leave last); ``query_classifier``
+    lets Claude classify queries the rule parser is unsure of (needs
+    ANTHROPIC_API_KEY). A conversation may override buffer_size, max_tokens,
+    summary_token_limit and eviction_policy (see daemon/configure.py).
     """
 
     buffer_size: int = 20
@@ -24,6 +28,8 @@ class Settings:
     max_utterance_chars: int = 32_000
     eviction_batch: int = 5
     summarization_enabled: bool = True
+    eviction_policy: str = "fifo"
+    query_classifier: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -36,3 +42,5 @@ class Settings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if self.eviction_policy not in ("fifo", "importance"):
+            raise ValueError(f"eviction_policy must be fifo or importance, got {self.eviction_policy!r}")

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -106,6 +107,11 @@ class DaemonProcess:
             raise RuntimeError(f"daemon did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}")
         self.port = int(match.group(2))
         self.target = f"127.0.0.1:{self.port}"
+        # The daemon logs a trace line per call: read stderr as it comes, or
+        # a full pipe (64 KiB) would block the daemon mid-call.
+        self.stderr_lines: list[str] = []
+        self._drain = threading.Thread(target=self.stderr_lines.extend, args=(self.proc.stderr,), daemon=True)
+        self._drain.start()
 
     def terminate(self, timeout: float = 15) -> int:
         if self.proc.poll() is None:
@@ -122,6 +128,9 @@ class DaemonProcess:
         self._close()
 
     def _close(self) -> None:
+        if self.proc.poll() is None:
+            return  # still running (a terminate timed out): kill() closes
+        self._drain.join(timeout=5)
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream:
                 stream.close()

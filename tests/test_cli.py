@@ -47,7 +47,7 @@ class TestQueryCommand:
         """INVALID_ARGUMENT (3) exits 67 and NOT_FOUND (5) exits 69, message on stderr."""
         done = chd_query(daemon_process, "Make me a sandwich")
         assert done.returncode == 67
-        assert "INVALID_ARGUMENT" in done.stderr and "Supported forms" in done.stderr
+        assert "INVALID_ARGUMENT" in done.stderr and "supported forms" in done.stderr
         assert done.stdout == ""
         done = chd_query(daemon_process, "Remove utterance 9")
         assert done.returncode == 69 and "NOT_FOUND" in done.stderr

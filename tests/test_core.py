@@ -305,12 +305,13 @@ class TestErrors:
         with pytest.raises(InvalidRequest, match="last_n is given twice"):
             history.query("Get the last 5 utterances", {}, {"last_n": 3})
 
-    def test_remove_with_two_selectors_is_refused(self, history: ConversationHistory) -> None:
-        """A data remove with both oldest and seq is ambiguous."""
+    def test_remove_from_both_ends_is_refused(self, history: ConversationHistory) -> None:
+        """A data remove with both oldest and newest is ambiguous and removes nothing."""
         store(history, "x")
-        with pytest.raises(InvalidRequest, match="one selector"):
-            history.query("", {}, {"operation": "remove", "oldest": 1, "seq": 1})
-        assert seqs(history) == [1]
+        store(history, "y")
+        with pytest.raises(InvalidRequest, match="oldest or newest, not both"):
+            history.query("", {}, {"operation": "remove", "oldest": 1, "newest": 1})
+        assert seqs(history) == [1, 2]
 
 
 class TestSpecMethods:
@@ -322,3 +323,9 @@ class TestSpecMethods:
             store(history, f"u{i}")
         assert history.get_last_n(2) == history.query("Get the last 2 utterances").result["utterances"]
         assert history.get_summary() == history.query("Get summary").result
+
+
+def test_data_store_without_text_is_invalid_argument(history: ConversationHistory) -> None:
+    """data.operation store with no text names the missing field instead of crashing."""
+    with pytest.raises(InvalidRequest, match="store needs text"):
+        history.query("", {}, {"operation": "store"})

@@ -109,8 +109,9 @@ class TestRemove:
     @pytest.mark.parametrize("query", ["Remove", "Remove utterances", "Delete the weather ones", "Remove turn"])
     def test_remove_without_a_clear_target_is_refused(self, query: str) -> None:
         """A remove that does not say what to delete is an error, never a guess."""
-        with pytest.raises(InvalidRequest, match="which utterances"):
+        with pytest.raises(InvalidRequest, match="remove|which utterances") as caught:
             parse(query)
+        assert "supported forms" in str(caught.value).lower() or "say which" in str(caught.value)
 
 
 class TestSummarize:
@@ -135,5 +136,5 @@ class TestNotUnderstood:
         with pytest.raises(InvalidRequest) as caught:
             parse(query)
         message = str(caught.value)
-        assert "Supported forms" in message
-        assert "Add utterance" in message and "Remove oldest utterance" in message
+        assert "supported forms" in message.lower()
+        assert "GetInstructions lists them all" in message

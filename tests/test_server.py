@@ -85,7 +85,7 @@ class TestStatusCodes:
     @pytest.mark.parametrize(
         ("text", "metadata", "data", "code", "fragment"),
         [
-            ("what is this", {}, {}, grpc.StatusCode.INVALID_ARGUMENT, "Supported forms"),
+            ("frobnicate the widgets", {}, {}, grpc.StatusCode.INVALID_ARGUMENT, "supported forms"),
             ("Add utterance: x", {"turn_number": "abc"}, {}, grpc.StatusCode.INVALID_ARGUMENT, "metadata.turn_number"),
             ("Add utterance: x", {"turn_number": -3}, {}, grpc.StatusCode.INVALID_ARGUMENT, "at least 0"),
             ("Add utterance: x", {"turn_number": math.nan}, {}, grpc.StatusCode.INVALID_ARGUMENT, "metadata.turn_number"),

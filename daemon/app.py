@@ -1,0 +1,94 @@
+"""Putting a configured daemon together: core, limits, security, trace, metrics.
+
+``start(config)`` is what ``chd serve`` runs; tests call it too, so the
+process and the in-process server are assembled the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from backends.base import Backend
+from backends.memory import MemoryBackend
+from daemon.auth import BearerAuthInterceptor
+from daemon.classifier import classifier_from_environment
+from daemon.config import Config, to_settings
+from daemon.core import ConversationHistory
+from daemon.decoding import DecodingInterceptor
+from daemon.limits import DeadlineInterceptor, LimitedBackend, Limits
+from daemon.metrics import Metrics
+from daemon.observe import CallSink, ObservingInterceptor
+from daemon.server import Server, build_server
+from daemon.summarizer import Summarizer
+from daemon.tls import server_credentials
+from daemon.tracelog import TraceLog
+
+__all__ = ["start", "limits_from"]
+
+log = logging.getLogger(__name__)
+
+
+def limits_from(config: Config) -> Limits:
+    return Limits(
+        max_request_bytes=config.max_request_bytes,
+        max_conversations=config.max_conversations,
+        max_utterances_per_conversation=config.max_utterances_per_conversation,
+        request_timeout=config.request_timeout,
+        max_concurrent_rpcs=config.max_concurrent_rpcs,
+    )
+
+
+def start(config: Config, *, backend: Backend | None = None, summarizer: Summarizer | None = None) -> Server:
+    """A started server as ``config`` says, over ``backend`` (memory if None).
+
+    The backend and summarizer are wrapped (limits, sizes, failure counts)
+    before the core is built over them, so every part of the core that holds
+    a reference to them goes through the wrappers.
+    """
+    limits = limits_from(config)
+    store: Backend = LimitedBackend(backend if backend is not None else MemoryBackend(), limits)
+    sinks: list[CallSink] = [TraceLog()]
+    metrics: Metrics | None = None
+    if config.metrics_port is not None:
+        metrics = Metrics()
+        store = metrics.watch_backend(store)
+        if summarizer is not None:
+            summarizer = metrics.watch_summarizer(summarizer)
+        sinks.append(metrics)
+    classifier = classifier_from_environment(config.query_classifier, config.classifier_model)
+    history = ConversationHistory(
+        backend=store, settings=to_settings(config), summarizer=summarizer, classifier=classifier
+    )
+    if metrics is not None and summarizer is None:
+        # The core built its default summarizer: count that one's failures.
+        history.summarizer = metrics.watch_summarizer(history.summarizer)
+    # Outermost first: observe sees every outcome, auth refuses before
+    # anything is decoded, the deadline is checked last before the servicer.
+    interceptors: list[grpc.ServerInterceptor] = [ObservingInterceptor(sinks)]
+    if config.auth_token is not None:
+        interceptors.append(BearerAuthInterceptor(config.auth_token))
+    interceptors += [DecodingInterceptor(), DeadlineInterceptor(limits.request_timeout)]
+    credentials = None
+    if config.tls_cert is not None:
+        credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
+    server = build_server(
+        history,
+        config.host,
+        config.port,
+        config.workers,
+        interceptors=interceptors,
+        credentials=credentials,
+        options=[("grpc.max_receive_message_length", limits.max_request_bytes)],
+        maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
+    )
+    if metrics is not None:
+        try:
+            endpoint = metrics.serve(config.metrics_host, config.metrics_port)
+        except OSError:
+            server.stop(grace=0)
+            raise
+        server.on_stop.append(endpoint.close)
+        server.metrics_port = endpoint.port
+    return server

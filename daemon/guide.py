@@ -1,0 +1,404 @@
+"""The query language as data: the one source of docs/query-language.md and GetInstructions.
+
+``daemon.instructions`` renders this as the GetInstructions text and as the
+Markdown document; a test regenerates the document and fails on any
+difference, and another runs every example below against the demo
+conversation and checks the effect it claims, so the two texts can neither
+drift from each other nor from what the daemon does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Example",
+    "OperationGuide",
+    "GUIDE",
+    "DEMO_CONVERSATION",
+    "PARAMETERS",
+    "NOT_IN_TEXT",
+    "SOURCES_RULE",
+    "CONFIDENCE_RULE",
+    "ERRORS_RULE",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """A query and its effect on the demo conversation.
+
+    ``expect`` keys: ``operation``; ``seqs`` (seqs of result.utterances, in
+    order); ``removed``; ``stored`` (fields of result.utterance); ``result``
+    (fields of result); ``left`` (seqs left in the buffer); ``error`` (a gRPC
+    status name).
+    """
+
+    query: str
+    expect: dict[str, Any]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OperationGuide:
+    operation: str
+    what: str
+    forms: tuple[str, ...]
+    examples: tuple[Example, ...]
+    returns: str
+
+
+# (speaker, text): stored in this order with automatic turns, seqs 1-8, turns 1-4.
+DEMO_CONVERSATION: tuple[tuple[str, str], ...] = (
+    ("user", "What's the weather in Paris today?"),
+    ("assistant", "Paris is sunny, 24 degrees."),
+    ("user", "And tomorrow?"),
+    ("assistant", "Rain is expected in Paris tomorrow."),
+    ("user", "Book a table for two at 8pm."),
+    ("assistant", "Booked: Chez Marie, 8pm, two people."),
+    ("user", "What is our budget for the trip?"),
+    ("assistant", "The budget is 1200 euros."),
+)
+
+# What each parameter means; where it may come from is read from intents.
+PARAMETERS: dict[str, dict[str, str]] = {
+    "store": {
+        "text": "the utterance, stored verbatim",
+        "speaker": "user (default), assistant or system",
+        "turn_number": "the turn; without it user utterances open a new turn, others join the current one",
+    },
+    "retrieve": {
+        "topic": "rank by relevance to these words (BM25 blended with recency); each hit has a score",
+        "limit": "at most this many topic hits (default 20); result.matches counts them all",
+        "last_n": "keep the newest n of the filtered utterances",
+        "first_n": "keep the oldest n of the filtered utterances",
+        "last_turns": "only the newest k turns present",
+        "speaker": "only this speaker's utterances (metadata.speaker filters too, as in the spec)",
+        "turn_from": "only turns >= this",
+        "turn_to": "only turns <= this",
+        "seq": "only this utterance (NOT_FOUND if it is not in the buffer)",
+        "seqs": "only these utterances",
+        "since": "only utterances at or after this RFC 3339 time (in the text, a time without zone is UTC)",
+        "within_seconds": "only utterances of the last n seconds",
+        "include_summary": "also return the running summary",
+        "summary_only": "return only the running summary",
+    },
+    "remove": {
+        "oldest": "the oldest n (of the filtered) utterances in the buffer",
+        "newest": "the newest n (of the filtered) utterances in the buffer",
+        "before_turn": "utterances of turns < N (and summary segments made only of them)",
+        "after_turn": "utterances of turns > N",
+        "turn_from": "utterances of turns >= N",
+        "turn_to": "utterances of turns <= N",
+        "last_turns": "utterances of the newest k turns",
+        "seq": "one utterance (NOT_FOUND if it is gone)",
+        "seqs": "these utterances",
+        "speaker": "only this speaker's utterances",
+        "all": "everything: buffer, summary and queue (takes no other selector)",
+        "at_most": "refuse, removing nothing, if more than this many would go",
+    },
+    "summarize": {
+        "token_limit": "the summary's token budget (default: the conversation's summary_token_limit)",
+        "turn_from": "summarize only turns >= this",
+        "turn_to": "summarize only turns <= this",
+    },
+    "configure": {
+        "buffer_size": "utterances kept in the buffer",
+        "max_tokens": "tokens kept in the buffer (the token budget)",
+        "summary_token_limit": "token budget of the running summary",
+        "eviction_policy": "fifo (oldest first, the default) or importance (important ones last)",
+        "reset": "drop this conversation's overrides first (the daemon's defaults apply again)",
+    },
+    "mark": {
+        "seq": "the utterance to mark",
+        "important": "true to mark (default), false to unmark",
+    },
+    "stats": {},
+}
+
+# Parameters the rules never read from the query text: a store's text is
+# verbatim (so a turn number in it is just text), and at_most is only set to
+# 1 by singular phrasings.
+NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset({("store", "turn_number"), ("remove", "at_most")})
+
+GUIDE: tuple[OperationGuide, ...] = (
+    OperationGuide(
+        "store",
+        "Append one utterance to the conversation's rolling buffer. Everything after the "
+        "header (a colon, or an opening quote) is stored verbatim, even words like 'remove' or "
+        "'summarize': a query that starts like a store is always a store. The speaker comes "
+        "from the phrase or metadata.speaker (default user). When the buffer passes "
+        "buffer_size or max_tokens, utterances are evicted (by the eviction policy) and folded "
+        "into the running summary.",
+        (
+            "Add utterance: <text>",
+            "Add user utterance: '<text>'",
+            "Add assistant utterance: <text>",
+            "Please store this message from the system: <text>",
+            "Record: <text>",
+            "Remember that <text>",
+            "Assistant: <text>",
+            "The user said \"<text>\"",
+        ),
+        (
+            Example(
+                "Add user utterance: 'What's the weather today?'",
+                {"operation": "store", "stored": {"seq": 9, "speaker": "user", "turn_number": 5,
+                                                  "text": "What's the weather today?"}},
+                metadata={"turn_number": 5},
+            ),
+            Example(
+                "Add utterance: Remove all my files please",
+                {"operation": "store", "stored": {"text": "Remove all my files please"},
+                 "left": [1, 2, 3, 4, 5, 6, 7, 8, 9]},
+                note="stored as written; nothing is removed",
+            ),
+            Example(
+                "Could you store this from the assistant: Sure, done.",
+                {"operation": "store", "stored": {"speaker": "assistant", "text": "Sure, done."}},
+            ),
+        ),
+        "result.utterance {seq, speaker, text, turn_number, utterance_index, timestamp, tokens, "
+        "important, conversation_id}; result.evicted [seq...]",
+    ),
+    OperationGuide(
+        "retrieve",
+        "Read utterances (in conversation order) and/or the running summary. Filters combine: "
+        "speaker, turns, seqs, time; then the newest/oldest n of what they chose. With a topic "
+        "the candidates are ranked by relevance (BM25 over the buffer, blended with recency), "
+        "best first, each with a score; the running summary is searched too and returned as "
+        "result.summary_hit when it matches.",
+        (
+            "Find utterances about <topic>",
+            "Search for 'budget meeting'",
+            "What did the assistant say about Paris in turns 3 to 6?",
+            "Did anyone mention the budget?",
+            "Find the top 3 utterances about Paris",
+            "Get the last 5 utterances",
+            "Show me the three most recent messages",
+            "Get the first 2 utterances",
+            "Get the assistant's messages",
+            "Get utterance 12",
+            "Get utterances 3, 5 and 7",
+            "Get utterances in turns 3 to 6",
+            "Show everything since turn 4",
+            "Get the last 2 turns",
+            "What was said in the last 10 minutes?",
+            "Get messages since 2026-01-31T14:00:00Z",
+            "Get the last 3 utterances with the summary",
+            "Get summary",
+            "last 5",
+        ),
+        (
+            Example(
+                "Find utterances about Paris",
+                {"operation": "retrieve", "seqs": [4, 2, 1], "result": {"matches": 3}},
+                note="best first; each hit carries its score",
+            ),
+            Example(
+                "Find utterances about weather",
+                {"operation": "retrieve", "seqs": [1]},
+                metadata={"speaker": "user"},
+                note="metadata.speaker filters, as in the spec's example",
+            ),
+            Example(
+                "What did the assistant say about Paris in turns 2 to 4?",
+                {"operation": "retrieve", "seqs": [4]},
+            ),
+            Example("Get the last three utterances", {"operation": "retrieve", "seqs": [6, 7, 8]}),
+            Example("Get utterances in turns 2 to 3", {"operation": "retrieve", "seqs": [3, 4, 5, 6]}),
+            Example("Show me the user's messages since turn 3", {"operation": "retrieve", "seqs": [5, 7]}),
+            Example("Get utterance 6", {"operation": "retrieve", "seqs": [6]}),
+            Example(
+                "Get summary",
+                {"operation": "retrieve", "result": {"summary": "", "summary_through_seq": 0}},
+                note="empty until something is evicted",
+            ),
+        ),
+        "result.utterances [utterance..., with score when ranked]; with a topic result.ranked, "
+        "result.matches and maybe result.summary_hit {text, score, turn_from, turn_to}; with the "
+        "summary: result.summary, summary_tokens, summary_through_seq, summary_pending",
+    ),
+    OperationGuide(
+        "remove",
+        "Delete utterances. Every word of a remove must be understood, and a remove must say "
+        "which utterances: 'remove messages', 'remove 3 messages' (from which end?) and removes "
+        "by topic are refused, not guessed. A singular phrasing over a set ('the assistant's "
+        "message') removes at most one utterance and is refused if there are more. 'before turn "
+        "N' and turn ranges also drop summary segments made only of those turns; 'clear the "
+        "conversation' deletes the buffer, the summary and the queue. Seq numbers are never reused.",
+        (
+            "Remove oldest utterance",
+            "Remove the oldest 3 utterances",
+            "Delete the last message",
+            "Remove before turn 4",
+            "Remove everything after turn 6",
+            "Remove turns 3 to 5",
+            "Remove the last turn",
+            "Remove utterance 12",
+            "Delete messages 3 and 4",
+            "Remove everything the assistant said",
+            "Remove the user's messages before turn 3",
+            "Clear the conversation",
+        ),
+        (
+            Example("Remove oldest utterance", {"operation": "remove", "removed": [1]}),
+            Example("Remove the newest two messages", {"operation": "remove", "removed": [7, 8]}),
+            Example("Remove before turn 3", {"operation": "remove", "removed": [1, 2, 3, 4]}),
+            Example("Delete utterances 2 and 5", {"operation": "remove", "removed": [2, 5]}),
+            Example(
+                "Remove everything the assistant said after turn 2",
+                {"operation": "remove", "removed": [6, 8]},
+            ),
+            Example("Clear the conversation", {"operation": "remove", "left": []}),
+            Example(
+                "Remove 3 messages",
+                {"error": "INVALID_ARGUMENT"},
+                note="refused: the oldest 3 or the newest 3?",
+            ),
+            Example(
+                "Forget what I said about Paris",
+                {"error": "INVALID_ARGUMENT"},
+                note="refused: find them first, then remove by seq",
+            ),
+            Example(
+                "Remove the assistant's message",
+                {"error": "INVALID_ARGUMENT", "left": [1, 2, 3, 4, 5, 6, 7, 8]},
+                note="refused: the assistant has 4 messages; nothing is removed",
+            ),
+        ),
+        "result.removed [seq...], result.summary_segments_dropped",
+    ),
+    OperationGuide(
+        "summarize",
+        "Summarize the conversation (running summary plus the buffer), or only a turn range, "
+        "within a token limit (default: the conversation's summary_token_limit). Read-only: "
+        "the stored summary is not changed.",
+        (
+            "Summarize conversation",
+            "Summarize the conversation in 200 tokens",
+            "Give me a 100-token summary",
+            "Summarize turns 3 to 6",
+            "Recap everything since turn 4",
+        ),
+        (
+            Example(
+                "Summarize conversation",
+                {"operation": "summarize", "result": {"utterances_covered": 8}},
+                data={"token_limit": 500},
+            ),
+            Example(
+                "Summarize turns 2 to 3 in 50 tokens",
+                {"operation": "summarize", "result": {"utterances_covered": 4, "token_limit": 50}},
+            ),
+        ),
+        "result.summary, result.tokens (never above the limit), result.token_limit, "
+        "result.utterances_covered",
+    ),
+    OperationGuide(
+        "configure",
+        "Set or read this conversation's limits (the budget manager's controls). Values stay "
+        "with the conversation in the backend. Lowering a limit applies at once: utterances "
+        "that no longer fit are evicted into the summary, and a summary over a lowered "
+        "summary_token_limit is shortened. With nothing to set, the settings are returned.",
+        (
+            "Set the token budget to 4000",
+            "Set buffer size to 50 and the summary token limit to 300",
+            "buffer_size = 50",
+            "Limit the buffer to 10 utterances",
+            "Use the importance eviction policy",
+            "Switch to FIFO eviction",
+            "What is the token budget?",
+            "Show the settings",
+            "Reset the settings",
+        ),
+        (
+            Example(
+                "Set the token budget to 4000",
+                {"operation": "configure", "result": {"settings": {"max_tokens": 4000}}},
+            ),
+            Example(
+                "Set the buffer size to 5",
+                {"operation": "configure", "result": {"evicted": [1, 2, 3]}, "left": [4, 5, 6, 7, 8]},
+                note="evicted at once and folded into the summary",
+            ),
+            Example(
+                "Use the importance eviction policy",
+                {"operation": "configure", "result": {"settings": {"eviction_policy": "importance"}}},
+            ),
+        ),
+        "result.settings (effective), result.overrides (this conversation's), result.changed, "
+        "result.evicted [seq...], result.summary_tokens, result.summary_shortened",
+    ),
+    OperationGuide(
+        "mark",
+        "Mark an utterance as important, or unmark it (the frontal cortex's control). With the "
+        "importance eviction policy, important utterances are evicted last.",
+        (
+            "Mark utterance 12 as important",
+            "Flag message 7 as important",
+            "Pin utterance 7",
+            "Unmark utterance 12",
+            "Utterance 12 is no longer important",
+        ),
+        (
+            Example(
+                "Mark utterance 8 as important",
+                {"operation": "mark", "result": {"changed": True}, "stored": {"seq": 8, "important": True}},
+            ),
+            Example(
+                "Mark the budget as important",
+                {"error": "INVALID_ARGUMENT"},
+                note="refused: say which utterance by seq",
+            ),
+        ),
+        "result.utterance (with important), result.changed",
+    ),
+    OperationGuide(
+        "stats",
+        "Counts, tokens, turns, summary size and queue length of the conversation, with its "
+        "effective settings.",
+        (
+            "Stats",
+            "Show statistics",
+            "How many utterances are stored?",
+            "How many tokens are used?",
+            "How big is the summary?",
+        ),
+        (
+            Example(
+                "How many utterances are stored?",
+                {"operation": "stats", "result": {"utterance_count": 8, "turn_count": 4, "queue_length": 0}},
+            ),
+        ),
+        "result.utterance_count, by_speaker, important_count, tokens, turn_count, first_turn, last_turn, "
+        "oldest_seq, newest_seq, next_seq, summary_tokens, summary_segments, "
+        "summary_through_seq, queue_length, queue_tokens, buffer_fill, token_fill, settings",
+    ),
+)
+
+SOURCES_RULE = (
+    "A parameter may come from the query text, from metadata or from data (each operation's "
+    "table says which). When two sources give different values the query is refused with "
+    "INVALID_ARGUMENT naming both: none of them silently wins. Programs that already know what "
+    "they want can skip the language: set data.operation to an operation's name and pass its "
+    "parameters as data fields (the query text is then ignored; metadata.interpreted_by says "
+    "'data'). metadata.conversation_id (default 'default') selects the conversation."
+)
+CONFIDENCE_RULE = (
+    "Every answered query's metadata carries confidence: the share of the query's words the "
+    "parser understood. A read (retrieve, summarize, stats, reading settings) needs 0.8; a write "
+    "(remove, mark, configure) needs 1.0, every word understood. Below that the query is refused "
+    "with INVALID_ARGUMENT and the closest supported forms. If the daemon runs with the query "
+    "classifier enabled and ANTHROPIC_API_KEY set, such a query is classified by Claude into the "
+    "same operations instead (metadata.interpreted_by says 'classifier'); a classified remove "
+    "deletes at most one utterance."
+)
+ERRORS_RULE = (
+    "Errors: INVALID_ARGUMENT for a query that is not understood, ambiguous, or has a bad field "
+    "(the message says which and what to write instead); NOT_FOUND for a seq that is not in the "
+    "buffer; RESOURCE_EXHAUSTED for an utterance over the size limits. A failed query changes nothing."
+)

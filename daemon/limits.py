@@ -1,0 +1,139 @@
+"""The daemon's quantity limits, each refused with its own status and message.
+
+=============================  ==========================  =====================
+limit                          where                       status on breach
+=============================  ==========================  =====================
+max_request_bytes              grpc (receive size)         RESOURCE_EXHAUSTED
+max_utterance_chars            core (``Settings``)         RESOURCE_EXHAUSTED
+max_conversations              ``LimitedBackend``          RESOURCE_EXHAUSTED
+max_utterances_per_conversation ``LimitedBackend``         RESOURCE_EXHAUSTED
+request_timeout / deadline     ``DeadlineInterceptor``     DEADLINE_EXCEEDED
+max_concurrent_rpcs            grpc                        RESOURCE_EXHAUSTED
+=============================  ==========================  =====================
+
+Counts are checked inside the backend transaction, so a refused store
+changes nothing. Deadlines are checked when a worker picks the call up: a
+call that waited past its deadline is refused before it does anything, and
+a call that started is finished (a write is never half applied).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import grpc
+
+from backends.base import Backend, Change, ConversationState, T, apply_change
+from daemon.errors import TooLarge
+from daemon.handlers import Behavior, is_daemon_method, rewrap
+from daemon.wrapped_backend import WrappedBackend
+
+__all__ = ["Limits", "LimitedBackend", "DeadlineInterceptor"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-daemon limits; see the module docstring for who enforces each."""
+
+    max_request_bytes: int = 4 * 1024 * 1024
+    max_conversations: int = 100_000
+    max_utterances_per_conversation: int = 10_000
+    request_timeout: float = 30.0
+    max_concurrent_rpcs: int = 256
+
+
+class LimitedBackend(WrappedBackend):
+    """A Backend that refuses new conversations and utterances over the limits.
+
+    The utterance count is buffer plus the queue awaiting summary: what the
+    conversation keeps in storage. It can only pass the buffer size when
+    summarizing falls behind (a failing summarizer), so this limit is the
+    back-pressure that stops a backlog from filling the disk.
+    """
+
+    def __init__(self, backend: Backend, limits: Limits) -> None:
+        super().__init__(backend)
+        self.limits = limits
+        self._known = set(backend.conversations())
+        # New conversations are created one at a time so two of them cannot
+        # both take the last free place; existing ones never wait on this.
+        self._creating = threading.Lock()
+
+    def transact(self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]]) -> T:
+        if conversation_id in self._known:
+            return self.inner.transact(conversation_id, self._checked(decide, new=False))
+        with self._creating:
+            if len(self._known) >= self.limits.max_conversations:
+                # Another process or an import may have removed some since.
+                self._known = set(self.inner.conversations())
+            value = self.inner.transact(conversation_id, self._checked(decide, new=True))
+            if not self.inner.read(conversation_id).is_empty:
+                self._known.add(conversation_id)
+            return value
+
+    def _checked(
+        self, decide: Callable[[ConversationState], tuple[Change, T]], new: bool
+    ) -> Callable[[ConversationState], tuple[Change, T]]:
+        limits = self.limits
+
+        def checked(state: ConversationState) -> tuple[Change, T]:
+            change, value = decide(state)
+            if change.is_empty:
+                return change, value
+            if new and state.is_empty and len(self._known) >= limits.max_conversations:
+                raise TooLarge(
+                    f"this daemon already holds {len(self._known)} conversations, the "
+                    f"max_conversations limit; conversation {state.conversation_id!r} was not created"
+                )
+            before = len(state.utterances) + len(state.pending)
+            after_state = apply_change(state, change)
+            after = len(after_state.utterances) + len(after_state.pending)
+            if after > before and after > limits.max_utterances_per_conversation:
+                raise TooLarge(
+                    f"conversation {state.conversation_id!r} would keep {after} utterances "
+                    f"(buffer plus those awaiting summary), over the max_utterances_per_conversation "
+                    f"limit of {limits.max_utterances_per_conversation}; nothing was stored"
+                )
+            return change, value
+
+        return checked
+
+
+class DeadlineInterceptor(grpc.ServerInterceptor):
+    """Refuses Daemon calls that waited for a worker past their deadline.
+
+    The deadline is the caller's, capped by ``request_timeout`` counted from
+    arrival, so a caller that set none still cannot queue work forever.
+    Interceptors run on grpc's polling thread when the call arrives, which is
+    what makes the arrival time here honest.
+    """
+
+    def __init__(self, request_timeout: float) -> None:
+        self.request_timeout = request_timeout
+
+    def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+        arrived = time.monotonic()
+        handler = continuation(handler_call_details)
+        if handler is None or not is_daemon_method(handler_call_details.method):
+            return handler
+        return rewrap(handler, lambda behavior: self._on_time(behavior, arrived))
+
+    def _on_time(self, behavior: Behavior, arrived: float) -> Behavior:
+        def timed(request: Any, context: grpc.ServicerContext) -> Any:
+            waited = time.monotonic() - arrived
+            left = self.request_timeout - waited
+            remaining = context.time_remaining()
+            if remaining is not None:
+                left = min(left, remaining)
+            if left <= 0:
+                context.abort(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"the request waited {waited:.3f}s for a worker and its deadline passed "
+                    f"(request_timeout is {self.request_timeout:g}s); nothing was done",
+                )
+            return behavior(request, context)
+
+        return timed

@@ -1,0 +1,253 @@
+"""The optional Claude classifier, through the real anthropic SDK against a fake Messages API."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import anthropic
+import grpc
+import pytest
+
+from daemon.classifier import ClaudeClassifier, tool_definitions
+from daemon.core import ConversationHistory
+from daemon.errors import InvalidRequest
+from daemon.settings import Settings
+from daemon.v1 import daemon_pb2_grpc
+from tests.conftest import DaemonProcess, query
+from tests.demo_conversation import seed_demo
+from tests.fake_messages_api import FakeMessagesAPI
+
+ODD_QUERY = "Fetch whatever the bot blurted regarding precipitation"  # "blurted" is no rule's word
+
+
+def _key_sent(headers: dict[str, str]) -> str | None:
+    """The API key as the SDK sent it (x-api-key, or a bearer token in newer SDKs)."""
+    if "x-api-key" in headers:
+        return headers["x-api-key"]
+    auth = headers.get("authorization", "")
+    return auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+
+
+@pytest.fixture
+def api() -> Iterator[FakeMessagesAPI]:
+    with FakeMessagesAPI() as server:
+        yield server
+
+
+def _classifier(api: FakeMessagesAPI, **options: float) -> ClaudeClassifier:
+    client = anthropic.Anthropic(
+        api_key="sk-ant-test", base_url=api.base_url, timeout=options.get("timeout", 5.0),
+        max_retries=int(options.get("max_retries", 1)),
+    )
+    return ClaudeClassifier(client=client)
+
+
+@pytest.fixture
+def history(api: FakeMessagesAPI) -> ConversationHistory:
+    history = ConversationHistory(settings=Settings(), classifier=_classifier(api))
+    seed_demo(history)
+    return history
+
+
+class TestClassifierUse:
+    """Claude is asked only about queries the rules refused, and its answer is checked."""
+
+    def test_rules_answer_common_phrasings_without_calling_claude(
+        self, history: ConversationHistory, api: FakeMessagesAPI
+    ) -> None:
+        """A query the rules understand never reaches the API."""
+        history.query("Find utterances about Paris")
+        history.query("Remove oldest utterance")
+        assert api.requests == []
+
+    def test_low_confidence_query_is_classified_into_a_retrieve(
+        self, history: ConversationHistory, api: FakeMessagesAPI
+    ) -> None:
+        """The tool call becomes the intent; metadata says who interpreted it."""
+        api.reply_tool("retrieve", {"topic": "rain", "speaker": "assistant", "confidence": 0.9})
+        outcome = history.query(ODD_QUERY)
+        assert [u["seq"] for u in outcome.result["utterances"]] == [4]
+        assert outcome.metadata["interpreted_by"] == "classifier"
+        assert outcome.metadata["confidence"] == 0.9
+
+    def test_request_carries_the_query_the_tools_and_forced_tool_choice(
+        self, history: ConversationHistory, api: FakeMessagesAPI
+    ) -> None:
+        """What is sent is the real Messages API request shape."""
+        api.reply_tool("stats", {"confidence": 0.95})
+        history.query(ODD_QUERY)
+        request, headers = api.requests[0], api.headers[0]
+        assert request["messages"] == [{"role": "user", "content": ODD_QUERY}]
+        assert request["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
+        names = {tool["name"] for tool in request["tools"]}
+        assert names == {"store", "retrieve", "remove", "summarize", "configure", "mark", "stats", "not_understood"}
+        assert _key_sent(headers) == "sk-ant-test"
+        assert "anthropic-version" in headers
+
+    def test_not_understood_tool_keeps_the_rules_refusal(
+        self, history: ConversationHistory, api: FakeMessagesAPI
+    ) -> None:
+        """Claude saying it does not know leaves the query refused with the closest forms."""
+        api.reply_tool("not_understood", {"reason": "unclear"})
+        with pytest.raises(InvalidRequest, match="Closest supported forms"):
+            history.query(ODD_QUERY)
+
+    def test_low_self_reported_confidence_is_not_used(
+        self, history: ConversationHistory, api: FakeMessagesAPI
+    ) -> None:
+        """A classification below the classifier's threshold is treated as a refusal."""
+        api.reply_tool("retrieve", {"topic": "rain", "confidence": 0.3})
+        with pytest.raises(InvalidRequest):
+            history.query(ODD_QUERY)
+
+    def test_text_reply_without_tool_use_keeps_the_refusal(
+        self, history: ConversationHistory, api: FakeMessagesAPI
+    ) -> None:
+        """A reply with no tool_use block classifies nothing."""
+        api.reply_text("I am not sure what you mean.")
+        with pytest.raises(InvalidRequest):
+            history.query(ODD_QUERY)
+
+    def test_unknown_parameter_is_refused(self, history: ConversationHistory, api: FakeMessagesAPI) -> None:
+        """Parameters outside the tool's schema are not passed on."""
+        api.reply_tool("retrieve", {"topic": "rain", "colour": "blue", "confidence": 0.9})
+        with pytest.raises(InvalidRequest):
+            history.query(ODD_QUERY)
+
+
+class TestClassifierSafety:
+    """A classification is a guess, so it may not delete much or rewrite what is stored."""
+
+    def test_classified_remove_of_one_utterance_is_applied(
+        self, history: ConversationHistory, api: FakeMessagesAPI
+    ) -> None:
+        """A guessed remove that hits one utterance goes through."""
+        api.reply_tool("remove", {"seq": 3, "confidence": 0.9})
+        outcome = history.query("Expunge entry three, pretty please with sugar")
+        assert outcome.result["removed"] == [3]
+
+    def test_classified_remove_of_several_utterances_is_refused(
+        self, history: ConversationHistory, api: FakeMessagesAPI
+    ) -> None:
+        """A guessed remove matching more than one utterance removes nothing."""
+        api.reply_tool("remove", {"speaker": "assistant", "confidence": 0.99})
+        with pytest.raises(InvalidRequest, match="at most 1"):
+            history.query("Expunge the bot's chatter")
+        assert len(history.backend.read("default").utterances) == 8
+
+    def test_classified_clear_is_refused(self, history: ConversationHistory, api: FakeMessagesAPI) -> None:
+        """Clearing the conversation needs the explicit phrase, never a guess."""
+        api.reply_tool("remove", {"all": True, "confidence": 0.99})
+        with pytest.raises(InvalidRequest, match="Clear the conversation"):
+            history.query("Make it all go poof")
+        assert len(history.backend.read("default").utterances) == 8
+
+    def test_classified_store_must_keep_the_callers_words(
+        self, history: ConversationHistory, api: FakeMessagesAPI
+    ) -> None:
+        """A store whose text is a paraphrase is refused; a verbatim one is stored."""
+        api.reply_tool("store", {"text": "The user likes tea.", "confidence": 0.9})
+        with pytest.raises(InvalidRequest):
+            history.query("Jot this down somewhere: I like tea")
+        api.reply_tool("store", {"text": "I like tea", "confidence": 0.9})
+        outcome = history.query("Jot this down somewhere: I like tea")
+        assert outcome.result["utterance"]["text"] == "I like tea"
+
+    def test_ambiguous_queries_are_refused_without_asking_claude(
+        self, history: ConversationHistory, api: FakeMessagesAPI
+    ) -> None:
+        """'Remove 3 messages' is understood as ambiguous; no classification may override that."""
+        with pytest.raises(InvalidRequest, match="oldest 3"):
+            history.query("Remove 3 messages")
+        assert api.requests == []
+
+
+class TestClassifierFailures:
+    """An unreachable or failing API leaves the rules' refusal; it never becomes another error."""
+
+    def test_overloaded_then_success_is_retried_by_the_sdk(
+        self, history: ConversationHistory, api: FakeMessagesAPI
+    ) -> None:
+        """HTTP 529 then a reply: the SDK retries and the query is answered."""
+        api.reply_error(529, "overloaded_error", "Overloaded")
+        api.reply_tool("stats", {"confidence": 0.9})
+        assert history.query(ODD_QUERY).operation == "stats"
+        assert len(api.requests) == 2
+
+    def test_server_error_keeps_the_refusal(self, api: FakeMessagesAPI) -> None:
+        """HTTP 500 with no retries left: INVALID_ARGUMENT with the closest forms."""
+        history = ConversationHistory(classifier=_classifier(api, max_retries=0))
+        api.reply_error(500, "api_error", "Internal server error")
+        with pytest.raises(InvalidRequest, match="Closest supported forms"):
+            history.query(ODD_QUERY)
+
+    def test_timeout_keeps_the_refusal(self, api: FakeMessagesAPI) -> None:
+        """A reply slower than the client's timeout is a refusal, not a hang."""
+        history = ConversationHistory(classifier=_classifier(api, timeout=0.3, max_retries=0))
+        api.reply_tool("stats", {"confidence": 0.9}, delay=1.5)
+        with pytest.raises(InvalidRequest):
+            history.query(ODD_QUERY)
+
+    def test_refused_connection_keeps_the_refusal(self) -> None:
+        """No server at all: the query is still answered with the rules' refusal."""
+        client = anthropic.Anthropic(api_key="k", base_url="http://127.0.0.1:9", max_retries=0, timeout=2)
+        history = ConversationHistory(classifier=ClaudeClassifier(client=client))
+        with pytest.raises(InvalidRequest, match="Closest supported forms"):
+            history.query(ODD_QUERY)
+
+
+class TestClassifierTools:
+    """The tool schemas are derived from the intents, so they cannot drift from the checks."""
+
+    def test_every_tool_schema_lists_only_real_parameters(self) -> None:
+        """Each operation's tool has its parameters plus confidence, never at_most."""
+        from daemon.intents import field_sources
+
+        for tool in tool_definitions():
+            if tool["name"] == "not_understood":
+                continue
+            properties = set(tool["input_schema"]["properties"])
+            assert properties - {"confidence"} == set(field_sources(tool["name"])) - {"at_most"}
+
+
+class TestClassifierThroughTheDaemon:
+    """`chd serve --query-classifier` with ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL set."""
+
+    def _ask(self, daemon: DaemonProcess) -> grpc.RpcError | object:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = daemon_pb2_grpc.DaemonStub(channel)
+            try:
+                return query(stub, ODD_QUERY)
+            except grpc.RpcError as error:
+                return error
+
+    def test_daemon_process_classifies_through_the_sdk(
+        self, api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The real daemon reads the key and base URL from its environment."""
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-proc")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.base_url)
+        daemon = DaemonProcess("--query-classifier")
+        try:
+            api.reply_tool("stats", {"confidence": 0.9})
+            response = self._ask(daemon)
+            assert response.operation == "stats"  # type: ignore[union-attr]
+            assert response.metadata["interpreted_by"] == "classifier"  # type: ignore[union-attr]
+            assert _key_sent(api.headers[0]) == "sk-ant-proc"
+        finally:
+            daemon.terminate()
+
+    def test_key_without_the_flag_does_not_enable_it(
+        self, api: FakeMessagesAPI, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The classifier is opt-in: a key in the environment alone changes nothing."""
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-proc")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.base_url)
+        daemon = DaemonProcess()
+        try:
+            error = self._ask(daemon)
+            assert isinstance(error, grpc.RpcError)
+            assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert api.requests == []
+        finally:
+            daemon.terminate()

@@ -1,0 +1,151 @@
+"""Configuration: flags over CHD_* variables over the TOML file over defaults, checked at start-up."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import DaemonProcess, chd_env, run_chd
+from daemon.config import KEYS, ConfigError, load, render, to_settings
+from daemon.settings import Settings
+
+
+def _file(tmp_path, text: str) -> str:  # type: ignore[no-untyped-def]
+    path = tmp_path / "chd.toml"
+    path.write_text(text)
+    return str(path)
+
+
+class TestPrecedence:
+    """The first source that sets a key wins: flag, then environment, then file, then default."""
+
+    def test_each_source_wins_over_the_ones_below_it(self, tmp_path):
+        """buffer_size from the flag, max_tokens from env, eviction_batch from the file, the rest defaults."""
+        path = _file(tmp_path, "buffer_size = 7\nmax_tokens = 700\neviction_batch = 3\n")
+        env = {"CHD_BUFFER_SIZE": "8", "CHD_MAX_TOKENS": "800"}
+        cfg = load({"buffer_size": "9"}, env, path)
+        assert (cfg.buffer_size, cfg.max_tokens, cfg.eviction_batch) == (9, 800, 3)
+        assert cfg.sources["buffer_size"] == "flag --buffer-size"
+        assert cfg.sources["max_tokens"] == "env CHD_MAX_TOKENS"
+        assert cfg.sources["eviction_batch"] == f"file {path}"
+        assert cfg.sources["summary_token_limit"] == "default"
+        assert cfg.summary_token_limit == Settings().summary_token_limit
+
+    def test_chd_config_prints_the_effective_configuration_with_sources(self, tmp_path):
+        """`chd config` shows each value and where it came from, as TOML."""
+        path = _file(tmp_path, "port = 6000\nbuffer_size = 7\n")
+        env = chd_env() | {"CHD_PORT": "6001"}
+        shown = _run_config(["--config", path, "--max-tokens", "900"], env)
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.splitlines()
+        assert "port                            = 6001  # env CHD_PORT" in lines
+        assert f"buffer_size                     = 7  # file {path}" in lines
+        assert "max_tokens                      = 900  # flag --max-tokens" in lines
+
+    def test_the_config_file_can_come_from_chd_config(self, tmp_path):
+        path = _file(tmp_path, "workers = 3\n")
+        shown = _run_config([], chd_env() | {"CHD_CONFIG": path})
+        assert "workers                         = 3  # file" in shown.stdout
+
+    def test_the_effective_configuration_reaches_a_running_daemon(self, tmp_path):
+        """A daemon started with a file and a flag uses both (buffer of 2 from the file evicts the first)."""
+        path = _file(tmp_path, "buffer_size = 2\neviction_batch = 1\n")
+        process = DaemonProcess("--config", path, "--summary-token-limit", "64")
+        try:
+            for n in (1, 2, 3):
+                assert run_chd("query", f"Add utterance: u{n}", "--target", process.target).returncode == 0
+            got = run_chd("query", "Get all utterances", "--target", process.target, "--json")
+            assert '"text": "u1"' not in got.stdout and '"text": "u3"' in got.stdout
+        finally:
+            process.kill()
+
+
+class TestSecrets:
+    """Secrets never appear in `chd config` output."""
+
+    def test_the_auth_token_is_masked(self):
+        shown = _run_config(["--auth-token", "hunter2"], chd_env())
+        assert shown.returncode == 0
+        assert "hunter2" not in shown.stdout
+        assert 'auth_token                      = "********"  # flag --auth-token' in shown.stdout.splitlines()
+
+    def test_every_secret_key_is_masked_by_render(self):
+        secrets = {key.name: f"zq-secret-{key.name}" for key in KEYS if key.secret}
+        assert secrets, "the auth token at least is a secret"
+        text = render(load(secrets, {}))
+        for name, value in secrets.items():
+            assert value not in text
+            assert f'{name:<31} = "********"  # flag {"--" + name.replace("_", "-")}' in text.splitlines()
+
+
+class TestRefusals:
+    """Unknown keys and invalid values stop start-up with a message naming the key."""
+
+    def test_an_unknown_key_in_the_file_is_refused_with_a_suggestion(self, tmp_path):
+        with pytest.raises(ConfigError) as refused:
+            load({}, {}, _file(tmp_path, "bufer_size = 3\n"))
+        assert refused.value.key == "bufer_size"
+        assert "did you mean buffer_size" in str(refused.value)
+
+    def test_an_unknown_chd_variable_is_refused(self):
+        with pytest.raises(ConfigError) as refused:
+            load({}, {"CHD_MAX_TOKEN": "5"})
+        assert "CHD_MAX_TOKEN" in str(refused.value) and "max_tokens" in str(refused.value)
+
+    def test_client_variables_are_not_server_keys_but_are_allowed(self):
+        cfg = load({}, {"CHD_TARGET": "x:1", "CHD_TLS_CA": "/nowhere"})
+        assert cfg.port == 50051
+
+    @pytest.mark.parametrize(
+        ("source", "key"),
+        [
+            ({"flags": {"port": "70000"}}, "port"),
+            ({"env": {"CHD_BUFFER_SIZE": "0"}}, "buffer_size"),
+            ({"env": {"CHD_REQUEST_TIMEOUT": "nan"}}, "request_timeout"),
+            ({"env": {"CHD_SUMMARIZATION_ENABLED": "maybe"}}, "summarization_enabled"),
+            ({"file": 'max_tokens = "lots"\n'}, "max_tokens"),
+            ({"file": "log_format = \"xml\"\n"}, "log_format"),
+            ({"file": "insecure = 1\n"}, "insecure"),
+            ({"flags": {"buffer_size": "50", "max_utterances_per_conversation": "10"}}, "max_utterances_per_conversation"),
+        ],
+    )
+    def test_an_invalid_value_is_refused_naming_its_key(self, tmp_path, source, key):
+        path = _file(tmp_path, source["file"]) if "file" in source else None
+        with pytest.raises(ConfigError) as refused:
+            load(source.get("flags", {}), source.get("env", {}), path)
+        assert refused.value.key == key
+        assert repr(key) in str(refused.value)
+
+    def test_a_file_that_is_not_toml_is_refused(self, tmp_path):
+        with pytest.raises(ConfigError, match="not valid TOML"):
+            load({}, {}, _file(tmp_path, "port = = 3\n"))
+
+    def test_chd_serve_with_an_invalid_value_exits_2_before_listening(self):
+        refused = run_chd("serve", "--port", "0", "--max-tokens", "-1")
+        assert refused.returncode == 2
+        assert "'max_tokens'" in refused.stderr
+        assert "listening" not in refused.stdout
+
+
+class TestKeysTable:
+    """The key table is the single place a setting is declared."""
+
+    def test_every_settings_field_is_a_key_and_maps_onto_settings(self):
+        names = {key.name for key in KEYS}
+        assert set(Settings.__dataclass_fields__) <= names
+        settings = to_settings(load({"buffer_size": "11", "summarization_enabled": False}, {}))
+        assert (settings.buffer_size, settings.summarization_enabled) == (11, False)
+
+    def test_every_key_has_a_flag_and_a_variable_named_after_it(self):
+        for key in KEYS:
+            assert key.flag == "--" + key.name.replace("_", "-")
+            assert key.env == "CHD_" + key.name.upper()
+
+
+def _run_config(args: list[str], env: dict[str, str]):  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    return subprocess.run([sys.executable, "-m", "daemon", "config", *args], capture_output=True, text=True,
+                          timeout=30, env=env, cwd=ROOT)

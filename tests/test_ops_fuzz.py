@@ -1,0 +1,101 @@
+"""Fuzzing the wire: thousands of random and malformed queries, never UNKNOWN or INTERNAL."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daemon.v1 import daemon_pb2
+from ops_support import ask, channel_to, health_status, request, running
+
+FORBIDDEN = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+# Every other outcome is a legitimate answer to some request; these two mean a bug.
+
+_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=80)
+_number = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(2**60), 2**60).map(float),
+    st.sampled_from([0.0, 1.0, 5.0, 5.5, -1.0, 2.0**31, 2.0**53, 1e308]),
+)
+_json = st.recursive(
+    st.one_of(st.none(), st.booleans(), _number, _text),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_text, inner, max_size=3)),
+    max_leaves=6,
+)
+_operations = st.one_of(st.sampled_from(["store", "retrieve", "remove", "summarize", "STORE", " remove "]), _json)
+_data_keys = st.sampled_from([
+    "text", "last_n", "topic", "speaker", "turn_from", "turn_to", "seq", "include_summary",
+    "summary_only", "oldest", "before_turn", "all", "token_limit",
+])
+_data = st.dictionaries(st.one_of(_data_keys, _text), _json, max_size=4) | st.fixed_dictionaries(
+    {"operation": _operations}, optional={"text": _json, "last_n": _json, "seq": _json, "all": _json, "token_limit": _json}
+)
+_metadata = st.dictionaries(
+    st.sampled_from(["conversation_id", "turn_number", "speaker"]) | _text,
+    st.one_of(st.sampled_from(["fuzz-a", "fuzz-b", "user", "assistant", "system"]), _json),
+    max_size=3,
+)
+_small = st.one_of(st.integers(-3, 40), st.sampled_from([0, 2**31, 2**53, 10**30])).map(str)
+_templates = st.sampled_from([
+    "Add utterance: {t}", "Add assistant utterance: '{t}'", "Remember {t}", "Find utterances about {t}",
+    "Get the last {n} utterances", "Get utterance {n}", "Get utterances in turns {n} to {m}", "Get summary",
+    "Get all utterances", "Remove oldest {n} utterances", "Remove before turn {n}", "Remove utterance {n}",
+    "Clear the conversation", "Summarize the conversation in {n} tokens", "{t}",
+])
+_query = st.one_of(
+    _text,
+    st.builds(lambda tpl, t, n, m: tpl.format(t=t, n=n, m=m), _templates, _text, _small, _small),
+)
+
+
+@pytest.fixture(scope="module")
+def channel():
+    with running(buffer_size=5, eviction_batch=2, max_utterance_chars=200) as server, channel_to(server) as open_channel:
+        yield open_channel
+
+
+def _code(channel: grpc.Channel, message: daemon_pb2.QueryRequest | bytes) -> grpc.StatusCode:
+    serialize = (lambda raw: raw) if isinstance(message, bytes) else daemon_pb2.QueryRequest.SerializeToString
+    call = channel.unary_unary("/daemon.v1.Daemon/Query", request_serializer=serialize,
+                               response_deserializer=daemon_pb2.QueryResponse.FromString)
+    try:
+        call(message, timeout=10)
+    except grpc.RpcError as error:
+        return error.code()
+    return grpc.StatusCode.OK
+
+
+_fuzz = settings(max_examples=2500, deadline=None, database=None,
+                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+class TestFuzz:
+    """Whatever arrives, the answer is a deliberate status and the daemon stays healthy."""
+
+    @_fuzz
+    @given(query=_query, metadata=_metadata, data=_data)
+    def test_random_queries_never_answer_unknown_or_internal(self, channel, query, metadata, data):
+        message = request(query, metadata, data)
+        code = _code(channel, message)
+        assert code not in FORBIDDEN, (query, metadata, data)
+
+    @settings(_fuzz, max_examples=500)
+    @given(payload=st.binary(max_size=200))
+    def test_random_bytes_never_answer_unknown_or_internal(self, channel, payload):
+        assert _code(channel, payload) not in FORBIDDEN, payload
+
+    def test_the_daemon_is_healthy_after_the_fuzzing(self, channel):
+        """Runs after the fuzz tests on the same server (module scope)."""
+        assert health_status(channel) == "SERVING"
+        assert ask(channel, "Add utterance: still here", metadata={"conversation_id": "after-fuzz"}).operation == "store"
+        got = ask(channel, "Get the last 1 utterances", metadata={"conversation_id": "after-fuzz"})
+        assert got.result["utterances"][0]["text"] == "still here"
+
+
+class TestFoundByFuzzing:
+    """Inputs the fuzzing once found answered INTERNAL, kept as regression tests."""
+
+    def test_a_store_without_text_is_invalid_argument(self, channel):
+        assert _code(channel, request("", {}, {"operation": "store"})) == grpc.StatusCode.INVALID_ARGUMENT

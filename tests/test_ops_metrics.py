@@ -1,0 +1,79 @@
+"""Prometheus metrics on --metrics-port: calls, errors by code, latency, sizes, summarizer failures."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import DaemonProcess, run_chd
+from ops_support import DownSummarizer, ask, channel_to, code_of, config, running
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample on /metrics, keyed by name and sorted labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+class TestRequestMetrics:
+    """Calls are counted by method and code, errors by code, and timed."""
+
+    def test_requests_errors_and_latency_are_counted(self):
+        with running(metrics_port=0) as server, channel_to(server) as channel:
+            for n in range(3):
+                ask(channel, f"Add utterance: number {n}")
+            assert code_of(ask, channel, "Remove utterance 99") == grpc.StatusCode.NOT_FOUND
+            assert code_of(ask, channel, "Please ponder") == grpc.StatusCode.INVALID_ARGUMENT
+            samples = scrape(server.metrics_port)
+        assert samples[("chd_requests_total", (("code", "OK"), ("method", "Query")))] == 3
+        assert samples[("chd_errors_total", (("code", "NOT_FOUND"), ("method", "Query")))] == 1
+        assert samples[("chd_errors_total", (("code", "INVALID_ARGUMENT"), ("method", "Query")))] == 1
+        assert ("chd_errors_total", (("code", "OK"), ("method", "Query"))) not in samples
+        assert samples[("chd_request_latency_seconds_count", (("method", "Query"),))] == 5
+        assert samples[("chd_operations_total", (("operation", "store"), ("outcome", "OK")))] == 3
+        assert samples[("chd_operations_total", (("operation", "remove"), ("outcome", "NOT_FOUND")))] == 1
+        assert samples[("chd_operation_latency_seconds_count", (("operation", "store"),))] == 3
+        assert samples[("chd_requests_in_flight", ())] == 0
+
+
+class TestSizeMetrics:
+    """Buffer and summary-queue sizes, and summarizer failures, are exposed as they change."""
+
+    def test_buffer_queue_and_summarizer_failures_follow_the_conversations(self):
+        cfg = config(metrics_port=0, buffer_size=2, eviction_batch=1)
+        with running(cfg, summarizer=DownSummarizer()) as server, channel_to(server) as channel:
+            for n in range(4):
+                ask(channel, f"Add utterance: number {n}", metadata={"conversation_id": "a"})
+            ask(channel, "Add utterance: alone", metadata={"conversation_id": "b"})
+            samples = scrape(server.metrics_port)
+        assert samples[("chd_conversations", ())] == 2
+        assert samples[("chd_buffer_utterances", ())] == 3  # 2 in a, 1 in b
+        assert samples[("chd_summary_queue_utterances", ())] == 2  # a's two evicted, never folded
+        assert samples[("chd_summary_queue_max_utterances", ())] == 2
+        assert samples[("chd_summarizer_failures_total", ())] >= 2
+
+    def test_no_metrics_endpoint_unless_a_port_is_configured(self):
+        with running() as server:
+            assert server.metrics_port is None
+
+
+class TestMetricsFromTheProcess:
+    """`chd serve --metrics-port 0` prints where its metrics are and serves them."""
+
+    def test_the_daemon_process_serves_metrics(self):
+        process = DaemonProcess("--metrics-port", "0")
+        try:
+            line = process.proc.stdout.readline()
+            assert line.startswith("chd metrics on http://127.0.0.1:")
+            port = int(line.rsplit(":", 1)[1].split("/")[0])
+            assert run_chd("query", "Add utterance: hi", "--target", process.target).returncode == 0
+            assert scrape(port)[("chd_requests_total", (("code", "OK"), ("method", "Query")))] == 1
+        finally:
+            process.kill()

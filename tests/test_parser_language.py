@@ -1,0 +1,258 @@
+"""The rule parser: varied phrasing, numbers, quotes, verbatim stores, confidence and refusals."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from daemon.core import ConversationHistory
+from daemon.errors import InvalidRequest
+from daemon.numbers import parse_number
+from daemon.parser import Ambiguous, NotUnderstood, closest_forms, parse
+
+
+class TestEquivalentPhrasings:
+    """Imperative, polite, terse and question forms of one request read the same."""
+
+    @pytest.mark.parametrize(
+        "phrasings,fields",
+        [
+            (
+                ["Get the last 5 utterances", "Please show me the last five messages",
+                 "Could you get the 5 most recent utterances?", "last 5", "What were the last five messages?",
+                 "I'd like to see the latest 5 messages, thanks"],
+                {"last_n": 5},
+            ),
+            (
+                ["Find utterances about Paris", "find Paris", "Can you search for 'Paris'?",
+                 "Which messages mention Paris?", "Did anyone mention Paris?", "anything about Paris?"],
+                {"topic": "Paris"},
+            ),
+            (
+                ["Get utterances in turns 3 to 6", "show turns 3-6", "what was said between turns 3 and 6?",
+                 "Get messages from turn three to turn six", "turns three through six please"],
+                {"turn_from": 3, "turn_to": 6},
+            ),
+            (
+                ["Remove oldest utterance", "please delete the oldest message", "remove the first utterance",
+                 "Could you remove the earliest entry?", "drop the oldest one"],
+                {"oldest": 1},
+            ),
+            (
+                ["Remove before turn 4", "delete everything prior to turn four",
+                 "Please remove all utterances before the fourth turn"],
+                {"before_turn": 4},
+            ),
+            (
+                ["Clear the conversation", "clear", "wipe the history", "Please delete everything",
+                 "Could you remove all messages?", "forget everything"],
+                {"all": True},
+            ),
+            (
+                ["Set the token budget to 4000", "set max tokens to 4k", "max_tokens = 4000",
+                 "Please change the token limit to four thousand"],
+                {"max_tokens": 4000},
+            ),
+            (
+                ["Mark utterance 12 as important", "please flag message #12 as important", "pin utterance 12",
+                 "utterance twelve is important"],
+                {"seq": 12, "important": True},
+            ),
+        ],
+    )
+    def test_phrasings_of_one_request_give_the_same_fields(self, phrasings: list[str], fields: dict) -> None:
+        """Every phrasing in the group parses to the same operation fields at full confidence."""
+        for phrasing in phrasings:
+            parsed = parse(phrasing)
+            assert parsed.fields == fields, phrasing
+            assert parsed.confidence == 1.0, phrasing
+
+
+class TestNumbers:
+    """Counts written as digits, words, 'k', thousands separators or 'a dozen'."""
+
+    @pytest.mark.parametrize(
+        "written,value",
+        [("7", 7), ("seven", 7), ("Twenty-five", 25), ("one hundred and twenty", 120), ("4k", 4000),
+         ("1.5k", 1500), ("4,000", 4000), ("a dozen", 12), ("two thousand five hundred", 2500)],
+    )
+    def test_number_is_read_as_written(self, written: str, value: int) -> None:
+        """Each written form has its value."""
+        assert parse_number(written) == value
+
+    def test_numbers_inside_a_topic_stay_as_written(self) -> None:
+        """'five cats' is searched as written, not rewritten to '5 cats'."""
+        assert parse("Find utterances about five cats").fields == {"topic": "five cats"}
+
+    def test_a_word_containing_a_number_word_is_not_a_number(self) -> None:
+        """'someone' holds 'one' but is not a count."""
+        assert parse("Did someone mention the hotel?").fields == {"topic": "the hotel"}
+
+
+class TestQuotesAndVerbatimStores:
+    """Quoted text is protected; stored text is never interpreted."""
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.text(min_size=1, max_size=120).map(str.strip).filter(bool))
+    def test_store_keeps_any_text_verbatim(self, text: str) -> None:
+        """Whatever follows 'Add utterance:' is the stored text (one pair of outer quotes aside)."""
+        quoted = len(text) >= 2 and {text[0], text[-1]} <= {'"', "'", "\u201c", "\u201d", "\u2018", "\u2019"}
+        if quoted:
+            return
+        assert parse(f"Add utterance: {text}").fields == {"text": text}
+
+    @pytest.mark.parametrize(
+        "text",
+        ["remove all utterances", "Clear the conversation", "Set the token budget to 1",
+         "Mark utterance 1 as important", "summarize everything", "delete utterance 3 and 4"],
+    )
+    def test_operation_words_in_a_store_change_nothing(self, text: str) -> None:
+        """The daemon stores the sentence and leaves the conversation otherwise as it was."""
+        history = ConversationHistory()
+        history.query("Add utterance: keep me")
+        outcome = history.query(f"Add user utterance: {text}")
+        state = history.backend.read("default")
+        assert outcome.operation == "store" and [u.text for u in state.utterances] == ["keep me", text]
+        assert state.settings == {} and not any(u.important for u in state.utterances)
+
+    def test_quoted_topic_is_taken_whole(self) -> None:
+        """Filter words inside quotes belong to the topic."""
+        assert parse("Find utterances about 'the last 10 minutes of the film'").fields == {
+            "topic": "the last 10 minutes of the film"
+        }
+
+    def test_filters_after_a_topic_are_read_as_filters(self) -> None:
+        """'about X from the user in turns 3 to 6' has three parts."""
+        assert parse("Find messages about the hotel from the user in turns 3 to 6").fields == {
+            "topic": "the hotel", "speaker": "user", "turn_from": 3, "turn_to": 6,
+        }
+
+    def test_time_words_inside_a_topic_are_not_a_filter(self) -> None:
+        """'the last day of the trip' is a topic, not 'in the last day'."""
+        assert parse("Get utterances about the last day of the trip").fields == {
+            "topic": "the last day of the trip"
+        }
+
+
+class TestConfidence:
+    """The parser reports how much it understood, and writes need all of it."""
+
+    def test_confidence_is_reported_in_the_response(self) -> None:
+        """metadata.confidence is 1.0 for a fully understood query."""
+        assert ConversationHistory().query("Get all utterances").metadata["confidence"] == 1.0
+
+    def test_a_read_tolerates_one_stray_word(self) -> None:
+        """One unknown word in six: confidence 0.83, above a read's 0.8."""
+        parsed = parse("Get the frobnicated last 5 utterances")
+        assert parsed.fields == {"last_n": 5} and parsed.confidence == 0.83
+
+    def test_a_remove_with_any_stray_word_is_refused(self) -> None:
+        """The same stray word in a remove refuses it: removes need 1.0."""
+        with pytest.raises(NotUnderstood, match="needs 1.00"):
+            parse("Remove the frobnicated oldest 5 utterances")
+
+    def test_refusal_lists_the_closest_forms_of_the_likely_operation(self) -> None:
+        """The message names the operation it looked like and shows its forms first."""
+        with pytest.raises(NotUnderstood) as refusal:
+            parse("Remove the stale utterances")
+        message = str(refusal.value)
+        assert "Closest supported forms" in message and "Remove oldest utterance" in message
+        assert refusal.value.best is not None and refusal.value.best.operation == "remove"
+
+    def test_closest_forms_prefer_the_given_operation(self) -> None:
+        """Suggestions for a summarize are summarize forms."""
+        assert all(f.lower().startswith(("summar", "give", "recap")) for f in closest_forms("summarise it", "summarize"))
+
+    def test_unrelated_text_is_refused_with_confidence_zero(self) -> None:
+        """'hello' is no operation at all."""
+        with pytest.raises(NotUnderstood) as refusal:
+            parse("hello")
+        assert refusal.value.confidence == 0.0
+
+
+class TestAmbiguousRemoves:
+    """A remove that could delete more than meant is refused, not guessed."""
+
+    @pytest.mark.parametrize(
+        "phrasing,hint",
+        [
+            ("Remove 3 messages", "oldest 3"),
+            ("remove 3", "utterance 3"),
+            ("Remove messages", "say which"),
+            ("remove the oldest messages", "how many"),
+            ("Forget what I said about Paris", "by topic"),
+            ("remove messages from the last hour", "by time"),
+        ],
+    )
+    def test_ambiguous_remove_is_refused_with_what_to_write(self, phrasing: str, hint: str) -> None:
+        """The refusal says how to phrase it instead."""
+        with pytest.raises(Ambiguous, match=hint):
+            parse(phrasing)
+
+    def test_singular_phrasing_over_a_set_removes_at_most_one(self) -> None:
+        """'the assistant's message' carries at_most 1; the core refuses if there are more."""
+        assert parse("Remove the assistant's message in turn 2").fields == {
+            "speaker": "assistant", "turn_from": 2, "turn_to": 2, "at_most": 1,
+        }
+        history = ConversationHistory()
+        for text in ("a", "b"):
+            history.query(f"Add assistant utterance: {text}")
+        with pytest.raises(InvalidRequest, match="matches 2 utterances"):
+            history.query("Remove the assistant's message")
+        assert len(history.backend.read("default").utterances) == 2
+
+    def test_plural_phrasing_removes_the_whole_set(self) -> None:
+        """'the assistant's messages' has no cap."""
+        assert parse("Remove the assistant's messages").fields == {"speaker": "assistant"}
+
+
+_FUZZ_WORDS = (
+    "remove delete get find set mark clear summarize stats the last first oldest newest 3 three 4k "
+    "turn turns to - and from since before after utterance messages # 0 99999999999 ago minutes "
+    "2026-13-45 2026-01-01T10:00Z about 'Paris' \" user assistant important not all everything "
+    "buffer size token budget = : policy importance fifo reset summary with tl;dr a dozen ? , ."
+).split()
+
+
+class TestRobustness:
+    """Whatever the words, the answer is a result or an InvalidRequest/NotFound, never a crash."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.sampled_from(_FUZZ_WORDS), min_size=1, max_size=10).map(" ".join))
+    def test_any_mix_of_grammar_words_is_answered_or_refused(self, text: str) -> None:
+        """No ValueError, KeyError or the like escapes the core."""
+        from daemon.errors import DaemonError
+
+        history = ConversationHistory()
+        history.query("Add utterance: hello")
+        try:
+            history.query(text)
+        except DaemonError:
+            pass
+
+    def test_an_impossible_date_is_invalid_argument(self) -> None:
+        """'since 2026-13-45' names the bad time."""
+        with pytest.raises(InvalidRequest, match="2026-13-45"):
+            parse("Get messages since 2026-13-45")
+
+
+class TestSources:
+    """Text, metadata and data agree or the query is refused."""
+
+    def test_text_and_data_disagreeing_is_refused(self) -> None:
+        """'last 5' in the text and last_n 3 in data: neither wins."""
+        with pytest.raises(InvalidRequest, match="given twice"):
+            ConversationHistory().query("Get the last 5 utterances", {}, {"last_n": 3})
+
+    def test_text_and_data_agreeing_is_fine(self) -> None:
+        """The same value from two places is accepted."""
+        outcome = ConversationHistory().query("Get the last 5 utterances", {}, {"last_n": 5})
+        assert outcome.operation == "retrieve"
+
+    def test_data_adds_parameters_the_text_did_not_give(self) -> None:
+        """Text gives the topic, data the limit."""
+        history = ConversationHistory()
+        for i in range(4):
+            history.query(f"Add utterance: paris {i}")
+        outcome = history.query("Find utterances about Paris", {}, {"limit": 2})
+        assert len(outcome.result["utterances"]) == 2

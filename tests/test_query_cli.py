@@ -1,0 +1,29 @@
+"""The new operations through the `chd query` command against a real daemon process."""
+
+from __future__ import annotations
+
+from tests.conftest import DaemonProcess, run_chd
+
+
+class TestQueryCommand:
+    """`chd query` prints every operation's answer and exits 64+code on refusals."""
+
+    def test_operations_print_their_results(self, daemon_process: DaemonProcess) -> None:
+        """Store, topic search with scores, configure, mark and stats all print and exit 0."""
+        target = ("--target", daemon_process.target)
+        for text in ("Add user utterance: Is Paris sunny?", "Add assistant utterance: Paris is sunny."):
+            assert run_chd("query", text, *target).returncode == 0
+        found = run_chd("query", "What did the assistant say about Paris?", *target)
+        assert found.returncode == 0 and "#2" in found.stdout and "score" in found.stdout
+        configured = run_chd("query", "Set the token budget to 4000", *target)
+        assert configured.returncode == 0 and '"max_tokens": 4000' in configured.stdout
+        marked = run_chd("query", "Mark utterance 2 as important", *target, "--json")
+        assert marked.returncode == 0 and '"important": true' in marked.stdout
+        stats = run_chd("query", "How many utterances are stored?", *target)
+        assert stats.returncode == 0 and "utterance_count: 2" in stats.stdout
+
+    def test_ambiguous_remove_exits_with_invalid_argument(self, daemon_process: DaemonProcess) -> None:
+        """'Remove 3 messages' exits 64+3 and says what to write instead."""
+        refused = run_chd("query", "Remove 3 messages", "--target", daemon_process.target)
+        assert refused.returncode == 64 + 3
+        assert "INVALID_ARGUMENT" in refused.stderr and "the oldest 3" in refused.stderr

@@ -1,0 +1,221 @@
+"""Topic search: the incremental index stays equal to a rebuild, ranks correctly, searches the summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from backends.memory import MemoryBackend
+from daemon.core import ConversationHistory
+from daemon.index import ConversationIndex
+from daemon.settings import Settings
+
+WORDS = ["paris", "rain", "budget", "hotel", "train", "museum", "dinner", "flight"]
+
+
+def _index_snapshot(index: ConversationIndex) -> tuple[Any, ...]:
+    postings = {t: dict(p) for t, p in index.postings.items()}
+    return postings, dict(index.docs), index.total_length
+
+
+def _rebuilt(history: ConversationHistory, cid: str = "default") -> ConversationIndex:
+    fresh = ConversationIndex()
+    fresh.sync(history.backend.read(cid))
+    return fresh
+
+
+def _find(history: ConversationHistory, text: str, **data: Any) -> dict[str, Any]:
+    return history.query(text, {}, data).result
+
+
+class TestIncrementalIndex:
+    """Whatever happens to a conversation, the cached index equals one built from scratch."""
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("store"), st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)),
+                st.tuples(st.just("remove"), st.integers(min_value=1, max_value=40)),
+                st.tuples(st.just("search"), st.sampled_from(WORDS)),
+                st.tuples(st.just("shrink"), st.integers(min_value=1, max_value=8)),
+                st.tuples(st.just("mark"), st.integers(min_value=1, max_value=40)),
+            ),
+            min_size=1,
+            max_size=40,
+        ),
+        st.sampled_from(["fifo", "importance"]),
+    )
+    def test_index_matches_a_rebuild_after_any_operations(self, steps: list[tuple[str, Any]], policy: str) -> None:
+        """Stores, evictions, removes, marks and limit changes never leave the index stale."""
+        history = ConversationHistory(settings=Settings(buffer_size=10, eviction_batch=2, eviction_policy=policy))
+        for op, arg in steps:
+            try:
+                if op == "store":
+                    history.query("Add utterance: " + " ".join(arg))
+                elif op == "remove":
+                    history.query(f"Remove utterance {arg}")
+                elif op == "search":
+                    history.query(f"Find utterances about {arg}")
+                elif op == "shrink":
+                    history.query(f"Set the buffer size to {arg}")
+                else:
+                    history.query(f"Mark utterance {arg} as important")
+            except Exception as error:  # NOT_FOUND for seqs that are gone is expected
+                assert type(error).__name__ == "NotFound"
+        history.query("Find utterances about paris")
+        cached = history.indexes.get("default")
+        assert _index_snapshot(cached) == _index_snapshot(_rebuilt(history))
+
+    def test_store_updates_a_live_index_without_a_resync(self) -> None:
+        """After the first search, each store is applied to the index as it commits."""
+        history = ConversationHistory()
+        history.query("Add utterance: paris in spring")
+        history.query("Find utterances about paris")
+        index = history.indexes.get("default")
+        history.query("Add utterance: paris in autumn")
+        assert index.matches(history.backend.read("default").utterances)
+
+    def test_out_of_order_store_update_is_skipped_and_caught_up(self) -> None:
+        """An update for a seq the index is not ready for is ignored; the next sync adds it."""
+        history = ConversationHistory()
+        history.query("Add utterance: rain")
+        history.query("Find utterances about rain")
+        index = history.indexes.get("default")
+        state = history.backend.read("default")
+        late = state.utterances[0].__class__(**{**state.utterances[0].to_record(), "seq": 5})
+        assert index.note_store(late, []) is False
+        history.query("Add utterance: rain again")
+        assert sorted(u["seq"] for u in _find(history, "Find utterances about rain")["utterances"]) == [1, 2]
+
+    def test_index_is_rebuilt_when_seqs_go_backwards(self) -> None:
+        """A conversation replaced by an older copy (an import) is re-indexed, not trusted."""
+        backend = MemoryBackend()
+        history = ConversationHistory(backend)
+        for word in ("alpha", "beta", "gamma"):
+            history.query(f"Add utterance: {word}")
+        history.query("Find utterances about alpha")
+        other = ConversationHistory(MemoryBackend())
+        other.query("Add utterance: delta")
+        backend._states["default"] = other.backend.read("default")  # what an import would write
+        assert [u["text"] for u in _find(history, "Find utterances about delta")["utterances"]] == ["delta"]
+        assert _find(history, "Find utterances about alpha")["utterances"] == []
+
+
+class TestOtherWritersAndRestarts:
+    """The index is a cache of the backend: other writers and restarts are seen."""
+
+    def test_store_by_another_daemon_on_the_same_backend_is_found(self) -> None:
+        """Two daemons share a backend; each one's search sees the other's writes."""
+        backend = MemoryBackend()
+        first, second = ConversationHistory(backend), ConversationHistory(backend)
+        first.query("Add utterance: the museum opens at nine")
+        assert len(first.query("Find utterances about museum").result["utterances"]) == 1
+        second.query("Add utterance: the museum is closed on monday")
+        second.query("Remove utterance 1")
+        hits = first.query("Find utterances about museum").result["utterances"]
+        assert [h["seq"] for h in hits] == [2]
+
+    def test_a_new_daemon_rebuilds_the_index_from_the_backend(self) -> None:
+        """After a restart nothing is cached, and the search still finds everything."""
+        backend = MemoryBackend()
+        before = ConversationHistory(backend)
+        for text in ("train to lyon", "hotel in lyon", "dinner"):
+            before.query(f"Add utterance: {text}")
+        after = ConversationHistory(backend)
+        hits = after.query("Find utterances about lyon").result["utterances"]
+        assert sorted(h["seq"] for h in hits) == [1, 2]
+
+    def test_index_cache_keeps_only_recently_searched_conversations(self) -> None:
+        """Past the bound the least recently searched index is dropped and rebuilt on demand."""
+        history = ConversationHistory()
+        history.indexes.max_conversations = 2
+        for cid in ("a", "b", "c"):
+            history.query("Add utterance: flight", {"conversation_id": cid})
+            history.query("Find utterances about flight", {"conversation_id": cid})
+        assert len(history.indexes) == 2 and history.indexes.peek("a") is None
+        assert len(history.query("Find utterances about flight", {"conversation_id": "a"}).result["utterances"]) == 1
+
+    def test_conversations_have_separate_indexes(self) -> None:
+        """A search in one conversation never returns another's utterances."""
+        history = ConversationHistory()
+        history.query("Add utterance: flight to rome", {"conversation_id": "a"})
+        history.query("Add utterance: flight to oslo", {"conversation_id": "b"})
+        hits = history.query("Find utterances about flight", {"conversation_id": "a"}).result["utterances"]
+        assert [h["text"] for h in hits] == ["flight to rome"]
+
+
+class TestRanking:
+    """Relevance first, recency second, filters before the cut, scores on every hit."""
+
+    @pytest.fixture
+    def history(self) -> ConversationHistory:
+        history = ConversationHistory(settings=Settings(buffer_size=100))
+        for speaker, text in (
+            ("user", "Paris, Paris, Paris!"),
+            ("assistant", "Paris is lovely"),
+            ("user", "what about the budget"),
+            ("assistant", "The budget for Paris is fine"),
+            ("user", "Paris is lovely"),
+        ):
+            history.query(f"Add {speaker} utterance: {text}")
+        return history
+
+    def test_hits_are_ranked_by_score_and_each_carries_it(self, history: ConversationHistory) -> None:
+        """The most relevant utterance comes first; scores never increase down the list."""
+        hits = _find(history, "Find utterances about Paris")["utterances"]
+        assert hits[0]["seq"] == 1
+        scores = [h["score"] for h in hits]
+        assert scores == sorted(scores, reverse=True) and all(s > 0 for s in scores)
+
+    def test_newer_wins_between_equally_relevant_utterances(self, history: ConversationHistory) -> None:
+        """Two identical texts: the newer one ranks higher."""
+        seqs = [h["seq"] for h in _find(history, "Find utterances about lovely")["utterances"]]
+        assert seqs == [5, 2]
+
+    def test_filters_apply_before_the_limit(self, history: ConversationHistory) -> None:
+        """The best assistant hit is returned even though a user utterance scores higher overall."""
+        hits = _find(history, "Find the top 1 utterance about Paris from the assistant")["utterances"]
+        assert [h["seq"] for h in hits] == [2]
+
+    def test_matches_counts_all_hits_beyond_the_limit(self, history: ConversationHistory) -> None:
+        """result.matches says how many there were when limit cut the list."""
+        result = _find(history, "Find 2 utterances about Paris")
+        assert len(result["utterances"]) == 2 and result["matches"] == 4
+
+    def test_window_restricts_candidates_before_ranking(self, history: ConversationHistory) -> None:
+        """'among the last 2 utterances' ranks only those two."""
+        hits = _find(history, "Find utterances about Paris among the last 2 utterances")["utterances"]
+        assert sorted(h["seq"] for h in hits) == [4, 5]
+
+    def test_words_not_in_the_buffer_find_nothing(self, history: ConversationHistory) -> None:
+        """An unknown topic returns no hits rather than everything."""
+        assert _find(history, "Find utterances about submarines")["utterances"] == []
+
+
+class TestSummaryHit:
+    """The running summary is searched too and reported apart from the utterances."""
+
+    @pytest.fixture
+    def history(self) -> ConversationHistory:
+        history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2))
+        for text in ("the submarine tour is booked", "we leave at dawn", "bring a coat", "lunch at noon",
+                     "the train is late"):
+            history.query(f"Add utterance: {text}")
+        return history
+
+    def test_summary_matching_the_topic_is_a_separate_hit(self, history: ConversationHistory) -> None:
+        """The evicted utterance about the submarine is found through the summary."""
+        result = _find(history, "Find utterances about the submarine")
+        assert result["utterances"] == []
+        assert "submarine" in result["summary_hit"]["text"] and result["summary_hit"]["score"] > 0
+
+    def test_speaker_filter_excludes_the_summary(self, history: ConversationHistory) -> None:
+        """A summary mixes speakers, so a speaker-filtered search does not return it."""
+        assert "summary_hit" not in _find(history, "Find utterances about the submarine from the user")
+
+    def test_summary_not_matching_is_not_returned(self, history: ConversationHistory) -> None:
+        """No shared words, no summary hit."""
+        assert "summary_hit" not in _find(history, "Find utterances about trains")
