@@ -46,7 +46,7 @@ from daemon.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
 
 CONVERSATIONS = 8
 SCENARIOS = {
-    "storage": ["--buffer-size", "1000000", "--max-tokens", "1000000000"],
+    "storage": ["--buffer-size", "10000", "--max-tokens", "10000000"],
     "default": [],
 }
 TARGETS = {"memory": 0.70, "disk": 0.40, "disk-full": None}

@@ -12,7 +12,7 @@ from daemon.core import ConversationHistory
 from daemon.server import build_server
 from daemon.settings import Settings
 from daemon.v1 import daemon_pb2_grpc
-from tests.backends.conftest import CONTRACT_KINDS, open_contract_backend
+from tests.backends.backend_kinds import CONTRACT_KINDS, open_contract_backend
 from tests.conftest import query
 
 CLIENTS, STORES = 8, 100

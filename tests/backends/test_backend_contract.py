@@ -12,7 +12,13 @@ from backends import Backend
 from backends.base import Change, ConversationState, apply_change
 from daemon.errors import NotFound
 from daemon.utterance import Summary, SummarySegment
-from tests.backends.conftest import CONTRACT_KINDS, append_next, open_contract_backend, utterance
+from tests.backends.backend_kinds import (  # noqa: F401  any_backend is a fixture
+    CONTRACT_KINDS,
+    any_backend,
+    append_next,
+    open_contract_backend,
+    utterance,
+)
 
 
 def summary_of(seq_to: int, text: str = "they talked") -> Summary:

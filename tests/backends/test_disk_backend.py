@@ -15,7 +15,7 @@ from backends.records import SCHEMA_KEY, meta_key
 from daemon.core import ConversationHistory
 from daemon.errors import StorageError, StorageFull
 from daemon.settings import Settings
-from tests.backends.conftest import append_next, utterance
+from tests.backends.backend_kinds import append_next, utterance
 
 
 def sqlite_settings(directory: Path) -> dict[str, object]:

@@ -17,7 +17,7 @@ from backends.records import SCHEMA_KEY
 from daemon.cli import _parser
 from daemon.storage_cli import open_backend_from_args
 from daemon.v1 import daemon_pb2_grpc
-from tests.backends.conftest import CUSTOM_BACKEND
+from tests.backends.backend_kinds import CUSTOM_BACKEND
 from tests.conftest import ROOT, DaemonProcess, chd_env, query, run_chd
 
 
@@ -182,8 +182,8 @@ class TestDiskFillsUpWhileServing:
 
     def test_store_gets_resource_exhausted_and_reads_still_work(self, tmp_path: Path) -> None:
         data = tmp_path / "data"
-        daemon = DaemonProcess("--backend", "disk", "--data-dir", str(data), "--buffer-size", "100000",
-                               "--max-tokens", "100000000", prefix=tmpfs(tmp_path, "1m"))
+        daemon = DaemonProcess("--backend", "disk", "--data-dir", str(data), "--buffer-size", "5000",
+                               "--max-tokens", "10000000", prefix=tmpfs(tmp_path, "1m"))
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)
@@ -194,7 +194,7 @@ class TestDiskFillsUpWhileServing:
                         stored += 1
                 assert full.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                 assert "is full" in full.value.details()
-                got = query(stub, "Get the last 100000 utterances")
+                got = query(stub, "Get the last 5000 utterances")
                 assert len(got.result["utterances"]) == stored > 0
                 summary = query(stub, "Get the summary")
                 assert summary.operation == "retrieve"

@@ -1,4 +1,9 @@
-"""Backends under test: every shipped one plus a custom ``module:Class`` one."""
+"""Backends under test: every shipped one plus a custom ``module:Class`` one.
+
+Not a conftest.py: other tests import ``conftest`` by that name, and a second
+one here would shadow tests/conftest.py. Import the ``any_backend`` fixture
+into a test module to use it.
+"""
 
 from __future__ import annotations
 
