@@ -21,25 +21,29 @@ Utterances live under their own keys and each conversation has a small meta
 record (see backends/records.py), so a store writes one utterance and a few
 hundred bytes whatever the buffer size. Reading a whole 10,000-utterance
 buffer on every operation would cost more than the operation, so states are
-cached in memory, keyed by the meta record's ``token``, which every commit
-changes: the cache is only a cache, checked against SQLite on every call,
-and several processes can share one directory.
+cached in memory beside the meta record they were read with; every commit
+writes a new token into that record, and a cached state is used only while
+the stored record is unchanged (one ``get`` per call). The cache is only a
+cache, and several processes can share one directory.
+
+Concurrent ``transact`` calls of one process are group-committed: the thread
+holding the commit lock decides and writes every queued call in one SQLite
+transaction, and each call returns after that COMMIT with its own result.
 """
 
 from __future__ import annotations
 
-import errno
-from bisect import bisect_left
 import logging
 import os
 import sqlite3
 import threading
 import uuid
+from bisect import bisect_left
 from collections import OrderedDict
 from contextlib import contextmanager
-from pathlib import Path
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from pathlib import Path
+from typing import Callable, Iterator
 
 import diskcache
 
@@ -61,6 +65,8 @@ from backends.records import (
     summary_key,
     utterance_key,
 )
+from backends.disk_errors import describe_open_error, is_full
+from backends.group_commit import GroupCommit, Request
 from backends.seq_runs import SeqRuns
 from daemon.errors import StorageError, StorageFull
 from daemon.utterance import Summary, Utterance
@@ -71,9 +77,6 @@ log = logging.getLogger(__name__)
 
 # --durability -> SQLite's PRAGMA synchronous (diskcache's sqlite_synchronous).
 DURABILITY = {"normal": 1, "full": 2}
-
-# Most requests one group commit takes; bounds how long one transaction runs.
-_MAX_BATCH = 64
 
 # Optimistic reads retry when a writer commits between their key reads; past
 # this many tries they read inside a transaction instead.
@@ -100,17 +103,6 @@ class _Cached:
     def size(self) -> int:
         """What the entry weighs in the cache: its utterances, and one for the rest."""
         return 1 + len(self.state.utterances) + len(self.state.pending)
-
-
-@dataclass(slots=True, eq=False)
-class _Request:
-    """One transact call waiting for a group commit."""
-
-    conversation_id: str
-    decide: Callable[[ConversationState], tuple[Change, Any]]
-    done: bool = False
-    value: Any = None
-    error: BaseException | None = None
 
 
 class _Changed(Exception):
@@ -164,18 +156,14 @@ class DiskBackend:
         self._states_lock = threading.Lock()
         self._capacity = cached_utterances
         self._cached_count = 0
-        # Held by the thread committing a group (see transact). Threads of this
-        # process queue here rather than in SQLite's busy handler, which sleeps
-        # in steps of milliseconds; SQLite's own write lock is what keeps
+        # Orders this process's writers; SQLite's own write lock is what keeps
         # writers from different processes apart.
-        self._write_lock = threading.Lock()
-        self._queue: list[_Request] = []
-        self._queue_lock = threading.Lock()
+        self._group = GroupCommit(self._commit)
         self._closed = False
         try:
             self._cache = diskcache.Cache(str(self.path), timeout=timeout, **settings)
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
-            raise StorageError(f"cannot open data dir {self.path}: {_describe(exc, self.path)}") from exc
+            raise StorageError(f"cannot open data dir {self.path}: {describe_open_error(exc, self.path)}") from exc
         try:
             self._check_schema()
         except StorageError as exc:
@@ -183,7 +171,7 @@ class DiskBackend:
             raise StorageError(f"cannot use data dir {self.path}: {exc}") from exc
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
             self._cache.close()
-            raise StorageError(f"cannot open data dir {self.path}: {_describe(exc, self.path)}") from exc
+            raise StorageError(f"cannot open data dir {self.path}: {describe_open_error(exc, self.path)}") from exc
 
     # --- the Backend protocol --------------------------------------------------
 
@@ -205,7 +193,7 @@ class DiskBackend:
                 if self._meta_text(conversation_id) == text:
                     self._remember(conversation_id, _Cached(text, meta, state))
                     return state
-            with self._write_lock, self._cache.transact():
+            with self._group.lock, self._cache.transact():
                 return self._current(conversation_id, self._meta_text(conversation_id)).state
 
     def transact(
@@ -215,18 +203,7 @@ class DiskBackend:
     ) -> T:
         if self._closed:
             raise StorageError("the disk backend is closed")
-        request = _Request(conversation_id, decide)
-        with self._queue_lock:
-            self._queue.append(request)
-        # Group commit: whoever holds the write lock commits every queued
-        # request in one SQLite transaction, so concurrent stores share one
-        # COMMIT (the dearest step) and still each return only after it.
-        with self._write_lock:
-            while not request.done:
-                self._commit_queued()
-        if request.error is not None:
-            raise request.error
-        return request.value  # type: ignore[return-value]
+        return self._group.run(conversation_id, decide)
 
     def conversations(self) -> list[str]:
         found = []
@@ -332,33 +309,7 @@ class DiskBackend:
 
     # --- writing ---------------------------------------------------------------
 
-    def _commit_queued(self) -> None:
-        """Commit the oldest queued requests; each ends done, with a value or an error."""
-        with self._queue_lock:
-            batch = self._queue[:_MAX_BATCH]
-            del self._queue[:_MAX_BATCH]
-        try:
-            try:
-                self._commit(batch)
-            except StorageError:
-                if len(batch) == 1:
-                    raise
-                # One request's write may be the cause (a full disk fails them
-                # all anyway): commit each alone so only the culprit fails.
-                for request in batch:
-                    request.error = None
-                    try:
-                        self._commit([request])
-                    except StorageError as exc:
-                        request.error = exc
-        except BaseException as exc:
-            for request in batch:
-                request.error = request.error or exc
-        finally:
-            for request in batch:
-                request.done = True
-
-    def _commit(self, batch: list[_Request]) -> None:
+    def _commit(self, batch: list[Request]) -> None:
         """Decide and write ``batch`` in one transaction; errors of one decide stay its own."""
         staged: dict[str, _Cached] = {}
         with self._storage("write"):
@@ -474,7 +425,7 @@ class DiskBackend:
                 # thread's connection (diskcache issue #112); closing the
                 # connection rolls it back, and the next call opens a new one.
                 self._cache.close()
-            if _is_full(exc):
+            if is_full(exc):
                 log.error("data dir %s is full: %s", self.path, exc)
                 raise StorageFull(
                     f"the disk holding {self.path} is full; nothing was written, reads still work"
@@ -493,34 +444,3 @@ def _buffered(state: ConversationState, seq: int) -> Utterance | None:
 
 def _seq(utterance: Utterance) -> int:
     return utterance.seq
-
-
-def _is_full(exc: BaseException) -> bool:
-    if isinstance(exc, sqlite3.Error):
-        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or (
-            "database or disk is full" in str(exc)
-        )
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def _describe(exc: BaseException, path: Path) -> str:
-    """The cause of a start-up failure in words a user can act on."""
-    if _is_full(exc):
-        return "the disk is full"
-    if isinstance(exc, diskcache.Timeout):
-        return "the database stayed locked by another process"
-    message = str(exc)
-    if path.exists() and not path.is_dir():
-        return "it is a file, not a directory"
-    if isinstance(exc, sqlite3.DatabaseError) and "not a database" in message:
-        return "cache.db is not a SQLite database (corrupted or not chd's); restore it from a backup or move it away"
-    if isinstance(exc, sqlite3.DatabaseError) and "malformed" in message:
-        return "the database is corrupted (SQLite says: database disk image is malformed); restore it from a backup"
-    if isinstance(exc, OSError) and exc.errno:
-        cause = os.strerror(exc.errno).lower()
-        return cause if path.is_dir() else f"cannot create it: {cause}"
-    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
-        return f"not writable ({message})"
-    if "readonly" in message or "read-only" in message:
-        return f"not writable ({message})"
-    return message

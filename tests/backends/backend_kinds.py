@@ -1,16 +1,13 @@
 """Backends under test: every shipped one plus a custom ``module:Class`` one.
 
 Not a conftest.py: other tests import ``conftest`` by that name, and a second
-one here would shadow tests/conftest.py. Import the ``any_backend`` fixture
-into a test module to use it.
+one here would shadow tests/conftest.py.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterator
-
-import pytest
+from typing import Callable
 
 from backends import Backend, open_backend
 from backends.base import Change, ConversationState
@@ -25,14 +22,6 @@ def open_contract_backend(kind: str, directory: Path) -> Backend:
     if kind == "custom":
         return open_backend(CUSTOM_BACKEND)
     return open_test_backend(kind, directory)
-
-
-@pytest.fixture(params=CONTRACT_KINDS)
-def any_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """Each backend the contract applies to, fresh and empty."""
-    opened = open_contract_backend(request.param, tmp_path)
-    yield opened
-    opened.close()
 
 
 def utterance(seq: int, text: str | None = None, conversation_id: str = "c", turn: int | None = None,

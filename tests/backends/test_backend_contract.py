@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,13 +14,15 @@ from backends import Backend
 from backends.base import Change, ConversationState, apply_change
 from daemon.errors import NotFound
 from daemon.utterance import Summary, SummarySegment
-from tests.backends.backend_kinds import (  # noqa: F401  any_backend is a fixture
-    CONTRACT_KINDS,
-    any_backend,
-    append_next,
-    open_contract_backend,
-    utterance,
-)
+from tests.backends.backend_kinds import CONTRACT_KINDS, append_next, open_contract_backend, utterance
+
+
+@pytest.fixture(params=CONTRACT_KINDS)
+def any_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each backend the contract applies to, fresh and empty."""
+    opened = open_contract_backend(request.param, tmp_path)
+    yield opened
+    opened.close()
 
 
 def summary_of(seq_to: int, text: str = "they talked") -> Summary:

@@ -252,10 +252,10 @@ class TestGroupCommit:
                 outcomes[i] = exc
 
         threads = [threading.Thread(target=call, args=(i,)) for i in range(len(calls))]
-        with backend._write_lock:  # white box: hold the leader's lock until all are queued
+        with backend._group.lock:  # white box: hold the commit lock until all are queued
             for thread in threads:
                 thread.start()
-            while len(backend._queue) < len(calls):
+            while len(backend._group) < len(calls):
                 threading.Event().wait(0.001)
         for thread in threads:
             thread.join()

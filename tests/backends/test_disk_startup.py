@@ -42,7 +42,7 @@ needs_namespaces = pytest.mark.skipif(
 
 def tmpfs(mountpoint: Path, size: str, fill: bool = False) -> list[str]:
     """A prefix that runs a command with a fresh tmpfs of ``size`` at ``mountpoint``."""
-    filler = f' && (head -c 100000000 /dev/zero > "$0/filler" 2>/dev/null; true)' if fill else ""
+    filler = ' && (head -c 100000000 /dev/zero > "$0/filler" 2>/dev/null; true)' if fill else ""
     script = f'mount -t tmpfs -o size={size} tmpfs "$0"{filler} && exec "$@"'
     return ["unshare", "-rm", "sh", "-c", script, str(mountpoint)]
 
