@@ -36,6 +36,35 @@ def _env_int(name: str, default: int) -> int:
         raise SystemExit(f"chd: {name} must be a whole number, got {raw!r}") from None
 
 
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"chd: {name} must be a number, got {raw!r}") from None
+
+
+def _env_flag(name: str) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise SystemExit(f"chd: {name} must be true or false, got {raw!r}")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -82,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--eviction-batch", type=_positive,
                        default=_env_int("CHD_EVICTION_BATCH", defaults.eviction_batch),
                        help="utterances evicted together once the buffer overflows (CHD_EVICTION_BATCH)")
+    _add_summarizer_arguments(serve, defaults)
     serve.add_argument("--log-level", default=os.environ.get("CHD_LOG_LEVEL", "INFO"))
 
     for name, help_text in (("query", "send a query"), ("purpose", "print the purpose"),
@@ -97,6 +127,39 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--conversation", "-c", help="shorthand for metadata.conversation_id")
             sub.add_argument("--json", action="store_true", help="print the response as JSON")
     return parser
+
+
+def _add_summarizer_arguments(serve: argparse.ArgumentParser, defaults: Any) -> None:
+    """Flags of the summarization pipeline (docs/summarization.md)."""
+    from daemon.summarizer import DEFAULT_CLAUDE_MODEL as DEFAULT_MODEL
+    from daemon.summarizer import SUMMARIZER_CHOICES
+
+    group = serve.add_argument_group("summarization")
+    group.add_argument("--summarizer", choices=SUMMARIZER_CHOICES,
+                       default=os.environ.get("CHD_SUMMARIZER", "auto"),
+                       help="auto: Claude when ANTHROPIC_API_KEY is set, else offline (CHD_SUMMARIZER)")
+    group.add_argument("--anthropic-model", default=os.environ.get("CHD_ANTHROPIC_MODEL", DEFAULT_MODEL),
+                       help=f"Claude model (CHD_ANTHROPIC_MODEL, default {DEFAULT_MODEL})")
+    group.add_argument("--anthropic-max-tokens", type=_positive,
+                       default=_env_int("CHD_ANTHROPIC_MAX_TOKENS", 1024),
+                       help="max_tokens of each Claude reply (CHD_ANTHROPIC_MAX_TOKENS)")
+    group.add_argument("--anthropic-max-retries", type=int,
+                       default=_env_int("CHD_ANTHROPIC_MAX_RETRIES", 2),
+                       help="the SDK's own retries per call (CHD_ANTHROPIC_MAX_RETRIES)")
+    group.add_argument("--summarizer-timeout", type=_seconds,
+                       default=_env_float("CHD_SUMMARIZER_TIMEOUT", 30.0),
+                       help="seconds per Claude HTTP attempt (CHD_SUMMARIZER_TIMEOUT)")
+    group.add_argument("--summarizer-attempts", type=_positive,
+                       default=_env_int("CHD_SUMMARIZER_ATTEMPTS", 3),
+                       help="tries per batch before the offline fallback (CHD_SUMMARIZER_ATTEMPTS)")
+    group.add_argument("--summarizer-backoff", type=_seconds,
+                       default=_env_float("CHD_SUMMARIZER_BACKOFF", 1.0),
+                       help="seconds before the 2nd try, doubled after (CHD_SUMMARIZER_BACKOFF)")
+    group.add_argument("--summary-segments", type=_positive,
+                       default=_env_int("CHD_SUMMARY_SEGMENTS", defaults.summary_segments),
+                       help="segments the summary is split into at most (CHD_SUMMARY_SEGMENTS)")
+    group.add_argument("--archive-evicted", action="store_true", default=_env_flag("CHD_ARCHIVE_EVICTED"),
+                       help="keep folded utterances in the backend, searchable (CHD_ARCHIVE_EVICTED)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -118,8 +181,15 @@ def _serve(args: argparse.Namespace) -> int:
         summary_token_limit=args.summary_token_limit,
         max_utterance_chars=args.max_utterance_chars,
         eviction_batch=args.eviction_batch,
+        summary_segments=args.summary_segments,
+        archive_evicted=args.archive_evicted,
     )
-    history = ConversationHistory(settings=settings)
+    try:
+        writer = _summary_writer(args)
+    except ValueError as exc:
+        print(f"chd: {exc}", file=sys.stderr)
+        return 2
+    history = ConversationHistory(settings=settings, writer=writer)
     try:
         server = build_server(history, args.host, args.port)
     except (OSError, RuntimeError) as exc:
@@ -129,6 +199,26 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"chd listening on {args.host}:{server.port}", flush=True)
     serve_forever(server)
     return 0
+
+
+def _summary_writer(args: argparse.Namespace) -> Any:
+    from daemon.summarizer import build_writer
+    from daemon.tokens import default_counter
+
+    writer = build_writer(
+        args.summarizer,
+        default_counter(),
+        attempts=args.summarizer_attempts,
+        backoff=args.summarizer_backoff,
+        model=args.anthropic_model,
+        max_tokens=args.anthropic_max_tokens,
+        timeout=args.summarizer_timeout,
+        max_retries=args.anthropic_max_retries,
+    )
+    primary = writer.primary
+    where = f" at {primary.base_url}" if hasattr(primary, "base_url") else ""
+    logging.getLogger("chd").info("summarizer: %s%s", writer.name, where)
+    return writer
 
 
 def _client(args: argparse.Namespace) -> int:

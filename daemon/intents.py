@@ -45,6 +45,9 @@ class RetrieveIntent:
 
     With ``topic`` the hits are ranked by relevance; otherwise they are in
     conversation order. ``last_n`` keeps the newest n after filtering.
+    ``archived`` reads the archive of folded utterances instead of the buffer.
+    ``context`` asks for the summary plus the newest utterances that fit
+    ``token_limit`` tokens, as one text (daemon/context.py).
     """
 
     last_n: int | None = None
@@ -55,6 +58,9 @@ class RetrieveIntent:
     seq: int | None = None
     include_summary: bool = False
     summary_only: bool = False
+    archived: bool = False
+    context: bool = False
+    token_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +122,9 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "seq": (_count, ("data",)),
             "include_summary": (as_bool, ("data",)),
             "summary_only": (as_bool, ("data",)),
+            "archived": (as_bool, ("data",)),
+            "context": (as_bool, ("data",)),
+            "token_limit": (_count, ("data",)),
         },
     ),
     "remove": (
@@ -205,6 +214,7 @@ def _check_consistent(intent: Intent) -> None:
                 "send one remove per selector"
             )
     elif isinstance(intent, RetrieveIntent):
+        _check_context(intent)
         if (
             intent.turn_from is not None
             and intent.turn_to is not None
@@ -212,4 +222,24 @@ def _check_consistent(intent: Intent) -> None:
         ):
             raise InvalidRequest(
                 f"turn_from ({intent.turn_from}) is after turn_to ({intent.turn_to})"
+            )
+
+
+def _check_context(intent: RetrieveIntent) -> None:
+    if intent.token_limit is not None and not intent.context:
+        raise InvalidRequest(
+            "token_limit applies to a context retrieve ('Get context within 2000 tokens') "
+            "or to summarize"
+        )
+    if intent.context:
+        others = [
+            f.name
+            for f in fields(intent)
+            if f.name not in ("context", "token_limit")
+            and getattr(intent, f.name) not in (None, False)
+        ]
+        if others:
+            raise InvalidRequest(
+                f"a context retrieve takes only token_limit, not {', '.join(others)}: it is "
+                "the summary plus the newest utterances that fit"
             )

@@ -20,6 +20,7 @@ __all__ = ["ParsedQuery", "parse", "SUPPORTED_FORMS", "parse_number"]
 SUPPORTED_FORMS = (
     "Add utterance: <text>   |   Add user utterance: '<text>'   |   Remember <text>",
     "Find utterances about <topic>   |   Get the last 5 utterances   |   Get summary",
+    "Get context within 2000 tokens   |   Get archived utterances",
     "Get utterance 12   |   Get utterances in turns 3 to 6   |   Get all utterances",
     "Remove oldest utterance   |   Remove before turn 4   |   Remove utterance 12   |   Clear the conversation",
     "Summarize conversation   |   Summarize the conversation in 200 tokens",
@@ -237,6 +238,12 @@ _R_SINCE_TURN = re.compile(rf"\b(?:since|after|from)\s+turn\s*(?P<a>{NUM})\b", _
 _R_SEQ = re.compile(
     rf"\b(?:utterance|message|entry|item|seq)\s*(?:number|no\.?|#)?\s*#?(?P<n>\d+)\b", _FLAGS
 )
+# Only as the object ("Get the context within 500 tokens"), so "Find
+# utterances about context switching" stays a topic search.
+_R_CONTEXT = re.compile(
+    r"^\s*(?:me\s+)?(?:the\s+)?(?:conversation(?:'s)?\s+|prompt\s+|current\s+)?context\b", _FLAGS
+)
+_R_ARCHIVED = re.compile(rf"\barchived(?=\s+{NOUN})|\b(?:from|in)\s+the\s+archive\b", _FLAGS)
 _R_LAST = re.compile(
     rf"\b(?:the\s+)?(?:last|latest|most\s+recent|recent|newest)\s*(?P<n>{NUM})?(?:\s+{NOUN})?",
     _FLAGS,
@@ -259,6 +266,17 @@ def _retrieve(query: str) -> ParsedQuery | None:
     verb = match.group("verb").lower()
     rest = match.group("rest")
     fields: dict[str, Any] = {}
+
+    if m := _R_CONTEXT.search(rest):
+        fields["context"] = True
+        rest = rest[: m.start()] + " " + rest[m.end() :]
+        if limit := _TOKEN_LIMIT.search(rest):
+            fields["token_limit"] = parse_number(limit.group("n") or limit.group("m"))
+            rest = rest[: limit.start()] + " " + rest[limit.end() :]
+    topic = _R_TOPIC.search(rest)
+    if m := _R_ARCHIVED.search(rest, 0, topic.start() if topic else len(rest)):
+        fields["archived"] = True
+        rest = rest[: m.start()] + " " + rest[m.end() :]
 
     # Speaker and turn filters may follow the topic ("about Paris in turns 3
     # to 6"), so take them out of the whole query before the topic.

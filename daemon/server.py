@@ -113,13 +113,13 @@ class Server:
         self._stopped = threading.Event()
 
     def stop(self, grace: float = 10.0) -> None:
-        """Say NOT_SERVING, let in-flight calls finish within ``grace``, close storage."""
+        """Say NOT_SERVING, let in-flight calls finish within ``grace``, stop folding, close storage."""
         if self._stopped.is_set():
             return
         self._stopped.set()
         self.health.enter_graceful_shutdown()
         self.grpc_server.stop(grace).wait()
-        self.history.backend.close()
+        self.history.close()
 
     def wait(self) -> None:
         self.grpc_server.wait_for_termination()

@@ -15,7 +15,10 @@ class Settings:
     utterances leave first when either is exceeded); ``summary_token_limit``
     bounds the running summary; ``eviction_batch`` is how many utterances
     leave at least once the buffer overflows; ``max_utterance_chars`` refuses oversized
-    utterances before anything is stored.
+    utterances before anything is stored. ``summary_segments`` is how many
+    segments (each with its own provenance) the summary is split into at most;
+    ``archive_evicted`` keeps folded utterances cold in the backend
+    (docs/summarization.md).
     """
 
     buffer_size: int = 20
@@ -24,6 +27,8 @@ class Settings:
     max_utterance_chars: int = 32_000
     eviction_batch: int = 5
     summarization_enabled: bool = True
+    summary_segments: int = 4
+    archive_evicted: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -32,6 +37,7 @@ class Settings:
             "summary_token_limit",
             "max_utterance_chars",
             "eviction_batch",
+            "summary_segments",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -1,0 +1,162 @@
+"""Folding: move a conversation's queued evicted utterances into its summary.
+
+The queue is ``ConversationState.pending`` in the backend, so it is as
+durable as the backend. A fold reads the queue, runs the summarizer outside
+any transaction (it may take seconds), then commits the new summary and takes
+the batch off the queue in the same transaction, and only if nothing changed
+meanwhile: a remove that raced the summarizer is never undone by a summary of
+what it deleted, and a crash before the commit leaves the batch queued.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from backends.base import Backend, Change, ConversationState
+from daemon.segments import compact, fold_into
+from daemon.settings import Settings
+from daemon.summarizer import Summarized, SummaryWriter
+from daemon.tokens import TokenCounter
+from daemon.utterance import Summary, Utterance
+
+__all__ = ["FOLD_BATCH_TOKENS", "FoldReport", "Folder"]
+
+log = logging.getLogger(__name__)
+
+# One summarizer call takes at most this many tokens of queued utterances,
+# so a queue that grew during an outage becomes several bounded prompts.
+FOLD_BATCH_TOKENS = 6000
+# A fold that keeps losing the commit to concurrent removes stops after this
+# many tries; the batch stays queued for the next fold.
+_COMMIT_ATTEMPTS = 3
+
+
+@dataclass(slots=True)
+class FoldReport:
+    """What one ``Folder.fold`` call did.
+
+    ``done``: the queue was empty when it returned. ``written``: the texts
+    the summarizer produced, in order (their ``error`` says whether the
+    offline fallback wrote them). ``error``: why folding stopped early.
+    """
+
+    done: bool
+    folded: int = 0
+    written: list[Summarized] = field(default_factory=list)
+    error: str = ""
+
+
+class Folder:
+    """Folds queued utterances into segment summaries, one conversation at a time."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        settings: Settings,
+        writer: SummaryWriter,
+        counter: TokenCounter,
+    ) -> None:
+        self.backend = backend
+        self.settings = settings
+        self.writer = writer
+        self.counter = counter
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def fold(self, conversation_id: str, attempts: int | None = None) -> FoldReport:
+        """Fold everything queued for the conversation.
+
+        Args:
+            attempts: tries of the configured summarizer per batch before the
+                offline fallback (None: the writer's setting). A caller who
+                is waiting passes 1.
+        """
+        report = FoldReport(done=False)
+        with self._lock(conversation_id):
+            races = 0
+            while True:
+                state = self.backend.read(conversation_id)
+                batch = _batch(state.pending, FOLD_BATCH_TOKENS)
+                if not batch and state.summary.tokens <= self.settings.summary_token_limit:
+                    report.done = True
+                    return report
+                try:
+                    summary, written = self._merge(state.summary, batch, attempts)
+                except Exception as exc:
+                    # Offline fallback failed too: the batch stays queued.
+                    log.exception("folding conversation %s failed", conversation_id)
+                    report.error = f"{type(exc).__name__}: {exc}"
+                    return report
+                report.written.extend(written)
+                committed = self.backend.transact(
+                    conversation_id, _commit(state, batch, summary, self.settings.archive_evicted)
+                )
+                if committed:
+                    report.folded += len(batch)
+                    continue
+                races += 1
+                if races >= _COMMIT_ATTEMPTS:
+                    report.error = "the conversation kept changing while it was being summarized"
+                    return report
+
+    def _merge(
+        self, summary: Summary, batch: Sequence[Utterance], attempts: int | None
+    ) -> tuple[Summary, list[Summarized]]:
+        def write(previous: str, utterances: Sequence[Utterance], limit: int) -> Summarized:
+            return self.writer.write(previous, utterances, limit, attempts)
+
+        if not batch:
+            # A summary over a budget lowered since it was written: condense it.
+            return compact(
+                summary,
+                limit=self.settings.summary_token_limit,
+                max_segments=self.settings.summary_segments,
+                write=write,
+                counter=self.counter,
+            )
+        return fold_into(
+            summary,
+            batch,
+            limit=self.settings.summary_token_limit,
+            max_segments=self.settings.summary_segments,
+            write=write,
+            counter=self.counter,
+        )
+
+    def _lock(self, conversation_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(conversation_id, threading.Lock())
+
+
+def _batch(pending: Sequence[Utterance], max_tokens: int) -> list[Utterance]:
+    """The oldest queued utterances up to ``max_tokens`` (at least one)."""
+    batch: list[Utterance] = []
+    tokens = 0
+    for utterance in pending:
+        if batch and tokens + utterance.tokens > max_tokens:
+            break
+        batch.append(utterance)
+        tokens += utterance.tokens
+    return batch
+
+
+def _commit(state: ConversationState, batch: Sequence[Utterance], summary: Summary, archive: bool):
+    seqs = {u.seq for u in batch}
+
+    def decide(current: ConversationState) -> tuple[Change, bool]:
+        still_queued = {u.seq for u in current.pending}
+        if current.summary != state.summary or not seqs <= still_queued:
+            return Change(), False
+        return (
+            Change(
+                summary=summary,
+                pending_remove=seqs,
+                archive_add=list(batch) if archive else [],
+            ),
+            True,
+        )
+
+    return decide
