@@ -48,13 +48,17 @@ _DECISION = re.compile(
     re.IGNORECASE,
 )
 # Lines this summarizer writes, read back on the next fold.
-_LINE = re.compile(r"^(?P<head>Turns? \d+(?:–\d+)?(?:, about [a-z' ,\-]+)?): (?P<body>.+)$")
+_LINE = re.compile(r"^(?P<head>Turns? \d+(?:–\d+)?(?:, about [A-Za-z' ,\-]+)?): (?P<body>.+)$")
 # "; the user asked “" can only start a phrase: quoted text holds no curly quotes.
 _SPEAKER_START = re.compile(r"(?:^|; )the (user|assistant|system) (?=(?:asked|said|noted) “)")
 _QUOTE = re.compile(r"“([^”]*)”")
-# A summary keeps about this share of the new material's tokens even when the
-# budget would allow all of it: otherwise it is a transcript, not a summary.
-_KEEP_SHARE = 0.6
+# What the new material may take of the summary, in tokens of its own, even
+# when the budget would allow all of it: otherwise it is a transcript, not a
+# summary. About 60 % of a short batch, tending to 40 % of a long one.
+def _keep(tokens: int) -> float:
+    return min(0.6 * tokens, 24 + 0.4 * tokens)
+
+
 # Sentences scoring under this share of the best one are small talk.
 _MIN_RELATIVE_SCORE = 0.25
 # Tokens a quoted sentence costs beyond its own: quote marks, a joining word,
@@ -143,18 +147,27 @@ def _head(utterances: Sequence[Utterance]) -> str:
 
 
 def _topics(utterances: Sequence[Utterance], most: int = 3) -> list[str]:
-    """Content words said at least twice in the block, most frequent first."""
+    """Content words said at least twice in the block: most frequent, then names, first."""
     counts: dict[str, int] = {}
     first_seen: dict[str, int] = {}
+    names: dict[str, str] = {}
+    common: set[str] = set()  # also seen in lower case: a word, not a name
     for u in utterances:
-        for word in _content_words(u.text):
-            if len(word) < 4 or not word.isalpha():
-                continue
-            counts[word] = counts.get(word, 0) + 1
-            first_seen.setdefault(word, len(first_seen))
+        for sentence in _sentences(u.text):
+            for position, word in enumerate(_WORD.findall(sentence)):
+                key = word.lower()
+                if len(key) < 4 or not key.isalpha() or key in _STOPWORDS:
+                    continue
+                counts[key] = counts.get(key, 0) + 1
+                first_seen.setdefault(key, len(first_seen))
+                if word[0].islower():
+                    common.add(key)
+                elif position:
+                    names[key] = word  # capitalised mid-sentence: a name
+    names = {k: v for k, v in names.items() if k not in common}
     repeated = [w for w, n in counts.items() if n >= 2]
-    repeated.sort(key=lambda w: (-counts[w], first_seen[w]))
-    return repeated[:most]
+    repeated.sort(key=lambda w: (-counts[w], w not in names, first_seen[w]))
+    return [names.get(w, w) for w in repeated[:most]]
 
 
 class ExtractiveSummarizer:
@@ -231,7 +244,7 @@ class ExtractiveSummarizer:
             ranked.remove(best_new)
             ranked.insert(0, best_new)
         new_tokens = sum(self._counter.count(u.text) for u in units if u.new)
-        new_cap = _KEEP_SHARE * new_tokens
+        new_cap = _keep(new_tokens)
         floor = _MIN_RELATIVE_SCORE * max((u.score for u in units), default=0.0)
         chosen: list[_Unit] = []
         blocks: set[int] = set()
@@ -239,12 +252,18 @@ class ExtractiveSummarizer:
         for unit in ranked:
             if chosen and (unit.score <= 0 or unit.score < floor):
                 continue  # small talk: "Thanks!", "Sure."
-            if any(_similar(unit.text, c.text) for c in chosen):
+            twin = next((c for c in chosen if _similar(unit.text, c.text)), None)
+            if twin is not None:
+                # A near-repeat: keep the newer wording ("the budget is now
+                # 1500 euros" corrects "the budget is 1200 euros").
+                if unit.order > twin.order and twin is not best_new:
+                    chosen[chosen.index(twin)] = unit
+                    blocks.add(unit.block)
                 continue
-            size = self._counter.count(unit.text)
+            size = self._counter.count(unit.text) + _UNIT_OVERHEAD
             if chosen and unit.new and new_cost + size > new_cap:
                 continue
-            extra = size + _UNIT_OVERHEAD
+            extra = size
             head = heads[unit.block]
             if unit.block not in blocks and head is not None:
                 extra += self._counter.count(head) + _HEAD_OVERHEAD

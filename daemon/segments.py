@@ -7,9 +7,11 @@ those turns and rebuilds (or drops) the ones that mix them with later turns.
 
 How a folded batch enters the summary (``fold_into``):
 
-* Each segment may hold ``share`` = limit / segments tokens. The batch is
+* Each segment may hold ``share`` = limit / segments tokens. A batch is
   merged into the newest segment while that one is under three quarters of
-  its share, else it starts a new segment. The summarizer sees only the
+  its share (and the batch is not itself larger than a share: a queue that
+  grew while the worker was busy gets a segment of its own), else it starts
+  a new segment. The summarizer sees only the
   segment it extends, so a segment never holds content from outside its range.
 * While there are more segments than ``max_segments``, or the joined text is
   over the limit, the two oldest are merged into one (the oldest turns are
@@ -80,6 +82,7 @@ def fold_into(
         last is not None
         and last.seq_to < batch[0].seq
         and last.tokens < _EXTEND_BELOW * share
+        and sum(u.tokens for u in batch) <= share
     ):
         segments.pop()
         previous, seq_from, turn_from = last.text, last.seq_from, last.turn_from

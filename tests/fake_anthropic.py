@@ -100,7 +100,10 @@ class FakeAnthropic:
         self._ids = itertools.count(1)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # A short poll interval so stop() returns at once instead of in 0.5 s.
+        self._thread = threading.Thread(
+            target=lambda: self._server.serve_forever(poll_interval=0.02), daemon=True
+        )
 
     @property
     def base_url(self) -> str:
