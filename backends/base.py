@@ -137,8 +137,15 @@ def apply_change(state: ConversationState, change: Change) -> ConversationState:
         utterances = [replaced.get(u.seq, u) for u in utterances]
     utterances.extend(change.append)
     pending = _without(state.pending, change.pending_remove)
-    pending.extend(change.pending_add)
-    pending.sort(key=lambda u: u.seq)
+    if change.pending_add:
+        # Evictions arrive in seq order after what is queued; sorting the
+        # whole queue on every store cost O(queue) while the worker lagged.
+        added = change.pending_add
+        in_order = all(a.seq < b.seq for a, b in zip(added, added[1:]))
+        behind = bool(pending) and added[0].seq < pending[-1].seq
+        pending.extend(added)
+        if behind or not in_order:
+            pending.sort(key=lambda u: u.seq)
     archive = _without(state.archive, change.archive_remove)
     if change.archive_add:
         archive.extend(change.archive_add)
