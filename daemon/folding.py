@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from backends.base import Backend, Change, ConversationState
+from daemon.errors import StorageError
 from daemon.segments import compact, fold_into
 from daemon.settings import Settings
 from daemon.summarizer import Summarized, SummaryWriter
@@ -91,9 +92,18 @@ class Folder:
                     report.error = f"{type(exc).__name__}: {exc}"
                     return report
                 report.written.extend(written)
-                committed = self.backend.transact(
-                    conversation_id, _commit(state, batch, summary, self.settings.archive_evicted)
-                )
+                try:
+                    committed = self.backend.transact(
+                        conversation_id, _commit(state, batch, summary, self.settings.archive_evicted)
+                    )
+                except StorageError as exc:
+                    # A full or failing disk must not fail the store that
+                    # queued the batch nor the read that wanted it folded;
+                    # the batch stays queued and the worker retries later.
+                    log.warning("fold of conversation %s not saved (%s); the batch stays queued",
+                                conversation_id, exc)
+                    report.error = f"{type(exc).__name__}: {exc}"
+                    return report
                 if committed:
                     report.folded += len(batch)
                     continue

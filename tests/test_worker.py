@@ -257,3 +257,47 @@ class TestCrashWithQueuedBatches:
             assert [u["seq"] for u in buffer.result["utterances"]] == [7, 8, 9, 10]
         finally:
             second.kill()
+
+
+class _FullDisk:
+    """A memory backend whose commits fail as a full disk does, until told otherwise."""
+
+    def __init__(self) -> None:
+        from backends.memory import MemoryBackend
+
+        self.inner = MemoryBackend()
+        self.full = False
+
+    def read(self, conversation_id):
+        return self.inner.read(conversation_id)
+
+    def transact(self, conversation_id, decide):
+        from daemon.errors import StorageFull
+
+        if self.full:
+            raise StorageFull("disk full")
+        return self.inner.transact(conversation_id, decide)
+
+    def conversations(self):
+        return self.inner.conversations()
+
+    def close(self):
+        self.inner.close()
+
+
+class TestStorageFailureWhileFolding:
+    """A fold that cannot be saved leaves the batch queued and the read still answers."""
+
+    def test_get_summary_answers_with_the_queue_intact_when_the_fold_cannot_be_saved(self):
+        disk = _FullDisk()
+        history = ConversationHistory(disk, Settings(buffer_size=4, eviction_batch=2))
+        history.worker.stop()
+        for i in range(6):
+            history.query(f"Add utterance: Fact {i}: shelf {i} holds {i * 5} jars.")
+        disk.full = True
+        answer = history.query("Get summary")
+        assert answer.metadata["summary_pending"] == 2
+        assert "StorageFull: disk full" in answer.metadata["fold_error"]
+        disk.full = False
+        assert history.query("Get summary").metadata["summary_pending"] == 0
+        history.close()
