@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT))
 
 from daemon.claude import ClaudeConfig, ClaudeSummarizer  # noqa: E402
 from daemon.core import ConversationHistory  # noqa: E402
@@ -34,7 +34,7 @@ from daemon.settings import Settings  # noqa: E402
 from daemon.summarizer import Summarized, SummaryWriter  # noqa: E402
 from daemon.tokens import default_counter  # noqa: E402
 from daemon.utterance import Summary, Utterance  # noqa: E402
-from fake_anthropic import FakeAnthropic  # noqa: E402
+from tests.fake_anthropic import FakeAnthropic  # noqa: E402
 
 COUNTER = default_counter()
 _PEOPLE = ["Ada", "Bruno", "Chen", "Dana", "Emeka", "Fatima", "Goran", "Hana"]

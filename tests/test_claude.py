@@ -9,14 +9,14 @@ from typing import Iterator
 import grpc
 import pytest
 
-from conftest import DaemonProcess
+from tests.conftest import DaemonProcess
 from daemon.claude import SYSTEM_PROMPT, ClaudeConfig, ClaudeSummarizer, merge_prompt
 from daemon.extractive import ExtractiveSummarizer
 from daemon.summarizer import SummaryWriter, build_writer
 from daemon.tokens import default_counter
 from daemon.utterance import Utterance
 from daemon.v1 import daemon_pb2, daemon_pb2_grpc
-from fake_anthropic import FakeAnthropic, Reply, Stall, Status, refused_url
+from tests.fake_anthropic import FakeAnthropic, Reply, Stall, Status, refused_url
 
 COUNTER = default_counter()
 MODEL = "claude-test-model"

@@ -8,7 +8,7 @@ from typing import Iterator
 import grpc
 import pytest
 
-from conftest import DaemonProcess, query, run_chd
+from tests.conftest import DaemonProcess, query, run_chd
 from daemon.core import ConversationHistory
 from daemon.extractive import ExtractiveSummarizer
 from daemon.server import build_server
@@ -16,7 +16,7 @@ from daemon.settings import Settings
 from daemon.summarizer import SummaryWriter
 from daemon.tokens import default_counter
 from daemon.v1 import daemon_pb2_grpc
-from talk import fact
+from tests.talk import fact
 
 COUNTER = default_counter()
 SCENARIO = [

@@ -12,7 +12,7 @@ from daemon.segments import MIN_SEGMENT_TOKENS, compact, fold_into, forget, segm
 from daemon.summarizer import Summarized
 from daemon.tokens import default_counter
 from daemon.utterance import Summary, SummarySegment, Utterance
-from talk import fact
+from tests.talk import fact
 
 COUNTER = default_counter()
 OFFLINE = ExtractiveSummarizer(COUNTER)

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 import backends
-from conftest import DaemonProcess
+from tests.conftest import DaemonProcess
 from daemon.claude import ClaudeConfig, ClaudeSummarizer
 from daemon.core import ConversationHistory
 from daemon.extractive import ExtractiveSummarizer
@@ -21,7 +21,7 @@ from daemon.summarizer import SummaryWriter
 from daemon.tokens import default_counter
 from daemon.v1 import daemon_pb2, daemon_pb2_grpc
 from daemon.worker import FoldWorker
-from fake_anthropic import FakeAnthropic
+from tests.fake_anthropic import FakeAnthropic
 
 COUNTER = default_counter()
 SLOW_MODEL_SECONDS = 0.3
