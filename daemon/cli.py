@@ -197,6 +197,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     # One parseable line, flushed, so scripts and tests can learn the port.
     print(f"chd listening on {args.host}:{server.port}", flush=True)
+    _log_summarizer(writer)
     serve_forever(server)
     return 0
 
@@ -215,10 +216,14 @@ def _summary_writer(args: argparse.Namespace) -> Any:
         timeout=args.summarizer_timeout,
         max_retries=args.anthropic_max_retries,
     )
+    return writer
+
+
+def _log_summarizer(writer: Any) -> None:
+    # After the listening line: a daemon that fails to start says so in one line.
     primary = writer.primary
     where = f" at {primary.base_url}" if hasattr(primary, "base_url") else ""
     logging.getLogger("chd").info("summarizer: %s%s", writer.name, where)
-    return writer
 
 
 def _client(args: argparse.Namespace) -> int:

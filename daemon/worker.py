@@ -80,10 +80,13 @@ class FoldWorker:
         def scan() -> None:
             try:
                 for conversation_id in conversations():
+                    if self._stopping:
+                        return
                     if queued(conversation_id):
                         self.submit(conversation_id)
             except Exception:
-                log.exception("could not scan the backend for queued summaries")
+                if not self._stopping:  # a backend closed under the scan is not news
+                    log.exception("could not scan the backend for queued summaries")
 
         threading.Thread(target=scan, name="chd-fold-recover", daemon=True).start()
 
@@ -130,7 +133,10 @@ class FoldWorker:
             try:
                 done = self._fold(conversation_id)
             except Exception:
-                log.exception("background fold of conversation %s failed", conversation_id)
+                if self._stopping:
+                    log.debug("fold of conversation %s cut short by shutdown", conversation_id, exc_info=True)
+                else:
+                    log.exception("background fold of conversation %s failed", conversation_id)
                 done = False
             self._finished(conversation_id, done)
 
