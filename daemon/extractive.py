@@ -54,9 +54,10 @@ _SPEAKER_START = re.compile(r"(?:^|; )the (user|assistant|system) (?=(?:asked|sa
 _QUOTE = re.compile(r"“([^”]*)”")
 # What the new material may take of the summary, in tokens of its own, even
 # when the budget would allow all of it: otherwise it is a transcript, not a
-# summary. About 60 % of a short batch, tending to 40 % of a long one.
+# summary. About 60 % of a short batch, tending to 40 % of a long one, and
+# never under two typical sentences, so a small batch keeps more than one.
 def _keep(tokens: int) -> float:
-    return min(0.6 * tokens, 24 + 0.4 * tokens)
+    return max(min(0.6 * tokens, 24 + 0.4 * tokens), 40)
 
 
 # Sentences scoring under this share of the best one are small talk.

@@ -61,17 +61,22 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Get utterances in turns 3 to 6",
             "Get the last 3 utterances with summary",
             "Get summary",
+            "Get context within 2000 tokens   (summary + newest utterances that fit, as one text)",
+            "Get archived utterances   /   Find archived utterances about <topic>",
         ),
         "query='Find utterances about weather' metadata={speaker: 'user'}",
         "result.utterances [...], with the summary: result.summary, summary_tokens, "
-        "summary_through_seq, summary_pending",
+        "summary_through_seq, summary_pending; context: result.context, tokens, token_limit. "
+        "Responses with the summary fold queued evictions first and name the summarizer "
+        "(metadata.summarizer, summarizer_error when the offline fallback wrote it)",
     ),
     OperationGuide(
         "remove",
         "Delete utterances. A remove must name its target; 'remove utterances' alone "
-        "is refused. 'before turn N' also drops summary segments made only from those "
-        "turns; 'clear the conversation' deletes the buffer, the summary and the queue. "
-        "Seq numbers are never reused.",
+        "is refused. A remove also forgets summarized content: summary segments made "
+        "from removed utterances are dropped (or rebuilt from the archive); "
+        "'clear the conversation' deletes the buffer, the summary, the queue and the "
+        "archive. Seq numbers are never reused.",
         (
             "Remove oldest utterance   /   Remove the oldest 3 utterances",
             "Remove before turn 4",
@@ -79,7 +84,7 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Clear the conversation",
         ),
         "query='Remove before turn 4' metadata={conversation_id: 'c1'}",
-        "result.removed [seq...], result.summary_segments_dropped",
+        "result.removed [seq...], result.summary_segments_dropped, summary_segments_rebuilt",
     ),
     OperationGuide(
         "summarize",
