@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 from typing import Iterator
 
@@ -166,57 +165,45 @@ class TestDaemonWithClaude:
     FLAGS = ("--buffer-size", "4", "--eviction-batch", "2", "--anthropic-model", MODEL,
              "--summarizer-timeout", "5", "--log-level", "WARNING")
 
-    def run(self, *flags: str) -> DaemonProcess:
-        return DaemonProcess(*self.FLAGS, *flags)
-
-    def test_the_summary_comes_from_claude_and_says_so(self, claude_env):
-        daemon = self.run()
+    def converse(self, stores: int, last: str, data: dict | None = None, flags: tuple[str, ...] = ()):
+        """Start a daemon, store ``stores`` facts, send ``last``; return (answer, stderr log)."""
+        daemon = DaemonProcess(*self.FLAGS, *flags)
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)
-                for i in range(6):
+                for i in range(stores):
                     _query(stub, f"Add utterance: Fact {i}: the budget line {i} is {i * 100} euros.")
-                answer = _query(stub, "Get summary")
-            assert answer.result["summary"] == REPLY
-            assert answer.metadata["summarizer"] == f"claude:{MODEL}"
-            assert answer.metadata["summary_pending"] == 0
-            assert answer.metadata["summary_through_seq"] == 2
-            assert "summarizer_error" not in answer.metadata
-            assert claude_env.requests[0].body["model"] == MODEL
-            assert "Fact 0: the budget line 0 is 0 euros." in claude_env.requests[0].prompt
+                answer = _query(stub, last, data)
+            daemon.proc.send_signal(signal.SIGTERM)
+            _out, log = daemon.proc.communicate(timeout=15)
+            return answer, log
         finally:
             daemon.kill()
+
+    def test_the_summary_comes_from_claude_and_says_so(self, claude_env):
+        answer, _log = self.converse(6, "Get summary")
+        assert answer.result["summary"] == REPLY
+        assert answer.metadata["summarizer"] == f"claude:{MODEL}"
+        assert answer.metadata["summary_pending"] == 0
+        assert answer.metadata["summary_through_seq"] == 2
+        assert "summarizer_error" not in answer.metadata
+        assert claude_env.requests[0].body["model"] == MODEL
+        assert "Fact 0: the budget line 0 is 0 euros." in claude_env.requests[0].prompt
 
     def test_an_outage_folds_offline_and_the_response_and_log_say_why(self, claude_env):
         claude_env.script(*[Status(529, "Overloaded", retry_after_ms=5)] * 40)
-        daemon = self.run("--summarizer-attempts", "1", "--anthropic-max-retries", "0")
-        try:
-            with grpc.insecure_channel(daemon.target) as channel:
-                stub = daemon_pb2_grpc.DaemonStub(channel)
-                for i in range(6):
-                    _query(stub, f"Add utterance: Fact {i}: the budget line {i} is {i * 100} euros.")
-                answer = _query(stub, "Get summary")
-            assert "Fact 0" in answer.result["summary"] or "Fact 1" in answer.result["summary"]
-            assert answer.metadata["summary_pending"] == 0
-            assert "HTTP 529 overloaded_error" in answer.metadata["summarizer_error"]
-            assert answer.metadata["summary_fallback_segments"] >= 1
-            daemon.proc.send_signal(signal.SIGTERM)
-            _out, log = daemon.proc.communicate(timeout=15)
-            assert "HTTP 529 overloaded_error" in log and "folds this batch instead" in log
-        finally:
-            daemon.kill()
+        answer, log = self.converse(
+            6, "Get summary", flags=("--summarizer-attempts", "1", "--anthropic-max-retries", "0")
+        )
+        assert "Fact 0" in answer.result["summary"] or "Fact 1" in answer.result["summary"]
+        assert answer.metadata["summary_pending"] == 0
+        assert "HTTP 529 overloaded_error" in answer.metadata["summarizer_error"]
+        assert answer.metadata["summary_fallback_segments"] >= 1
+        assert "HTTP 529 overloaded_error" in log and "folds this batch instead" in log
 
     def test_summarize_with_a_token_limit_holds_it_whatever_claude_returns(self, claude_env):
         claude_env.reply = lambda body: " ".join(f"Point {i} of the talk." for i in range(300))
-        daemon = self.run()
-        try:
-            with grpc.insecure_channel(daemon.target) as channel:
-                stub = daemon_pb2_grpc.DaemonStub(channel)
-                for i in range(3):
-                    _query(stub, f"Add utterance: Note {i} about the launch.")
-                answer = _query(stub, "Summarize conversation", {"token_limit": 30})
-            assert answer.result["tokens"] <= 30
-            assert COUNTER.count(answer.result["summary"]) <= 30
-            assert json.loads(json.dumps(answer.metadata["summarizer"])) == f"claude:{MODEL}"
-        finally:
-            daemon.kill()
+        answer, _log = self.converse(3, "Summarize conversation", {"token_limit": 30})
+        assert answer.result["tokens"] <= 30
+        assert COUNTER.count(answer.result["summary"]) <= 30
+        assert answer.metadata["summarizer"] == f"claude:{MODEL}"

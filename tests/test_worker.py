@@ -59,6 +59,16 @@ def worker_factory() -> Iterator:
         worker.stop(timeout=2)
 
 
+def _busy(worker_factory) -> tuple[FoldWorker, _Recorder]:
+    """A worker in the middle of folding c1 (until ``fold.release`` is set)."""
+    fold = _Recorder()
+    fold.release.clear()
+    worker = worker_factory(fold)
+    worker.submit("c1")
+    assert fold.started.wait(2)
+    return worker, fold
+
+
 class TestFoldWorker:
     """The worker runs folds in the background, once at a time per conversation, retrying failures."""
 
@@ -74,11 +84,7 @@ class TestFoldWorker:
         assert worker.idle(2) and fold.calls == ["c1"]
 
     def test_a_submit_during_a_fold_runs_one_more_fold_afterwards(self, worker_factory):
-        fold = _Recorder()
-        fold.release.clear()
-        worker = worker_factory(fold)
-        worker.submit("c1")
-        assert fold.started.wait(2)
+        worker, fold = _busy(worker_factory)
         worker.submit("c1")
         worker.submit("c1")
         fold.release.set()
@@ -145,11 +151,7 @@ class TestFoldWorker:
         assert worker.idle(2) and sorted(fold.calls) == ["a", "c"]
 
     def test_stop_waits_for_the_fold_in_progress_and_takes_no_new_work(self, worker_factory):
-        fold = _Recorder()
-        fold.release.clear()
-        worker = worker_factory(fold)
-        worker.submit("c1")
-        assert fold.started.wait(2)
+        worker, fold = _busy(worker_factory)
         threading.Timer(0.1, fold.release.set).start()
         worker.stop(timeout=3)
         worker.submit("c2")
@@ -188,27 +190,27 @@ class TestStoresDoNotWaitForTheSummarizer:
             finally:
                 history.close()
 
-    def test_get_summary_folds_what_is_queued_even_with_the_worker_stopped(self):
+    @pytest.fixture
+    def queued(self) -> Iterator[ConversationHistory]:
+        """Eight stores with the worker stopped: utterances 1-4 wait in the queue."""
         history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2))
         history.worker.stop()
         for i in range(8):
             history.query(f"Add utterance: Fact {i}: the code word is zebra{i}.")
         assert len(history.backend.read("default").pending) == 4
-        answer = history.query("Get summary")
+        yield history
+        history.close()
+
+    def test_get_summary_folds_what_is_queued_even_with_the_worker_stopped(self, queued):
+        answer = queued.query("Get summary")
         assert answer.metadata["summary_pending"] == 0
         assert answer.metadata["summary_through_seq"] == 4
         assert "zebra" in answer.result["summary"]
-        history.close()
 
-    def test_summarize_folds_what_is_queued_first(self):
-        history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2))
-        history.worker.stop()
-        for i in range(8):
-            history.query(f"Add utterance: Fact {i}: the code word is zebra{i}.")
-        answer = history.query("Summarize conversation")
+    def test_summarize_folds_what_is_queued_first(self, queued):
+        answer = queued.query("Summarize conversation")
         assert answer.metadata["summary_pending"] == 0
-        assert history.backend.read("default").summary.through_seq == 4
-        history.close()
+        assert queued.backend.read("default").summary.through_seq == 4
 
 
 def _query(stub, text: str) -> daemon_pb2.QueryResponse:
