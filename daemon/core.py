@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CONVERSATION = "default"
 MAX_CONVERSATION_ID = 256
+# Seconds a read waits for a background fold of its conversation before it
+# folds offline itself: a healthy model call ends well within it.
+READ_WAIT = 10.0
 
 
 @dataclass(slots=True)
@@ -345,7 +348,7 @@ class ConversationHistory:
         if not state.utterances and state.summary.tokens <= limit:
             text = state.summary.text  # nothing to add: no need to call a model
         else:
-            written = self.writer.write(state.summary.text, state.utterances, limit, attempts=1)
+            written = self.writer.write(state.summary.text, state.utterances, limit, patient=False)
             text = written.text
         tokens = self.counter.count(text)
         return QueryResult(
@@ -377,10 +380,11 @@ class ConversationHistory:
     def _fold_now(self, conversation_id: str) -> FoldReport:
         """Fold what is queued before answering with the summary, so it is never stale.
 
-        The caller is waiting: one try of the configured summarizer, then the
-        offline fallback.
+        The caller is waiting: it waits for a fold in progress at most
+        READ_WAIT seconds, and tries the configured summarizer once (not at
+        all just after it failed) before the offline fallback.
         """
-        return self.folder.fold(conversation_id, attempts=1)
+        return self.folder.fold(conversation_id, patient=False, wait=READ_WAIT)
 
     def _rebuild(self, survivors: Sequence[Utterance], limit: int) -> Summarized:
         # Inside a remove's transaction: the offline summarizer is fast and

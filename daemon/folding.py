@@ -67,56 +67,73 @@ class Folder:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
-    def fold(self, conversation_id: str, attempts: int | None = None) -> FoldReport:
+    def fold(self, conversation_id: str, patient: bool = True, wait: float | None = None) -> FoldReport:
         """Fold everything queued for the conversation.
 
+        One fold per conversation runs at a time, under a lock. A caller
+        that cannot wait (a read that must answer with a current summary)
+        gives up on the lock after ``wait`` seconds and folds with the
+        offline summarizer, without the lock: the commit check keeps that
+        safe, and the fold it overtook starts again on what is left.
+
         Args:
-            attempts: tries of the configured summarizer per batch before the
-                offline fallback (None: the writer's setting). A caller who
-                is waiting passes 1.
+            patient: False for a caller who is waiting (see SummaryWriter).
+            wait: seconds to wait for a fold in progress (None: as long as it takes).
         """
+        lock = self._lock(conversation_id)
+        if lock.acquire(timeout=-1 if wait is None else wait):
+            try:
+                return self._fold(conversation_id, patient, "")
+            finally:
+                lock.release()
+        return self._fold(
+            conversation_id, patient,
+            f"{self.writer.name} was still busy with this conversation after {wait:g} s; "
+            "folded offline so the answer is current",
+        )
+
+    def _fold(self, conversation_id: str, patient: bool, offline_because: str) -> FoldReport:
         report = FoldReport(done=False)
-        with self._lock(conversation_id):
-            races = 0
-            while True:
-                state = self.backend.read(conversation_id)
-                batch = _batch(state.pending, FOLD_BATCH_TOKENS)
-                if not batch and state.summary.tokens <= self.settings.summary_token_limit:
-                    report.done = True
-                    return report
-                try:
-                    summary, written = self._merge(state.summary, batch, attempts)
-                except Exception as exc:
-                    # Offline fallback failed too: the batch stays queued.
-                    log.exception("folding conversation %s failed", conversation_id)
-                    report.error = f"{type(exc).__name__}: {exc}"
-                    return report
-                report.written.extend(written)
-                try:
-                    committed = self.backend.transact(
-                        conversation_id, _commit(state, batch, summary, self.settings.archive_evicted)
-                    )
-                except StorageError as exc:
-                    # A full or failing disk must not fail the store that
-                    # queued the batch nor the read that wanted it folded;
-                    # the batch stays queued and the worker retries later.
-                    log.warning("fold of conversation %s not saved (%s); the batch stays queued",
-                                conversation_id, exc)
-                    report.error = f"{type(exc).__name__}: {exc}"
-                    return report
-                if committed:
-                    report.folded += len(batch)
-                    continue
-                races += 1
-                if races >= _COMMIT_ATTEMPTS:
-                    report.error = "the conversation kept changing while it was being summarized"
-                    return report
+        races = 0
+        while True:
+            state = self.backend.read(conversation_id)
+            batch = _batch(state.pending, FOLD_BATCH_TOKENS)
+            if not batch and state.summary.tokens <= self.settings.summary_token_limit:
+                report.done = True
+                return report
+            try:
+                summary, written = self._merge(state.summary, batch, patient, offline_because)
+            except Exception as exc:
+                # Offline fallback failed too: the batch stays queued.
+                log.exception("folding conversation %s failed", conversation_id)
+                report.error = f"{type(exc).__name__}: {exc}"
+                return report
+            report.written.extend(written)
+            try:
+                committed = self.backend.transact(
+                    conversation_id, _commit(state, batch, summary, self.settings.archive_evicted)
+                )
+            except StorageError as exc:
+                # A full or failing disk must not fail the store that
+                # queued the batch nor the read that wanted it folded;
+                # the batch stays queued and the worker retries later.
+                log.warning("fold of conversation %s not saved (%s); the batch stays queued",
+                            conversation_id, exc)
+                report.error = f"{type(exc).__name__}: {exc}"
+                return report
+            if committed:
+                report.folded += len(batch)
+                continue
+            races += 1
+            if races >= _COMMIT_ATTEMPTS:
+                report.error = "the conversation kept changing while it was being summarized"
+                return report
 
     def _merge(
-        self, summary: Summary, batch: Sequence[Utterance], attempts: int | None
+        self, summary: Summary, batch: Sequence[Utterance], patient: bool, offline_because: str
     ) -> tuple[Summary, list[Summarized]]:
         def write(previous: str, utterances: Sequence[Utterance], limit: int) -> Summarized:
-            return self.writer.write(previous, utterances, limit, attempts)
+            return self.writer.write(previous, utterances, limit, patient, offline_because)
 
         if not batch:
             # A summary over a budget lowered since it was written: condense it.

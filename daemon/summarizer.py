@@ -83,15 +83,23 @@ class Summarized:
 class SummaryWriter:
     """The configured summarizer with retries, an offline fallback and a hard budget.
 
+    Two kinds of callers: the background worker is patient (``attempts``
+    tries with backoff); a read that folds before answering is not (one try,
+    and none at all for ``cooldown`` seconds after the configured summarizer
+    gave up, so reads stay fast through an outage while the worker keeps
+    trying).
+
     Args:
         primary: the configured summarizer.
         counter: counts tokens for the budget (the daemon's tiktoken table).
-        fallback: used when ``primary`` fails ``attempts`` times; None when
-            ``primary`` is itself the offline summarizer.
-        attempts: tries of ``primary`` per summary (each try may include the
-            SDK's own retries).
+        fallback: used when ``primary`` fails; None when ``primary`` is
+            itself the offline summarizer.
+        attempts: tries of ``primary`` per summary for a patient caller (each
+            try may include the SDK's own retries).
         backoff: seconds before the second try, doubled for each later one.
-        sleep: injectable for tests.
+        cooldown: seconds after a failure during which impatient callers go
+            straight to the fallback.
+        sleep, clock: injectable for tests.
     """
 
     def __init__(
@@ -101,7 +109,9 @@ class SummaryWriter:
         fallback: Summarizer | None = None,
         attempts: int = 3,
         backoff: float = 1.0,
+        cooldown: float = 60.0,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if attempts < 1:
             raise ValueError(f"attempts must be at least 1, got {attempts}")
@@ -110,7 +120,10 @@ class SummaryWriter:
         self.counter = counter
         self.attempts = attempts
         self.backoff = backoff
+        self.cooldown = cooldown
         self._sleep = sleep
+        self._clock = clock
+        self._failed: tuple[float, str] | None = None  # when the primary last gave up, and why
 
     @property
     def name(self) -> str:
@@ -121,14 +134,31 @@ class SummaryWriter:
         previous: str,
         utterances: Sequence[Utterance],
         token_limit: int,
-        attempts: int | None = None,
+        patient: bool = True,
+        offline_because: str = "",
     ) -> Summarized:
-        """Summarize within ``token_limit``; raise only if the fallback fails too."""
-        tries = self.attempts if attempts is None else max(1, attempts)
+        """Summarize within ``token_limit``; raise only if the fallback fails too.
+
+        Args:
+            patient: False for a caller who is waiting (see the class docstring).
+            offline_because: non-empty to skip the configured summarizer
+                altogether; the reason is reported as the error.
+        """
+        if self.fallback is not None:
+            if offline_because:
+                return self._fall_back(previous, utterances, token_limit, offline_because)
+            if not patient and self._failed and self._clock() - self._failed[0] < self.cooldown:
+                age = self._clock() - self._failed[0]
+                return self._fall_back(
+                    previous, utterances, token_limit,
+                    f"{self.name} failed {age:.0f} s ago ({self._failed[1]}); not retried while a caller waits",
+                )
+        tries = self.attempts if patient else 1
         error = ""
         for attempt in range(1, tries + 1):
             try:
                 text = self.primary.summarize(previous, utterances, token_limit)
+                self._failed = None
                 return Summarized(self._bounded(text, token_limit), self.name)
             except Exception as exc:  # a summarizer's bug must not lose the batch
                 error = _describe(exc)
@@ -141,17 +171,19 @@ class SummaryWriter:
                 if not retryable or attempt == tries:
                     break
                 self._sleep(self.backoff * 2 ** (attempt - 1))
-        assert self.fallback is not None
+        self._failed = (self._clock(), error)
         log.warning(
             "summarizer %s gave up; %s folds this batch instead", self.name,
             summarizer_name(self.fallback),
         )
+        return self._fall_back(previous, utterances, token_limit, f"{self.name} failed: {error}")
+
+    def _fall_back(
+        self, previous: str, utterances: Sequence[Utterance], token_limit: int, reason: str
+    ) -> Summarized:
+        assert self.fallback is not None
         text = self.fallback.summarize(previous, utterances, token_limit)
-        return Summarized(
-            self._bounded(text, token_limit),
-            summarizer_name(self.fallback),
-            f"{self.name} failed: {error}",
-        )
+        return Summarized(self._bounded(text, token_limit), summarizer_name(self.fallback), reason)
 
     def _bounded(self, text: str, limit: int) -> str:
         text = text.strip()

@@ -191,6 +191,37 @@ class TestSummaryWriter:
         assert COUNTER.count(outcome.text) <= 40
         assert outcome.text.endswith(".")
 
+    def test_a_waiting_caller_tries_once_without_backoff(self):
+        sleeps: list[float] = []
+        flaky = _Flaky(failures=1)
+        outcome = self.writer(flaky, sleeps=sleeps).write("", utterances(TRIP), 200, patient=False)
+        assert flaky.calls == 1 and sleeps == [] and outcome.made_by == "extractive"
+
+    def test_just_after_a_failure_a_waiting_caller_skips_the_model(self):
+        now = [100.0]
+        flaky = _Flaky(failures=3)
+        writer = SummaryWriter(flaky, COUNTER, ExtractiveSummarizer(COUNTER), attempts=3, backoff=0,
+                               cooldown=60, sleep=lambda _s: None, clock=lambda: now[0])
+        writer.write("", utterances(TRIP), 200)  # the worker gives up after 3 tries
+        now[0] += 30
+        outcome = writer.write("", utterances(TRIP), 200, patient=False)
+        assert flaky.calls == 3
+        assert "failed 30 s ago (SummarizerError: overloaded); not retried while a caller waits" in outcome.error
+        now[0] += 31
+        assert writer.write("", utterances(TRIP), 200, patient=False).made_by == "flaky"
+        assert flaky.calls == 4
+
+    def test_a_patient_caller_keeps_trying_during_the_cooldown(self):
+        flaky = _Flaky(failures=3)
+        writer = self.writer(flaky)
+        writer.write("", utterances(TRIP), 200)
+        assert writer.write("", utterances(TRIP), 200).made_by == "flaky"
+
+    def test_offline_because_skips_the_model_and_says_why(self):
+        flaky = _Flaky(failures=0)
+        outcome = self.writer(flaky).write("", utterances(TRIP), 200, offline_because="busy")
+        assert flaky.calls == 0 and outcome.made_by == "extractive" and outcome.error == "busy"
+
     def test_without_a_fallback_the_error_reaches_the_caller(self):
         writer = SummaryWriter(_Flaky(failures=99), COUNTER)
         with pytest.raises(SummarizerError):

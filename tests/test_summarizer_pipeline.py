@@ -274,6 +274,44 @@ class TestForgettingReallyForgets:
             history.close()
 
 
+class TestReadsDoNotWaitForASlowModel:
+    """A read that must fold waits for a busy model only so long, then folds offline."""
+
+    def test_get_summary_folds_offline_when_the_worker_is_stuck_on_the_model(self, monkeypatch):
+        import daemon.core
+
+        monkeypatch.setattr(daemon.core, "READ_WAIT", 0.2)
+        entered, release = threading.Event(), threading.Event()
+
+        class Stuck:
+            name = "stuck"
+
+            def summarize(self, previous, utterances, token_limit):
+                entered.set()
+                release.wait(5)
+                return "LATE " + " ".join(u.text for u in utterances)
+
+        history = ConversationHistory(
+            settings=Settings(buffer_size=4, eviction_batch=2),
+            writer=SummaryWriter(Stuck(), COUNTER, ExtractiveSummarizer(COUNTER)),
+        )
+        try:
+            fill(history, 5)
+            assert entered.wait(5)
+            answer = history.query("Get summary")
+            assert answer.metadata["summary_pending"] == 0
+            assert "still busy with this conversation" in answer.metadata["summarizer_error"]
+            assert fact(0) in answer.result["summary"] or fact(1) in answer.result["summary"]
+            release.set()
+            assert history.worker.idle(5)
+            after = history.query("Get summary")
+            assert "LATE" not in after.result["summary"]  # the overtaken fold did not commit
+            assert after.metadata["summary_through_seq"] == 2
+        finally:
+            release.set()
+            history.close()
+
+
 class TestArchive:
     """archive_evicted keeps folded utterances cold, searchable and exportable."""
 
