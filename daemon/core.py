@@ -92,6 +92,9 @@ class ConversationHistory:
         """Stop the background worker (queues stay in the backend), then close storage."""
         if self.worker is not None:
             self.worker.stop()
+        closer = getattr(self.summarizer, "close", None)
+        if callable(closer):
+            closer()  # the Claude client's HTTP connections
         self.backend.close()
 
     # --- the Daemon Interface ------------------------------------------------
