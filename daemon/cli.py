@@ -278,6 +278,11 @@ def _human(answer: dict[str, Any]) -> str:
         f"{answer['operation']} · conversation {meta.get('conversation_id', '?')} · "
         f"{meta.get('items_affected', 0)} item(s) · {meta.get('tokens_used', 0)} token(s)"
     ]
+    if "context" in result:
+        # The text to paste into a prompt, shown as is.
+        lines.append(f"context ({result['tokens']} of {result['token_limit']} tokens):")
+        lines.append("  " + (result["context"].replace("\n", "\n  ") or "(empty)"))
+        return "\n".join(lines)
     if "utterance" in result:
         lines.append(_line(result["utterance"]))
     if result.get("evicted"):

@@ -380,3 +380,18 @@ class TestServeFlags:
     def test_a_bad_timeout_is_a_usage_error(self):
         result = run_chd("serve", "--port", "0", "--summarizer-timeout", "soon")
         assert result.returncode == 2 and "number of seconds" in result.stderr
+
+    def test_chd_query_prints_the_context_as_it_would_be_pasted(self, monkeypatch):
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+        daemon = DaemonProcess("--buffer-size", "4", "--eviction-batch", "2")
+        try:
+            for i in range(6):
+                run_chd("query", "--target", daemon.target, f"Add utterance: {fact(i)}")
+            shown = run_chd("query", "--target", daemon.target, "Get context within 200 tokens")
+        finally:
+            daemon.kill()
+        assert shown.returncode == 0
+        lines = shown.stdout.splitlines()
+        assert lines[1].startswith("context (") and lines[1].endswith(" of 200 tokens):")
+        assert lines[2] == "  Summary of the earlier conversation:"
+        assert f"  [turn 6] user: {fact(5)}" in lines
