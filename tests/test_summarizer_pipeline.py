@@ -243,73 +243,64 @@ class TestForgettingReallyForgets:
         state = archived.backend.read("default")
         assert not state.summary.segments and not state.pending and not state.archive and not state.utterances
 
-    def test_a_remove_racing_a_fold_is_not_undone_by_its_summary(self):
+    def test_a_remove_racing_a_fold_is_not_undone_by_its_summary(self, gated):
         """The summarizer is busy with utterances 1-2 while they are removed: they must not come back."""
-        entered, release = threading.Event(), threading.Event()
+        history, gate = gated
+        history.query("Remove before turn 2")
+        gate.release.set()
+        assert history.worker.idle(5)
+        summary = history.query("Get summary")
+        assert "GATE" not in summary.result["summary"]
+        assert fact(0) not in summary.result["summary"]
+        assert summary.metadata["summary_pending"] == 0
 
-        class Gate:
-            name = "gate"
 
-            def summarize(self, previous, utterances, token_limit):
-                entered.set()
-                release.wait(5)
-                return "SECRET " + " ".join(u.text for u in utterances)
+class _Gate:
+    """A summarizer that holds every call until released, and marks its text."""
 
-        history = ConversationHistory(
-            settings=Settings(buffer_size=4, eviction_batch=2),
-            writer=SummaryWriter(Gate(), COUNTER, ExtractiveSummarizer(COUNTER)),
-        )
-        try:
-            fill(history, 5)
-            assert entered.wait(5)
-            history.query("Remove before turn 2")
-            release.set()
-            assert history.worker.idle(5)
-            summary = history.query("Get summary")
-            assert "SECRET" not in summary.result["summary"]
-            assert fact(0) not in summary.result["summary"]
-            assert summary.metadata["summary_pending"] == 0
-        finally:
-            release.set()
-            history.close()
+    name = "gate"
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def summarize(self, previous, utterances, token_limit):
+        self.entered.set()
+        self.release.wait(5)
+        return "GATE " + " ".join(u.text for u in utterances)
+
+
+@pytest.fixture
+def gated() -> Iterator[tuple[ConversationHistory, _Gate]]:
+    """Five stores; the worker is inside the summarizer with utterances 1-2."""
+    gate = _Gate()
+    history = ConversationHistory(
+        settings=Settings(buffer_size=4, eviction_batch=2),
+        writer=SummaryWriter(gate, COUNTER, ExtractiveSummarizer(COUNTER)),
+    )
+    fill(history, 5)
+    assert gate.entered.wait(5)
+    yield history, gate
+    gate.release.set()
+    history.close()
 
 
 class TestReadsDoNotWaitForASlowModel:
     """A read that must fold waits for a busy model only so long, then folds offline."""
 
-    def test_get_summary_folds_offline_when_the_worker_is_stuck_on_the_model(self, monkeypatch):
+    def test_get_summary_folds_offline_when_the_worker_is_stuck_on_the_model(self, gated, monkeypatch):
         import daemon.core
 
         monkeypatch.setattr(daemon.core, "READ_WAIT", 0.2)
-        entered, release = threading.Event(), threading.Event()
-
-        class Stuck:
-            name = "stuck"
-
-            def summarize(self, previous, utterances, token_limit):
-                entered.set()
-                release.wait(5)
-                return "LATE " + " ".join(u.text for u in utterances)
-
-        history = ConversationHistory(
-            settings=Settings(buffer_size=4, eviction_batch=2),
-            writer=SummaryWriter(Stuck(), COUNTER, ExtractiveSummarizer(COUNTER)),
-        )
-        try:
-            fill(history, 5)
-            assert entered.wait(5)
-            answer = history.query("Get summary")
-            assert answer.metadata["summary_pending"] == 0
-            assert "still busy with this conversation" in answer.metadata["summarizer_error"]
-            assert fact(0) in answer.result["summary"] or fact(1) in answer.result["summary"]
-            release.set()
-            assert history.worker.idle(5)
-            after = history.query("Get summary")
-            assert "LATE" not in after.result["summary"]  # the overtaken fold did not commit
-            assert after.metadata["summary_through_seq"] == 2
-        finally:
-            release.set()
-            history.close()
+        history, gate = gated
+        answer = history.query("Get summary")
+        assert answer.metadata["summary_pending"] == 0
+        assert "still busy with this conversation" in answer.metadata["summarizer_error"]
+        assert fact(0) in answer.result["summary"] or fact(1) in answer.result["summary"]
+        gate.release.set()
+        assert history.worker.idle(5)
+        after = history.query("Get summary")
+        assert "GATE" not in after.result["summary"]  # the overtaken fold did not commit
+        assert after.metadata["summary_through_seq"] == 2
 
 
 class TestArchive:
