@@ -13,8 +13,9 @@ Contract every backend keeps (tests/backends/test_backend_contract.py checks
 it; docs/backends.md shows how to write one):
 
 * ``read`` of a conversation never written returns an empty state (not an
-  error); ``utterances`` and ``pending`` are in ascending seq order, and a
-  Change keeps them so (appended seqs are above every seq left in the buffer).
+  error); ``utterances``, ``pending`` and ``archive`` are in ascending seq
+  order, and a Change keeps them so (appended seqs are above every seq left in
+  the buffer).
 * ``transact`` either applies the whole change or none of it; once it returns,
   the change is as durable as the backend promises (memory: this process;
   disk: committed to SQLite before the reply). If ``decide`` raises, nothing
@@ -46,7 +47,9 @@ class ConversationState:
     ``next_seq`` is the seq the next stored utterance gets; seqs are never
     reused, even after a remove or a clear. ``last_turn`` is the highest turn
     seen (0 before any). ``pending`` holds utterances evicted from the buffer
-    whose content has not yet reached ``summary``. ``settings`` are this
+    whose content has not yet reached ``summary``. ``archive`` keeps folded
+    utterances cold when the daemon runs with ``archive_evicted`` (issue 4),
+    so a summary can be audited and rebuilt. ``settings`` are this
     conversation's overrides of the daemon's limits.
     """
 
@@ -57,6 +60,7 @@ class ConversationState:
     pending: list[Utterance] = field(default_factory=list)
     summary: Summary = field(default_factory=Summary)
     settings: dict[str, Any] = field(default_factory=dict)
+    archive: list[Utterance] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
@@ -80,6 +84,8 @@ class Change:
     next_seq: int | None = None
     last_turn: int | None = None
     settings: dict[str, Any] | None = None
+    archive_add: list[Utterance] = field(default_factory=list)
+    archive_remove: set[int] = field(default_factory=set)
 
     @property
     def is_empty(self) -> bool:
@@ -93,6 +99,8 @@ class Change:
             or self.next_seq is not None
             or self.last_turn is not None
             or self.settings is not None
+            or self.archive_add
+            or self.archive_remove
         )
 
 
@@ -136,8 +144,19 @@ def apply_change(state: ConversationState, change: Change) -> ConversationState:
         utterances = [replaced.get(u.seq, u) for u in utterances]
     utterances.extend(change.append)
     pending = _without(state.pending, change.pending_remove)
-    pending.extend(change.pending_add)
-    pending.sort(key=lambda u: u.seq)
+    if change.pending_add:
+        # Evictions arrive in seq order after what is queued; sorting the
+        # whole queue on every store cost O(queue) while the worker lagged.
+        added = change.pending_add
+        in_order = all(a.seq < b.seq for a, b in zip(added, added[1:]))
+        behind = bool(pending) and added[0].seq < pending[-1].seq
+        pending.extend(added)
+        if behind or not in_order:
+            pending.sort(key=lambda u: u.seq)
+    archive = _without(state.archive, change.archive_remove)
+    if change.archive_add:
+        archive.extend(change.archive_add)
+        archive.sort(key=lambda u: u.seq)
     return ConversationState(
         conversation_id=state.conversation_id,
         next_seq=state.next_seq if change.next_seq is None else change.next_seq,
@@ -146,4 +165,5 @@ def apply_change(state: ConversationState, change: Change) -> ConversationState:
         pending=pending,
         summary=state.summary if change.summary is None else change.summary,
         settings=state.settings if change.settings is None else dict(change.settings),
+        archive=archive,
     )

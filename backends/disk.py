@@ -102,7 +102,8 @@ class _Cached:
     @property
     def size(self) -> int:
         """What the entry weighs in the cache: its utterances, and one for the rest."""
-        return 1 + len(self.state.utterances) + len(self.state.pending)
+        state = self.state
+        return 1 + len(state.utterances) + len(state.pending) + len(state.archive)
 
 
 class _Changed(Exception):
@@ -276,6 +277,7 @@ class DiskBackend:
             pending=self._utterances(conversation_id, meta.pending),
             summary=self._summary(conversation_id) if meta.has_summary else Summary(),
             settings=dict(meta.settings),
+            archive=self._utterances(conversation_id, meta.archive),
         )
 
     def _utterances(self, conversation_id: str, seqs: SeqRuns) -> list[Utterance]:
@@ -352,7 +354,10 @@ class DiskBackend:
             )
         buffer = kept.with_added(appended)
         pending = old.pending.without(change.pending_remove).with_added(u.seq for u in change.pending_add)
-        if len(buffer) != len(new_state.utterances) or len(pending) != len(new_state.pending):
+        archive = old.archive.without(change.archive_remove).with_added(u.seq for u in change.archive_add)
+        if (len(buffer), len(pending), len(archive)) != (
+            len(new_state.utterances), len(new_state.pending), len(new_state.archive)
+        ):
             raise InvalidChange(
                 f"refusing a change to conversation {conversation_id!r} that would leave "
                 "its seqs duplicated"
@@ -360,16 +365,17 @@ class DiskBackend:
         cache = self._cache
         for utterance in change.append:
             cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
-        for utterance in change.pending_add:
-            # An evicted utterance keeps its key on its way to the summary
-            # queue: only the meta record changes, unless the record did.
-            if _buffered(state, utterance.seq) != utterance:
+        for utterance in (*change.pending_add, *change.archive_add):
+            # An utterance keeps its key on its way from the buffer to the
+            # summary queue to the archive: only the meta record changes,
+            # unless the utterance did.
+            if _stored(state, utterance.seq) != utterance:
                 cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
         for utterance in change.update:
             if utterance.seq in buffer:
                 cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
-        for seq in change.remove | change.pending_remove:
-            if seq not in buffer and seq not in pending:
+        for seq in change.remove | change.pending_remove | change.archive_remove:
+            if seq not in buffer and seq not in pending and seq not in archive:
                 cache.delete(utterance_key(conversation_id, seq))
         has_summary = bool(new_state.summary.segments) or new_state.summary.through_seq > 0
         if change.summary is not None:
@@ -383,6 +389,7 @@ class DiskBackend:
             last_turn=new_state.last_turn,
             buffer=buffer,
             pending=pending,
+            archive=archive,
             settings=dict(new_state.settings),
             has_summary=has_summary if change.summary is not None else old.has_summary,
         )
@@ -434,11 +441,12 @@ class DiskBackend:
             raise StorageError(f"storage error in {self.path}: {exc}") from exc
 
 
-def _buffered(state: ConversationState, seq: int) -> Utterance | None:
-    """The buffer's utterance ``seq``, by bisection: the buffer is in seq order."""
-    i = bisect_left(state.utterances, seq, key=_seq)
-    if i < len(state.utterances) and state.utterances[i].seq == seq:
-        return state.utterances[i]
+def _stored(state: ConversationState, seq: int) -> Utterance | None:
+    """Utterance ``seq`` of the buffer, queue or archive, by bisection (each is in seq order)."""
+    for utterances in (state.utterances, state.pending, state.archive):
+        i = bisect_left(utterances, seq, key=_seq)
+        if i < len(utterances) and utterances[i].seq == seq:
+            return utterances[i]
     return None
 
 

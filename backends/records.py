@@ -8,11 +8,13 @@ record from a newer version refuses it instead of misreading it.
 Keys (all text, so they sort by code point in SQLite):
 
     chd:schema          the data dir's schema record, written at creation
-    m:<conversation>    meta: counters, which seqs are in the buffer and the
-                        summary queue (as SeqRuns), per-conversation settings
+    m:<conversation>    meta: counters, which seqs are in the buffer, the
+                        summary queue and the archive (as SeqRuns), and
+                        per-conversation settings
     s:<conversation>    the running summary (written only when it changes)
     u:<conversation>#<seq>  one utterance; its key never changes while it
-                        moves from the buffer to the summary queue
+                        moves from the buffer to the summary queue to the
+                        archive
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class Meta:
     last_turn: int = 0
     buffer: SeqRuns = field(default_factory=SeqRuns)
     pending: SeqRuns = field(default_factory=SeqRuns)
+    archive: SeqRuns = field(default_factory=SeqRuns)
     settings: dict[str, Any] = field(default_factory=dict)
     has_summary: bool = False
 
@@ -127,6 +130,7 @@ def encode_meta(meta: Meta) -> str:
             "last_turn": meta.last_turn,
             "buffer": meta.buffer.to_record(),
             "pending": meta.pending.to_record(),
+            "archive": meta.archive.to_record(),
             "settings": meta.settings,
             "has_summary": meta.has_summary,
         }
@@ -144,6 +148,7 @@ def _meta(record: dict[str, Any]) -> Meta:
         last_turn=int(record["last_turn"]),
         buffer=SeqRuns(tuple(r) for r in record["buffer"]),
         pending=SeqRuns(tuple(r) for r in record["pending"]),
+        archive=SeqRuns(tuple(r) for r in record["archive"]),
         settings=dict(record["settings"]),
         has_summary=bool(record["has_summary"]),
     )

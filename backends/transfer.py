@@ -1,12 +1,13 @@
 """Moving conversations between backends as JSON Lines (``chd export`` / ``chd import``).
 
-One conversation is a header line followed by its utterances, buffer first
-and then the summary queue, each in seq order::
+One conversation is a header line followed by its utterances: the buffer,
+then the summary queue, then the archive of folded ones, each in seq order::
 
     {"record": "conversation", "format": 1, "conversation_id": "c1", "next_seq": 31,
      "last_turn": 30, "settings": {}, "summary": {"segments": [...], "through_seq": 10, "tokens": 33}}
     {"record": "utterance", "in": "buffer", "seq": 11, "speaker": "user", "text": "...", ...}
     {"record": "utterance", "in": "pending", "seq": 9, ...}
+    {"record": "utterance", "in": "archive", "seq": 3, ...}
 
 Everything a query result depends on is kept as it was (seqs, turns,
 timestamps, token counts, the summary and its segments, the next seq), so
@@ -24,12 +25,12 @@ from typing import Any, Iterable, Iterator
 from backends.base import Backend, Change, ConversationState
 from daemon.errors import InvalidRequest
 from daemon.fields import as_bool, as_int, as_speaker, as_str
-from daemon.utterance import Summary, SummarySegment, Utterance
+from daemon.utterance import Summary, Utterance
 
 __all__ = ["EXPORT_FORMAT", "export_lines", "parse_lines", "import_states"]
 
 EXPORT_FORMAT = 1
-_WHERE = ("buffer", "pending")
+_WHERE = ("buffer", "pending", "archive")
 
 
 def export_lines(backend: Backend, conversation_ids: Iterable[str]) -> Iterator[str]:
@@ -47,7 +48,7 @@ def export_lines(backend: Backend, conversation_ids: Iterable[str]) -> Iterator[
                 "summary": state.summary.to_record(),
             }
         )
-        for where, utterances in zip(_WHERE, (state.utterances, state.pending)):
+        for where, utterances in zip(_WHERE, (state.utterances, state.pending, state.archive)):
             for utterance in utterances:
                 yield _dump({"record": "utterance", "in": where, **utterance.to_record()})
 
@@ -60,8 +61,7 @@ def _dump(record: dict[str, Any]) -> str:
 class _Draft:
     line: int
     header: dict[str, Any]
-    buffer: list[Utterance] = field(default_factory=list)
-    pending: list[Utterance] = field(default_factory=list)
+    lists: dict[str, list[Utterance]] = field(default_factory=lambda: {where: [] for where in _WHERE})
 
 
 def parse_lines(lines: Iterable[str]) -> list[ConversationState]:
@@ -120,7 +120,7 @@ def _take(record: Any, drafts: list[_Draft], number: int) -> None:
                 f"utterance of conversation {utterance.conversation_id!r} inside "
                 f"conversation {draft.header.get('conversation_id')!r}"
             )
-        (draft.buffer if where == "buffer" else draft.pending).append(utterance)
+        draft.lists[where].append(utterance)
     else:
         raise InvalidRequest(f"'record' must be conversation or utterance, got {kind!r}")
 
@@ -138,28 +138,25 @@ def _utterance(record: dict[str, Any]) -> Utterance:
     )
 
 
+_SEGMENT_NUMBERS = ("tokens", "seq_from", "seq_to", "turn_from", "turn_to")
+_SEGMENT_TEXTS = ("text", "made_by", "error")
+
+
 def _summary(record: Any) -> Summary:
+    """The summary, each field checked first so a bad one is named, not a KeyError."""
     if not isinstance(record, dict) or not isinstance(record.get("segments"), list):
         raise InvalidRequest("summary must be an object with a list of segments")
-    segments = []
     for i, segment in enumerate(record["segments"]):
         if not isinstance(segment, dict):
             raise InvalidRequest(f"summary segment {i} must be an object")
-        segments.append(
-            SummarySegment(
-                text=as_str(f"summary segment {i} text", segment.get("text"), allow_empty=True),
-                tokens=as_int(f"summary segment {i} tokens", segment.get("tokens")),
-                seq_from=as_int(f"summary segment {i} seq_from", segment.get("seq_from")),
-                seq_to=as_int(f"summary segment {i} seq_to", segment.get("seq_to")),
-                turn_from=as_int(f"summary segment {i} turn_from", segment.get("turn_from")),
-                turn_to=as_int(f"summary segment {i} turn_to", segment.get("turn_to")),
-            )
-        )
-    return Summary(
-        segments=tuple(segments),
-        through_seq=as_int("summary through_seq", record.get("through_seq")),
-        tokens=as_int("summary tokens", record.get("tokens")),
-    )
+        for name in _SEGMENT_NUMBERS:
+            as_int(f"summary segment {i} {name}", segment.get(name))
+        for name in _SEGMENT_TEXTS:
+            if name in segment or name == "text":
+                as_str(f"summary segment {i} {name}", segment.get(name), allow_empty=True)
+    as_int("summary through_seq", record.get("through_seq"))
+    as_int("summary tokens", record.get("tokens"))
+    return Summary.from_record(record)
 
 
 def _state(draft: _Draft) -> ConversationState:
@@ -171,19 +168,22 @@ def _state(draft: _Draft) -> ConversationState:
         conversation_id=as_str("conversation_id", header.get("conversation_id")),
         next_seq=as_int("next_seq", header.get("next_seq"), minimum=1),
         last_turn=as_int("last_turn", header.get("last_turn")),
-        utterances=draft.buffer,
-        pending=draft.pending,
+        utterances=draft.lists["buffer"],
+        pending=draft.lists["pending"],
         summary=_summary(header["summary"]) if "summary" in header else Summary(),
         settings=settings,
+        archive=draft.lists["archive"],
     )
-    for where, utterances in zip(_WHERE, (state.utterances, state.pending)):
+    seen: set[int] = set()
+    for where, utterances in draft.lists.items():
         seqs = [u.seq for u in utterances]
         if seqs != sorted(set(seqs)):
             raise InvalidRequest(f"the {where} utterances must have ascending, distinct seqs")
-    shared = {u.seq for u in state.utterances} & {u.seq for u in state.pending}
-    if shared:
-        raise InvalidRequest(f"seq {min(shared)} is both in the buffer and the summary queue")
-    highest = max((u.seq for u in (*state.utterances, *state.pending)), default=0)
+        twice = seen & set(seqs)
+        if twice:
+            raise InvalidRequest(f"seq {min(twice)} appears in more than one of buffer, pending and archive")
+        seen |= set(seqs)
+    highest = max(seen, default=0)
     if state.next_seq <= highest:
         raise InvalidRequest(f"next_seq {state.next_seq} must be above the highest seq {highest}")
     return state
@@ -223,6 +223,8 @@ def _replacing(imported: ConversationState, replace: bool):
                 pending_remove={u.seq for u in current.pending},
                 append=list(imported.utterances),
                 pending_add=list(imported.pending),
+                archive_remove={u.seq for u in current.archive},
+                archive_add=list(imported.archive),
                 summary=imported.summary,
                 next_seq=imported.next_seq,
                 last_turn=imported.last_turn,

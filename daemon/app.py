@@ -14,14 +14,15 @@ from backends.base import Backend
 from backends.memory import MemoryBackend
 from daemon.auth import BearerAuthInterceptor
 from daemon.classifier import classifier_from_environment
-from daemon.config import Config, to_settings
+from daemon.config import Config, ConfigError, to_settings
 from daemon.core import ConversationHistory
 from daemon.decoding import DecodingInterceptor
 from daemon.limits import DeadlineInterceptor, LimitedBackend, Limits
 from daemon.metrics import Metrics
 from daemon.observe import CallSink, ObservingInterceptor
 from daemon.server import Server, build_server
-from daemon.summarizer import Summarizer
+from daemon.summarizer import ExtractiveSummarizer, Summarizer, SummaryWriter, build_writer
+from daemon.tokens import default_counter
 from daemon.tls import server_credentials
 from daemon.tracelog import TraceLog
 
@@ -40,6 +41,30 @@ def limits_from(config: Config) -> Limits:
     )
 
 
+def summary_writer(config: Config, summarizer: Summarizer | None = None) -> SummaryWriter:
+    """The writer the config asks for; ``summarizer`` (tests, embedders) replaces its primary."""
+    counter = default_counter()
+    if summarizer is not None:
+        offline = None if isinstance(summarizer, ExtractiveSummarizer) else ExtractiveSummarizer(counter)
+        return SummaryWriter(
+            summarizer, counter, offline,
+            attempts=config.summarizer_attempts, backoff=config.summarizer_backoff,
+        )
+    try:
+        return build_writer(
+            config.summarizer,
+            counter,
+            attempts=config.summarizer_attempts,
+            backoff=config.summarizer_backoff,
+            model=config.anthropic_model,
+            max_tokens=config.anthropic_max_tokens,
+            timeout=config.summarizer_timeout,
+            max_retries=config.anthropic_max_retries,
+        )
+    except ValueError as exc:
+        raise ConfigError("summarizer", config.sources["summarizer"], str(exc)) from None
+
+
 def start(config: Config, *, backend: Backend | None = None, summarizer: Summarizer | None = None) -> Server:
     """A started server as ``config`` says, over ``backend`` (memory if None).
 
@@ -54,16 +79,14 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
     if config.metrics_port is not None:
         metrics = Metrics()
         store = metrics.watch_backend(store)
-        if summarizer is not None:
-            summarizer = metrics.watch_summarizer(summarizer)
         sinks.append(metrics)
     classifier = classifier_from_environment(config.query_classifier, config.classifier_model)
+    writer = summary_writer(config, summarizer)
+    if metrics is not None:
+        writer.primary = metrics.watch_summarizer(writer.primary)
     history = ConversationHistory(
-        backend=store, settings=to_settings(config), summarizer=summarizer, classifier=classifier
+        backend=store, settings=to_settings(config), classifier=classifier, writer=writer
     )
-    if metrics is not None and summarizer is None:
-        # The core built its default summarizer: count that one's failures.
-        history.summarizer = metrics.watch_summarizer(history.summarizer)
     # Outermost first: observe sees every outcome, auth refuses before
     # anything is decoded, the deadline is checked last before the servicer.
     interceptors: list[grpc.ServerInterceptor] = [ObservingInterceptor(sinks)]

@@ -32,26 +32,6 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 EXIT_RPC_BASE = 64
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise SystemExit(f"chd: {name} must be a whole number, got {raw!r}") from None
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
@@ -63,10 +43,8 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from daemon.settings import Settings
     from daemon.storage_cli import add_backend_arguments, add_transfer_commands
 
-    defaults = Settings()
     parser = argparse.ArgumentParser(prog="chd", description="chd, the Conversation History Daemon")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -126,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace, effective: config.Config) -> int:
-    # args: for serve flags declared outside the key table (storage, summarizer).
+    # args: for serve flags declared outside the key table (storage).
     from daemon.app import start
     from daemon.server import serve_forever
     from daemon.storage_cli import open_backend_from_args
@@ -139,6 +117,10 @@ def _serve(args: argparse.Namespace, effective: config.Config) -> int:
         return 1
     try:
         server = start(effective, backend=backend)
+    except config.ConfigError as exc:
+        backend.close()
+        print(f"chd: {exc}", file=sys.stderr)
+        return 2
     except (OSError, RuntimeError) as exc:
         backend.close()
         print(f"chd: cannot listen on {effective.host}:{effective.port}: {exc}", file=sys.stderr)
@@ -147,8 +129,16 @@ def _serve(args: argparse.Namespace, effective: config.Config) -> int:
     print(f"chd listening on {effective.host}:{server.port}", flush=True)
     if server.metrics_port is not None:
         print(f"chd metrics on http://{effective.metrics_host}:{server.metrics_port}/metrics", flush=True)
+    _log_summarizer(server.history.writer)
     serve_forever(server, effective.shutdown_grace, effective.shutdown_drain)
     return 0
+
+
+def _log_summarizer(writer: Any) -> None:
+    # After the listening line: a daemon that fails to start says so in one line.
+    primary = writer.primary
+    where = f" at {primary.base_url}" if hasattr(primary, "base_url") else ""
+    logging.getLogger("chd").info("summarizer: %s%s", writer.name, where)
 
 
 def _client(args: argparse.Namespace) -> int:
@@ -210,6 +200,11 @@ def _human(answer: dict[str, Any]) -> str:
         f"{answer['operation']} · conversation {meta.get('conversation_id', '?')} · "
         f"{meta.get('items_affected', 0)} item(s) · {meta.get('tokens_used', 0)} token(s)"
     ]
+    if "context" in result:
+        # The text to paste into a prompt, shown as is.
+        lines.append(f"context ({result['tokens']} of {result['token_limit']} tokens):")
+        lines.append("  " + (result["context"].replace("\n", "\n  ") or "(empty)"))
+        return "\n".join(lines)
     if "utterance" in result:
         lines.append(_line(result["utterance"]))
     if result.get("evicted"):

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from daemon.settings import Settings
+from daemon.summarizer import DEFAULT_CLAUDE_MODEL, SUMMARIZER_CHOICES
 
 __all__ = [
     "Key",
@@ -53,9 +54,6 @@ CLIENT_ENV = frozenset(
 # become rows of KEYS.
 OTHER_ENV = frozenset({
     "CHD_BACKEND", "CHD_DATA_DIR", "CHD_DURABILITY",
-    "CHD_SUMMARIZER", "CHD_ANTHROPIC_MODEL", "CHD_ANTHROPIC_MAX_TOKENS", "CHD_ANTHROPIC_MAX_RETRIES",
-    "CHD_SUMMARIZER_TIMEOUT", "CHD_SUMMARIZER_ATTEMPTS", "CHD_SUMMARIZER_BACKOFF",
-    "CHD_SUMMARY_SEGMENTS", "CHD_ARCHIVE_EVICTED",
 })
 
 
@@ -210,6 +208,19 @@ KEYS: tuple[Key, ...] = (
     Key("query_classifier", Boolean(), _DEFAULTS.query_classifier,
         "let Claude classify queries the rules are unsure of (needs ANTHROPIC_API_KEY)"),
     Key("classifier_model", Text(), "claude-haiku-4-5", "model of the query classifier"),
+    # --- summarization (docs/summarization.md)
+    Key("summarizer", Text(SUMMARIZER_CHOICES), "auto",
+        "auto: Claude when ANTHROPIC_API_KEY is set, else offline; claude; offline"),
+    Key("anthropic_model", Text(), DEFAULT_CLAUDE_MODEL, "Claude model of the summarizer"),
+    Key("anthropic_max_tokens", Integer(1, 64_000), 1024, "max_tokens of each Claude reply"),
+    Key("anthropic_max_retries", Integer(0, 10), 2, "the anthropic SDK's own retries per call"),
+    Key("summarizer_timeout", Seconds(), 30.0, "seconds per Claude HTTP attempt"),
+    Key("summarizer_attempts", Integer(1, 100), 3, "tries per batch before the offline fallback"),
+    Key("summarizer_backoff", Seconds(), 1.0, "seconds before the second try, doubled after each"),
+    Key("summary_segments", Integer(1, 64), _DEFAULTS.summary_segments,
+        "segments (each with its provenance) the summary is split into at most"),
+    Key("archive_evicted", Boolean(), _DEFAULTS.archive_evicted,
+        "keep folded utterances in the backend, searchable and exportable"),
     # --- limits (daemon.limits)
     Key("max_request_bytes", Integer(1024, 2**31 - 1), 4 * 1024 * 1024, "largest request message accepted, in bytes"),
     Key("max_conversations", Integer(), 100_000, "conversations one daemon holds"),

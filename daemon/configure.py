@@ -17,7 +17,6 @@ from backends.base import Change, ConversationState
 from daemon.eviction import evictions_to_fit
 from daemon.intents import ConfigureIntent
 from daemon.settings import Settings
-from daemon.utterance import Summary, SummarySegment
 
 if TYPE_CHECKING:
     from daemon.core import ConversationHistory
@@ -61,11 +60,13 @@ def configure(
         )
         return change, (current, [u.seq for u in evicted], overrides)
 
+    before = history.backend.read(conversation_id).summary.tokens
     current, evicted, overrides = history.backend.transact(conversation_id, decide)
-    if evicted and base.summarization_enabled:
-        history.fold(conversation_id)
-    shortened = _shorten_summary(history, conversation_id, current.summary_token_limit)
+    # Folds what the lowered limits evicted and condenses a summary left over
+    # a lowered summary_token_limit, before this query answers.
+    history.fold(conversation_id)
     state = history.backend.read(conversation_id)
+    shortened = state.summary.tokens < before
     return (
         {
             "settings": settings_view(current),
@@ -77,35 +78,3 @@ def configure(
         },
         {"conversation_id": conversation_id, "items_affected": len(evicted), "tokens_used": 0},
     )
-
-
-def _shorten_summary(history: ConversationHistory, conversation_id: str, limit: int) -> bool:
-    """Re-summarize a summary left over a lowered limit; True if it was shortened.
-
-    Committed only if the summary is still the one that was shortened, so a
-    concurrent fold is never overwritten (the next configure or fold retries).
-    """
-    state = history.backend.read(conversation_id)
-    summary = state.summary
-    if summary.tokens <= limit or not summary.segments:
-        return False
-    text = history.summarizer.summarize(summary.text, [], limit)
-    if history.counter.count(text) > limit:
-        text = history.counter.truncate(text, limit)
-    first, last = summary.segments[0], summary.segments[-1]
-    segment = SummarySegment(
-        text=text,
-        tokens=history.counter.count(text),
-        seq_from=first.seq_from,
-        seq_to=last.seq_to,
-        turn_from=min(s.turn_from for s in summary.segments),
-        turn_to=max(s.turn_to for s in summary.segments),
-    )
-    shorter = Summary((segment,), summary.through_seq, segment.tokens)
-
-    def commit(current: ConversationState) -> tuple[Change, bool]:
-        if current.summary != summary:
-            return Change(), False
-        return Change(summary=shorter), True
-
-    return history.backend.transact(conversation_id, commit)

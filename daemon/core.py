@@ -9,7 +9,6 @@ conversation state of its own and a failed query changes nothing.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -18,9 +17,11 @@ from backends.base import Backend, Change, ConversationState
 from backends.memory import MemoryBackend
 from daemon.classifier import QueryClassifier
 from daemon.configure import configure, effective_settings
-from daemon.errors import InvalidRequest, StorageError, TooLarge
+from daemon.context import build_context
+from daemon.errors import InvalidRequest, NotFound, TooLarge
 from daemon.eviction import evictions_for_store
 from daemon.fields import as_str
+from daemon.folding import FoldReport, Folder
 from daemon.index import IndexCache
 from daemon.instructions import INSTRUCTIONS, PURPOSE
 from daemon.intents import (
@@ -36,13 +37,21 @@ from daemon.intents import (
 )
 from daemon.marking import mark
 from daemon.retrieval import find_utterances
-from daemon.selection import remove_victims, segments_removed, summarize_scope
+from daemon.segments import Forgotten, forget
+from daemon.selection import (
+    archived_victims,
+    missing_seq_message,
+    remove_victims,
+    segment_touched,
+    summarize_scope,
+)
 from daemon.settings import Settings
 from daemon.stats import conversation_stats
-from daemon.summarizer import ExtractiveSummarizer, Summarizer
+from daemon.summarizer import ExtractiveSummarizer, Summarized, Summarizer, SummaryWriter
 from daemon.tokens import TokenCounter, default_counter
 from daemon.understanding import understand
 from daemon.utterance import Speaker, Summary, SummarySegment, Utterance, now_rfc3339
+from daemon.worker import FoldWorker
 
 __all__ = ["ConversationHistory", "QueryResult", "DEFAULT_CONVERSATION"]
 
@@ -50,9 +59,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CONVERSATION = "default"
 MAX_CONVERSATION_ID = 256
-# A summarizer racing a remove of the utterances it is folding starts over;
-# after this many tries the batch stays queued for the next fold.
-_FOLD_ATTEMPTS = 3
+# Seconds a read waits for a background fold of its conversation before it
+# folds offline itself: a healthy model call ends well within it.
+READ_WAIT = 10.0
 
 
 @dataclass(slots=True)
@@ -74,17 +83,42 @@ class ConversationHistory:
         summarizer: Summarizer | None = None,
         counter: TokenCounter | None = None,
         classifier: QueryClassifier | None = None,
+        *,
+        writer: SummaryWriter | None = None,
+        background: bool = True,
     ) -> None:
+        """Args beyond the obvious: ``classifier`` (Claude) reads queries the
+        rules are unsure of (None: the rules alone); ``writer`` wraps
+        ``summarizer`` with retries and the offline fallback (built from
+        ``summarizer`` when None); ``background`` False folds on the store
+        itself (no worker threads)."""
         self.backend: Backend = backend if backend is not None else MemoryBackend()
         self.settings = settings or Settings()
         self.counter: TokenCounter = counter or default_counter()
-        self.summarizer: Summarizer = summarizer or ExtractiveSummarizer(self.counter)
-        # Claude for queries the rules are unsure of; None: the rules alone.
         self.classifier = classifier
         # Search indexes: a cache derived from the backend (daemon/index.py).
         self.indexes = IndexCache()
-        self._fold_locks: dict[str, threading.Lock] = {}
-        self._fold_locks_guard = threading.Lock()
+        self.offline = ExtractiveSummarizer(self.counter)
+        if writer is None:
+            primary = summarizer or self.offline
+            fallback = None if isinstance(primary, ExtractiveSummarizer) else self.offline
+            writer = SummaryWriter(primary, self.counter, fallback)
+        self.writer = writer
+        self.summarizer: Summarizer = writer.primary
+        self.folder = Folder(self.backend, self.settings, self.writer, self.counter)
+        self.worker: FoldWorker | None = None
+        if background:
+            self.worker = FoldWorker(lambda cid: self.folder.fold(cid).done)
+            self.worker.recover(self.backend.conversations, lambda cid: bool(self.backend.read(cid).pending))
+
+    def close(self) -> None:
+        """Stop the background worker (queues stay in the backend), then close storage."""
+        if self.worker is not None:
+            self.worker.stop()
+        closer = getattr(self.summarizer, "close", None)
+        if callable(closer):
+            closer()  # the Claude client's HTTP connections
+        self.backend.close()
 
     # --- the Daemon Interface ------------------------------------------------
 
@@ -163,8 +197,6 @@ class ConversationHistory:
         assert isinstance(intent, StoreIntent)
         return self._store(intent, conversation_id).result
 
-    # --- operations ------------------------------------------------------------
-
     def _store(self, intent: StoreIntent, conversation_id: str) -> QueryResult:
         settings = self.settings
         if len(intent.text) > settings.max_utterance_chars:
@@ -200,72 +232,141 @@ class ConversationHistory:
                 tokens=tokens,
             )
             evicted = evictions_for_store(state.utterances, utterance, limits)
+            queue = settings.summarization_enabled
             change = Change(
                 append=[utterance],
                 remove={u.seq for u in evicted},
-                pending_add=evicted if settings.summarization_enabled else [],
+                pending_add=evicted if queue else [],
+                archive_add=evicted if not queue and settings.archive_evicted else [],
                 next_seq=state.next_seq + 1,
                 last_turn=max(state.last_turn, turn),
             )
             index = len(state.utterances) - len(evicted)
-            return change, (utterance, evicted, index)
+            pending = len(state.pending) + (len(evicted) if queue else 0)
+            return change, (utterance, evicted, index, pending)
 
-        utterance, evicted, index = self.backend.transact(conversation_id, decide)
+        utterance, evicted, index, pending = self.backend.transact(conversation_id, decide)
         self._note_store(conversation_id, utterance, evicted)
         if evicted and settings.summarization_enabled:
-            self.fold(conversation_id)
+            # Summarizing is the worker's job: the store has already returned
+            # by the time a slow model answers.
+            if self.worker is not None:
+                self.worker.submit(conversation_id)
+            else:
+                self.fold(conversation_id)
         return QueryResult(
             "store",
             {"utterance": utterance.to_dict(index), "evicted": [u.seq for u in evicted]},
-            {"conversation_id": conversation_id, "items_affected": 1, "tokens_used": tokens},
+            {
+                "conversation_id": conversation_id,
+                "items_affected": 1,
+                "tokens_used": tokens,
+                "summary_pending": pending,
+            },
         )
 
     def _retrieve(self, intent: RetrieveIntent, conversation_id: str) -> QueryResult:
+        if intent.context:
+            return self._context(intent, conversation_id)
         wants_summary = intent.include_summary or intent.summary_only
-        if wants_summary:
-            self.fold(conversation_id)
+        report = self._fold_now(conversation_id) if wants_summary else None
         state = self.backend.read(conversation_id)
         result: dict[str, Any] = {}
         tokens_used = 0
         utterances: list[dict[str, Any]] = []
         if not intent.summary_only:
-            index = self.indexes.get(conversation_id) if intent.topic is not None else None
-            result = find_utterances(state, intent, index, time.time())
+            if intent.archived:
+                # The archive is cold storage: searched as it is, no live index.
+                result = find_utterances(_as_buffer(state, state.archive), intent, None, time.time())
+                for u in result["utterances"]:
+                    # An archived utterance has no place in the buffer.
+                    u.pop("utterance_index", None)
+                    u["archived"] = True
+            else:
+                index = self.indexes.get(conversation_id) if intent.topic is not None else None
+                result = find_utterances(state, intent, index, time.time())
             utterances = result["utterances"]
             tokens_used += sum(u["tokens"] for u in utterances)
         metadata: dict[str, Any] = {
             "conversation_id": conversation_id,
             "items_affected": len(utterances),
         }
+        if intent.archived:
+            metadata["archive_evicted"] = self.settings.archive_evicted
         if wants_summary:
             result |= _summary_fields(state)
             tokens_used += state.summary.tokens
-            metadata |= _summary_coverage(state)
+            metadata |= self._coverage(state, report)
         metadata["tokens_used"] = tokens_used
         return QueryResult("retrieve", result, metadata)
 
+    def _context(self, intent: RetrieveIntent, conversation_id: str) -> QueryResult:
+        """The summary plus the newest utterances that fit, ready to paste into a prompt."""
+        report = self._fold_now(conversation_id)
+        state = self.backend.read(conversation_id)
+        limits = effective_settings(self.settings, state.settings)
+        limit = intent.token_limit or limits.summary_token_limit + limits.max_tokens
+        context = build_context(state.summary.text, state.utterances, limit, self.counter)
+        positions = {u.seq: i for i, u in enumerate(state.utterances)}
+        return QueryResult(
+            "retrieve",
+            {
+                "context": context.text,
+                "tokens": context.tokens,
+                "token_limit": limit,
+                "summary": context.summary,
+                "utterances": [u.to_dict(positions[u.seq]) for u in context.utterances],
+                "summary_through_seq": state.summary.through_seq,
+                "summary_pending": len(state.pending),
+            },
+            {
+                "conversation_id": conversation_id,
+                "items_affected": len(context.utterances),
+                "tokens_used": context.tokens,
+            }
+            | self._coverage(state, report),
+        )
+
     def _remove(self, intent: RemoveIntent, conversation_id: str) -> QueryResult:
-        def decide(state: ConversationState) -> tuple[Change, tuple[list[Utterance], int]]:
-            buffer, pending, summary = state.utterances, state.pending, state.summary
+        def decide(state: ConversationState) -> tuple[Change, tuple[list[Utterance], Forgotten]]:
             victims = remove_victims(state, intent)
-            gone = segments_removed(summary, intent)
-            dropped = len(gone)
+            archived = archived_victims(state, intent)
             if intent.all:
-                new_summary: Summary | None = Summary() if summary.segments else None
+                segments = len(state.summary.segments)
+                forgotten = Forgotten(Summary(), dropped=segments) if segments else Forgotten(None)
             else:
-                new_summary = self._summary_without(summary, gone) if gone else None
+                gone = {u.seq for u in archived}
+
+                def remaining(segment: SummarySegment) -> list[Utterance]:
+                    return [
+                        u for u in state.archive
+                        if segment.seq_from <= u.seq <= segment.seq_to and u.seq not in gone
+                    ]
+
+                limit = effective_settings(self.settings, state.settings).summary_token_limit
+                forgotten = forget(
+                    state.summary, limit, segment_touched(state, intent), remaining,
+                    self._rebuild, self.counter,
+                )
+                if intent.seq is not None and not victims and not archived and forgotten.summary is None:
+                    raise NotFound(missing_seq_message(state, intent.seq))
             seqs = {u.seq for u in victims}
             change = Change(
-                remove=seqs & {u.seq for u in buffer},
-                pending_remove=seqs & {u.seq for u in pending},
-                summary=new_summary,
+                remove=seqs & {u.seq for u in state.utterances},
+                pending_remove=seqs & {u.seq for u in state.pending},
+                archive_remove={u.seq for u in archived},
+                summary=forgotten.summary,
             )
-            return change, (victims, dropped)
+            return change, (sorted([*victims, *archived], key=lambda u: u.seq), forgotten)
 
-        removed, dropped = self.backend.transact(conversation_id, decide)
+        removed, forgotten = self.backend.transact(conversation_id, decide)
         return QueryResult(
             "remove",
-            {"removed": [u.seq for u in removed], "summary_segments_dropped": dropped},
+            {
+                "removed": [u.seq for u in removed],
+                "summary_segments_dropped": forgotten.dropped,
+                "summary_segments_rebuilt": forgotten.rebuilt,
+            },
             {
                 "conversation_id": conversation_id,
                 "items_affected": len(removed),
@@ -274,14 +375,16 @@ class ConversationHistory:
         )
 
     def _summarize(self, intent: SummarizeIntent, conversation_id: str) -> QueryResult:
-        self.fold(conversation_id)
+        report = self._fold_now(conversation_id)
         state = self.backend.read(conversation_id)
         limit = intent.token_limit or effective_settings(self.settings, state.settings).summary_token_limit
         previous, covered = summarize_scope(state, intent)
-        if covered or previous:
-            text = self._bounded_summary(previous, covered, limit)
+        written: Summarized | None = None
+        if not covered and self.counter.count(previous) <= limit:
+            text = previous  # nothing to add: no need to call a model
         else:
-            text = ""
+            written = self.writer.write(previous, covered, limit, patient=False)
+            text = written.text
         tokens = self.counter.count(text)
         return QueryResult(
             "summarize",
@@ -296,55 +399,51 @@ class ConversationHistory:
                 "items_affected": len(covered),
                 "tokens_used": tokens,
             }
-            | _summary_coverage(state),
+            | self._coverage(state, report, written),
         )
 
     # --- summarization -----------------------------------------------------------
 
     def fold(self, conversation_id: str) -> bool:
-        """Fold queued evicted utterances into the running summary.
+        """Fold the conversation's queued evicted utterances now; True when none are left.
 
-        The summarizer runs outside any transaction (it may be slow); the
-        commit then checks that the batch is still queued, so a remove that
-        raced it is never undone by a summary of what it deleted. Returns
-        True when the queue is empty afterwards. Utterances leave the queue
-        only in the commit that stores the summary holding them.
+        See daemon/folding.py: utterances leave the queue only in the commit
+        that stores the summary holding them.
         """
-        with self._fold_lock(conversation_id):
-            for _ in range(_FOLD_ATTEMPTS):
-                state = self.backend.read(conversation_id)
-                batch = state.pending
-                if not batch:
-                    return True
-                try:
-                    limit = effective_settings(self.settings, state.settings).summary_token_limit
-                    text = self._bounded_summary(state.summary.text, batch, limit)
-                except Exception:
-                    # The batch stays queued: nothing is lost, the next fold retries.
-                    log.exception("summarizer failed for conversation %s", conversation_id)
-                    return False
-                summary = _merged_summary(state.summary, batch, text, self.counter.count(text))
-                try:
-                    if self.backend.transact(conversation_id, _commit_fold(state, batch, summary)):
-                        return True
-                except StorageError:
-                    # A full disk must not fail the store that queued the batch
-                    # (already committed) nor the read that wanted it folded.
-                    log.warning("fold of conversation %s not saved; the batch stays queued", conversation_id)
-                    return False
-            return False
+        return self.folder.fold(conversation_id).done
 
-    def _bounded_summary(self, previous: str, utterances: Sequence[Utterance], limit: int) -> str:
-        text = self.summarizer.summarize(previous, utterances, limit)
-        if self.counter.count(text) > limit:
-            # The budget is a hard limit whatever the summarizer returned.
-            text = self.counter.truncate(text, limit)
-        return text
+    def _fold_now(self, conversation_id: str) -> FoldReport:
+        """Fold what is queued before answering with the summary, so it is never stale.
 
-    def _summary_without(self, summary: Summary, gone: Sequence[SummarySegment]) -> Summary:
-        kept = tuple(s for s in summary.segments if s not in gone)
-        text = "\n".join(s.text for s in kept)
-        return Summary(kept, summary.through_seq, self.counter.count(text) if kept else 0)
+        The caller is waiting: it waits for a fold in progress at most
+        READ_WAIT seconds, and tries the configured summarizer once (not at
+        all just after it failed) before the offline fallback.
+        """
+        return self.folder.fold(conversation_id, patient=False, wait=READ_WAIT)
+
+    def _rebuild(self, survivors: Sequence[Utterance], limit: int) -> Summarized:
+        # Inside a remove's transaction: the offline summarizer is fast and
+        # deterministic, as a decide function must be.
+        return Summarized(self.offline.summarize("", survivors, limit), self.offline.name)
+
+    def _coverage(
+        self, state: ConversationState, report: FoldReport | None, written: Summarized | None = None
+    ) -> dict[str, Any]:
+        """What the summary covers and who wrote it, for every response carrying it."""
+        out = _summary_coverage(state) | {"summarizer": self.writer.name}
+        outcomes = [*(report.written if report else ()), *((written,) if written else ())]
+        errors = [w.error for w in outcomes if w.error]
+        segments = state.summary.segments
+        if not outcomes and segments and segments[-1].error:
+            errors.append(segments[-1].error)
+        if errors:
+            out["summarizer_error"] = errors[-1]
+        fallbacks = sum(1 for s in segments if s.error)
+        if fallbacks:
+            out["summary_fallback_segments"] = fallbacks
+        if report is not None and report.error:
+            out["fold_error"] = report.error
+        return out
 
     def _note_store(self, conversation_id: str, utterance: Utterance, evicted: list[Utterance]) -> None:
         # Keep a live search index in step with this store (~20 us at 10k
@@ -354,10 +453,6 @@ class ConversationHistory:
         if index is not None:
             with index.lock:
                 index.note_store(utterance, (u.seq for u in evicted))
-
-    def _fold_lock(self, conversation_id: str) -> threading.Lock:
-        with self._fold_locks_guard:
-            return self._fold_locks.setdefault(conversation_id, threading.Lock())
 
     # --- helpers -------------------------------------------------------------
 
@@ -374,32 +469,16 @@ class ConversationHistory:
         return value
 
 
-def _merged_summary(
-    previous: Summary, batch: Sequence[Utterance], text: str, tokens: int
-) -> Summary:
-    seq_from = previous.segments[0].seq_from if previous.segments else batch[0].seq
-    turn_from = previous.segments[0].turn_from if previous.segments else batch[0].turn_number
-    segment = SummarySegment(
-        text=text,
-        tokens=tokens,
-        seq_from=seq_from,
-        seq_to=batch[-1].seq,
-        turn_from=min(turn_from, *(u.turn_number for u in batch)),
-        turn_to=max(u.turn_number for u in batch),
+def _as_buffer(state: ConversationState, utterances: list[Utterance]) -> ConversationState:
+    """``state`` with ``utterances`` in the buffer's place, to search the archive alike."""
+    return ConversationState(
+        conversation_id=state.conversation_id,
+        next_seq=state.next_seq,
+        last_turn=state.last_turn,
+        utterances=utterances,
+        summary=state.summary,
+        settings=state.settings,
     )
-    return Summary((segment,), max(previous.through_seq, batch[-1].seq), tokens)
-
-
-def _commit_fold(state: ConversationState, batch: Sequence[Utterance], summary: Summary):
-    seqs = [u.seq for u in batch]
-
-    def decide(current: ConversationState) -> tuple[Change, bool]:
-        still_queued = {u.seq for u in current.pending}
-        if current.summary != state.summary or not set(seqs) <= still_queued:
-            return Change(), False
-        return Change(summary=summary, pending_remove=set(seqs)), True
-
-    return decide
 
 
 def _summary_fields(state: ConversationState) -> dict[str, Any]:

@@ -85,6 +85,10 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "within_seconds": "only utterances of the last n seconds",
         "include_summary": "also return the running summary",
         "summary_only": "return only the running summary",
+        "context": "the running summary plus the newest utterances that fit token_limit, as one "
+        "text to paste into a prompt (takes no other filter)",
+        "token_limit": "with context: the token budget of that text (default max_tokens)",
+        "archived": "read the archive of folded utterances (chd serve --archive-evicted) instead of the buffer",
     },
     "remove": {
         "oldest": "the oldest n (of the filtered) utterances in the buffer",
@@ -190,6 +194,8 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Get messages since 2026-01-31T14:00:00Z",
             "Get the last 3 utterances with the summary",
             "Get summary",
+            "Get context within 2000 tokens",
+            "Get archived utterances",
             "last 5",
         ),
         (
@@ -216,6 +222,11 @@ GUIDE: tuple[OperationGuide, ...] = (
                 "Get summary",
                 {"operation": "retrieve", "result": {"summary": "", "summary_through_seq": 0}},
                 note="empty until something is evicted",
+            ),
+            Example(
+                "Get context within 40 tokens",
+                {"operation": "retrieve", "seqs": [7, 8]},
+                note="the summary (empty here) and the newest utterances that fit, oldest first",
             ),
         ),
         "result.utterances [utterance..., with score when ranked]; with a topic result.ranked, "

@@ -55,6 +55,9 @@ class RetrieveIntent:
     windows) choose the candidates first; with ``topic`` the candidates are
     then ranked by relevance and at most ``limit`` returned, otherwise they
     come back in conversation order.
+    ``archived`` reads the archive of folded utterances instead of the buffer.
+    ``context`` asks for the summary plus the newest utterances that fit
+    ``token_limit`` tokens, as one text (daemon/context.py).
     """
 
     last_n: int | None = None
@@ -71,6 +74,9 @@ class RetrieveIntent:
     within_seconds: int | None = None
     include_summary: bool = False
     summary_only: bool = False
+    archived: bool = False
+    context: bool = False
+    token_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +250,9 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "within_seconds": (_count, _D),
             "include_summary": (as_bool, _D),
             "summary_only": (as_bool, _D),
+            "archived": (as_bool, _D),
+            "context": (as_bool, _D),
+            "token_limit": (_count, _D),
         },
     ),
     "remove": (
@@ -372,6 +381,7 @@ def _check_consistent(intent: Intent) -> None:
     if isinstance(intent, RemoveIntent):
         _check_remove(intent)
     elif isinstance(intent, RetrieveIntent):
+        _check_context(intent)
         _check_turn_range(intent.turn_from, intent.turn_to)
         if intent.last_n is not None and intent.first_n is not None:
             raise InvalidRequest("retrieve takes last_n or first_n, not both")
@@ -413,3 +423,22 @@ def _check_remove(intent: RemoveIntent) -> None:
     low, high = intent.turn_bounds
     if low is not None and high is not None and low > high:
         raise InvalidRequest(f"the turn selectors leave no turns (from {low} to {high})")
+
+
+def _check_context(intent: RetrieveIntent) -> None:
+    if intent.token_limit is not None and not intent.context:
+        raise InvalidRequest(
+            "token_limit applies to a context retrieve ('Get context within 2000 tokens') "
+            "or to summarize"
+        )
+    if intent.context:
+        others = [
+            f.name
+            for f in fields(intent)
+            if f.name not in ("context", "token_limit") and _given(getattr(intent, f.name))
+        ]
+        if others:
+            raise InvalidRequest(
+                f"a context retrieve takes only token_limit, not {', '.join(others)}: it is "
+                "the summary plus the newest utterances that fit"
+            )

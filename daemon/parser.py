@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from daemon.errors import InvalidRequest
 from daemon.grammar.configure import read_configure
+from daemon.grammar.context import read_context
 from daemon.grammar.mark import read_mark
 from daemon.grammar.reading import Reading
 from daemon.grammar.remove import read_remove
@@ -61,6 +62,7 @@ _READ_ONLY_CONFIGURE = 0.8
 SUPPORTED_FORMS: tuple[str, ...] = tuple(form for guide in GUIDE for form in guide.forms)
 
 _READERS: tuple[Callable[[str], Reading | None], ...] = (
+    read_context,
     read_mark,
     read_configure,
     read_stats,

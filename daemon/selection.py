@@ -11,12 +11,12 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import Callable, Sequence
 
 from backends.base import ConversationState
 from daemon.errors import InvalidRequest, NotFound
 from daemon.intents import RemoveIntent, RetrieveIntent, SummarizeIntent
-from daemon.utterance import Summary, SummarySegment, Utterance
+from daemon.utterance import SummarySegment, Utterance
 
 __all__ = [
     "Filters",
@@ -26,7 +26,8 @@ __all__ = [
     "first_of_last_turns",
     "retrieve_filters",
     "remove_victims",
-    "segments_removed",
+    "archived_victims",
+    "segment_touched",
     "summarize_scope",
 ]
 
@@ -156,15 +157,30 @@ def remove_victims(state: ConversationState, intent: RemoveIntent) -> list[Utter
     return chosen
 
 
-def _chosen(state: ConversationState, intent: RemoveIntent) -> list[Utterance]:
-    seqs = _seq_set(intent.seq, intent.seqs)
-    for seq in sorted(seqs or ()):
-        if position_of(state.utterances, seq) is None and position_of(state.pending, seq) is None:
-            raise NotFound(missing_seq_message(state, seq))
+def _remove_filters(state: ConversationState, intent: RemoveIntent) -> Filters:
     low, high = intent.turn_bounds
     if intent.last_turns is not None:
         low, high = _narrow(low, high, first_of_last_turns(state.utterances, intent.last_turns))
-    filters = Filters(intent.speaker, low, high, seqs)
+    return Filters(intent.speaker, low, high, _seq_set(intent.seq, intent.seqs))
+
+
+def _summarized(state: ConversationState, seq: int) -> bool:
+    """Whether ``seq``'s content is in the archive or inside a summary segment's range."""
+    return position_of(state.archive, seq) is not None or any(
+        s.seq_from <= seq <= s.seq_to for s in state.summary.segments
+    )
+
+
+def _chosen(state: ConversationState, intent: RemoveIntent) -> list[Utterance]:
+    seqs = _seq_set(intent.seq, intent.seqs)
+    for seq in sorted(seqs or ()):
+        if (
+            position_of(state.utterances, seq) is None
+            and position_of(state.pending, seq) is None
+            and not _summarized(state, seq)
+        ):
+            raise NotFound(missing_seq_message(state, seq))
+    filters = _remove_filters(state, intent)
     if intent.oldest is not None or intent.newest is not None:
         # "the oldest 3" counts what is in the buffer, not what already left it.
         chosen = [u for u in state.utterances if filters.admits(u)]
@@ -175,30 +191,40 @@ def _chosen(state: ConversationState, intent: RemoveIntent) -> list[Utterance]:
     return chosen
 
 
-def segments_removed(summary: Summary, intent: RemoveIntent) -> tuple[SummarySegment, ...]:
-    """Summary segments that hold only content the remove deletes: they go with it.
+def archived_victims(state: ConversationState, intent: RemoveIntent) -> list[Utterance]:
+    """Archived utterances a remove deletes too, so forgetting reaches the cold copies."""
+    if intent.all:
+        return list(state.archive)
+    if intent.oldest is not None or intent.newest is not None:
+        return []  # "the oldest 3" counts the buffer only
+    filters = _remove_filters(state, intent)
+    return [u for u in state.archive if filters.admits(u)]
 
-    Only a remove by turns alone can say that of a segment (a segment mixes
-    speakers and does not keep seqs one by one); ``all`` takes every segment.
+
+def segment_touched(
+    state: ConversationState, intent: RemoveIntent
+) -> Callable[[SummarySegment], bool]:
+    """Whether a summary segment may hold content of what the remove deletes.
+
+    A segment keeps its seq and turn ranges, not who said what, so a remove
+    by speaker or time touches every segment in its turn range: forgetting
+    must err on the side of forgetting.
     """
     if intent.all:
-        return summary.segments
-    by_turns_only = (
-        intent.speaker is None
-        and intent.seq is None
-        and not intent.seqs
-        and intent.oldest is None
-        and intent.newest is None
-        and intent.last_turns is None
-    )
-    low, high = intent.turn_bounds
-    if not by_turns_only or (low is None and high is None):
-        return ()
-    return tuple(
-        s
-        for s in summary.segments
-        if (low is None or s.turn_from >= low) and (high is None or s.turn_to <= high)
-    )
+        return lambda s: True
+    if intent.oldest is not None or intent.newest is not None:
+        return lambda s: False
+    filters = _remove_filters(state, intent)
+    seqs = filters.seqs
+
+    def touched(s: SummarySegment) -> bool:
+        if seqs is not None and not any(s.seq_from <= q <= s.seq_to for q in seqs):
+            return False
+        return (filters.turn_from is None or s.turn_to >= filters.turn_from) and (
+            filters.turn_to is None or s.turn_from <= filters.turn_to
+        )
+
+    return touched
 
 
 def summarize_scope(state: ConversationState, intent: SummarizeIntent) -> tuple[str, list[Utterance]]:

@@ -112,7 +112,7 @@ class Server:
         self._stopped = threading.Event()
 
     def stop(self, grace: float = 10.0, drain: float = 0.0) -> None:
-        """Say NOT_SERVING, drain, let in-flight calls finish within ``grace``, close storage.
+        """Say NOT_SERVING, drain, let in-flight calls finish within ``grace``, stop folding, close storage.
 
         For ``drain`` seconds the server still answers while health says
         NOT_SERVING, so load balancers that poll health route elsewhere
@@ -125,7 +125,7 @@ class Server:
         if drain > 0:
             time.sleep(drain)
         self.grpc_server.stop(grace).wait()
-        self.history.backend.close()
+        self.history.close()
         for hook in self.on_stop:
             try:
                 hook()

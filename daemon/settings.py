@@ -20,6 +20,10 @@ class Settings:
     lets Claude classify queries the rule parser is unsure of (needs
     ANTHROPIC_API_KEY). A conversation may override buffer_size, max_tokens,
     summary_token_limit and eviction_policy (see daemon/configure.py).
+    ``summary_segments`` is how many
+    segments (each with its own provenance) the summary is split into at most;
+    ``archive_evicted`` keeps folded utterances cold in the backend
+    (docs/summarization.md).
     """
 
     buffer_size: int = 20
@@ -30,6 +34,8 @@ class Settings:
     summarization_enabled: bool = True
     eviction_policy: str = "fifo"
     query_classifier: bool = False
+    summary_segments: int = 4
+    archive_evicted: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -38,6 +44,7 @@ class Settings:
             "summary_token_limit",
             "max_utterance_chars",
             "eviction_batch",
+            "summary_segments",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

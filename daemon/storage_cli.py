@@ -152,7 +152,8 @@ def _import(backend: Backend, args: argparse.Namespace) -> int:
     for state in import_states(backend, states, replace=args.replace):
         print(
             f"imported {state.conversation_id}: {len(state.utterances)} in the buffer, "
-            f"{len(state.pending)} queued for the summary, summary through #{state.summary.through_seq}",
+            f"{len(state.pending)} queued for the summary, {len(state.archive)} archived, "
+            f"summary through #{state.summary.through_seq}",
             file=sys.stderr,
         )
     return 0

@@ -1,186 +1,245 @@
 """Summarizers: fold evicted utterances into a conversation's running summary.
 
-``ExtractiveSummarizer`` is the offline default: deterministic, no model, no
-network. It keeps the most informative sentences (content words, numbers,
-names, questions, decisions) of the previous summary and of the new
-utterances, says who said them, and fits the token limit.
+Two implementations satisfy ``Summarizer``: ``ExtractiveSummarizer``
+(daemon/extractive.py, offline, the default) and ``ClaudeSummarizer``
+(daemon/claude.py, used when ANTHROPIC_API_KEY is set). ``SummaryWriter``
+is what the daemon calls: it retries the configured summarizer with backoff,
+falls back to the offline one so the summary stays current, says which one
+wrote the text and why, and holds the token budget whatever they returned.
 """
 
 from __future__ import annotations
 
-import math
-import re
+import logging
+import os
+import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
+from daemon.extractive import ExtractiveSummarizer
 from daemon.tokens import TokenCounter
 from daemon.utterance import Utterance
 
-__all__ = ["Summarizer", "ExtractiveSummarizer"]
+__all__ = [
+    "Summarizer",
+    "SummarizerError",
+    "ExtractiveSummarizer",
+    "Summarized",
+    "SummaryWriter",
+    "summarizer_name",
+    "SUMMARIZER_CHOICES",
+    "DEFAULT_CLAUDE_MODEL",
+    "build_writer",
+]
+
+log = logging.getLogger(__name__)
 
 
 class Summarizer(Protocol):
-    """Merges a previous summary with newly evicted utterances."""
+    """Merges a previous summary with newly evicted utterances.
 
-    def summarize(
-        self, previous: str, utterances: Sequence[Utterance], token_limit: int
-    ) -> str:
+    ``name`` says which summarizer wrote a summary (kept with each summary
+    segment and reported in responses).
+    """
+
+    name: str
+
+    def summarize(self, previous: str, utterances: Sequence[Utterance], token_limit: int) -> str:
         """A summary of ``previous`` plus ``utterances`` of at most ``token_limit`` tokens.
 
-        Implementations should aim under the limit; the core trims anything
-        over it, so the budget holds even for a misbehaving summarizer.
+        ``utterances`` may be empty: then ``previous`` is condensed. Raise
+        SummarizerError (or any exception) on failure. Implementations should
+        aim under the limit; SummaryWriter trims anything over it, so the
+        budget holds even for a misbehaving summarizer.
         """
         ...
 
 
-_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)")
-_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d[\d.,:]*")
-_STOPWORDS = frozenset(
-    """a about above after again all also am an and any are as at be because been
-    before being below between both but by can could did do does doing down during
-    each few for from further had has have having he her here hers him his how i if
-    in into is it its itself just let me more most my no nor not now of off ok okay
-    on once only or other our ours out over own please same she should so some such
-    than thank thanks that the their theirs them then there these they this those
-    through to too under until up very was we were what when where which while who
-    whom why will with would yes you your yours sure right well oh hi hello""".split()
-)
-_DECISION = re.compile(
-    r"\b(?:decided|agreed|will|must|need|plan|deadline|budget|prefer|chose|confirmed|remember|important)\b",
-    re.IGNORECASE,
-)
+class SummarizerError(Exception):
+    """A summarizer could not produce a summary.
+
+    ``retryable`` is False for failures another try cannot fix (a rejected
+    key, a malformed request), so the writer falls back at once.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def summarizer_name(summarizer: object) -> str:
+    return str(getattr(summarizer, "name", type(summarizer).__name__))
 
 
 @dataclass(frozen=True, slots=True)
-class _Sentence:
-    order: int
-    speaker: str  # "" for sentences of the previous summary
-    turn: int
+class Summarized:
+    """A summary text, who wrote it, and why the configured summarizer did not (if so)."""
+
     text: str
-    score: float
+    made_by: str
+    error: str = ""
 
 
-def _content_words(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text) if w.lower() not in _STOPWORDS]
+class SummaryWriter:
+    """The configured summarizer with retries, an offline fallback and a hard budget.
+
+    Two kinds of callers: the background worker is patient (``attempts``
+    tries with backoff); a read that folds before answering is not (one try,
+    and none at all for ``cooldown`` seconds after the configured summarizer
+    gave up, so reads stay fast through an outage while the worker keeps
+    trying).
+
+    Args:
+        primary: the configured summarizer.
+        counter: counts tokens for the budget (the daemon's tiktoken table).
+        fallback: used when ``primary`` fails; None when ``primary`` is
+            itself the offline summarizer.
+        attempts: tries of ``primary`` per summary for a patient caller (each
+            try may include the SDK's own retries).
+        backoff: seconds before the second try, doubled for each later one.
+        cooldown: seconds after a failure during which impatient callers go
+            straight to the fallback.
+        sleep, clock: injectable for tests.
+    """
+
+    def __init__(
+        self,
+        primary: Summarizer,
+        counter: TokenCounter,
+        fallback: Summarizer | None = None,
+        attempts: int = 3,
+        backoff: float = 1.0,
+        cooldown: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {attempts}")
+        self.primary = primary
+        self.fallback = fallback
+        self.counter = counter
+        self.attempts = attempts
+        self.backoff = backoff
+        self.cooldown = cooldown
+        self._sleep = sleep
+        self._clock = clock
+        self._failed: tuple[float, str] | None = None  # when the primary last gave up, and why
+
+    @property
+    def name(self) -> str:
+        return summarizer_name(self.primary)
+
+    def write(
+        self,
+        previous: str,
+        utterances: Sequence[Utterance],
+        token_limit: int,
+        patient: bool = True,
+        offline_because: str = "",
+    ) -> Summarized:
+        """Summarize within ``token_limit``; raise only if the fallback fails too.
+
+        Args:
+            patient: False for a caller who is waiting (see the class docstring).
+            offline_because: non-empty to skip the configured summarizer
+                altogether; the reason is reported as the error.
+        """
+        if self.fallback is not None:
+            if offline_because:
+                return self._fall_back(previous, utterances, token_limit, offline_because)
+            if not patient and self._failed and self._clock() - self._failed[0] < self.cooldown:
+                age = self._clock() - self._failed[0]
+                return self._fall_back(
+                    previous, utterances, token_limit,
+                    f"{self.name} failed {age:.0f} s ago ({self._failed[1]}); not retried while a caller waits",
+                )
+        tries = self.attempts if patient else 1
+        error = ""
+        for attempt in range(1, tries + 1):
+            try:
+                text = self.primary.summarize(previous, utterances, token_limit)
+                self._failed = None
+                return Summarized(self._bounded(text, token_limit), self.name)
+            except Exception as exc:  # a summarizer's bug must not lose the batch
+                error = _describe(exc)
+                retryable = getattr(exc, "retryable", True)
+                if self.fallback is None:
+                    raise
+                log.warning(
+                    "summarizer %s failed (try %d of %d): %s", self.name, attempt, tries, error
+                )
+                if not retryable or attempt == tries:
+                    break
+                self._sleep(self.backoff * 2 ** (attempt - 1))
+        self._failed = (self._clock(), error)
+        log.warning(
+            "summarizer %s gave up; %s folds this batch instead", self.name,
+            summarizer_name(self.fallback),
+        )
+        return self._fall_back(previous, utterances, token_limit, f"{self.name} failed: {error}")
+
+    def _fall_back(
+        self, previous: str, utterances: Sequence[Utterance], token_limit: int, reason: str
+    ) -> Summarized:
+        assert self.fallback is not None
+        text = self.fallback.summarize(previous, utterances, token_limit)
+        return Summarized(self._bounded(text, token_limit), summarizer_name(self.fallback), reason)
+
+    def _bounded(self, text: str, limit: int) -> str:
+        text = text.strip()
+        if self.counter.count(text) <= limit:
+            return text
+        # The budget is a hard limit: cut at a sentence end if one is near,
+        # else at the token boundary.
+        fit = getattr(self.counter, "fit", None)
+        text = fit(text, limit) if fit else self.counter.truncate(text, limit)
+        if self.counter.count(text) > limit:
+            text = self.counter.truncate(text, limit)
+        return text
 
 
-def _score(text: str, document_frequency: dict[str, int], documents: int) -> float:
-    words = _content_words(text)
-    if not words:
-        return 0.0
-    # Rare words carry more of what makes a sentence worth keeping.
-    weight = sum(
-        math.log(1 + documents / document_frequency.get(w, 1)) for w in set(words)
+SUMMARIZER_CHOICES = ("auto", "claude", "offline")
+# Here rather than in daemon/claude.py so that `chd --help` and `chd query`
+# do not import the SDK (two seconds).
+DEFAULT_CLAUDE_MODEL = "claude-haiku-4-5"
+
+
+def build_writer(
+    choice: str,
+    counter: TokenCounter,
+    *,
+    attempts: int = 3,
+    backoff: float = 1.0,
+    environ: dict[str, str] | None = None,
+    **claude_options: object,
+) -> SummaryWriter:
+    """The daemon's summary writer.
+
+    Args:
+        choice: "auto" (Claude when ANTHROPIC_API_KEY is set, else offline),
+            "claude" (refused without a key) or "offline".
+        claude_options: ClaudeConfig fields (model, max_tokens, timeout,
+            max_retries).
+    """
+    if choice not in SUMMARIZER_CHOICES:
+        raise ValueError(f"summarizer must be one of {', '.join(SUMMARIZER_CHOICES)}, got {choice!r}")
+    offline = ExtractiveSummarizer(counter)
+    env = os.environ if environ is None else environ
+    if choice == "offline" or (choice == "auto" and not env.get("ANTHROPIC_API_KEY", "").strip()):
+        return SummaryWriter(offline, counter)
+    # Imported here: the SDK takes a while to import and offline daemons never need it.
+    from daemon.claude import ClaudeConfig, ClaudeSummarizer
+
+    config = ClaudeConfig.from_env(env, **claude_options)  # type: ignore[arg-type]
+    if config is None:
+        raise ValueError("the claude summarizer needs ANTHROPIC_API_KEY in the environment")
+    return SummaryWriter(
+        ClaudeSummarizer(config, counter), counter, offline, attempts=attempts, backoff=backoff
     )
-    tokens = _WORD.findall(text)
-    if any(t[0].isdigit() for t in tokens):
-        weight *= 1.3
-    if any(t[0].isupper() for t in tokens[1:]):
-        weight *= 1.2
-    if text.rstrip().endswith("?") or _DECISION.search(text):
-        weight *= 1.3
-    # Divide by sqrt(length) so long rambling sentences do not win by size alone.
-    return weight / math.sqrt(len(tokens))
 
 
-_VERBS = {("user", True): "asked", ("user", False): "said",
-          ("assistant", True): "asked", ("assistant", False): "said",
-          ("system", True): "noted", ("system", False): "noted"}  # fmt: skip
-
-
-def _similar(a: str, b: str) -> bool:
-    """Near-repeats ("Message 6 about X", "Message 7 about X") add nothing new."""
-    wa = {w for w in _content_words(a) if not w[0].isdigit()}
-    wb = {w for w in _content_words(b) if not w[0].isdigit()}
-    if not wa or not wb:
-        return False
-    return len(wa & wb) / len(wa | wb) >= 0.7
-
-
-class ExtractiveSummarizer:
-    """Deterministic, offline extractive summaries."""
-
-    def __init__(self, counter: TokenCounter) -> None:
-        self._counter = counter
-
-    def summarize(
-        self, previous: str, utterances: Sequence[Utterance], token_limit: int
-    ) -> str:
-        candidates = self._candidates(previous, utterances)
-        chosen = self._select(candidates, token_limit)
-        return self._fit(self._render(chosen), token_limit)
-
-    def _candidates(
-        self, previous: str, utterances: Sequence[Utterance]
-    ) -> list[_Sentence]:
-        raw: list[tuple[str, int, str]] = [
-            ("", 0, " ".join(m.group(0).split()))
-            for line in previous.splitlines()
-            for m in _SENTENCE.finditer(line)
-            if m.group(0).strip()
-        ]
-        for u in utterances:
-            for m in _SENTENCE.finditer(u.text):
-                sentence = " ".join(m.group(0).split())
-                if sentence:
-                    raw.append((u.speaker, u.turn_number, sentence))
-        frequency: dict[str, int] = {}
-        for _, _, sentence in raw:
-            for w in set(_content_words(sentence)):
-                frequency[w] = frequency.get(w, 0) + 1
-        seen: set[str] = set()
-        out: list[_Sentence] = []
-        for order, (speaker, turn, sentence) in enumerate(raw):
-            key = " ".join(_content_words(sentence))
-            if key in seen:
-                continue
-            seen.add(key)
-            score = _score(sentence, frequency, len(raw))
-            out.append(_Sentence(order, speaker, turn, sentence, score))
-        return out
-
-    def _select(self, candidates: list[_Sentence], limit: int) -> list[_Sentence]:
-        chosen: list[_Sentence] = []
-        ranked = sorted(candidates, key=lambda s: (-s.score, s.order))
-        # The best new sentence goes in first: a full summary must still take
-        # in what was just evicted instead of only keeping its old lines.
-        best_new = next((s for s in ranked if s.speaker), None)
-        if best_new is not None:
-            ranked.remove(best_new)
-            ranked.insert(0, best_new)
-        for sentence in ranked:
-            if sentence.score <= 0 and chosen:
-                continue
-            if any(_similar(sentence.text, c.text) for c in chosen):
-                continue
-            trial = sorted([*chosen, sentence], key=lambda s: s.order)
-            if self._counter.count(self._render(trial)) <= limit:
-                chosen = trial
-        if not chosen and ranked:
-            # Not even one sentence fits whole: keep the best one and let
-            # _fit trim it, rather than return nothing.
-            chosen = [ranked[0]]
-        return chosen
-
-    def _render(self, sentences: list[_Sentence]) -> str:
-        old = " ".join(s.text for s in sentences if s.speaker == "")
-        lines = [old] if old else []
-        new = [s for s in sentences if s.speaker != ""]
-        if new:
-            first, last = new[0].turn, new[-1].turn
-            turns = f"Turn {first}" if first == last else f"Turns {first}-{last}"
-            parts: list[str] = []
-            speaker = None
-            for s in new:
-                if s.speaker != speaker:
-                    verb = _VERBS[(s.speaker, s.text.endswith("?"))]
-                    parts.append(f"{s.speaker.capitalize()} {verb}: {s.text}")
-                    speaker = s.speaker
-                else:
-                    parts[-1] += f" {s.text}"
-            lines.append(f"{turns}: " + " ".join(parts))
-        return "\n".join(lines)
-
-    def _fit(self, text: str, limit: int) -> str:
-        fit = getattr(self._counter, "fit", None)
-        return fit(text, limit) if fit else self._counter.truncate(text, limit)
+def _describe(exc: BaseException) -> str:
+    message = str(exc).strip() or "no message"
+    if len(message) > 300:
+        message = message[:297] + "..."
+    return f"{type(exc).__name__}: {message}"

@@ -85,7 +85,10 @@ class SummarySegment:
     """A piece of the running summary and the utterances it was made from.
 
     Keeping the seq and turn range per segment lets a remove find which parts
-    of the summary hold content of the utterances it deletes.
+    of the summary hold content of the utterances it deletes. ``made_by``
+    names the summarizer that wrote the text (``extractive``,
+    ``claude:<model>``); ``error`` says why the configured summarizer was not
+    the one that wrote it (empty when it was).
     """
 
     text: str
@@ -94,6 +97,8 @@ class SummarySegment:
     seq_to: int
     turn_from: int
     turn_to: int
+    made_by: str = ""
+    error: str = ""
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -103,6 +108,8 @@ class SummarySegment:
             "seq_to": self.seq_to,
             "turn_from": self.turn_from,
             "turn_to": self.turn_to,
+            "made_by": self.made_by,
+            "error": self.error,
         }
 
     @classmethod
@@ -114,6 +121,8 @@ class SummarySegment:
             seq_to=int(record["seq_to"]),
             turn_from=int(record["turn_from"]),
             turn_to=int(record["turn_to"]),
+            made_by=str(record.get("made_by", "")),
+            error=str(record.get("error", "")),
         )
 
 

@@ -121,6 +121,11 @@ class DaemonProcess:
         finally:
             self._close()
 
+    @property
+    def log(self) -> str:
+        """What the daemon wrote to stderr so far (all of it once it has stopped)."""
+        return "".join(self.stderr_lines)
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()

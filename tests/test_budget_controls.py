@@ -28,7 +28,7 @@ class TestConfigure:
 
     def test_setting_the_token_budget_changes_only_this_conversation(self) -> None:
         """'Set the token budget to 4000' in one conversation leaves the other on the defaults."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         history.query("Set the token budget to 4000", {"conversation_id": "a"})
         a = history.query("Show the settings", {"conversation_id": "a"}).result["settings"]
         b = history.query("Show the settings", {"conversation_id": "b"}).result["settings"]
@@ -36,13 +36,13 @@ class TestConfigure:
 
     def test_reading_the_settings_changes_nothing(self) -> None:
         """A configure with nothing to set writes nothing."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         history.query("What is the buffer size?")
         assert history.backend.conversations() == []
 
     def test_lowering_the_buffer_size_evicts_into_the_summary_at_once(self) -> None:
         """The oldest utterances leave in the same query and reach the summary."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         _store(history, 8)
         result = history.query("Set the buffer size to 3").result
         assert result["evicted"] == [1, 2, 3, 4, 5]
@@ -53,28 +53,28 @@ class TestConfigure:
 
     def test_lowering_max_tokens_evicts_until_the_buffer_fits(self) -> None:
         """The buffer's tokens end at or under the new budget."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         _store(history, 6)
         history.query("Set max tokens to 25")
         assert sum(u.tokens for u in history.backend.read("default").utterances) <= 25
 
     def test_raising_a_limit_evicts_nothing(self) -> None:
         """A larger buffer keeps everything."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         _store(history, 4)
         assert history.query("Set the buffer size to 100").result["evicted"] == []
         assert _seqs(history) == [1, 2, 3, 4]
 
     def test_stores_evict_by_the_conversations_buffer_size(self) -> None:
         """After 'buffer size 4', the fifth store evicts (the daemon default is 20)."""
-        history = ConversationHistory(settings=Settings(eviction_batch=1))
+        history = ConversationHistory(background=False, settings=Settings(eviction_batch=1))
         history.query("Set the buffer size to 4")
         _store(history, 5)
         assert _seqs(history) == [2, 3, 4, 5]
 
     def test_an_utterance_over_the_conversations_token_budget_is_refused(self) -> None:
         """RESOURCE_EXHAUSTED, and nothing is stored."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         history.query("Set the token budget to 5")
         with pytest.raises(TooLarge):
             history.query("Add utterance: " + "many words " * 10)
@@ -82,17 +82,17 @@ class TestConfigure:
 
     def test_lowering_the_summary_limit_shortens_the_summary(self) -> None:
         """A summary over the new limit is re-summarized under it."""
-        history = ConversationHistory(settings=Settings(buffer_size=2, eviction_batch=1))
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=2, eviction_batch=1))
         for i in range(12):
             history.query(f"Add utterance: Fact {i}: the {i}th city we visit is number {i * 7} on the list.")
-        assert history.backend.read("default").summary.tokens > 30
-        result = history.query("Set the summary token limit to 30").result
+        assert history.backend.read("default").summary.tokens > 15
+        result = history.query("Set the summary token limit to 15").result
         assert result["summary_shortened"] is True
-        assert 0 < history.backend.read("default").summary.tokens <= 30
+        assert 0 < history.backend.read("default").summary.tokens <= 15
 
     def test_later_folds_respect_the_conversations_summary_limit(self) -> None:
         """The summary stays under the conversation's own limit as more is evicted."""
-        history = ConversationHistory(settings=Settings(buffer_size=2, eviction_batch=1))
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=2, eviction_batch=1))
         history.query("Set the summary token limit to 25")
         for i in range(10):
             history.query(f"Add utterance: Fact {i}: we decided to visit city {i} on day {i}.")
@@ -100,7 +100,7 @@ class TestConfigure:
 
     def test_reset_restores_the_daemon_defaults(self) -> None:
         """'Reset the settings' drops the conversation's overrides."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         history.query("Set buffer size to 50 and the summary token limit to 300")
         result = history.query("Reset the settings").result
         assert result["overrides"] == {} and result["settings"]["buffer_size"] == 20
@@ -113,7 +113,7 @@ class TestConfigure:
 
     def test_data_operation_configure_checks_each_value(self) -> None:
         """Bad values are refused naming the field, and nothing changes."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         with pytest.raises(InvalidRequest, match="data.buffer_size"):
             history.query("", {}, {"operation": "configure", "buffer_size": 0})
         with pytest.raises(InvalidRequest, match="data.eviction_policy"):
@@ -126,7 +126,7 @@ class TestFifoDefault:
 
     def test_the_21st_utterance_evicts_1_to_5(self) -> None:
         """The spec's example scenario, step 8."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         _store(history, 21)
         assert _seqs(history) == list(range(6, 22))
         assert history.backend.read("default").summary.through_seq == 5
@@ -136,7 +136,7 @@ class TestImportancePolicy:
     """Important utterances are evicted last under 'importance'; FIFO ignores the flag."""
 
     def _history(self, policy: str) -> ConversationHistory:
-        history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=1, eviction_policy=policy))
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=4, eviction_batch=1, eviction_policy=policy))
         _store(history, 4)
         history.query("Mark utterance 1 as important")
         return history
@@ -175,7 +175,7 @@ class TestImportancePolicy:
 
     def test_a_conversation_can_switch_to_importance(self) -> None:
         """'Use the importance eviction policy' applies to this conversation's next evictions."""
-        history = ConversationHistory(settings=Settings(buffer_size=3, eviction_batch=1))
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=3, eviction_batch=1))
         _store(history, 3)
         history.query("Mark utterance 1 as important")
         history.query("Use the importance eviction policy")
@@ -194,7 +194,7 @@ class TestMarking:
 
     def test_mark_then_unmark_round_trips(self) -> None:
         """The flag is visible in retrieves and can be cleared again."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         seed_demo(history)
         history.query("Mark utterance 3 as important")
         assert history.query("Get utterance 3").result["utterances"][0]["important"] is True
@@ -203,7 +203,7 @@ class TestMarking:
 
     def test_marking_twice_reports_no_change(self) -> None:
         """The second mark changes nothing and says so."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         seed_demo(history)
         history.query("Mark utterance 3 as important")
         outcome = history.query("Mark utterance 3 as important")
@@ -211,7 +211,7 @@ class TestMarking:
 
     def test_marking_an_evicted_utterance_is_not_found(self) -> None:
         """Only buffered utterances can be marked; the message says where it went."""
-        history = ConversationHistory(settings=Settings(buffer_size=2, eviction_batch=1))
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=2, eviction_batch=1))
         _store(history, 3)
         with pytest.raises(NotFound, match="evicted"):
             history.query("Mark utterance 1 as important")
@@ -222,7 +222,7 @@ class TestStats:
 
     def test_stats_count_buffer_summary_and_queue(self) -> None:
         """After evictions the summary and the counts agree with the state."""
-        history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2))
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=4, eviction_batch=2))
         _store(history, 6)
         history.query("Mark utterance 6 as important")
         stats = history.query("stats").result

@@ -50,7 +50,7 @@ class TestIncrementalIndex:
     )
     def test_index_matches_a_rebuild_after_any_operations(self, steps: list[tuple[str, Any]], policy: str) -> None:
         """Stores, evictions, removes, marks and limit changes never leave the index stale."""
-        history = ConversationHistory(settings=Settings(buffer_size=10, eviction_batch=2, eviction_policy=policy))
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=10, eviction_batch=2, eviction_policy=policy))
         for op, arg in steps:
             try:
                 if op == "store":
@@ -71,7 +71,7 @@ class TestIncrementalIndex:
 
     def test_store_updates_a_live_index_without_a_resync(self) -> None:
         """After the first search, each store is applied to the index as it commits."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         history.query("Add utterance: paris in spring")
         history.query("Find utterances about paris")
         index = history.indexes.get("default")
@@ -80,7 +80,7 @@ class TestIncrementalIndex:
 
     def test_out_of_order_store_update_is_skipped_and_caught_up(self) -> None:
         """An update for a seq the index is not ready for is ignored; the next sync adds it."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         history.query("Add utterance: rain")
         history.query("Find utterances about rain")
         index = history.indexes.get("default")
@@ -130,7 +130,7 @@ class TestOtherWritersAndRestarts:
 
     def test_index_cache_keeps_only_recently_searched_conversations(self) -> None:
         """Past the bound the least recently searched index is dropped and rebuilt on demand."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         history.indexes.max_conversations = 2
         for cid in ("a", "b", "c"):
             history.query("Add utterance: flight", {"conversation_id": cid})
@@ -140,7 +140,7 @@ class TestOtherWritersAndRestarts:
 
     def test_conversations_have_separate_indexes(self) -> None:
         """A search in one conversation never returns another's utterances."""
-        history = ConversationHistory()
+        history = ConversationHistory(background=False)
         history.query("Add utterance: flight to rome", {"conversation_id": "a"})
         history.query("Add utterance: flight to oslo", {"conversation_id": "b"})
         hits = history.query("Find utterances about flight", {"conversation_id": "a"}).result["utterances"]
@@ -152,7 +152,7 @@ class TestRanking:
 
     @pytest.fixture
     def history(self) -> ConversationHistory:
-        history = ConversationHistory(settings=Settings(buffer_size=100))
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=100))
         for speaker, text in (
             ("user", "Paris, Paris, Paris!"),
             ("assistant", "Paris is lovely"),
@@ -200,7 +200,7 @@ class TestSummaryHit:
 
     @pytest.fixture
     def history(self) -> ConversationHistory:
-        history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2))
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=4, eviction_batch=2))
         for text in ("the submarine tour is booked", "we leave at dawn", "bring a coat", "lunch at noon",
                      "the train is late"):
             history.query(f"Add utterance: {text}")

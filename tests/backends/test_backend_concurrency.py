@@ -24,7 +24,7 @@ class TestConcurrentClients:
 
     def test_eight_clients_storing_a_hundred_each_give_seqs_one_to_800(self, kind: str, tmp_path: Path) -> None:
         history = ConversationHistory(
-            open_contract_backend(kind, tmp_path), Settings(buffer_size=1000, max_tokens=100_000)
+            open_contract_backend(kind, tmp_path), Settings(buffer_size=1000, max_tokens=100_000), background=False
         )
         server = build_server(history, "127.0.0.1", 0)
         acknowledged: list[list[int]] = [[] for _ in range(CLIENTS)]

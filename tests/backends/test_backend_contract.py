@@ -127,6 +127,18 @@ class TestTransact:
         assert state.summary == summary_of(2)
         assert [u.seq for u in state.utterances] == [3, 4]
 
+    def test_folded_utterances_can_be_archived_and_dropped(self, any_backend: Backend) -> None:
+        """The archive keeps folded utterances cold, in seq order, until removed."""
+        store(any_backend, "c", 5)
+        any_backend.transact("c", lambda s: (Change(remove={1, 2, 3}, pending_add=s.utterances[:3]), None))
+        any_backend.transact("c", lambda s: (Change(
+            summary=summary_of(3), pending_remove={1, 2, 3}, archive_add=[s.pending[2], s.pending[0]]), None))
+        state = any_backend.read("c")
+        assert ([u.seq for u in state.utterances], state.pending, [u.seq for u in state.archive]) == ([4, 5], [], [1, 3])
+        assert state.archive[1].text == "text 2"
+        any_backend.transact("c", lambda s: (Change(archive_remove={1}), None))
+        assert [u.seq for u in any_backend.read("c").archive] == [3]
+
     def test_summary_without_segments_keeps_its_coverage(self, any_backend: Backend) -> None:
         """Dropping every segment still remembers how far the summary reached."""
         store(any_backend, "c", 2)
@@ -225,6 +237,8 @@ _operations = st.lists(
         st.tuples(st.just("fold"), st.booleans()),
         st.tuples(st.just("mark"), st.integers(0, 30)),
         st.tuples(st.just("settings"), st.integers(1, 100)),
+        st.tuples(st.just("archive"), st.integers(1, 3)),
+        st.tuples(st.just("unarchive"), st.integers(0, 30)),
     ),
     max_size=25,
 )
@@ -245,6 +259,11 @@ def _change_for(operation: tuple[str, object], state: ConversationState) -> Chan
             return Change(summary=Summary() if arg else None)
         top = state.pending[-1].seq
         return Change(summary=summary_of(top, f"through {top}"), pending_remove={u.seq for u in state.pending})
+    if kind == "archive":
+        moved = state.pending[: int(arg)]
+        return Change(pending_remove={u.seq for u in moved}, archive_add=moved)
+    if kind == "unarchive":
+        return Change(archive_remove={int(arg)})
     if kind == "mark":
         return Change(update=[u.with_important(not u.important) for u in state.utterances if u.seq == arg])
     return Change(settings={"buffer_size": int(arg)})

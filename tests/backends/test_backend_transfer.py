@@ -60,7 +60,7 @@ class TestRoundTrip:
 
     def test_export_then_import_keeps_every_field(self, tmp_path: Path) -> None:
         source = MemoryBackend()
-        history = ConversationHistory(source, SETTINGS)
+        history = ConversationHistory(source, SETTINGS, background=False)
         conversation(history, "c1")
         # Also queue one utterance for the summary, and set a per-conversation setting.
         source.transact("c1", lambda s: (Change(
@@ -79,7 +79,7 @@ class TestRoundTrip:
         over a set, so its tie-breaks (and `summarize` answers) can differ
         between processes with different PYTHONHASHSEED (reported to the lead).
         """
-        memory_history = ConversationHistory(MemoryBackend(), SETTINGS)
+        memory_history = ConversationHistory(MemoryBackend(), SETTINGS, background=False)
         memory_server = build_server(memory_history, "127.0.0.1", 0)
         disk_server = None
         try:
@@ -88,8 +88,10 @@ class TestRoundTrip:
             dump = export_file(memory_history.backend, tmp_path / "talk.jsonl", "talk", "other")
             done = run_chd("import", str(dump), "--data-dir", str(tmp_path / "data"))
             assert done.returncode == 0, done.stderr
-            assert "imported talk: 5 in the buffer, 0 queued for the summary, summary through #10" in done.stderr
-            disk_history = ConversationHistory(DiskBackend(tmp_path / "data", durability="normal"), SETTINGS)
+            assert "imported talk: 5 in the buffer, 0 queued for the summary, 0 archived, summary through #10" in done.stderr
+            disk_history = ConversationHistory(
+                DiskBackend(tmp_path / "data", durability="normal"), SETTINGS, background=False
+            )
             disk_server = build_server(disk_history, "127.0.0.1", 0)
             for cid in ("talk", "other"):
                 from_disk = answers(f"127.0.0.1:{disk_server.port}", cid)
@@ -102,7 +104,7 @@ class TestRoundTrip:
 
     def test_cli_export_writes_what_cli_import_reads(self, tmp_path: Path) -> None:
         backend = DiskBackend(tmp_path / "a")
-        conversation(ConversationHistory(backend, SETTINGS), "c")
+        conversation(ConversationHistory(backend, SETTINGS, background=False), "c")
         expected = backend.read("c")
         backend.close()
         done = run_chd("export", "--conversation", "c", "--data-dir", str(tmp_path / "a"))
@@ -119,7 +121,7 @@ class TestRoundTrip:
     def test_import_into_a_served_data_dir_is_seen_by_the_daemon(self, tmp_path: Path) -> None:
         """The daemon's cached state is checked against SQLite, so another process's write shows."""
         source = MemoryBackend()
-        conversation(ConversationHistory(source, SETTINGS), "late")
+        conversation(ConversationHistory(source, SETTINGS, background=False), "late")
         dump = export_file(source, tmp_path / "late.jsonl", "late")
         daemon = DaemonProcess("--backend", "disk", "--data-dir", str(tmp_path / "data"))
         try:
@@ -136,7 +138,7 @@ class TestRefusals:
 
     def test_import_refuses_a_conversation_that_holds_data_unless_replace(self, tmp_path: Path) -> None:
         source = MemoryBackend()
-        conversation(ConversationHistory(source, SETTINGS), "c")
+        conversation(ConversationHistory(source, SETTINGS, background=False), "c")
         target = MemoryBackend()
         target.transact("c", lambda s: (Change(next_seq=9), None))
         states = parse_lines(export_lines(source, ["c"]))
@@ -148,7 +150,7 @@ class TestRefusals:
 
     def test_bad_line_is_named_and_nothing_is_written(self, tmp_path: Path) -> None:
         source = MemoryBackend()
-        conversation(ConversationHistory(source, SETTINGS), "c")
+        conversation(ConversationHistory(source, SETTINGS, background=False), "c")
         lines = list(export_lines(source, ["c"]))
         broken = json.loads(lines[3])
         broken["speaker"] = "narrator"

@@ -30,7 +30,7 @@ def stored_value(directory: Path, key: str) -> str:
 
 
 def history_on(backend: DiskBackend, **settings: int) -> ConversationHistory:
-    return ConversationHistory(backend=backend, settings=Settings(**settings))
+    return ConversationHistory(backend=backend, settings=Settings(**settings), background=False)
 
 
 class TestPersistence:

@@ -111,7 +111,7 @@ _KILL_DURING_STORE = textwrap.dedent(
         return real_set(*args, **kwargs)
 
     backend._cache.set = dying_set
-    history = ConversationHistory(backend, Settings(buffer_size=4, eviction_batch=2, summarization_enabled=True))
+    history = ConversationHistory(backend, Settings(buffer_size=4, eviction_batch=2), background=False)
     history.query("Add utterance: the fifth one, which evicts two")
     print("finished", calls[0])
     """
@@ -124,7 +124,7 @@ class TestKilledMidTransaction:
     @staticmethod
     def _prepare(data: Path) -> None:
         backend = DiskBackend(data)
-        history = ConversationHistory(backend, Settings(buffer_size=4, eviction_batch=2))
+        history = ConversationHistory(backend, Settings(buffer_size=4, eviction_batch=2), background=False)
         for i in range(4):
             history.query(f"Add utterance: message {i}")
         backend.close()
@@ -166,5 +166,5 @@ class TestKilledMidTransaction:
         assert [u.seq for u in state.pending] == [1, 2]
         assert state.summary.segments == ()
         # The next read that wants the summary folds the queue.
-        assert ConversationHistory(after).get_summary()["summary_through_seq"] == 2
+        assert ConversationHistory(after, background=False).get_summary()["summary_through_seq"] == 2
         after.close()

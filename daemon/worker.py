@@ -1,0 +1,183 @@
+"""The background folding worker: summarization off the request path.
+
+A store that evicts only queues the evicted utterances in the backend (in
+its own transaction) and calls ``FoldWorker.submit``; the worker's threads
+fold the conversation's queue while the store has long returned. A
+conversation is folded by one thread at a time; a submit that arrives during
+a fold runs another fold right after it, so nothing queued is left behind.
+A failed fold is retried with exponential backoff; the queue stays in the
+backend meanwhile, so a crash or an outage loses nothing, and ``recover``
+finds queues left by a previous run.
+
+Threads start on demand and end after ``idle_exit`` seconds without work,
+so an idle daemon (or a test that never closes its core) holds no threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Iterable
+
+__all__ = ["FoldWorker"]
+
+log = logging.getLogger(__name__)
+
+
+class FoldWorker:
+    """Runs ``fold(conversation_id) -> done`` in background threads.
+
+    Args:
+        fold: folds one conversation's queue; True when the queue is empty
+            afterwards. An exception counts as False.
+        threads: conversations folded in parallel (a slow model call for one
+            conversation does not hold up the others).
+        retry_delay: seconds before retrying a conversation whose fold did
+            not finish, doubled after each failure up to ``max_retry_delay``.
+        idle_exit: seconds a thread waits for work before it ends.
+    """
+
+    def __init__(
+        self,
+        fold: Callable[[str], bool],
+        *,
+        threads: int = 2,
+        retry_delay: float = 1.0,
+        max_retry_delay: float = 60.0,
+        idle_exit: float = 10.0,
+    ) -> None:
+        self._fold = fold
+        self._max_threads = max(1, threads)
+        self._retry_delay = retry_delay
+        self._max_retry_delay = max_retry_delay
+        self._idle_exit = idle_exit
+        self._cond = threading.Condition()
+        self._due: dict[str, float] = {}  # conversation -> monotonic time it may run
+        self._running: set[str] = set()
+        self._again: set[str] = set()  # submitted while its fold was running
+        self._failures: dict[str, int] = {}
+        self._threads: set[threading.Thread] = set()
+        self._stopping = False
+
+    def submit(self, conversation_id: str) -> None:
+        """Fold this conversation's queue soon; returns at once."""
+        with self._cond:
+            if self._stopping:
+                return
+            if conversation_id in self._running:
+                self._again.add(conversation_id)
+            else:
+                # A conversation waiting out a backoff keeps its time: new
+                # evictions do not make a failing summarizer retry sooner.
+                self._due.setdefault(conversation_id, time.monotonic())
+            self._start_thread()
+            self._cond.notify()
+
+    def recover(self, conversations: Callable[[], Iterable[str]], queued: Callable[[str], bool]) -> None:
+        """Submit, in the background, every conversation whose queue is not empty."""
+
+        def scan() -> None:
+            try:
+                for conversation_id in conversations():
+                    if self._stopping:
+                        return
+                    if queued(conversation_id):
+                        self.submit(conversation_id)
+            except Exception:
+                if not self._stopping:  # a backend closed under the scan is not news
+                    log.exception("could not scan the backend for queued summaries")
+
+        threading.Thread(target=scan, name="chd-fold-recover", daemon=True).start()
+
+    def idle(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is queued or running; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._due or self._running:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop taking work and wait up to ``timeout`` for folds in progress.
+
+        Whatever is still queued stays in the backend for the next start.
+        """
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            threads = list(self._threads)
+        deadline = time.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    # --- threads ---------------------------------------------------------------
+
+    def _start_thread(self) -> None:
+        # Called with the lock held.
+        busy = len(self._running) + len(self._due)
+        if len(self._threads) < min(self._max_threads, busy):
+            thread = threading.Thread(target=self._loop, name="chd-fold", daemon=True)
+            self._threads.add(thread)
+            thread.start()
+
+    def _loop(self) -> None:
+        me = threading.current_thread()
+        while True:
+            conversation_id = self._next(me)
+            if conversation_id is None:
+                return
+            try:
+                done = self._fold(conversation_id)
+            except Exception:
+                if self._stopping:
+                    log.debug("fold of conversation %s cut short by shutdown", conversation_id, exc_info=True)
+                else:
+                    log.exception("background fold of conversation %s failed", conversation_id)
+                done = False
+            self._finished(conversation_id, done)
+
+    def _next(self, me: threading.Thread) -> str | None:
+        with self._cond:
+            idle_since = time.monotonic()
+            while True:
+                if self._stopping:
+                    self._threads.discard(me)
+                    self._cond.notify_all()
+                    return None
+                now = time.monotonic()
+                ready = [c for c, due in self._due.items() if due <= now and c not in self._running]
+                if ready:
+                    conversation_id = min(ready, key=self._due.__getitem__)
+                    del self._due[conversation_id]
+                    self._running.add(conversation_id)
+                    return conversation_id
+                waiting = [due for c, due in self._due.items() if c not in self._running]
+                if not waiting and now - idle_since >= self._idle_exit:
+                    self._threads.discard(me)
+                    return None
+                wake = min(waiting) - now if waiting else self._idle_exit - (now - idle_since)
+                self._cond.wait(max(wake, 0.001))
+
+    def _finished(self, conversation_id: str, done: bool) -> None:
+        with self._cond:
+            self._running.discard(conversation_id)
+            now = time.monotonic()
+            if done:
+                self._failures.pop(conversation_id, None)
+                if conversation_id in self._again:
+                    self._due.setdefault(conversation_id, now)
+            else:
+                failures = self._failures.get(conversation_id, 0) + 1
+                self._failures[conversation_id] = failures
+                delay = min(self._retry_delay * 2 ** (failures - 1), self._max_retry_delay)
+                log.warning(
+                    "conversation %s still has queued utterances; retrying its fold in %.1f s",
+                    conversation_id, delay,
+                )
+                self._due[conversation_id] = now + delay
+            self._again.discard(conversation_id)
+            self._cond.notify_all()

@@ -1,0 +1,221 @@
+"""A stand-in for the Anthropic Messages API on 127.0.0.1, for tests and benchmarks.
+
+It answers ``POST /v1/messages`` with the JSON the real API sends (a
+``message`` object, or an ``error`` object with the real status code and
+error type), so the real ``anthropic`` SDK runs unchanged against it:
+its parsing, its retries and its timeouts are what the tests exercise.
+
+    with FakeAnthropic() as api:
+        api.script(Status(529), Reply("The user booked a train."))
+        ... ANTHROPIC_BASE_URL=api.base_url ...
+        api.requests[0].prompt   # the user message the daemon sent
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Union
+
+__all__ = ["FakeAnthropic", "Reply", "Status", "Stall", "Recorded", "refused_url"]
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A 200 with a text block; ``stop_reason`` "max_tokens" for a cut-off reply."""
+
+    text: str
+    stop_reason: str = "end_turn"
+
+
+@dataclass(frozen=True)
+class Status:
+    """An error response with the API's error body."""
+
+    code: int
+    message: str = "fake failure"
+    retry_after_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Hold the request for ``seconds`` before answering (to trip client timeouts)."""
+
+    seconds: float
+    then: Reply | Status | None = None
+
+
+Behaviour = Union[Reply, Status, Stall]
+
+
+@dataclass
+class Recorded:
+    """One request the fake received."""
+
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def prompt(self) -> str:
+        """The text of the last user message."""
+        content = self.body["messages"][-1]["content"]
+        if isinstance(content, str):
+            return content
+        return "".join(block.get("text", "") for block in content)
+
+
+class FakeAnthropic:
+    """A threaded HTTP server speaking the Messages API wire format.
+
+    Args:
+        reply: the default answer for a request when nothing is scripted.
+        delay: seconds every request waits before its answer (a slow model).
+    """
+
+    def __init__(
+        self,
+        reply: Callable[[dict[str, Any]], str] | None = None,
+        delay: float = 0.0,
+    ) -> None:
+        self.reply = reply or (lambda body: "The user and the assistant talked.")
+        self.delay = delay
+        self.requests: list[Recorded] = []
+        self._script: deque[Behaviour] = deque()
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._ids = itertools.count(1)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        # A short poll interval so stop() returns at once instead of in 0.5 s.
+        self._thread = threading.Thread(
+            target=lambda: self._server.serve_forever(poll_interval=0.02), daemon=True
+        )
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def script(self, *behaviours: Behaviour) -> None:
+        """Answer the next requests with these, in order, then with ``reply`` again."""
+        with self._lock:
+            self._script.extend(behaviours)
+
+    def start(self) -> FakeAnthropic:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def __enter__(self) -> FakeAnthropic:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    # --- serving ------------------------------------------------------------------
+
+    def _next(self) -> Behaviour | None:
+        with self._lock:
+            return self._script.popleft() if self._script else None
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            timeout = 10  # idle keep-alive connections end instead of holding a thread
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                raw = self.rfile.read(length) if length else b""
+                body = json.loads(raw) if raw else {}
+                recorded = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                with fake._lock:
+                    fake.requests.append(recorded)
+                if self.path.split("?")[0] != "/v1/messages":
+                    self._send(404, _error(404, "not_found_error", f"no route {self.path}"))
+                    return
+                behaviour = fake._next()
+                if fake.delay and fake._closing.wait(fake.delay):
+                    return
+                while isinstance(behaviour, Stall):
+                    if fake._closing.wait(behaviour.seconds):
+                        return
+                    behaviour = behaviour.then
+                if behaviour is None:
+                    behaviour = Reply(fake.reply(body))
+                if isinstance(behaviour, Status):
+                    headers = {}
+                    if behaviour.retry_after_ms is not None:
+                        headers["retry-after-ms"] = str(behaviour.retry_after_ms)
+                    kind = _ERROR_TYPES.get(behaviour.code, "api_error")
+                    self._send(behaviour.code, _error(behaviour.code, kind, behaviour.message), headers)
+                    return
+                self._send(200, _message(next(fake._ids), body, behaviour))
+
+            def _send(self, code: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(code)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.send_header("request-id", f"req_fake{id(payload):x}")
+                    for name, value in (headers or {}).items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (its timeout): nothing to answer
+
+        return Handler
+
+
+def _message(number: int, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    prompt_words = len(json.dumps(request.get("messages", [])).split())
+    return {
+        "id": f"msg_fake{number:020d}",
+        "type": "message",
+        "role": "assistant",
+        "model": request.get("model", "claude-haiku-4-5"),
+        "content": [{"type": "text", "text": reply.text}],
+        "stop_reason": reply.stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": prompt_words, "output_tokens": len(reply.text.split())},
+    }
+
+
+def _error(code: int, kind: str, message: str) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "error": {"type": kind, "message": message},
+        "request_id": f"req_fake{code}",
+    }
+
+
+def refused_url() -> str:
+    """A base URL on 127.0.0.1 where nothing listens (connections are refused)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"

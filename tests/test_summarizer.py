@@ -1,0 +1,255 @@
+"""The offline extractive summarizer and the SummaryWriter around every summarizer."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daemon.extractive import ExtractiveSummarizer
+from daemon.summarizer import SummarizerError, SummaryWriter, build_writer
+from daemon.tokens import default_counter
+from daemon.utterance import Utterance
+
+COUNTER = default_counter()
+
+TRIP = [
+    ("user", "Hi there!", 1),
+    ("assistant", "Hello! How can I help?", 1),
+    ("user", "What's the weather in Berlin tomorrow?", 2),
+    ("assistant", "Tomorrow Berlin will be sunny with a high of 24 degrees.", 2),
+    ("user", "Thanks! We decided to book the 9:30 train to Paris on Friday.", 3),
+    ("assistant", "Great, the 9:30 train to Paris is booked. Do you also need a hotel?", 3),
+    ("user", "Yes, near the Louvre and under 200 euros per night.", 4),
+    ("assistant", "Hotel Lumière is 180 euros per night, five minutes from the Louvre.", 4),
+    ("user", "Ok.", 5),
+    ("assistant", "Sure.", 5),
+]
+
+
+def utterances(rows: Sequence[tuple[str, str, int]], first_seq: int = 1) -> list[Utterance]:
+    return [
+        Utterance("c", first_seq + i, speaker, text, turn, "2026-01-01T00:00:00.000000Z", COUNTER.count(text))
+        for i, (speaker, text, turn) in enumerate(rows)
+    ]
+
+
+@pytest.fixture
+def offline() -> ExtractiveSummarizer:
+    return ExtractiveSummarizer(COUNTER)
+
+
+class TestExtractiveSummary:
+    """The offline summary reads as a summary: selected, attributed, within the limit."""
+
+    def test_summary_is_shorter_than_the_transcript_it_summarizes(self, offline):
+        batch = utterances(TRIP)
+        summary = offline.summarize("", batch, 512)
+        assert 0 < COUNTER.count(summary) < 0.8 * sum(u.tokens for u in batch)
+
+    def test_a_long_batch_is_compressed_to_under_half(self, offline):
+        batch = utterances(TRIP * 4)
+        summary = offline.summarize("", batch, 2000)
+        assert COUNTER.count(summary) < 0.5 * sum(u.tokens for u in batch)
+
+    def test_summary_says_which_turns_it_covers_and_who_said_what(self, offline):
+        summary = offline.summarize("", utterances(TRIP), 512)
+        assert summary.startswith("Turns 1–5")
+        assert "the user said" in summary or "the user asked" in summary
+        assert "the assistant said" in summary or "the assistant asked" in summary
+
+    def test_summary_keeps_numbers_names_and_decisions(self, offline):
+        summary = offline.summarize("", utterances(TRIP), 512)
+        for fact in ("9:30", "Paris", "180 euros"):
+            assert fact in summary
+
+    def test_summary_drops_greetings_and_acknowledgements(self, offline):
+        summary = offline.summarize("", utterances(TRIP), 512)
+        for small_talk in ("Hi there", "Hello!", "“Ok.”", "“Sure.”"):
+            assert small_talk not in summary
+
+    def test_summary_is_deterministic(self, offline):
+        batch = utterances(TRIP)
+        assert offline.summarize("", batch, 120) == ExtractiveSummarizer(COUNTER).summarize("", batch, 120)
+
+    def test_summary_names_the_topics_said_more_than_once(self, offline):
+        summary = offline.summarize("", utterances(TRIP), 512)
+        head = summary.split(":", 1)[0]
+        assert head == "Turns 1–5, about Berlin, Paris and Louvre"
+
+    def test_a_merge_keeps_the_earlier_summary_and_adds_the_new_turns(self, offline):
+        first = offline.summarize("", utterances(TRIP[:6]), 512)
+        later = [("user", "Please also reserve a table at Chez Marie for 8 pm on Saturday.", 6)]
+        merged = offline.summarize(first, utterances(later, 11), 512)
+        assert merged.splitlines()[0] == first
+        assert merged.splitlines()[1].startswith("Turn 6")
+        assert "Chez Marie" in merged
+
+    def test_a_merge_under_pressure_keeps_attribution_of_the_old_lines(self, offline):
+        first = offline.summarize("", utterances(TRIP), 512)
+        later = [("user", "Cancel the Friday train; book the Saturday 11:15 train instead.", 6)]
+        merged = offline.summarize(first, utterances(later, 11), 70)
+        assert COUNTER.count(merged) <= 70
+        assert "11:15" in merged
+        for line in merged.splitlines():
+            assert line.startswith("Turn") and ("the user" in line or "the assistant" in line)
+
+    def test_a_summary_in_another_format_is_kept_as_plain_sentences(self, offline):
+        claude_prose = "The user planned a trip to Paris. The assistant booked Hotel Lumière for 180 euros."
+        merged = offline.summarize(claude_prose, utterances([("user", "Add a museum pass for 62 euros.", 7)], 20), 512)
+        assert merged.splitlines()[0] == claude_prose
+        assert "62 euros" in merged
+
+    def test_condensing_without_new_utterances_shortens_the_previous_summary(self, offline):
+        long = offline.summarize("", utterances(TRIP), 512)
+        short = offline.summarize(long, [], 30)
+        assert 0 < COUNTER.count(short) <= 30
+
+    def test_a_sentence_longer_than_the_budget_is_cut_not_lost(self, offline):
+        rambling = "The itinerary covers " + ", ".join(f"stop {i} in town {i}" for i in range(80)) + "."
+        summary = offline.summarize("", utterances([("user", rambling, 1)]), 25)
+        assert 0 < COUNTER.count(summary) <= 25
+        assert "itinerary" in summary
+
+    def test_curly_quotes_inside_an_utterance_do_not_break_the_next_merge(self, offline):
+        batch = utterances([("user", "My manager said “ship it on Monday” at 10 am.", 1)])
+        first = offline.summarize("", batch, 512)
+        merged = offline.summarize(first, utterances([("user", "The launch budget is 5000 dollars.", 2)], 2), 512)
+        assert "ship it on Monday" in merged and "5000" in merged
+
+    def test_nothing_to_summarize_gives_an_empty_summary(self, offline):
+        assert offline.summarize("", [], 100) == ""
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        texts=st.lists(st.text(min_size=1, max_size=300), min_size=1, max_size=8),
+        previous=st.text(max_size=400),
+        limit=st.integers(min_value=1, max_value=300),
+    )
+    def test_any_input_fits_the_limit(self, texts, previous, limit):
+        batch = utterances([("user" if i % 2 else "assistant", t, i) for i, t in enumerate(texts)])
+        summary = ExtractiveSummarizer(COUNTER).summarize(previous, batch, limit)
+        assert COUNTER.count(summary) <= limit
+
+
+class _Flaky:
+    """A summarizer failing a set number of times, then answering."""
+
+    name = "flaky"
+
+    def __init__(self, failures: int, error: Exception | None = None, reply: str = "Model summary.") -> None:
+        self.failures = failures
+        self.error = error or SummarizerError("overloaded")
+        self.reply = reply
+        self.calls = 0
+
+    def summarize(self, previous, utterances, token_limit):
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return self.reply
+
+
+class TestSummaryWriter:
+    """Retries with backoff, then the offline fallback; the budget holds whatever happens."""
+
+    def writer(self, primary, attempts=3, sleeps=None):
+        return SummaryWriter(
+            primary, COUNTER, ExtractiveSummarizer(COUNTER), attempts=attempts, backoff=0.5,
+            sleep=(sleeps.append if sleeps is not None else lambda _s: None),
+        )
+
+    def test_a_failure_then_success_is_retried_after_a_backoff(self):
+        sleeps: list[float] = []
+        flaky = _Flaky(failures=2)
+        outcome = self.writer(flaky, sleeps=sleeps).write("", utterances(TRIP), 200)
+        assert outcome.text == "Model summary." and outcome.made_by == "flaky" and outcome.error == ""
+        assert flaky.calls == 3 and sleeps == [0.5, 1.0]
+
+    def test_after_the_last_attempt_the_offline_summarizer_folds_the_batch(self):
+        flaky = _Flaky(failures=99)
+        outcome = self.writer(flaky, attempts=2).write("", utterances(TRIP), 200)
+        assert flaky.calls == 2
+        assert outcome.made_by == "extractive"
+        assert outcome.error == "flaky failed: SummarizerError: overloaded"
+        assert "9:30" in outcome.text
+
+    def test_a_failure_that_cannot_heal_falls_back_without_retrying(self):
+        flaky = _Flaky(failures=99, error=SummarizerError("HTTP 401", retryable=False))
+        outcome = self.writer(flaky).write("", utterances(TRIP), 200)
+        assert flaky.calls == 1 and outcome.made_by == "extractive"
+
+    def test_a_summarizer_crashing_with_any_exception_falls_back(self):
+        outcome = self.writer(_Flaky(failures=99, error=KeyError("boom")), attempts=1).write("", utterances(TRIP), 200)
+        assert outcome.made_by == "extractive" and "KeyError" in outcome.error
+
+    def test_a_reply_over_the_limit_is_cut_at_a_sentence_end(self):
+        long_reply = " ".join(f"Fact number {i} is that the user likes item {i}." for i in range(100))
+        outcome = self.writer(_Flaky(0, reply=long_reply)).write("", utterances(TRIP), 40)
+        assert COUNTER.count(outcome.text) <= 40
+        assert outcome.text.endswith(".")
+
+    def test_a_waiting_caller_tries_once_without_backoff(self):
+        sleeps: list[float] = []
+        flaky = _Flaky(failures=1)
+        outcome = self.writer(flaky, sleeps=sleeps).write("", utterances(TRIP), 200, patient=False)
+        assert flaky.calls == 1 and sleeps == [] and outcome.made_by == "extractive"
+
+    def test_just_after_a_failure_a_waiting_caller_skips_the_model(self):
+        now = [100.0]
+        flaky = _Flaky(failures=3)
+        writer = SummaryWriter(flaky, COUNTER, ExtractiveSummarizer(COUNTER), attempts=3, backoff=0,
+                               cooldown=60, sleep=lambda _s: None, clock=lambda: now[0])
+        writer.write("", utterances(TRIP), 200)  # the worker gives up after 3 tries
+        now[0] += 30
+        outcome = writer.write("", utterances(TRIP), 200, patient=False)
+        assert flaky.calls == 3
+        assert "failed 30 s ago (SummarizerError: overloaded); not retried while a caller waits" in outcome.error
+        now[0] += 31
+        assert writer.write("", utterances(TRIP), 200, patient=False).made_by == "flaky"
+        assert flaky.calls == 4
+
+    def test_a_patient_caller_keeps_trying_during_the_cooldown(self):
+        flaky = _Flaky(failures=3)
+        writer = self.writer(flaky)
+        writer.write("", utterances(TRIP), 200)
+        assert writer.write("", utterances(TRIP), 200).made_by == "flaky"
+
+    def test_offline_because_skips_the_model_and_says_why(self):
+        flaky = _Flaky(failures=0)
+        outcome = self.writer(flaky).write("", utterances(TRIP), 200, offline_because="busy")
+        assert flaky.calls == 0 and outcome.made_by == "extractive" and outcome.error == "busy"
+
+    def test_without_a_fallback_the_error_reaches_the_caller(self):
+        writer = SummaryWriter(_Flaky(failures=99), COUNTER)
+        with pytest.raises(SummarizerError):
+            writer.write("", utterances(TRIP), 200)
+
+    def test_attempts_below_one_are_refused(self):
+        with pytest.raises(ValueError):
+            SummaryWriter(_Flaky(0), COUNTER, attempts=0)
+
+
+class TestChoosingTheSummarizer:
+    """Claude when ANTHROPIC_API_KEY is set, offline otherwise."""
+
+    def test_without_a_key_auto_means_offline(self):
+        assert build_writer("auto", COUNTER, environ={}).name == "extractive"
+
+    def test_with_a_key_auto_means_claude_with_an_offline_fallback(self):
+        writer = build_writer("auto", COUNTER, environ={"ANTHROPIC_API_KEY": "sk-test"}, model="claude-x")
+        assert writer.name == "claude:claude-x"
+        assert writer.fallback is not None and writer.fallback.name == "extractive"
+
+    def test_offline_ignores_a_key(self):
+        assert build_writer("offline", COUNTER, environ={"ANTHROPIC_API_KEY": "sk"}).name == "extractive"
+
+    def test_claude_without_a_key_is_refused(self):
+        with pytest.raises(ValueError, match="ANTHROPIC_API_KEY"):
+            build_writer("claude", COUNTER, environ={})
+
+    def test_an_unknown_choice_is_refused(self):
+        with pytest.raises(ValueError, match="auto, claude, offline"):
+            build_writer("gpt", COUNTER, environ={})

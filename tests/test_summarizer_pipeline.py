@@ -1,0 +1,388 @@
+"""The summarization pipeline seen from outside: queries, gRPC and the `chd` command."""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterator
+
+import grpc
+import pytest
+
+from tests.conftest import DaemonProcess, query, run_chd
+from daemon.core import ConversationHistory
+from daemon.extractive import ExtractiveSummarizer
+from daemon.server import build_server
+from daemon.settings import Settings
+from daemon.summarizer import SummaryWriter
+from daemon.tokens import default_counter
+from daemon.v1 import daemon_pb2_grpc
+from tests.talk import fact
+
+COUNTER = default_counter()
+SCENARIO = [
+    ("user", "What's the weather?"),
+    ("assistant", "I'll check the weather. It is 18 degrees and cloudy in Berlin."),
+    ("user", "How about tomorrow?"),
+    ("assistant", "Tomorrow will be sunny with a high of 24 degrees."),
+    ("user", "Great. Remind me to pack sunglasses for the Spree boat tour."),
+]
+
+
+def fill(history: ConversationHistory, count: int, conversation: str = "default", first: int = 0) -> None:
+    """Store ``count`` distinct utterances, user and assistant alternating."""
+    for i in range(first, first + count):
+        speaker = "user" if i % 2 == 0 else "assistant"
+        history.query(f"Add {speaker} utterance: {fact(i)}", {"conversation_id": conversation})
+
+
+@pytest.fixture
+def small() -> Iterator[ConversationHistory]:
+    """Buffer of 4, evicting 2 at a time, so a few stores exercise the summary."""
+    history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2))
+    yield history
+    history.close()
+
+
+@pytest.fixture
+def folding_on_store() -> Iterator[ConversationHistory]:
+    """Like ``small`` but folding on every store, so segment boundaries are deterministic."""
+    history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2), background=False)
+    yield history
+    history.close()
+
+
+@pytest.fixture
+def archived() -> Iterator[ConversationHistory]:
+    history = ConversationHistory(
+        settings=Settings(buffer_size=4, eviction_batch=2, archive_evicted=True), background=False
+    )
+    yield history
+    history.close()
+
+
+class TestSpecScenario:
+    """The spec's example: the 21st utterance evicts 1–5 and the summary covers them."""
+
+    def test_the_21st_utterance_evicts_1_to_5_and_the_summary_covers_them(self, history):
+        for i in range(20):
+            speaker, text = SCENARIO[i] if i < len(SCENARIO) else ("user" if i % 2 == 0 else "assistant", f"Filler message number {i}.")
+            history.query(f"Add {speaker} utterance: {text}")
+        answer = history.query("Add user utterance: Tell me about Paris")
+        assert answer.result["evicted"] == [1, 2, 3, 4, 5]
+        summary = history.get_summary()
+        assert summary["summary_through_seq"] == 5 and summary["summary_pending"] == 0
+        assert "weather" in summary["summary"] and "24 degrees" in summary["summary"]
+        assert [u["seq"] for u in history.get_last_n(5)] == [17, 18, 19, 20, 21]
+
+
+class TestCoverage:
+    """Every response carrying the summary says what it covers."""
+
+    def test_store_says_how_many_evicted_utterances_are_queued(self, small):
+        small.worker.stop()
+        fill(small, 6)
+        answer = small.query("Add utterance: one more")
+        assert answer.result["evicted"] == [3, 4]
+        assert answer.metadata["summary_pending"] == 4
+
+    @pytest.mark.parametrize(
+        "text, data",
+        [
+            ("Get summary", {}),
+            ("Get the last 2 utterances with summary", {}),
+            ("Summarize conversation", {}),
+            ("Get context within 500 tokens", {}),
+            ("", {"operation": "retrieve", "context": True, "token_limit": 300}),
+        ],
+    )
+    def test_summary_responses_carry_through_seq_pending_and_summarizer(self, small, text, data):
+        fill(small, 9)
+        answer = small.query(text, {}, data)
+        assert answer.metadata["summary_through_seq"] == 6
+        assert answer.metadata["summary_pending"] == 0
+        assert answer.metadata["summarizer"] == "extractive"
+
+    def test_the_stored_summary_never_exceeds_the_token_limit(self):
+        history = ConversationHistory(
+            settings=Settings(buffer_size=3, eviction_batch=1, summary_token_limit=60), background=False
+        )
+        for i in range(40):
+            history.query(f"Add utterance: Point {i}: the {i}th supplier in {chr(65 + i % 26)}ville charges {i * 13} dollars.")
+            summary = history.backend.read("default").summary
+            assert summary.tokens <= 60 and COUNTER.count(summary.text) <= 60
+        history.close()
+
+    @pytest.mark.parametrize("limit", [1, 5, 17, 64, 300])
+    def test_summarize_with_a_token_limit_never_exceeds_it(self, small, limit):
+        fill(small, 15)
+        answer = small.query("Summarize conversation", {}, {"token_limit": limit})
+        assert answer.result["tokens"] <= limit and COUNTER.count(answer.result["summary"]) <= limit
+        assert answer.result["token_limit"] == limit
+
+
+class TestContext:
+    """'Get context within N tokens': the summary, then the newest utterances that fit, in order."""
+
+    def test_context_is_the_summary_then_the_newest_utterances_in_order(self, small):
+        fill(small, 10)
+        answer = small.query("Get context within 2000 tokens")
+        context = answer.result["context"]
+        assert context.startswith("Summary of the earlier conversation:\n" + answer.result["summary"])
+        assert [u["seq"] for u in answer.result["utterances"]] == [7, 8, 9, 10]
+        assert context.index(fact(6)) < context.index(fact(9))
+        assert answer.result["tokens"] == COUNTER.count(context) == answer.metadata["tokens_used"]
+
+    def test_a_tight_budget_keeps_only_the_newest_utterances_that_fit(self, small):
+        fill(small, 10)
+        full = small.query("Get context within 2000 tokens").result
+        budget = COUNTER.count(full["context"]) - 10
+        answer = small.query(f"Get context within {budget} tokens").result
+        assert answer["tokens"] <= budget
+        seqs = [u["seq"] for u in answer["utterances"]]
+        assert seqs and seqs == list(range(11 - len(seqs), 11)) and len(seqs) < 4
+
+    def test_a_budget_smaller_than_the_summary_cuts_the_summary(self, small):
+        fill(small, 12)
+        answer = small.query("Get context within 20 tokens").result
+        assert answer["tokens"] <= 20 and answer["utterances"] == []
+
+    def test_context_of_an_empty_conversation_is_empty(self, small):
+        answer = small.query("Get context").result
+        assert answer["context"] == "" and answer["tokens"] == 0
+
+    def test_a_token_limit_outside_a_context_retrieve_is_refused(self, small):
+        from daemon.errors import InvalidRequest
+
+        with pytest.raises(InvalidRequest, match="token_limit applies to a context retrieve"):
+            small.query("Get all utterances", {}, {"token_limit": 100})
+
+    def test_context_with_a_filter_is_refused(self, small):
+        from daemon.errors import InvalidRequest
+
+        with pytest.raises(InvalidRequest, match="context retrieve takes only token_limit"):
+            small.query("Get context", {}, {"topic": "coins"})
+
+    def test_context_over_grpc(self, small):
+        fill(small, 7)
+        server = build_server(small, "127.0.0.1", 0)
+        try:
+            with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+                answer = query(daemon_pb2_grpc.DaemonStub(channel), "Get context within 300 tokens")
+            assert answer.operation == "retrieve"
+            assert answer.result["tokens"] <= 300
+            assert answer.metadata["summary_through_seq"] == 4
+        finally:
+            server.stop(grace=1)
+
+    def test_a_bad_token_limit_is_invalid_argument_over_grpc(self, stub):
+        with pytest.raises(grpc.RpcError) as error:
+            query(stub, "Get all utterances", data={"token_limit": 10})
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+class TestForgettingReallyForgets:
+    """A remove of summarized content drops or rebuilds the summary segments holding it."""
+
+    def test_remove_before_turn_drops_the_segments_of_those_turns(self, folding_on_store):
+        fill(folding_on_store, 30)
+        folding_on_store.query("Get summary")
+        segments = folding_on_store.backend.read("default").summary.segments
+        assert len(segments) >= 2
+        cut = segments[1].turn_from
+        answer = folding_on_store.query(f"Remove before turn {cut}")
+        assert answer.result["summary_segments_dropped"] >= 1
+        after = folding_on_store.backend.read("default").summary
+        assert all(s.turn_from >= cut for s in after.segments)
+        assert fact(0) not in after.text
+
+    def test_without_an_archive_a_segment_mixing_kept_turns_is_dropped_too(self, folding_on_store):
+        fill(folding_on_store, 30)
+        folding_on_store.query("Get summary")
+        first = folding_on_store.backend.read("default").summary.segments[0]
+        middle = (first.turn_from + first.turn_to) // 2 + 1
+        answer = folding_on_store.query(f"Remove before turn {middle}")
+        assert answer.result["summary_segments_dropped"] >= 1
+        assert answer.result["summary_segments_rebuilt"] == 0
+        assert all(s.seq_from > first.seq_to for s in folding_on_store.backend.read("default").summary.segments)
+
+    def test_with_an_archive_a_mixed_segment_is_rebuilt_from_what_remains(self, archived):
+        fill(archived, 30)
+        archived.query("Get summary")
+        first = archived.backend.read("default").summary.segments[0]
+        assert first.turn_from < first.turn_to
+        middle = first.turn_from + 1
+        answer = archived.query(f"Remove before turn {middle}")
+        assert answer.result["summary_segments_rebuilt"] == 1
+        state = archived.backend.read("default")
+        rebuilt = state.summary.segments[0]
+        assert rebuilt.turn_from >= middle
+        assert all(u.turn_number >= middle for u in state.archive)
+        removed = [fact(i) for i in range(30) if i // 2 + 1 < middle]  # fill: 2 utterances a turn
+        assert removed and not any(text in state.summary.text for text in removed)
+
+    def test_removing_a_summarized_utterance_drops_its_segment(self, folding_on_store):
+        fill(folding_on_store, 12)
+        folding_on_store.query("Get summary")
+        answer = folding_on_store.query("Remove utterance 1")
+        assert answer.result["removed"] == []
+        assert answer.result["summary_segments_dropped"] == 1
+        assert all(s.seq_from > 1 for s in folding_on_store.backend.read("default").summary.segments)
+
+    def test_removing_an_utterance_that_never_existed_is_not_found(self, folding_on_store):
+        from daemon.errors import NotFound
+
+        fill(folding_on_store, 3)
+        with pytest.raises(NotFound):
+            folding_on_store.query("Remove utterance 99")
+
+    def test_clear_forgets_the_summary_the_queue_and_the_archive(self, archived):
+        fill(archived, 12)
+        archived.query("Get summary")
+        answer = archived.query("Clear the conversation")
+        assert answer.result["summary_segments_dropped"] >= 1
+        state = archived.backend.read("default")
+        assert not state.summary.segments and not state.pending and not state.archive and not state.utterances
+
+    def test_a_remove_racing_a_fold_is_not_undone_by_its_summary(self, gated):
+        """The summarizer is busy with utterances 1-2 while they are removed: they must not come back."""
+        history, gate = gated
+        history.query("Remove before turn 2")
+        gate.release.set()
+        assert history.worker.idle(5)
+        summary = history.query("Get summary")
+        assert "GATE" not in summary.result["summary"]
+        assert fact(0) not in summary.result["summary"]
+        assert summary.metadata["summary_pending"] == 0
+
+
+class _Gate:
+    """A summarizer that holds every call until released, and marks its text."""
+
+    name = "gate"
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def summarize(self, previous, utterances, token_limit):
+        self.entered.set()
+        self.release.wait(5)
+        return "GATE " + " ".join(u.text for u in utterances)
+
+
+@pytest.fixture
+def gated() -> Iterator[tuple[ConversationHistory, _Gate]]:
+    """Five stores; the worker is inside the summarizer with utterances 1-2."""
+    gate = _Gate()
+    history = ConversationHistory(
+        settings=Settings(buffer_size=4, eviction_batch=2),
+        writer=SummaryWriter(gate, COUNTER, ExtractiveSummarizer(COUNTER)),
+    )
+    fill(history, 5)
+    assert gate.entered.wait(5)
+    yield history, gate
+    gate.release.set()
+    history.close()
+
+
+class TestReadsDoNotWaitForASlowModel:
+    """A read that must fold waits for a busy model only so long, then folds offline."""
+
+    def test_get_summary_folds_offline_when_the_worker_is_stuck_on_the_model(self, gated, monkeypatch):
+        import daemon.core
+
+        monkeypatch.setattr(daemon.core, "READ_WAIT", 0.2)
+        history, gate = gated
+        answer = history.query("Get summary")
+        assert answer.metadata["summary_pending"] == 0
+        assert "still busy with this conversation" in answer.metadata["summarizer_error"]
+        assert fact(0) in answer.result["summary"] or fact(1) in answer.result["summary"]
+        gate.release.set()
+        assert history.worker.idle(5)
+        after = history.query("Get summary")
+        assert "GATE" not in after.result["summary"]  # the overtaken fold did not commit
+        assert after.metadata["summary_through_seq"] == 2
+
+
+class TestArchive:
+    """archive_evicted keeps folded utterances cold, searchable and exportable."""
+
+    def test_archived_utterances_are_listed_in_order(self, archived):
+        fill(archived, 10)
+        archived.query("Get summary")
+        answer = archived.query("Get archived utterances")
+        assert [u["seq"] for u in answer.result["utterances"]] == [1, 2, 3, 4, 5, 6]
+        assert answer.metadata["archive_evicted"] is True
+        assert "utterance_index" not in answer.result["utterances"][0]
+
+    def test_the_archive_is_searchable(self, archived):
+        fill(archived, 10)
+        archived.query("Get summary")
+        answer = archived.query("Find archived utterances about Oslo")
+        assert [u["seq"] for u in answer.result["utterances"]] == [4]
+
+    def test_without_archive_evicted_the_archive_is_empty_and_says_why(self, small):
+        fill(small, 10)
+        small.query("Get summary")
+        answer = small.query("Get archived utterances")
+        assert answer.result["utterances"] == [] and answer.metadata["archive_evicted"] is False
+
+    def test_with_summarization_off_evicted_utterances_go_straight_to_the_archive(self):
+        history = ConversationHistory(
+            settings=Settings(buffer_size=4, eviction_batch=2, archive_evicted=True, summarization_enabled=False)
+        )
+        fill(history, 6)
+        state = history.backend.read("default")
+        assert [u.seq for u in state.archive] == [1, 2] and not state.pending
+        history.close()
+
+
+class TestServeFlags:
+    """`chd serve` flags and CHD_* variables of the pipeline."""
+
+    def test_archive_and_summary_limit_flags_reach_the_daemon(self, monkeypatch):
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+        monkeypatch.setenv("CHD_ARCHIVE_EVICTED", "true")
+        daemon = DaemonProcess("--buffer-size", "4", "--eviction-batch", "2", "--summary-token-limit", "40")
+        try:
+            for i in range(12):
+                assert run_chd("query", "--target", daemon.target, f"Add utterance: Fact {i}: hall {i} has {i} doors.").returncode == 0
+            summary = run_chd("query", "--json", "--target", daemon.target, "Get summary")
+            archive = run_chd("query", "--json", "--target", daemon.target, "Get archived utterances")
+        finally:
+            daemon.kill()
+        import json
+
+        summary_answer, archive_answer = json.loads(summary.stdout), json.loads(archive.stdout)
+        assert summary_answer["result"]["summary_tokens"] <= 40
+        assert summary_answer["metadata"]["summarizer"] == "extractive"
+        assert [u["seq"] for u in archive_answer["result"]["utterances"]] == list(range(1, 9))
+
+    def test_the_claude_summarizer_without_a_key_is_refused_at_start(self, monkeypatch):
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+        result = run_chd("serve", "--port", "0", "--summarizer", "claude")
+        assert result.returncode == 2
+        assert "ANTHROPIC_API_KEY" in result.stderr
+
+    def test_a_bad_summarizer_variable_is_refused_at_start(self, monkeypatch):
+        monkeypatch.setenv("CHD_SUMMARIZER", "gpt")
+        result = run_chd("serve", "--port", "0")
+        assert result.returncode == 2 and "auto, claude, offline" in result.stderr
+
+    def test_a_bad_timeout_is_a_usage_error(self):
+        result = run_chd("serve", "--port", "0", "--summarizer-timeout", "soon")
+        assert result.returncode == 2 and "number of seconds" in result.stderr
+
+    def test_chd_query_prints_the_context_as_it_would_be_pasted(self, monkeypatch):
+        monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+        daemon = DaemonProcess("--buffer-size", "4", "--eviction-batch", "2")
+        try:
+            for i in range(6):
+                run_chd("query", "--target", daemon.target, f"Add utterance: {fact(i)}")
+            shown = run_chd("query", "--target", daemon.target, "Get context within 200 tokens")
+        finally:
+            daemon.kill()
+        assert shown.returncode == 0
+        lines = shown.stdout.splitlines()
+        assert lines[1].startswith("context (") and lines[1].endswith(" of 200 tokens):")
+        assert lines[2] == "  Summary of the earlier conversation:"
+        assert f"  [turn 6] user: {fact(5)}" in lines
