@@ -14,7 +14,7 @@ client threads in this process:
 Two scenarios: ``storage`` gives the buffer room for every utterance, so a
 store is parse, count, and one append to the backend (the storage path
 alone); ``default`` keeps the default buffer of 20, so every fifth store
-evicts a batch and folds it into the summary before replying.
+evicts a batch for the background worker to fold into the summary.
 
 The store phase sends "Add utterance: ..." round-robin over 8 conversations
 (new ones each round); the retrieve phase then sends "Get the last 5
