@@ -139,9 +139,16 @@ def _export(backend: Backend, args: argparse.Namespace) -> int:
         if backend.read(conversation_id).is_empty:
             print(f"chd: conversation {conversation_id!r} holds nothing to export", file=sys.stderr)
             return EXIT_FAILED
-    with _open(args.output, "w") as out:
+    if args.output == "-":
         for line in export_lines(backend, ids):
-            out.write(line + "\n")
+            sys.stdout.write(line + "\n")
+    else:
+        # Written aside and renamed, so a failed export never leaves half a backup.
+        partial = f"{args.output}.partial"
+        with _open(partial, "w") as out:
+            for line in export_lines(backend, ids):
+                out.write(line + "\n")
+        os.replace(partial, args.output)
     print(f"exported {len(ids)} conversation(s)", file=sys.stderr)
     return 0
 
@@ -161,7 +168,7 @@ def _import(backend: Backend, args: argparse.Namespace) -> int:
 
 def _open(path: str, mode: str) -> TextIO:
     if path == "-":
-        return nullcontext(sys.stdout if mode == "w" else sys.stdin)  # type: ignore[return-value]
+        return nullcontext(sys.stdin)  # type: ignore[return-value]
     try:
         return open(path, mode, encoding="utf-8")
     except OSError as exc:

@@ -191,3 +191,29 @@ class TestRefusals:
         done = run_chd("export", "--backend", "memory")
         assert done.returncode == 1
         assert "the memory backend lives inside its daemon" in done.stderr
+
+
+class TestExportFile:
+    """chd export --output writes a whole file or none."""
+
+    def test_output_file_holds_every_conversation(self, tmp_path: Path) -> None:
+        backend = DiskBackend(tmp_path / "data")
+        for cid in ("a", "b"):
+            conversation(ConversationHistory(backend, SETTINGS, background=False), cid)
+        backend.close()
+        done = run_chd("export", "--data-dir", str(tmp_path / "data"), "--output", str(tmp_path / "all.jsonl"))
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.strip() == "exported 2 conversation(s)"
+        headers = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text().splitlines()]
+        assert [h["conversation_id"] for h in headers if h["record"] == "conversation"] == ["a", "b"]
+        assert not (tmp_path / "all.jsonl.partial").exists()
+
+    def test_unwritable_output_is_one_line_and_no_file(self, tmp_path: Path) -> None:
+        backend = DiskBackend(tmp_path / "data")
+        conversation(ConversationHistory(backend, SETTINGS, background=False), "a")
+        backend.close()
+        target = tmp_path / "missing-dir" / "out.jsonl"
+        done = run_chd("export", "--data-dir", str(tmp_path / "data"), "--output", str(target))
+        assert done.returncode == 1
+        assert done.stderr.strip() == f"chd: cannot open {target}.partial: No such file or directory"
+        assert not target.exists()
