@@ -1,12 +1,14 @@
 """A stand-in for the Anthropic Messages API on 127.0.0.1, for tests and benchmarks.
 
 It answers ``POST /v1/messages`` with the JSON the real API sends (a
-``message`` object, or an ``error`` object with the real status code and
-error type), so the real ``anthropic`` SDK runs unchanged against it:
-its parsing, its retries and its timeouts are what the tests exercise.
+``message`` object whose content is a text block or a ``tool_use`` call,
+or an ``error`` object with the real status code and error type), so the
+real ``anthropic`` SDK runs unchanged against it: its parsing, its retries
+and its timeouts are what the tests exercise.
 
     with FakeAnthropic() as api:
         api.script(Status(529), Reply("The user booked a train."))
+        api.script(ToolUse("stats", {"confidence": 0.9}))
         ... ANTHROPIC_BASE_URL=api.base_url ...
         api.requests[0].prompt   # the user message the daemon sent
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Union
 
-__all__ = ["FakeAnthropic", "Reply", "Status", "Stall", "Recorded", "refused_url"]
+__all__ = ["FakeAnthropic", "Reply", "ToolUse", "Status", "Stall", "Recorded", "refused_url"]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -42,6 +44,20 @@ class Reply:
 
 
 @dataclass(frozen=True)
+class ToolUse:
+    """A 200 whose content calls one tool, with ``stop_reason`` "tool_use".
+
+    With ``tool_choice`` "any" or "tool" the real API sends the tool_use block
+    alone; with "auto" the model may write a text block before it, which
+    ``preamble`` adds.
+    """
+
+    name: str
+    input: dict[str, Any]
+    preamble: str | None = None
+
+
+@dataclass(frozen=True)
 class Status:
     """An error response with the API's error body."""
 
@@ -55,10 +71,10 @@ class Stall:
     """Hold the request for ``seconds`` before answering (to trip client timeouts)."""
 
     seconds: float
-    then: Reply | Status | None = None
+    then: Reply | ToolUse | Status | None = None
 
 
-Behaviour = Union[Reply, Status, Stall]
+Behaviour = Union[Reply, ToolUse, Status, Stall]
 
 
 @dataclass
@@ -82,13 +98,14 @@ class FakeAnthropic:
     """A threaded HTTP server speaking the Messages API wire format.
 
     Args:
-        reply: the default answer for a request when nothing is scripted.
+        reply: the default answer for a request when nothing is scripted: the
+            reply's text, or any answer (e.g. a Status to fail unscripted calls).
         delay: seconds every request waits before its answer (a slow model).
     """
 
     def __init__(
         self,
-        reply: Callable[[dict[str, Any]], str] | None = None,
+        reply: Callable[[dict[str, Any]], str | Reply | ToolUse | Status] | None = None,
         delay: float = 0.0,
     ) -> None:
         self.reply = reply or (lambda body: "The user and the assistant talked.")
@@ -164,7 +181,9 @@ class FakeAnthropic:
                         return
                     behaviour = behaviour.then
                 if behaviour is None:
-                    behaviour = Reply(fake.reply(body))
+                    behaviour = fake.reply(body)
+                if isinstance(behaviour, str):
+                    behaviour = Reply(behaviour)
                 if isinstance(behaviour, Status):
                     headers = {}
                     if behaviour.retry_after_ms is not None:
@@ -191,17 +210,25 @@ class FakeAnthropic:
         return Handler
 
 
-def _message(number: int, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+def _message(number: int, request: dict[str, Any], answer: Reply | ToolUse) -> dict[str, Any]:
     prompt_words = len(json.dumps(request.get("messages", [])).split())
+    if isinstance(answer, Reply):
+        content = [{"type": "text", "text": answer.text}]
+        stop_reason, output_words = answer.stop_reason, len(answer.text.split())
+    else:
+        content = [{"type": "text", "text": answer.preamble}] if answer.preamble else []
+        call = {"type": "tool_use", "id": f"toolu_fake{number:020d}", "name": answer.name, "input": answer.input}
+        content.append(call)
+        stop_reason, output_words = "tool_use", len(json.dumps(content).split())
     return {
         "id": f"msg_fake{number:020d}",
         "type": "message",
         "role": "assistant",
         "model": request.get("model", "claude-haiku-4-5"),
-        "content": [{"type": "text", "text": reply.text}],
-        "stop_reason": reply.stop_reason,
+        "content": content,
+        "stop_reason": stop_reason,
         "stop_sequence": None,
-        "usage": {"input_tokens": prompt_words, "output_tokens": len(reply.text.split())},
+        "usage": {"input_tokens": prompt_words, "output_tokens": output_words},
     }
 
 
