@@ -75,9 +75,10 @@ class TestRoundTrip:
     def test_export_from_memory_imported_into_disk_answers_queries_identically(self, tmp_path: Path) -> None:
         """Same answers from an in-memory daemon and a disk daemon fed by `chd import`.
 
-        Both servers run in this process: ExtractiveSummarizer's scores sum
-        over a set, so its tie-breaks (and `summarize` answers) can differ
-        between processes with different PYTHONHASHSEED (reported to the lead).
+        Both servers run in this process: ExtractiveSummarizer sums float
+        scores over a set (daemon/extractive.py, ``_score``), so a tie between
+        two sentences can break differently in processes with different
+        PYTHONHASHSEED, and `summarize` answers with it.
         """
         memory_history = ConversationHistory(MemoryBackend(), SETTINGS, background=False)
         memory_server = build_server(memory_history, "127.0.0.1", 0)
