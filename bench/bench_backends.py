@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -200,6 +201,7 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
     finally:
         for target in targets.values():
             target.stop()
+        shutil.rmtree(data, ignore_errors=True)
 
     print(f"\nscenario {scenario}: {args.requests} requests x {args.rounds} rounds, {args.clients} client "
           f"threads, {CONVERSATIONS} conversations, {os.cpu_count()} CPUs; median requests/s")
