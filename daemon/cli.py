@@ -43,7 +43,7 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from daemon.storage_cli import add_backend_arguments, add_transfer_commands
+    from daemon.storage_cli import add_transfer_commands
 
     parser = argparse.ArgumentParser(prog="chd", description="chd, the Conversation History Daemon")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -51,7 +51,6 @@ def _parser() -> argparse.ArgumentParser:
     # Serve options are the configuration keys (daemon/config.py): flag, CHD_* or TOML file.
     serve = commands.add_parser("serve", help="run the daemon")
     config.add_arguments(serve)
-    add_backend_arguments(serve, serving=True)
     add_transfer_commands(commands)
     show = commands.add_parser("config", help="print the effective serve configuration (secrets masked)")
     config.add_arguments(show)
@@ -104,15 +103,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace, effective: config.Config) -> int:
-    # args: for serve flags declared outside the key table (storage).
     from daemon.app import start
     from daemon.server import serve_forever
-    from daemon.storage_cli import open_backend_from_args
+    from daemon.storage_cli import open_storage
     from daemon.tracelog import configure_logging
 
     configure_logging(effective.log_level, effective.log_format)
     # Storage opens before the port does: a bad data dir fails fast, in one line.
-    backend = open_backend_from_args(args)
+    backend = open_storage(effective.backend, effective.data_dir, effective.durability, serving=True)
     if backend is None:
         return 1
     try:

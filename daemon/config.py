@@ -49,12 +49,9 @@ CONFIG_ENV = "CHD_CONFIG"
 CLIENT_ENV = frozenset(
     {"CHD_TARGET", "CHD_TLS_CA", "CHD_TLS_SERVER_NAME", "CHD_CLIENT_TLS_CERT", "CHD_CLIENT_TLS_KEY"}
 )
-# Variables of serve flags declared outside this table (storage flags, issue
-# 3; summarizer flags, issue 4). Allowed, not checked or shown, until they
-# become rows of KEYS.
-OTHER_ENV = frozenset({
-    "CHD_BACKEND", "CHD_DATA_DIR", "CHD_DURABILITY",
-})
+# Variables of serve flags declared outside this table: none today; a new
+# flag's variable goes here until it becomes a row of KEYS.
+OTHER_ENV: frozenset[str] = frozenset()
 
 
 class ConfigError(ValueError):
@@ -197,6 +194,12 @@ KEYS: tuple[Key, ...] = (
     Key("port", _PORT, 50051, "port to listen on; 0 picks a free one (printed at start)"),
     Key("workers", Integer(1, 1024), 16, "threads answering calls"),
     # --- the core (daemon.settings.Settings fields, same names)
+    # --- storage (docs/backends.md)
+    Key("backend", Text(), "memory", "memory, disk (alias durable), or module:Class for a custom backend"),
+    Key("data_dir", Text(), None, "directory of the disk backend, created if missing"),
+    Key("durability", Text(("normal", "full")), None,
+        "disk backend: normal survives a crash of chd, full also an OS crash or power loss (default normal)"),
+    # --- the rolling buffer and summary
     Key("buffer_size", Integer(), _DEFAULTS.buffer_size, "utterances kept per conversation buffer"),
     Key("max_tokens", Integer(), _DEFAULTS.max_tokens, "tokens kept per conversation buffer"),
     Key("summary_token_limit", Integer(), _DEFAULTS.summary_token_limit, "token budget of each running summary"),

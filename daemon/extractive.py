@@ -99,8 +99,10 @@ def _score(text: str, frequency: dict[str, int], documents: int) -> float:
     words = _content_words(text)
     if not words:
         return 0.0
-    # Rare words carry more of what makes a sentence worth keeping.
-    weight = sum(math.log(1 + documents / frequency.get(w, 1)) for w in set(words))
+    # Rare words carry more of what makes a sentence worth keeping. Summed in
+    # sorted order: float addition in set order would depend on
+    # PYTHONHASHSEED, and a tie would then break differently per process.
+    weight = sum(math.log(1 + documents / frequency.get(w, 1)) for w in sorted(set(words)))
     tokens = _WORD.findall(text)
     if any(t[0].isdigit() for t in tokens):
         weight *= 1.3

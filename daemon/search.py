@@ -15,7 +15,7 @@ import heapq
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
     from daemon.index import ConversationIndex, IndexedDoc
@@ -116,7 +116,9 @@ def rank(
     postings of the query's terms are visited, so the cost follows how many
     utterances mention the topic, not the buffer's size.
     """
-    query = set(terms(topic))
+    # Sorted: scores are float sums over the terms, and set order (which
+    # follows PYTHONHASHSEED) would let equal scores tie differently per process.
+    query = sorted(set(terms(topic)))
     docs = index.docs
     n = len(docs)
     average = (index.total_length / n if n else 1.0) or 1.0
@@ -147,7 +149,7 @@ def rank(
     return Ranking(hits, len(scores), summary_score)
 
 
-def score_text(index: ConversationIndex, query: set[str], text: str) -> float:
+def score_text(index: ConversationIndex, query: Sequence[str], text: str) -> float:
     """BM25 of ``text`` as if it were one more document of the index."""
     counts = term_counts(text)
     length = sum(counts.values())

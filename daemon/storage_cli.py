@@ -28,7 +28,14 @@ from backends.disk import DURABILITY
 from backends.transfer import export_lines, import_states, parse_lines
 from daemon.errors import DaemonError
 
-__all__ = ["add_backend_arguments", "add_transfer_commands", "open_backend_from_args", "run_transfer", "TRANSFER_COMMANDS"]
+__all__ = [
+    "add_backend_arguments",
+    "add_transfer_commands",
+    "open_backend_from_args",
+    "open_storage",
+    "run_transfer",
+    "TRANSFER_COMMANDS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +81,21 @@ def add_backend_arguments(parser: argparse.ArgumentParser, *, serving: bool) -> 
 
 
 def open_backend_from_args(args: argparse.Namespace) -> Backend | None:
-    """The backend the flags name, or None after printing one line saying why not."""
-    name = ALIASES.get(args.backend, args.backend)
-    options = {"data_dir": args.data_dir, "durability": args.durability}
-    if name == "disk" and args.serving and args.durability is None:
+    """The backend the transfer flags name, or None after printing one line saying why not."""
+    return open_storage(args.backend, args.data_dir, args.durability, serving=args.serving)
+
+
+def open_storage(
+    backend: str, data_dir: str | None, durability: str | None, *, serving: bool
+) -> Backend | None:
+    """The named backend, or None after printing one line saying why not.
+
+    A daemon (``serving``) sets a disk data dir's durability (normal unless
+    given); the transfer tools keep what the dir's daemon set.
+    """
+    name = ALIASES.get(backend, backend)
+    options = {"data_dir": data_dir, "durability": durability}
+    if name == "disk" and serving and durability is None:
         # A daemon sets the directory's durability; the tools keep it.
         options["durability"] = "normal"
     if name == "memory":
@@ -87,10 +105,10 @@ def open_backend_from_args(args: argparse.Namespace) -> Backend | None:
     except DaemonError as exc:
         print(f"chd: {exc}", file=sys.stderr)
     except Exception as exc:  # a custom backend's constructor may raise anything
-        print(f"chd: cannot open backend {args.backend!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"chd: cannot open backend {backend!r}: {type(exc).__name__}: {exc}", file=sys.stderr)
     else:
-        durability = options.get("durability") or "as stored"
-        where = f" in {args.data_dir} (durability {durability})" if args.data_dir else ""
+        shown = options.get("durability") or "as stored"
+        where = f" in {data_dir} (durability {shown})" if data_dir else ""
         log.info("storage: %s backend%s", name, where)
         return backend
     return None
