@@ -87,7 +87,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "summary_only": "return only the running summary",
         "context": "the running summary plus the newest utterances that fit token_limit, as one "
         "text to paste into a prompt (takes no other filter)",
-        "token_limit": "with context: the token budget of that text (default max_tokens)",
+        "token_limit": "with context: the token budget of that text (default summary_token_limit + max_tokens)",
         "archived": "read the archive of folded utterances (chd serve --archive-evicted) instead of the buffer",
     },
     "remove": {
@@ -231,7 +231,8 @@ GUIDE: tuple[OperationGuide, ...] = (
         ),
         "result.utterances [utterance..., with score when ranked]; with a topic result.ranked, "
         "result.matches and maybe result.summary_hit {text, score, turn_from, turn_to}; with the "
-        "summary: result.summary, summary_tokens, summary_through_seq, summary_pending",
+        "summary: result.summary, summary_tokens, summary_through_seq, summary_pending; with context: "
+        "result.context (the text), tokens, token_limit, summary, utterances",
     ),
     OperationGuide(
         "remove",
