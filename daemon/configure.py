@@ -53,10 +53,14 @@ def configure(
         if overrides == state.settings:
             return Change(), (current, [], overrides)
         evicted = evictions_to_fit(state.utterances, current)
+        queue = base.summarization_enabled
+        # As a store's evictions: queued for the summary, or with no
+        # summarizing straight to the archive when one is kept.
         change = Change(
             settings=overrides,
             remove={u.seq for u in evicted},
-            pending_add=evicted if base.summarization_enabled else [],
+            pending_add=evicted if queue else [],
+            archive_add=evicted if not queue and base.archive_evicted else [],
         )
         return change, (current, [u.seq for u in evicted], overrides)
 

@@ -335,6 +335,17 @@ class TestArchive:
         assert [u.seq for u in state.archive] == [1, 2] and not state.pending
         history.close()
 
+    def test_with_summarization_off_a_lowered_buffer_size_archives_what_it_evicts(self):
+        history = ConversationHistory(
+            settings=Settings(buffer_size=4, eviction_batch=2, archive_evicted=True, summarization_enabled=False)
+        )
+        fill(history, 6)
+        configured = history.query("Set the buffer size to 1")
+        assert configured.result["evicted"] == [3, 4, 5]
+        answer = history.query("Get archived utterances")
+        assert [u["seq"] for u in answer.result["utterances"]] == [1, 2, 3, 4, 5]
+        history.close()
+
 
 class TestServeFlags:
     """`chd serve` flags and CHD_* variables of the pipeline."""
