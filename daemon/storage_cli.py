@@ -137,6 +137,16 @@ def run_transfer(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+    if (
+        args.command == "export"
+        and ALIASES.get(args.backend, args.backend) == "disk"
+        and args.data_dir is not None
+        and not os.path.isdir(os.path.expanduser(args.data_dir))
+    ):
+        # Opening would create an empty data dir: a mistyped path must not
+        # become an empty backup that reports success.
+        print(f"chd: there is no data dir at {args.data_dir}; nothing to export", file=sys.stderr)
+        return EXIT_FAILED
     backend = open_backend_from_args(args)
     if backend is None:
         return EXIT_FAILED

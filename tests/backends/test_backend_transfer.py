@@ -188,6 +188,14 @@ class TestRefusals:
         assert done.returncode == 1
         assert "conversation 'nobody' holds nothing to export" in done.stderr
 
+    def test_export_from_a_data_dir_that_does_not_exist_fails_and_creates_nothing(self, tmp_path: Path) -> None:
+        # A mistyped --data-dir must not become an empty backup that exits 0.
+        missing = tmp_path / "no-such-dir"
+        done = run_chd("export", "--data-dir", str(missing), "--output", str(tmp_path / "out.jsonl"))
+        assert done.returncode == 1
+        assert done.stderr.strip() == f"chd: there is no data dir at {missing}; nothing to export"
+        assert not missing.exists() and not (tmp_path / "out.jsonl").exists()
+
     def test_export_from_the_memory_backend_is_explained(self) -> None:
         done = run_chd("export", "--backend", "memory")
         assert done.returncode == 1
