@@ -320,6 +320,22 @@ class TestArchive:
         answer = archived.query("Find archived utterances about Oslo")
         assert [u["seq"] for u in answer.result["utterances"]] == [4]
 
+    @pytest.mark.parametrize(
+        ("text", "seqs"),
+        [
+            ("Get archived utterances in turns 1 to 2", [1, 2, 3, 4]),
+            ("Get the last 2 archived utterances", [5, 6]),
+            ("Find archived utterances from the assistant", [2, 4, 6]),
+            ("Search the archive for Oslo", [4]),
+        ],
+    )
+    def test_archive_phrasings_with_other_filters_read_the_archive_not_the_buffer(self, archived, text, seqs):
+        fill(archived, 10)  # seqs 1-6 (turns 1-3) archived, 7-10 in the buffer
+        archived.query("Get summary")
+        answer = archived.query(text)
+        assert [u["seq"] for u in answer.result["utterances"]] == seqs
+        assert all(u["archived"] for u in answer.result["utterances"])
+
     def test_without_archive_evicted_the_archive_is_empty_and_says_why(self, small):
         fill(small, 10)
         small.query("Get summary")

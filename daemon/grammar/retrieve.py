@@ -39,6 +39,10 @@ _WORDS = frozenset(
     bring dump remind see view check query happened going on talk talked discussed many back over
     anyone anybody someone somebody ever previously earlier before recent recently latest""".split()
 )
+# "archived", "in the archive": the archive instead of the buffer. Read here
+# too, not only in grammar/context.py's whole-query forms, so "the last 2
+# archived utterances" does not read the buffer with one stray word ignored.
+_ARCHIVE = re.compile(r"\barchived\b|(?:\b(?:in|from|of)\s+)?\bthe\s+archive\b", FLAGS)
 _LEADING_FILLER = re.compile(r"^(?:\s*\b(?:me|all|the|any|every|of|for|in|this|these|those)\b)+", FLAGS)
 
 
@@ -61,6 +65,8 @@ def read_retrieve(text: str) -> Reading | None:
     q, topic = split_topic(q)
     verb = q.take(_VERB)
     fields: dict[str, Any] = dict(take_time(q))
+    if q.take(_ARCHIVE):
+        fields["archived"] = True
     seqs = take_seqs(q)
     fields.update(seq_fields(seqs))
     span = take_turns(q)
