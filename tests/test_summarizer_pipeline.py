@@ -146,6 +146,14 @@ class TestContext:
         answer = small.query("Get context within 20 tokens").result
         assert answer["tokens"] <= 20 and answer["utterances"] == []
 
+    @pytest.mark.parametrize(
+        "text", ["Get context within 300 tokens, please", "Could you get the context within 300 tokens? Thanks"]
+    )
+    def test_polite_endings_do_not_hide_a_context_request(self, small, text):
+        fill(small, 7)
+        answer = small.query(text)
+        assert "context" in answer.result and answer.result["token_limit"] == 300
+
     def test_context_of_an_empty_conversation_is_empty(self, small):
         answer = small.query("Get context").result
         assert answer["context"] == "" and answer["tokens"] == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from daemon.grammar.query import strip_politeness
 from daemon.grammar.reading import Reading
 from daemon.numbers import NUM, parse_number
 
@@ -30,6 +31,8 @@ _ARCHIVED = re.compile(
 
 def read_context(text: str) -> Reading | None:
     words = len(text.split())
+    # The anchored forms would miss "..., please" or "? Thanks" at the end.
+    text = strip_politeness(text)
     if m := _CONTEXT.match(text):
         fields: dict = {"context": True}
         if m.group("n"):
