@@ -43,11 +43,14 @@ TRANSFER_COMMANDS = ("export", "import")
 EXIT_FAILED = 1
 
 
-def _durability(name: str, default: str | None) -> str | None:
-    value = os.environ.get(name, default)
+def _durability_refused(value: str | None) -> bool:
+    # Checked when a transfer runs, not when the parser is built: every chd
+    # command builds it, and `chd query` must not fail on a storage variable
+    # (`chd serve` checks its own through the config table).
     if value is not None and value not in DURABILITY:
-        raise SystemExit(f"chd: {name} must be one of {', '.join(DURABILITY)}, got {value!r}")
-    return value
+        print(f"chd: CHD_DURABILITY must be one of {', '.join(DURABILITY)}, got {value!r}", file=sys.stderr)
+        return True
+    return False
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser, *, serving: bool) -> None:
@@ -73,7 +76,7 @@ def add_backend_arguments(parser: argparse.ArgumentParser, *, serving: bool) -> 
     parser.add_argument(
         "--durability",
         choices=tuple(DURABILITY),
-        default=_durability("CHD_DURABILITY", None),
+        default=os.environ.get("CHD_DURABILITY"),
         help="disk backend: normal survives a crash of chd, full also an OS crash or power loss "
         f"(CHD_DURABILITY, default {'normal' if serving else 'as the data dir was last served'})",
     )
@@ -136,6 +139,8 @@ def run_transfer(args: argparse.Namespace) -> int:
             "--backend disk (or a custom backend)",
             file=sys.stderr,
         )
+        return EXIT_FAILED
+    if _durability_refused(args.durability):
         return EXIT_FAILED
     if (
         args.command == "export"

@@ -119,6 +119,18 @@ class TestRefusals:
         with pytest.raises(ConfigError, match="not valid TOML"):
             load({}, {}, _file(tmp_path, "port = = 3\n"))
 
+    def test_an_invalid_chd_durability_is_a_config_error_of_serve_not_of_every_command(self, monkeypatch):
+        monkeypatch.setenv("CHD_DURABILITY", "bogus")
+        refused = run_chd("serve", "--port", "0")
+        assert refused.returncode == 2
+        assert "'durability'" in refused.stderr and "listening" not in refused.stdout
+        # A client command does not read CHD_DURABILITY at all.
+        offline = run_chd("purpose", "--target", "127.0.0.1:1", "--timeout", "0.5")
+        assert "CHD_DURABILITY" not in offline.stderr and offline.returncode == 64 + 14  # UNAVAILABLE
+        # The transfer tools still refuse it, naming the variable.
+        export = run_chd("export", "--data-dir", "/nonexistent-chd-dir")
+        assert export.returncode == 1 and "CHD_DURABILITY must be one of normal, full" in export.stderr
+
     def test_chd_serve_with_an_invalid_value_exits_2_before_listening(self):
         refused = run_chd("serve", "--port", "0", "--max-tokens", "-1")
         assert refused.returncode == 2
