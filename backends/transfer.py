@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from backends.base import Backend, Change, ConversationState
+from daemon.configure import effective_settings
 from daemon.errors import InvalidRequest
 from daemon.fields import as_bool, as_int, as_speaker, as_str
+from daemon.settings import Settings
 from daemon.utterance import Summary, Utterance
 
 __all__ = ["EXPORT_FORMAT", "export_lines", "parse_lines", "import_states"]
@@ -159,11 +161,26 @@ def _summary(record: Any) -> Summary:
     return Summary.from_record(record)
 
 
+def _settings(record: Any) -> dict[str, Any]:
+    """A conversation's overrides, checked as the daemon will apply them.
+
+    An override the daemon cannot apply would fail every later store,
+    stats and summary of the conversation, so it is refused here, before
+    anything is written.
+    """
+    if not isinstance(record, dict):
+        raise InvalidRequest("settings must be an object")
+    # Other keys are the storage's to keep (the daemon ignores them).
+    try:
+        effective_settings(Settings(), record)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"settings: {exc}") from None
+    return record
+
+
 def _state(draft: _Draft) -> ConversationState:
     header = draft.header
-    settings = header.get("settings", {})
-    if not isinstance(settings, dict):
-        raise InvalidRequest("settings must be an object")
+    settings = _settings(header.get("settings", {}))
     state = ConversationState(
         conversation_id=as_str("conversation_id", header.get("conversation_id")),
         next_seq=as_int("next_seq", header.get("next_seq"), minimum=1),

@@ -183,6 +183,24 @@ class TestRefusals:
         with pytest.raises(InvalidRequest, match=message.replace("(", r"\(")):
             parse_lines(lines)
 
+    @pytest.mark.parametrize(
+        ("settings", "message"),
+        [
+            ({"buffer_size": 0}, "settings: buffer_size must be a whole number of at least 1, got 0"),
+            ({"max_tokens": "lots"}, "settings: max_tokens must be a whole number of at least 1, got 'lots'"),
+            ({"eviction_policy": "lifo"}, "settings: eviction_policy must be fifo or importance, got 'lifo'"),
+        ],
+    )
+    def test_invalid_conversation_settings_are_refused_before_they_poison_the_daemon(
+        self, tmp_path: Path, settings: dict, message: str
+    ) -> None:
+        # Imported as they were, every store, stats and summary of the
+        # conversation answered INTERNAL from then on.
+        header = {"record": "conversation", "format": 1, "conversation_id": "c", "next_seq": 1,
+                  "last_turn": 0, "settings": settings}
+        with pytest.raises(InvalidRequest, match=message):
+            parse_lines([json.dumps(header)])
+
     def test_export_of_an_unknown_conversation_fails(self, tmp_path: Path) -> None:
         done = run_chd("export", "--conversation", "nobody", "--data-dir", str(tmp_path))
         assert done.returncode == 1
