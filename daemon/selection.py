@@ -160,7 +160,11 @@ def remove_victims(state: ConversationState, intent: RemoveIntent) -> list[Utter
 def _remove_filters(state: ConversationState, intent: RemoveIntent) -> Filters:
     low, high = intent.turn_bounds
     if intent.last_turns is not None:
-        low, high = _narrow(low, high, first_of_last_turns(state.utterances, intent.last_turns))
+        first = first_of_last_turns(state.utterances, intent.last_turns)
+        # An empty buffer has no last turns: select none (a turn after every
+        # turn), never no turn filter at all, which would select everything
+        # queued, archived and summarized.
+        low, high = _narrow(low, high, state.last_turn + 1 if first is None else first)
     return Filters(intent.speaker, low, high, _seq_set(intent.seq, intent.seqs))
 
 

@@ -213,6 +213,16 @@ class TestForgettingReallyForgets:
         assert answer.result["summary_segments_rebuilt"] == 0
         assert all(s.seq_from > first.seq_to for s in folding_on_store.backend.read("default").summary.segments)
 
+    def test_remove_the_last_turns_with_an_empty_buffer_removes_nothing(self, archived):
+        fill(archived, 8)
+        archived.query("Remove the newest 4 utterances")  # the buffer is now empty
+        before = archived.backend.read("default")
+        assert not before.utterances and before.archive and before.summary.segments
+        answer = archived.query("Remove the last 2 turns")
+        assert answer.result["removed"] == [] and answer.result["summary_segments_dropped"] == 0
+        after = archived.backend.read("default")
+        assert after.archive == before.archive and after.summary == before.summary
+
     def test_with_an_archive_a_mixed_segment_is_rebuilt_from_what_remains(self, archived):
         fill(archived, 30)
         archived.query("Get summary")
