@@ -27,7 +27,7 @@ from typing import Any, Callable
 import grpc
 
 from backends.base import Backend, Change, ConversationState, T, apply_change
-from daemon.errors import TooLarge
+from daemon.errors import InvalidRequest, TooLarge
 from daemon.handlers import Behavior, is_daemon_method, rewrap
 from daemon.wrapped_backend import WrappedBackend
 
@@ -83,6 +83,15 @@ class LimitedBackend(WrappedBackend):
             change, value = decide(state)
             if change.is_empty:
                 return change, value
+            buffer_size = (change.settings or {}).get("buffer_size")
+            if buffer_size is not None and buffer_size > limits.max_utterances_per_conversation:
+                # Such a buffer would not evict before the limit, and every
+                # store after it would be refused (the daemon's own
+                # buffer_size is checked alike at start-up).
+                raise InvalidRequest(
+                    f"buffer_size {buffer_size} is above the max_utterances_per_conversation "
+                    f"limit of {limits.max_utterances_per_conversation}; nothing was changed"
+                )
             if new and state.is_empty and len(self._known) >= limits.max_conversations:
                 raise TooLarge(
                     f"this daemon already holds {len(self._known)} conversations, the "

@@ -85,6 +85,19 @@ class TestCountLimits:
             assert [u.text for u in [*state.pending, *state.utterances]] == ["number 1", "number 2", "number 3"]
             _unharmed(channel)
 
+    def test_a_conversation_buffer_size_over_max_utterances_is_refused(self):
+        """Accepted, such a buffer never evicts before the limit and every later store is refused."""
+        with running(config(buffer_size=3, max_utterances_per_conversation=5)) as server, channel_to(server) as channel:
+            meta = {"conversation_id": "budget"}
+            error = _refusal(ask, channel, "Set the buffer size to 10", metadata=meta)
+            assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "max_utterances_per_conversation" in error.details() and "10" in error.details()
+            assert server.history.backend.read("budget").settings == {}
+            for n in range(1, 8):
+                ask(channel, f"Add utterance: number {n}", metadata=meta)
+            ask(channel, "Set the buffer size to 5", metadata=meta)
+            _unharmed(channel, conversation="budget")
+
 
 class TestDeadlines:
     """A call that waited for a worker past its deadline does nothing."""
