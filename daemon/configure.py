@@ -67,8 +67,10 @@ def configure(
     before = history.backend.read(conversation_id).summary.tokens
     current, evicted, overrides = history.backend.transact(conversation_id, decide)
     # Folds what the lowered limits evicted and condenses a summary left over
-    # a lowered summary_token_limit, before this query answers.
-    history.fold(conversation_id)
+    # a lowered summary_token_limit, before this query answers: as a waiting
+    # read does (one try of the model, then offline), not with the worker's
+    # retries and backoff, which would hold the caller for minutes in an outage.
+    history._fold_now(conversation_id)
     state = history.backend.read(conversation_id)
     shortened = state.summary.tokens < before
     return (

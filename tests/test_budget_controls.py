@@ -120,6 +120,24 @@ class TestConfigure:
             history.query("", {}, {"operation": "configure", "eviction_policy": "random"})
         assert history.backend.conversations() == []
 
+    def test_a_lowered_limit_folds_like_a_waiting_read_not_like_the_patient_worker(self) -> None:
+        """With the model down, the configure tries it once and falls back, no retries or backoff sleeps."""
+        from daemon.extractive import ExtractiveSummarizer
+        from daemon.summarizer import SummaryWriter
+        from daemon.tokens import default_counter
+        from tests.ops_support import DownSummarizer
+
+        down, slept = DownSummarizer(), []
+        counter = default_counter()
+        writer = SummaryWriter(down, counter, ExtractiveSummarizer(counter), attempts=3, sleep=slept.append)
+        history = ConversationHistory(settings=Settings(buffer_size=10), writer=writer)
+        _store(history, 6)
+        answer = history.query("Set the buffer size to 2")
+        assert answer.result["evicted"] == [1, 2, 3, 4]
+        assert down.calls == 1 and slept == []
+        assert history.backend.read("default").summary.through_seq == 4
+        history.close()
+
 
 class TestFifoDefault:
     """FIFO stays the default, with the spec's batch eviction."""
