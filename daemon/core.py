@@ -40,6 +40,7 @@ from daemon.retrieval import find_utterances
 from daemon.segments import Forgotten, forget
 from daemon.selection import (
     archived_victims,
+    check_at_most,
     missing_seq_message,
     remove_victims,
     segment_touched,
@@ -331,6 +332,7 @@ class ConversationHistory:
         def decide(state: ConversationState) -> tuple[Change, tuple[list[Utterance], Forgotten]]:
             victims = remove_victims(state, intent)
             archived = archived_victims(state, intent)
+            check_at_most(sorted([*victims, *archived], key=lambda u: u.seq), intent)
             if intent.all:
                 segments = len(state.summary.segments)
                 forgotten = Forgotten(Summary(), dropped=segments) if segments else Forgotten(None)
@@ -345,7 +347,7 @@ class ConversationHistory:
 
                 limit = effective_settings(self.settings, state.settings).summary_token_limit
                 forgotten = forget(
-                    state.summary, limit, segment_touched(state, intent), remaining,
+                    state.summary, limit, segment_touched(state, intent, [*victims, *archived]), remaining,
                     self._rebuild, self.counter,
                 )
                 if intent.seq is not None and not victims and not archived and forgotten.summary is None:

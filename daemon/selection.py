@@ -26,6 +26,7 @@ __all__ = [
     "first_of_last_turns",
     "retrieve_filters",
     "remove_victims",
+    "check_at_most",
     "archived_victims",
     "segment_touched",
     "summarize_scope",
@@ -146,6 +147,12 @@ def remove_victims(state: ConversationState, intent: RemoveIntent) -> list[Utter
         chosen = sorted([*state.pending, *state.utterances], key=lambda u: u.seq)
     else:
         chosen = _chosen(state, intent)
+    check_at_most(chosen, intent)
+    return chosen
+
+
+def check_at_most(chosen: Sequence[Utterance], intent: RemoveIntent) -> None:
+    """Refuse a remove choosing more than its ``at_most`` (buffered, queued or archived alike)."""
     if intent.at_most is not None and len(chosen) > intent.at_most:
         shown = ", ".join(str(u.seq) for u in chosen[:10]) + (", ..." if len(chosen) > 10 else "")
         raise InvalidRequest(
@@ -154,7 +161,6 @@ def remove_victims(state: ConversationState, intent: RemoveIntent) -> list[Utter
             f"{chosen[0].seq}'), or say plainly that all of them go ('Remove all the "
             f"assistant's messages')"
         )
-    return chosen
 
 
 def _remove_filters(state: ConversationState, intent: RemoveIntent) -> Filters:
@@ -206,13 +212,16 @@ def archived_victims(state: ConversationState, intent: RemoveIntent) -> list[Utt
 
 
 def segment_touched(
-    state: ConversationState, intent: RemoveIntent
+    state: ConversationState, intent: RemoveIntent, chosen: Sequence[Utterance] = ()
 ) -> Callable[[SummarySegment], bool]:
     """Whether a summary segment may hold content of what the remove deletes.
 
     A segment keeps its seq and turn ranges, not who said what, so a remove
     by speaker or time touches every segment in its turn range: forgetting
-    must err on the side of forgetting.
+    must err on the side of forgetting. Not so a remove limited by
+    ``at_most`` ("remove the assistant's message"): it deletes the few
+    utterances it ``chosen`` (and any seq it names), never whole segments of
+    unknown others.
     """
     if intent.all:
         return lambda s: True
@@ -220,6 +229,8 @@ def segment_touched(
         return lambda s: False
     filters = _remove_filters(state, intent)
     seqs = filters.seqs
+    if intent.at_most is not None:
+        seqs = frozenset({u.seq for u in chosen} | set(seqs or ()))
 
     def touched(s: SummarySegment) -> bool:
         if seqs is not None and not any(s.seq_from <= q <= s.seq_to for q in seqs):

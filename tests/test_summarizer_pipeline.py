@@ -223,6 +223,24 @@ class TestForgettingReallyForgets:
         after = archived.backend.read("default")
         assert after.archive == before.archive and after.summary == before.summary
 
+    def test_a_singular_remove_counts_archived_matches_and_refuses_many(self, archived):
+        from daemon.errors import InvalidRequest
+
+        fill(archived, 10)  # assistant: seqs 2, 4, 6 archived, 8 and 10 in the buffer
+        archived.query("Remove utterance 10")
+        before = archived.backend.read("default")
+        with pytest.raises(InvalidRequest, match="matches 4 utterances"):
+            archived.query("Remove the assistant's message")
+        assert archived.backend.read("default") == before
+
+    def test_a_singular_remove_forgets_only_the_utterance_it_chose(self, folding_on_store):
+        fill(folding_on_store, 10)  # seqs 1-6 summarized, no archive
+        folding_on_store.query("Remove utterance 10")
+        before = folding_on_store.backend.read("default").summary
+        answer = folding_on_store.query("Remove the assistant's message")
+        assert answer.result["removed"] == [8] and answer.result["summary_segments_dropped"] == 0
+        assert folding_on_store.backend.read("default").summary == before
+
     def test_with_an_archive_a_mixed_segment_is_rebuilt_from_what_remains(self, archived):
         fill(archived, 30)
         archived.query("Get summary")
