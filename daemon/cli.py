@@ -212,6 +212,11 @@ def _human(answer: dict[str, Any]) -> str:
     if "removed" in result:
         removed = result["removed"]
         lines.append(f"removed: {', '.join(f'#{s}' for s in removed) if removed else 'nothing'}")
+        # Forgetting reaches the summary too; say so, or "nothing" would mislead.
+        for what in ("dropped", "rebuilt"):
+            count = result.get(f"summary_segments_{what}", 0)
+            if count:
+                lines.append(f"summary segments {what}: {count}")
     if "summary_hit" in result:
         hit = result["summary_hit"]
         lines.append(f"summary matches too, score {hit['score']:.3f}: {hit['text']}")

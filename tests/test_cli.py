@@ -113,3 +113,18 @@ class TestServeCommand:
             assert [u["seq"] for u in answer["result"]["utterances"]] == [2, 3]
         finally:
             daemon.kill()
+
+
+def test_remove_of_summarized_turns_says_the_summary_forgot_them() -> None:
+    """A remove that only reaches the summary reports the dropped segments, not just 'nothing'."""
+    daemon = DaemonProcess("--buffer-size", "2", "--eviction-batch", "1")
+    try:
+        for i in range(4):
+            assert chd_query(daemon, f"Add user utterance: Fact {i} about the harbour.").returncode == 0
+        assert "Fact" in chd_query(daemon, "Get summary").stdout
+        done = chd_query(daemon, "Remove before turn 3")
+        assert done.returncode == 0, done.stderr
+        assert "removed: nothing" in done.stdout
+        assert "summary segments dropped: 1" in done.stdout
+    finally:
+        daemon.kill()
