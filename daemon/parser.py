@@ -128,7 +128,8 @@ def parse(text: str) -> ParsedQuery:
 # text, and clients repeat the same few queries, so readings are cached by
 # text. Stores are not (every utterance is new, and a cache must not keep
 # the text of an utterance after it is removed); refusals are not either
-# (lru_cache never caches an exception), and they are rare.
+# (lru_cache never caches an exception), and they are rare. What it does
+# keep, up to 1,024 queries, is query text such as a search's topic.
 @lru_cache(maxsize=1024)
 def _read(query: str) -> tuple[str, dict[str, Any], float]:
     readings = [r for r in (read(query) for read in _READERS) if r is not None]
