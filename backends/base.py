@@ -30,12 +30,13 @@ it; docs/backends.md shows how to write one):
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from daemon.utterance import Summary, Utterance
 
-__all__ = ["ConversationState", "Change", "Backend", "apply_change", "T"]
+__all__ = ["ConversationState", "Change", "Backend", "apply_change", "sizes_after", "T"]
 
 T = TypeVar("T")
 
@@ -133,7 +134,43 @@ class Backend(Protocol):
 
 
 def _without(items: list[Utterance], seqs: set[int]) -> list[Utterance]:
-    return [u for u in items if u.seq not in seqs] if seqs else list(items)
+    if not seqs:
+        return list(items)
+    # Seqs are unique and ascending, so when the first (or last) len(seqs)
+    # items are exactly the removed ones, the rest is a slice. Evictions take
+    # the oldest, and scanning the whole buffer for them cost 15 us at 250
+    # utterances and 425 us at 10,000 (against 5 us and 40 us for a slice).
+    count = len(seqs)
+    if count <= len(items):
+        if all(u.seq in seqs for u in items[:count]):
+            return items[count:]
+        if all(u.seq in seqs for u in items[-count:]):
+            return items[:-count]
+    return [u for u in items if u.seq not in seqs]
+
+
+def _present(items: list[Utterance], seqs: set[int]) -> int:
+    """How many of ``seqs`` are in ``items`` (seq-ordered), by bisection."""
+    found = 0
+    for seq in seqs:
+        i = bisect_left(items, seq, key=_seq)
+        found += i < len(items) and items[i].seq == seq
+    return found
+
+
+def _seq(u: Utterance) -> int:
+    return u.seq
+
+
+def sizes_after(state: ConversationState, change: Change) -> tuple[int, int]:
+    """``len`` of the buffer and of the queue after ``change``, without building that state.
+
+    The same counts as ``apply_change`` gives, in O(change log n) instead of
+    a copy of the buffer: the limits and metrics wrappers ask on every store.
+    """
+    buffer = len(state.utterances) - _present(state.utterances, change.remove) + len(change.append)
+    pending = len(state.pending) - _present(state.pending, change.pending_remove) + len(change.pending_add)
+    return buffer, pending
 
 
 def apply_change(state: ConversationState, change: Change) -> ConversationState:

@@ -95,8 +95,8 @@ def _sentences(text: str) -> list[str]:
     return [s for m in _SENTENCE.finditer(text) if (s := _clean(m.group(0)))]
 
 
-def _score(text: str, frequency: dict[str, int], documents: int) -> float:
-    words = _content_words(text)
+def _score(text: str, frequency: dict[str, int], documents: int, words: list[str]) -> float:
+    """``words`` is ``_content_words(text)``, which the caller already has."""
     if not words:
         return 0.0
     # Rare words carry more of what makes a sentence worth keeping. Summed in
@@ -115,10 +115,13 @@ def _score(text: str, frequency: dict[str, int], documents: int) -> float:
     return weight / math.sqrt(max(len(tokens), 6))
 
 
-def _similar(a: str, b: str) -> bool:
+def _likeness_words(text: str) -> frozenset[str]:
+    """The words _alike compares: content words that are not numbers."""
+    return frozenset(w for w in _content_words(text) if not w[0].isdigit())
+
+
+def _alike(wa: frozenset[str], wb: frozenset[str]) -> bool:
     """Near-repeats ("Message 6 about X", "Message 7 about X") add nothing new."""
-    wa = {w for w in _content_words(a) if not w[0].isdigit()}
-    wb = {w for w in _content_words(b) if not w[0].isdigit()}
     if not wa or not wb:
         return False
     return len(wa & wb) / len(wa | wb) >= 0.7
@@ -221,18 +224,20 @@ class ExtractiveSummarizer:
             heads.append(_head(utterances))
             for u in utterances:
                 raw.extend((block, u.speaker, s, True) for s in _sentences(u.text))
+        # Each sentence's words once: they were found three times per fold.
+        words = [_content_words(sentence) for _, _, sentence, _ in raw]
         frequency: dict[str, int] = {}
-        for _, _, sentence, _ in raw:
-            for word in set(_content_words(sentence)):
+        for content in words:
+            for word in set(content):
                 frequency[word] = frequency.get(word, 0) + 1
         seen: set[str] = set()
         units: list[_Unit] = []
         for order, (block, speaker, sentence, new) in enumerate(raw):
-            key = " ".join(_content_words(sentence)) or sentence.lower()
+            key = " ".join(words[order]) or sentence.lower()
             if key in seen:
                 continue
             seen.add(key)
-            score = _score(sentence, frequency, len(raw))
+            score = _score(sentence, frequency, len(raw), words[order])
             units.append(_Unit(order, block, speaker, sentence, new, score))
         return heads, units
 
@@ -246,7 +251,23 @@ class ExtractiveSummarizer:
         if best_new is not None:
             ranked.remove(best_new)
             ranked.insert(0, best_new)
-        new_tokens = sum(self._counter.count(u.text) for u in units if u.new)
+        # Each text's tokens and likeness words once per call: comparing every
+        # candidate with every chosen unit recomputed them, and that loop was
+        # a third of a fold (py-spy of bench/bench_backends.py, default scenario).
+        counted: dict[str, int] = {}
+        likeness: dict[str, frozenset[str]] = {}
+
+        def tokens(text: str) -> int:
+            if text not in counted:
+                counted[text] = self._counter.count(text)
+            return counted[text]
+
+        def words(text: str) -> frozenset[str]:
+            if text not in likeness:
+                likeness[text] = _likeness_words(text)
+            return likeness[text]
+
+        new_tokens = sum(tokens(u.text) for u in units if u.new)
         new_cap = _keep(new_tokens)
         floor = _MIN_RELATIVE_SCORE * max((u.score for u in units), default=0.0)
         chosen: list[_Unit] = []
@@ -255,7 +276,8 @@ class ExtractiveSummarizer:
         for unit in ranked:
             if chosen and (unit.score <= 0 or unit.score < floor):
                 continue  # small talk: "Thanks!", "Sure."
-            twin = next((c for c in chosen if _similar(unit.text, c.text)), None)
+            mine = words(unit.text)
+            twin = next((c for c in chosen if _alike(mine, words(c.text))), None)
             if twin is not None:
                 # A near-repeat: keep the newer wording ("the budget is now
                 # 1500 euros" corrects "the budget is 1200 euros").
@@ -263,17 +285,17 @@ class ExtractiveSummarizer:
                     chosen[chosen.index(twin)] = unit
                     blocks.add(unit.block)
                 continue
-            size = self._counter.count(unit.text) + _UNIT_OVERHEAD
+            size = tokens(unit.text) + _UNIT_OVERHEAD
             if chosen and unit.new and new_cost + size > new_cap:
                 continue
             extra = size
             head = heads[unit.block]
             if unit.block not in blocks and head is not None:
-                extra += self._counter.count(head) + _HEAD_OVERHEAD
+                extra += tokens(head) + _HEAD_OVERHEAD
             if cost + extra > limit:
                 if not chosen:
                     # Nothing fits whole: keep the start of the best sentence.
-                    room = max(limit - (extra - self._counter.count(unit.text)), 1)
+                    room = max(limit - (extra - tokens(unit.text)), 1)
                     clipped = self._clip(unit.text, room)
                     if clipped:
                         chosen.append(_replace_text(unit, clipped))

@@ -9,6 +9,7 @@ worth hearing about.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Union
@@ -315,6 +316,16 @@ def field_sources(operation: str) -> dict[str, tuple[str, ...]]:
     return {name: sources for name, (_, sources) in spec.items()}
 
 
+@functools.cache
+def _field_sets(operation: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The ``data`` keys ``operation`` accepts, and its intent's fields without a default."""
+    cls, _ = _FIELDS[operation]
+    required = tuple(
+        f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+    )
+    return frozenset(data_fields(operation)), required
+
+
 def build_intent(
     operation: str,
     from_query: Mapping[str, Any],
@@ -327,7 +338,7 @@ def build_intent(
             f"unknown operation {operation!r}; expected one of {', '.join(OPERATIONS)}"
         )
     cls, spec = _FIELDS[operation]
-    accepted = set(data_fields(operation))
+    accepted, required = _field_sets(operation)
     unknown = sorted(set(data) - accepted - _DATA_CONTROL)
     if unknown:
         raise InvalidRequest(
@@ -336,11 +347,16 @@ def build_intent(
         )
     values: dict[str, Any] = {}
     for name, (check, sources) in spec.items():
+        # Most fields are given nowhere: skip them before building anything
+        # (this loop was most of build_intent's 20 us for a retrieve).
+        in_query, in_metadata, in_data = name in from_query, name in metadata, name in data
+        if not (in_query or in_metadata or in_data):
+            continue
         found: list[tuple[str, Any]] = []
-        if name in from_query:
+        if in_query:
             found.append(("the query", check(name, from_query[name])))
-        for source, given in (("metadata", metadata), ("data", data)):
-            if source in sources and name in given:
+        for source, given, present in (("metadata", metadata, in_metadata), ("data", data, in_data)):
+            if present and source in sources:
                 found.append((f"{source}.{name}", check(f"{source}.{name}", given[name])))
         if not found:
             continue
@@ -352,11 +368,7 @@ def build_intent(
                     f"{_shown(first)} in {first_source} and {_shown(other)} in {source}"
                 )
         values[name] = first
-    missing = [
-        f.name
-        for f in fields(cls)
-        if f.name not in values and f.default is MISSING and f.default_factory is MISSING
-    ]
+    missing = [name for name in required if name not in values]
     if missing:
         hint = {
             "store": " or use 'Add utterance: <text>'",

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import grpc
 
-from backends.base import Backend, Change, ConversationState, T, apply_change
+from backends.base import Backend, Change, ConversationState, T, sizes_after
 from daemon.errors import InvalidRequest, TooLarge
 from daemon.handlers import Behavior, is_daemon_method, rewrap
 from daemon.wrapped_backend import WrappedBackend
@@ -98,8 +98,7 @@ class LimitedBackend(WrappedBackend):
                     f"max_conversations limit; conversation {state.conversation_id!r} was not created"
                 )
             before = len(state.utterances) + len(state.pending)
-            after_state = apply_change(state, change)
-            after = len(after_state.utterances) + len(after_state.pending)
+            after = sum(sizes_after(state, change))
             if after > before and after > limits.max_utterances_per_conversation:
                 raise TooLarge(
                     f"conversation {state.conversation_id!r} would keep {after} utterances "

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from backends.base import Backend, Change, ConversationState, T, apply_change
+from backends.base import Backend, Change, ConversationState, T, sizes_after
 from daemon.observe import CallRecord, operation_of
 from daemon.utterance import Utterance
 from daemon.wrapped_backend import WrappedBackend
@@ -132,8 +132,7 @@ class MeteredBackend(WrappedBackend):
         def measured(state: ConversationState) -> tuple[Change, T]:
             change, value = decide(state)
             if not change.is_empty:
-                after = apply_change(state, change)
-                sizes.append((len(after.utterances), len(after.pending)))
+                sizes.append(sizes_after(state, change))
             return change, value
 
         value = self.inner.transact(conversation_id, measured)

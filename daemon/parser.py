@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable
 
 from daemon.errors import InvalidRequest
@@ -113,6 +114,24 @@ def parse(text: str) -> ParsedQuery:
     stored = read_store(query)
     if stored is not None:
         return ParsedQuery("store", stored, 1.0)
+    operation, fields, confidence = _read(query)
+    # A fresh dict (and fresh lists such as seqs) per call: the cached
+    # reading is shared, the caller's copy is its own.
+    return ParsedQuery(
+        operation, {k: list(v) if isinstance(v, list) else v for k, v in fields.items()}, confidence
+    )
+
+
+# Reading a non-store query runs every operation's rules: ~220 us for "Get
+# the last 5 utterances", about half of a retrieve's time in the daemon
+# (py-spy of bench/bench_backends.py). The rules are pure functions of the
+# text, and clients repeat the same few queries, so readings are cached by
+# text. Stores are not (every utterance is new, and a cache must not keep
+# the text of an utterance after it is removed); refusals are not either
+# (lru_cache never caches an exception), and they are rare. What it does
+# keep, up to 1,024 queries, is query text such as a search's topic.
+@lru_cache(maxsize=1024)
+def _read(query: str) -> tuple[str, dict[str, Any], float]:
     readings = [r for r in (read(query) for read in _READERS) if r is not None]
     if not readings:
         raise NotUnderstood(_with_forms(f"could not tell what {_quote(query)} asks for", query))
@@ -128,7 +147,7 @@ def parse(text: str) -> ParsedQuery:
             f"not understood: {words})"
         )
         raise NotUnderstood(_with_forms(reason, query, best.operation), best.confidence, best)
-    return ParsedQuery(best.operation, best.fields, best.confidence)
+    return best.operation, best.fields, best.confidence
 
 
 def _quote(text: str, limit: int = 60) -> str:

@@ -1,0 +1,70 @@
+"""apply_change's shortcuts and sizes_after give what the plain definitions give."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from backends.base import Change, ConversationState, apply_change, sizes_after
+from tests.backends.backend_kinds import utterance
+
+# Seq-ordered lists (the contract) and removals that hit the front, the back,
+# the middle, or seqs that are not there at all.
+_seqs = st.lists(st.integers(1, 40), unique=True, max_size=25).map(sorted)
+_removed = st.sets(st.integers(0, 45), max_size=12)
+
+
+def _state(buffer: list[int], pending: list[int]) -> ConversationState:
+    return ConversationState(
+        "c",
+        next_seq=100,
+        utterances=[utterance(s) for s in buffer],
+        pending=[utterance(s) for s in pending],
+    )
+
+
+class TestApplyChangeRemovals:
+    """Removing seqs keeps exactly the others, in order, wherever they sit."""
+
+    @given(_seqs, _removed)
+    def test_removing_any_seqs_keeps_the_others_in_order(self, buffer: list[int], removed: set[int]) -> None:
+        after = apply_change(_state(buffer, []), Change(remove=removed))
+        assert [u.seq for u in after.utterances] == [s for s in buffer if s not in removed]
+
+    @given(_seqs, st.integers(1, 25))
+    def test_evicting_the_oldest_keeps_the_rest(self, buffer: list[int], count: int) -> None:
+        removed = set(buffer[:count])
+        after = apply_change(_state(buffer, buffer), Change(remove=removed, pending_remove=removed))
+        assert [u.seq for u in after.utterances] == buffer[count:]
+        assert [u.seq for u in after.pending] == buffer[count:]
+
+    @given(_seqs)
+    def test_the_new_buffer_is_not_the_old_list(self, buffer: list[int]) -> None:
+        state = _state(buffer, [])
+        after = apply_change(state, Change(remove=set(buffer[:1])))
+        assert after.utterances is not state.utterances
+        assert [u.seq for u in state.utterances] == buffer
+
+
+class TestSizesAfter:
+    """sizes_after counts what apply_change would build."""
+
+    @given(_seqs, _seqs, _removed, _removed, st.integers(0, 3), st.integers(0, 3))
+    def test_sizes_after_equals_the_lengths_apply_change_gives(
+        self,
+        buffer: list[int],
+        pending: list[int],
+        remove: set[int],
+        pending_remove: set[int],
+        appended: int,
+        queued: int,
+    ) -> None:
+        state = _state(buffer, pending)
+        change = Change(
+            append=[utterance(50 + i) for i in range(appended)],
+            remove=remove,
+            pending_add=[utterance(60 + i) for i in range(queued)],
+            pending_remove=pending_remove,
+        )
+        after = apply_change(state, change)
+        assert sizes_after(state, change) == (len(after.utterances), len(after.pending))
