@@ -104,11 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace, effective: config.Config) -> int:
     from daemon.app import start
-    from daemon.server import serve_forever
+    from daemon.server import serve_forever, stop_signals
     from daemon.storage_cli import open_storage
     from daemon.tracelog import configure_logging
 
     configure_logging(effective.log_level, effective.log_format)
+    stopping = stop_signals()
     # Storage opens before the port does: a bad data dir fails fast, in one line.
     backend = open_storage(effective.backend, effective.data_dir, effective.durability, serving=True)
     if backend is None:
@@ -128,7 +129,7 @@ def _serve(args: argparse.Namespace, effective: config.Config) -> int:
     if server.metrics_port is not None:
         print(f"chd metrics on http://{effective.metrics_host}:{server.metrics_port}/metrics", flush=True)
     _log_summarizer(server.history.writer)
-    serve_forever(server, effective.shutdown_grace, effective.shutdown_drain)
+    serve_forever(server, effective.shutdown_grace, effective.shutdown_drain, stopping)
     return 0
 
 

@@ -185,8 +185,13 @@ def build_server(
     return running
 
 
-def serve_forever(server: Server, grace: float = 10.0, drain: float = 0.0) -> None:
-    """Block until SIGTERM or SIGINT, then stop gracefully."""
+def stop_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT, from now on.
+
+    Installed before the daemon says it is listening: a signal that arrives
+    between that line and ``serve_forever`` must stop it cleanly, not kill it
+    with Python's default KeyboardInterrupt (exit 1 and a trace).
+    """
     done = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -195,6 +200,15 @@ def serve_forever(server: Server, grace: float = 10.0, drain: float = 0.0) -> No
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    return done
+
+
+def serve_forever(
+    server: Server, grace: float = 10.0, drain: float = 0.0, done: threading.Event | None = None
+) -> None:
+    """Block until SIGTERM or SIGINT (``done``, from ``stop_signals``), then stop gracefully."""
+    if done is None:
+        done = stop_signals()
     while not done.wait(0.5):
         pass
     server.stop(grace, drain)
