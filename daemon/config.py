@@ -412,6 +412,24 @@ def to_settings(config: Config) -> Settings:
 # --- showing it ------------------------------------------------------------------
 
 
+def key_table() -> str:
+    """The Markdown table of every key, as docs/operations.md carries it (a test keeps them equal)."""
+    rows = ["| key | flag | variable | default | meaning |", "|---|---|---|---|---|"]
+    for key in KEYS:
+        flag = f"--[no-]{key.flag[2:]}" if isinstance(key.kind, Boolean) else key.flag
+        if key.default is None:
+            default = "(unset)"
+        elif isinstance(key.default, bool):
+            default = str(key.default).lower()
+        elif isinstance(key.default, str):
+            default = f'"{key.default}"'
+        else:
+            default = str(key.default)
+        meaning = key.help + (" (secret)" if key.secret else "")
+        rows.append(f"| `{key.name}` | `{flag}` | `{key.env}` | {default} | {meaning} |")
+    return "\n".join(rows)
+
+
 def render(config: Config) -> str:
     """The effective configuration as TOML, each line saying where its value came from."""
     lines = ["# chd effective configuration (flags > CHD_* environment > config file > defaults)"]

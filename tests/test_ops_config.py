@@ -161,3 +161,14 @@ def _run_config(args: list[str], env: dict[str, str]):  # type: ignore[no-untype
 
     return subprocess.run([sys.executable, "-m", "daemon", "config", *args], capture_output=True, text=True,
                           timeout=30, env=env, cwd=ROOT)
+
+
+def test_operations_doc_lists_every_key_as_the_table_says():
+    """docs/operations.md carries config.key_table() verbatim, so a new key cannot go undocumented."""
+    from pathlib import Path
+
+    from daemon.config import KEYS, key_table
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    assert key_table() in doc
+    assert all(f"`{key.name}`" in key_table() for key in KEYS)
