@@ -59,9 +59,12 @@ def evictions_for_store(
 
     Once something must go, at least ``eviction_batch`` go together (the
     spec's 21st utterance evicts 1-5): the summarizer then folds a batch at a
-    time instead of running on every store of a full buffer.
+    time instead of running on every store of a full buffer. A batch never
+    takes more than half the buffer: a budget manager that sets a small
+    buffer_size (say 5, with the default batch of 5) must not see it drop to
+    one utterance on every overflow.
     """
-    batch = min(settings.eviction_batch, len(buffer))
+    batch = min(settings.eviction_batch, max(1, settings.buffer_size // 2), len(buffer))
     return _select(buffer, settings, 1, incoming.tokens, batch)
 
 

@@ -277,3 +277,14 @@ class TestThroughGrpc:
             query(stub, "Remove the old stuff")
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "Closest supported forms" in error.value.details() or "say which" in error.value.details()
+
+
+def test_a_small_buffer_never_evicts_more_than_half_of_itself() -> None:
+    """buffer_size 5 with the default batch of 5: an overflow evicts 2, not 5, and the buffer keeps 4."""
+    history = ConversationHistory(background=False)
+    history.query("Set the buffer size to 5")
+    for i in range(5):
+        history.query(f"Add utterance: note {i}")
+    evicted = history.query("Add utterance: note 5").result["evicted"]
+    assert evicted == [1, 2]
+    assert [u["seq"] for u in history.query("Get all utterances").result["utterances"]] == [3, 4, 5, 6]
