@@ -49,8 +49,7 @@ def build_context(
     """The context within ``limit`` tokens (counted on the rendered text)."""
     if summary and counter.count(_render(summary, ())) > limit:
         room = max(limit - counter.count(SUMMARY_HEADER) - 1, 0)
-        fit = getattr(counter, "fit", None)
-        summary = fit(summary, room) if fit else counter.truncate(summary, room)
+        summary = counter.fit(summary, room)
         while summary and counter.count(_render(summary, ())) > limit:
             summary = counter.truncate(summary, counter.count(summary) - 1)
     used = counter.count(_render(summary, ())) + counter.count(RECENT_HEADER) + 2

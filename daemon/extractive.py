@@ -192,10 +192,10 @@ class ExtractiveSummarizer:
         if not chosen:
             # Not even a head fits: the best sentence alone, cut to the limit.
             best = max(units, key=lambda u: (u.new, u.score, -u.order))
-            return self._fit(best.text, token_limit)
+            return self._counter.fit(best.text, token_limit)
         text = self._render(heads, chosen)
         if self._counter.count(text) > token_limit:
-            text = self._fit(text, token_limit)
+            text = self._counter.fit(text, token_limit)
         return text
 
     # --- reading ---------------------------------------------------------------
@@ -340,9 +340,6 @@ class ExtractiveSummarizer:
             lines.append(f"{head}: " + "; ".join(phrases))
         return "\n".join(lines)
 
-    def _fit(self, text: str, limit: int) -> str:
-        fit = getattr(self._counter, "fit", None)
-        return fit(text, limit) if fit else self._counter.truncate(text, limit)
 
 
 def _phrase(run: list[_Unit]) -> str:

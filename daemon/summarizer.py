@@ -191,8 +191,7 @@ class SummaryWriter:
             return text
         # The budget is a hard limit: cut at a sentence end if one is near,
         # else at the token boundary.
-        fit = getattr(self.counter, "fit", None)
-        text = fit(text, limit) if fit else self.counter.truncate(text, limit)
+        text = self.counter.fit(text, limit)
         if self.counter.count(text) > limit:
             text = self.counter.truncate(text, limit)
         return text

@@ -32,6 +32,10 @@ class TokenCounter(Protocol):
         """The longest prefix of ``text`` with at most ``limit`` tokens."""
         ...
 
+    def fit(self, text: str, limit: int) -> str:
+        """``text`` within ``limit`` tokens, cut at a sentence end when one is near."""
+        ...
+
 
 class TiktokenCounter:
     """A TokenCounter over a tiktoken encoding (cl100k_base by default)."""
