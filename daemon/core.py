@@ -146,12 +146,6 @@ class ConversationHistory:
             outcome.metadata["interpreted_by"] = understood.interpreted_by
         return outcome
 
-    def interpret(
-        self, text: str, metadata: Mapping[str, Any], data: Mapping[str, Any]
-    ) -> Intent:
-        """The typed intent for a query; ``data.operation`` skips the parser."""
-        return understand(text, metadata, data, self.classifier).intent
-
     def execute(self, intent: Intent, conversation_id: str) -> QueryResult:
         if isinstance(intent, StoreIntent):
             return self._store(intent, conversation_id)
