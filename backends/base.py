@@ -62,10 +62,21 @@ class ConversationState:
     summary: Summary = field(default_factory=Summary)
     settings: dict[str, Any] = field(default_factory=dict)
     archive: list[Utterance] = field(default_factory=list)
+    # The buffer's token total, summed once per snapshot and carried forward
+    # by apply_change: every store checks it against max_tokens, and summing
+    # a 10,000-utterance buffer each time made a store O(buffer).
+    _buffer_tokens: int | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_empty(self) -> bool:
         return self.next_seq == 1 and not self.settings
+
+    @property
+    def buffer_tokens(self) -> int:
+        """The sum of the buffer's utterance tokens."""
+        if self._buffer_tokens is None:
+            self._buffer_tokens = sum(u.tokens for u in self.utterances)
+        return self._buffer_tokens
 
 
 @dataclass(slots=True)
@@ -162,6 +173,16 @@ def _seq(u: Utterance) -> int:
     return u.seq
 
 
+def _tokens_of(items: list[Utterance], seqs: set[int]) -> int:
+    """The tokens of those of ``seqs`` that are in ``items`` (seq-ordered), by bisection."""
+    total = 0
+    for seq in seqs:
+        i = bisect_left(items, seq, key=_seq)
+        if i < len(items) and items[i].seq == seq:
+            total += items[i].tokens
+    return total
+
+
 def sizes_after(state: ConversationState, change: Change) -> tuple[int, int]:
     """``len`` of the buffer and of the queue after ``change``, without building that state.
 
@@ -176,9 +197,13 @@ def sizes_after(state: ConversationState, change: Change) -> tuple[int, int]:
 def apply_change(state: ConversationState, change: Change) -> ConversationState:
     """The state after ``change``, as a new object (``state`` is left untouched)."""
     utterances = _without(state.utterances, change.remove)
+    tokens = state._buffer_tokens
     if change.update:
         replaced = {u.seq: u for u in change.update}
         utterances = [replaced.get(u.seq, u) for u in utterances]
+        tokens = None
+    elif tokens is not None:
+        tokens += sum(u.tokens for u in change.append) - _tokens_of(state.utterances, change.remove)
     utterances.extend(change.append)
     pending = _without(state.pending, change.pending_remove)
     if change.pending_add:
@@ -203,4 +228,5 @@ def apply_change(state: ConversationState, change: Change) -> ConversationState:
         summary=state.summary if change.summary is None else change.summary,
         settings=state.settings if change.settings is None else dict(change.settings),
         archive=archive,
+        _buffer_tokens=tokens,
     )

@@ -12,14 +12,14 @@ import grpc
 
 from backends.base import Backend
 from backends.memory import MemoryBackend
+from daemon.admission import ArrivalInterceptor
 from daemon.auth import BearerAuthInterceptor
 from daemon.classifier import classifier_from_environment
 from daemon.config import Config, ConfigError, to_settings
 from daemon.core import ConversationHistory
-from daemon.decoding import DecodingInterceptor
-from daemon.limits import DeadlineInterceptor, LimitedBackend, Limits
+from daemon.limits import LimitedBackend, Limits, deadline_guard
 from daemon.metrics import Metrics
-from daemon.observe import CallSink, ObservingInterceptor
+from daemon.observe import CallSink, observing
 from daemon.server import Server, build_server
 from daemon.summarizer import ExtractiveSummarizer, Summarizer, SummaryWriter, build_writer
 from daemon.tokens import default_counter
@@ -87,12 +87,11 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
     history = ConversationHistory(
         backend=store, settings=to_settings(config), classifier=classifier, writer=writer
     )
-    # Outermost first: observe sees every outcome, auth refuses before
-    # anything is decoded, the deadline is checked last before the servicer.
-    interceptors: list[grpc.ServerInterceptor] = [ObservingInterceptor(sinks)]
+    # Interceptors only note, per call, what the polling thread knows (arrival,
+    # a bad token); the guards the Daemon handlers are built with act on it.
+    interceptors: list[grpc.ServerInterceptor] = [ArrivalInterceptor()]
     if config.auth_token is not None:
         interceptors.append(BearerAuthInterceptor(config.auth_token))
-    interceptors += [DecodingInterceptor(), DeadlineInterceptor(limits.request_timeout)]
     credentials = None
     if config.tls_cert is not None:
         credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
@@ -102,6 +101,8 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
         config.port,
         config.workers,
         interceptors=interceptors,
+        observers=[observing(sinks)],
+        checks=[deadline_guard(limits.request_timeout)],
         credentials=credentials,
         options=[("grpc.max_receive_message_length", limits.max_request_bytes)],
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,

@@ -13,7 +13,8 @@ import hmac
 
 import grpc
 
-from daemon.handlers import HEALTH_PREFIX, refusing
+from daemon.admission import note_refusal
+from daemon.handlers import HEALTH_PREFIX, is_daemon_method, refusing
 
 __all__ = ["BearerAuthInterceptor", "bearer_metadata"]
 
@@ -40,6 +41,11 @@ class BearerAuthInterceptor(grpc.ServerInterceptor):
             return handler
         problem = self._problem(handler_call_details.invocation_metadata or ())
         if problem is None:
+            return handler
+        if is_daemon_method(handler_call_details.method):
+            # Refused inside the Daemon handler's guards, so the trace and
+            # the metrics see the refusal like any other outcome.
+            note_refusal(grpc.StatusCode.UNAUTHENTICATED, problem)
             return handler
         return refusing(handler, grpc.StatusCode.UNAUTHENTICATED, problem)
 

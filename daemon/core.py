@@ -226,7 +226,7 @@ class ConversationHistory:
                 timestamp=timestamp,
                 tokens=tokens,
             )
-            evicted = evictions_for_store(state.utterances, utterance, limits)
+            evicted = evictions_for_store(state.utterances, utterance, limits, state.buffer_tokens)
             queue = settings.summarization_enabled
             change = Change(
                 append=[utterance],

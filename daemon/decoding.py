@@ -3,9 +3,9 @@
 grpcio turns a request its deserializer cannot parse (random bytes, invalid
 UTF-8 in a string, a Struct nested past protobuf's recursion limit) into
 ``INTERNAL: Exception deserializing request!``: a server fault, by its
-status, for what is the caller's malformed message. This interceptor lets
-the deserializer hand back an ``Undecodable`` marker instead, and the
-wrapped behaviour refuses it with INVALID_ARGUMENT saying why.
+status, for what is the caller's malformed message. The Daemon handlers are
+built with a deserializer that hands back an ``Undecodable`` marker instead,
+and a guard that refuses it with INVALID_ARGUMENT saying why.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 import grpc
 
-from daemon.handlers import Behavior, is_daemon_method, rewrap
+from daemon.handlers import Behavior
 
-__all__ = ["Undecodable", "DecodingInterceptor"]
+__all__ = ["Undecodable", "tolerant", "refuse_undecodable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,9 @@ class Undecodable:
     reason: str
 
 
-def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+def tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``deserialize``, answering an ``Undecodable`` where it would raise."""
+
     def parse(data: bytes) -> Any:
         try:
             return deserialize(data)
@@ -37,7 +39,9 @@ def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return parse
 
 
-def _refuse_undecodable(behavior: Behavior) -> Behavior:
+def refuse_undecodable(_method: str, behavior: Behavior) -> Behavior:
+    """A guard: an ``Undecodable`` request is refused with INVALID_ARGUMENT saying why."""
+
     def checked(request: Any, context: grpc.ServicerContext) -> Any:
         if isinstance(request, Undecodable):
             context.abort(
@@ -48,15 +52,3 @@ def _refuse_undecodable(behavior: Behavior) -> Behavior:
         return behavior(request, context)
 
     return checked
-
-
-class DecodingInterceptor(grpc.ServerInterceptor):
-    """Applies to the Daemon service's unary RPCs; others pass untouched."""
-
-    def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
-        handler = continuation(handler_call_details)
-        if handler is None or handler.request_streaming or handler.request_deserializer is None:
-            return handler
-        if not is_daemon_method(handler_call_details.method):
-            return handler
-        return rewrap(handler, _refuse_undecodable, _tolerant(handler.request_deserializer))

@@ -29,11 +29,17 @@ def _in_eviction_order(buffer: Sequence[Utterance], policy: str) -> Iterator[Utt
 
 
 def _select(
-    buffer: Sequence[Utterance], settings: Settings, extra_count: int, extra_tokens: int, batch: int
+    buffer: Sequence[Utterance],
+    settings: Settings,
+    extra_count: int,
+    extra_tokens: int,
+    batch: int,
+    buffer_tokens: int | None = None,
 ) -> list[Utterance]:
     count = len(buffer) + extra_count
-    # map/attrgetter: half the cost of a generator on a 10k buffer, every store.
-    tokens = sum(map(_TOKENS, buffer)) + extra_tokens
+    if buffer_tokens is None:
+        buffer_tokens = sum(map(_TOKENS, buffer))
+    tokens = buffer_tokens + extra_tokens
     if count <= settings.buffer_size and tokens <= settings.max_tokens:
         return []
     chosen: list[Utterance] = []
@@ -53,7 +59,7 @@ def _select(
 
 
 def evictions_for_store(
-    buffer: Sequence[Utterance], incoming: Utterance, settings: Settings
+    buffer: Sequence[Utterance], incoming: Utterance, settings: Settings, buffer_tokens: int | None = None
 ) -> list[Utterance]:
     """The utterances that leave so ``incoming`` fits both limits, in seq order.
 
@@ -65,7 +71,7 @@ def evictions_for_store(
     one utterance on every overflow.
     """
     batch = min(settings.eviction_batch, max(1, settings.buffer_size // 2), len(buffer))
-    return _select(buffer, settings, 1, incoming.tokens, batch)
+    return _select(buffer, settings, 1, incoming.tokens, batch, buffer_tokens)
 
 
 def evictions_to_fit(buffer: Sequence[Utterance], settings: Settings) -> list[Utterance]:

@@ -7,7 +7,7 @@ max_request_bytes              grpc (receive size)         RESOURCE_EXHAUSTED
 max_utterance_chars            core (``Settings``)         RESOURCE_EXHAUSTED
 max_conversations              ``LimitedBackend``          RESOURCE_EXHAUSTED
 max_utterances_per_conversation ``LimitedBackend``         RESOURCE_EXHAUSTED
-request_timeout / deadline     ``DeadlineInterceptor``     DEADLINE_EXCEEDED
+request_timeout / deadline     ``deadline_guard``          DEADLINE_EXCEEDED
 max_concurrent_rpcs            grpc                        RESOURCE_EXHAUSTED
 =============================  ==========================  =====================
 
@@ -28,10 +28,11 @@ import grpc
 
 from backends.base import Backend, Change, ConversationState, T, sizes_after
 from daemon.errors import InvalidRequest, TooLarge
-from daemon.handlers import Behavior, is_daemon_method, rewrap
+from daemon.admission import arrived
+from daemon.handlers import Behavior, Guard
 from daemon.wrapped_backend import WrappedBackend
 
-__all__ = ["Limits", "LimitedBackend", "DeadlineInterceptor"]
+__all__ = ["Limits", "LimitedBackend", "deadline_guard"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,29 +111,19 @@ class LimitedBackend(WrappedBackend):
         return checked
 
 
-class DeadlineInterceptor(grpc.ServerInterceptor):
-    """Refuses Daemon calls that waited for a worker past their deadline.
+def deadline_guard(request_timeout: float) -> Guard:
+    """A guard refusing calls that waited for a worker past their deadline.
 
     The deadline is the caller's, capped by ``request_timeout`` counted from
-    arrival, so a caller that set none still cannot queue work forever.
-    Interceptors run on grpc's polling thread when the call arrives, which is
-    what makes the arrival time here honest.
+    the call's arrival (noted on grpc's polling thread, see
+    ``daemon.admission``), so a caller that set none still cannot queue work
+    forever.
     """
 
-    def __init__(self, request_timeout: float) -> None:
-        self.request_timeout = request_timeout
-
-    def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
-        arrived = time.monotonic()
-        handler = continuation(handler_call_details)
-        if handler is None or not is_daemon_method(handler_call_details.method):
-            return handler
-        return rewrap(handler, lambda behavior: self._on_time(behavior, arrived))
-
-    def _on_time(self, behavior: Behavior, arrived: float) -> Behavior:
+    def guard(_method: str, behavior: Behavior) -> Behavior:
         def timed(request: Any, context: grpc.ServicerContext) -> Any:
-            waited = time.monotonic() - arrived
-            left = self.request_timeout - waited
+            waited = time.perf_counter() - arrived()
+            left = request_timeout - waited
             remaining = context.time_remaining()
             if remaining is not None:
                 left = min(left, remaining)
@@ -140,8 +131,10 @@ class DeadlineInterceptor(grpc.ServerInterceptor):
                 context.abort(
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"the request waited {waited:.3f}s for a worker and its deadline passed "
-                    f"(request_timeout is {self.request_timeout:g}s); nothing was done",
+                    f"(request_timeout is {request_timeout:g}s); nothing was done",
                 )
             return behavior(request, context)
 
         return timed
+
+    return guard

@@ -1,7 +1,7 @@
 """Watching every Daemon call once, for the turn trace and the metrics.
 
-One interceptor times each call from its arrival, captures its status code
-and hands a ``CallRecord`` to every ``CallSink`` (``daemon.tracelog``,
+One guard times each call from its arrival, captures its status code and
+hands a ``CallRecord`` to every ``CallSink`` (``daemon.tracelog``,
 ``daemon.metrics``), so the two always agree on what happened.
 """
 
@@ -14,11 +14,12 @@ from typing import Any, Protocol, Sequence
 import grpc
 
 from daemon.decoding import Undecodable
-from daemon.handlers import Behavior, is_daemon_method, method_name, rewrap
+from daemon.admission import arrived
+from daemon.handlers import Behavior, Guard
 from daemon.intents import OPERATIONS
 from daemon.parser import parse
 
-__all__ = ["CallRecord", "CallSink", "ObservingInterceptor", "operation_of"]
+__all__ = ["CallRecord", "CallSink", "observing", "operation_of"]
 
 _OPERATIONS = {"GetPurpose": "get_purpose", "GetInstructions": "get_instructions"}
 
@@ -68,23 +69,16 @@ class CallSink(Protocol):
         ...
 
 
-class ObservingInterceptor(grpc.ServerInterceptor):
-    """Reports every Daemon-service call to the sinks; outermost of the chain."""
+def observing(sinks: Sequence[CallSink]) -> Guard:
+    """A guard reporting every call to ``sinks``; outermost, so it sees every refusal too."""
+    sinks = tuple(sinks)
 
-    def __init__(self, sinks: Sequence[CallSink]) -> None:
-        self.sinks = tuple(sinks)
+    def guard(method: str, behavior: Behavior) -> Behavior:
+        if not sinks:
+            return behavior
 
-    def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
-        arrived = time.perf_counter()
-        handler = continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or not self.sinks or not is_daemon_method(method) or handler.request_streaming:
-            return handler
-        return rewrap(handler, lambda behavior: self._observed(behavior, method_name(method), arrived))
-
-    def _observed(self, behavior: Behavior, method: str, arrived: float) -> Behavior:
         def observed(request: Any, context: grpc.ServicerContext) -> Any:
-            for sink in self.sinks:
+            for sink in sinks:
                 sink.begin(method)
             response = None
             try:
@@ -99,12 +93,14 @@ class ObservingInterceptor(grpc.ServerInterceptor):
                 call = CallRecord(
                     method,
                     code,
-                    time.perf_counter() - arrived,
+                    time.perf_counter() - arrived(),
                     request,
                     response,
                     details.decode("utf-8", "replace") if isinstance(details, bytes) else details,
                 )
-                for sink in self.sinks:
+                for sink in sinks:
                     sink.record(call)
 
         return observed
+
+    return guard

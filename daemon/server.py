@@ -17,7 +17,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from daemon.admission import refuse_noted
 from daemon.core import ConversationHistory, QueryResult
+from daemon.decoding import refuse_undecodable, tolerant
 from daemon.errors import (
     DaemonError,
     InvalidRequest,
@@ -26,6 +28,7 @@ from daemon.errors import (
     StorageFull,
     TooLarge,
 )
+from daemon.handlers import Guard, daemon_handlers
 from daemon.v1 import daemon_pb2, daemon_pb2_grpc
 from daemon.wire import dict_to_struct, struct_to_dict
 
@@ -143,11 +146,18 @@ def build_server(
     max_workers: int = 16,
     *,
     interceptors: Sequence[grpc.ServerInterceptor] = (),
+    observers: Sequence[Guard] = (),
+    checks: Sequence[Guard] = (),
     credentials: grpc.ServerCredentials | None = None,
     options: Sequence[tuple[str, Any]] = (),
     maximum_concurrent_rpcs: int | None = None,
 ) -> Server:
     """Create and start the server; ``port=0`` picks a free port (see ``Server.port``).
+
+    The Daemon service's behaviours are wrapped once, outermost first, in
+    ``observers`` (they see every outcome, refusals included), the refusal
+    an interceptor noted at admission (auth), the refusal of undecodable
+    requests, and ``checks`` (a deadline, say) just before the servicer.
 
     Health answers NOT_SERVING until the backend has answered a read, then
     SERVING; ``Server.stop`` turns it back to NOT_SERVING for good.
@@ -158,7 +168,10 @@ def build_server(
         options=tuple(options),
         maximum_concurrent_rpcs=maximum_concurrent_rpcs,
     )
-    daemon_pb2_grpc.add_DaemonServicer_to_server(DaemonServicer(history), server)
+    guards = (*observers, refuse_noted, refuse_undecodable, *checks)
+    handlers = daemon_handlers(DaemonServicer(history), guards, tolerant)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
     health_servicer = health.HealthServicer()
     for service in _HEALTH_SERVICES:
         health_servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timezone
+
 import pytest
 
 from daemon.core import ConversationHistory
@@ -27,7 +30,9 @@ class TestStore:
         assert u["turn_number"] == 1 and u["utterance_index"] == 0
         assert u["conversation_id"] == "default"
         assert u["tokens"] == history.counter.count("What's the weather?")
-        assert u["timestamp"].endswith("Z") and "T" in u["timestamp"]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", u["timestamp"])
+        stamped = datetime.fromisoformat(u["timestamp"].replace("Z", "+00:00"))
+        assert abs((datetime.now(timezone.utc) - stamped).total_seconds()) < 60
 
     def test_seq_is_monotonic_and_never_reused(self, history: ConversationHistory) -> None:
         """After removing the newest and clearing, the next seq still goes up."""

@@ -43,6 +43,22 @@ class TestRequestMetrics:
         assert samples[("chd_requests_in_flight", ())] == 0
 
 
+    def test_refusals_before_the_servicer_are_counted_too(self):
+        """A call refused for its token or for bytes that do not decode is still counted and timed."""
+        with running(metrics_port=0, auth_token="tok") as server, channel_to(server) as channel:
+            ask(channel, "Add utterance: hello", token="tok")
+            assert code_of(ask, channel, "Add utterance: intruder", token="wrong") == grpc.StatusCode.UNAUTHENTICATED
+            garbage = channel.unary_unary("/daemon.v1.Daemon/Query")
+            assert code_of(garbage, b"\xff\xff\xff", metadata=(("authorization", "Bearer tok"),)) == (
+                grpc.StatusCode.INVALID_ARGUMENT
+            )
+            samples = scrape(server.metrics_port)
+        assert samples[("chd_requests_total", (("code", "OK"), ("method", "Query")))] == 1
+        assert samples[("chd_errors_total", (("code", "UNAUTHENTICATED"), ("method", "Query")))] == 1
+        assert samples[("chd_errors_total", (("code", "INVALID_ARGUMENT"), ("method", "Query")))] == 1
+        assert samples[("chd_request_latency_seconds_count", (("method", "Query"),))] == 3
+
+
 class TestSizeMetrics:
     """Buffer and summary-queue sizes, and summarizer failures, are exposed as they change."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -68,3 +70,26 @@ class TestSizesAfter:
         )
         after = apply_change(state, change)
         assert sizes_after(state, change) == (len(after.utterances), len(after.pending))
+
+
+class TestBufferTokens:
+    """The token total carried from state to state is the sum of the buffer's tokens."""
+
+    @given(_seqs, st.lists(st.tuples(_removed, st.integers(0, 3), st.booleans()), max_size=6))
+    def test_the_carried_total_equals_a_fresh_sum_after_any_changes(
+        self, buffer: list[int], steps: list[tuple[set[int], int, bool]]
+    ) -> None:
+        state = _state(buffer, [])
+        state.buffer_tokens  # computed once, then carried by every apply_change
+        next_seq = 50
+        for remove, appended, flag in steps:
+            kept = [u for u in state.utterances if u.seq not in remove]
+            update = [replace(kept[0], tokens=kept[0].tokens + 7)] if flag and kept else []
+            change = Change(
+                append=[replace(utterance(next_seq + i), tokens=next_seq + i) for i in range(appended)],
+                remove=remove,
+                update=update,
+            )
+            next_seq += appended
+            state = apply_change(state, change)
+            assert state.buffer_tokens == sum(u.tokens for u in state.utterances)
