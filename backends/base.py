@@ -205,7 +205,12 @@ def apply_change(state: ConversationState, change: Change) -> ConversationState:
     elif tokens is not None:
         tokens += sum(u.tokens for u in change.append) - _tokens_of(state.utterances, change.remove)
     utterances.extend(change.append)
-    pending = _without(state.pending, change.pending_remove)
+    # A list no change touches is shared with the old snapshot (neither is
+    # ever mutated): copying the queue and the archive on every store cost
+    # O(their size) for nothing.
+    pending = state.pending
+    if change.pending_remove or change.pending_add:
+        pending = _without(pending, change.pending_remove)
     if change.pending_add:
         # Evictions arrive in seq order after what is queued; sorting the
         # whole queue on every store cost O(queue) while the worker lagged.
@@ -215,7 +220,9 @@ def apply_change(state: ConversationState, change: Change) -> ConversationState:
         pending.extend(added)
         if behind or not in_order:
             pending.sort(key=lambda u: u.seq)
-    archive = _without(state.archive, change.archive_remove)
+    archive = state.archive
+    if change.archive_remove or change.archive_add:
+        archive = _without(archive, change.archive_remove)
     if change.archive_add:
         archive.extend(change.archive_add)
         archive.sort(key=lambda u: u.seq)

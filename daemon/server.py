@@ -30,7 +30,7 @@ from daemon.errors import (
 )
 from daemon.handlers import Guard, daemon_handlers
 from daemon.v1 import daemon_pb2, daemon_pb2_grpc
-from daemon.wire import dict_to_struct, struct_to_dict
+from daemon.wire import fill_struct, struct_to_dict
 
 __all__ = ["DaemonServicer", "Server", "build_server", "status_for", "SERVICE_NAME"]
 
@@ -68,11 +68,10 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
                 struct_to_dict(request.metadata),
                 struct_to_dict(request.data),
             )
-            return daemon_pb2.QueryResponse(
-                operation=outcome.operation,
-                result=dict_to_struct(outcome.result),
-                metadata=dict_to_struct(outcome.metadata),
-            )
+            response = daemon_pb2.QueryResponse(operation=outcome.operation)
+            fill_struct(response.result, outcome.result)
+            fill_struct(response.metadata, outcome.metadata)
+            return response
 
         return _answer(context, run)
 

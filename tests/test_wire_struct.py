@@ -1,4 +1,4 @@
-"""dict_to_struct builds the very Struct that protobuf's own Struct.update builds."""
+"""dict_to_struct and fill_struct build the very Struct that protobuf's own Struct.update builds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from google.protobuf import struct_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.wire import dict_to_struct, struct_to_dict
+from daemon.v1 import daemon_pb2
+from daemon.wire import dict_to_struct, fill_struct, struct_to_dict
 
 
 class _Level(enum.IntEnum):
@@ -59,3 +60,19 @@ class TestDictToStruct:
             _by_update({"x": object()})
         with pytest.raises(ValueError, match="Unexpected type"):
             dict_to_struct({"x": object()})
+
+
+class TestFillStruct:
+    """Filling a response's Struct field in place gives the response a built Struct gives."""
+
+    @given(st.dictionaries(st.text(max_size=8), _values, max_size=6))
+    def test_a_filled_field_serializes_like_an_assigned_one(self, values: dict[str, Any]) -> None:
+        filled = daemon_pb2.QueryResponse(operation="store")
+        fill_struct(filled.result, values)
+        assigned = daemon_pb2.QueryResponse(operation="store", result=_by_update(values))
+        assert filled.SerializeToString(deterministic=True) == assigned.SerializeToString(deterministic=True)
+
+    def test_an_empty_dict_still_makes_the_field_present(self) -> None:
+        filled = daemon_pb2.QueryResponse()
+        fill_struct(filled.metadata, {})
+        assert filled.HasField("metadata")

@@ -93,3 +93,25 @@ class TestBufferTokens:
             next_seq += appended
             state = apply_change(state, change)
             assert state.buffer_tokens == sum(u.tokens for u in state.utterances)
+
+
+class TestSnapshotsStayPut:
+    """apply_change never alters the state it was given, whatever it shares with the new one."""
+
+    @given(_seqs, _seqs, _removed, _removed, st.integers(0, 3), st.integers(0, 3))
+    def test_the_old_state_is_unchanged_after_any_change(
+        self, buffer: list[int], pending: list[int], remove: set[int], pending_remove: set[int],
+        appended: int, queued: int,
+    ) -> None:
+        state = _state(buffer, pending)
+        state.archive = [utterance(s) for s in pending]
+        before = (list(state.utterances), list(state.pending), list(state.archive))
+        apply_change(state, Change(
+            append=[utterance(50 + i) for i in range(appended)],
+            remove=remove,
+            pending_add=[utterance(60 + i) for i in range(queued)],
+            pending_remove=pending_remove,
+            archive_add=[utterance(70 + i) for i in range(queued)],
+            archive_remove=pending_remove,
+        ))
+        assert (state.utterances, state.pending, state.archive) == before
