@@ -83,7 +83,13 @@ class _Unit:
 
 
 def _content_words(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text) if w.lower() not in _STOPWORDS]
+    return _content(_WORD.findall(text))
+
+
+def _content(tokens: list[str]) -> list[str]:
+    """The lower-cased tokens that are not stopwords."""
+    lowered = [t.lower() for t in tokens]
+    return [w for w in lowered if w not in _STOPWORDS]
 
 
 def _clean(sentence: str) -> str:
@@ -95,15 +101,14 @@ def _sentences(text: str) -> list[str]:
     return [s for m in _SENTENCE.finditer(text) if (s := _clean(m.group(0)))]
 
 
-def _score(text: str, frequency: dict[str, int], documents: int, words: list[str]) -> float:
-    """``words`` is ``_content_words(text)``, which the caller already has."""
+def _score(text: str, frequency: dict[str, int], documents: int, tokens: list[str], words: list[str]) -> float:
+    """``tokens`` is ``_WORD.findall(text)`` and ``words`` their ``_content``: the caller has both."""
     if not words:
         return 0.0
     # Rare words carry more of what makes a sentence worth keeping. Summed in
     # sorted order: float addition in set order would depend on
     # PYTHONHASHSEED, and a tie would then break differently per process.
     weight = sum(math.log(1 + documents / frequency.get(w, 1)) for w in sorted(set(words)))
-    tokens = _WORD.findall(text)
     if any(t[0].isdigit() for t in tokens):
         weight *= 1.3
     if any(t[0].isupper() for t in tokens[1:]):
@@ -140,11 +145,12 @@ def _join_quotes(texts: list[str]) -> str:
     return ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
-def _head(utterances: Sequence[Utterance]) -> str:
+def _head(utterances: Sequence[Utterance], sentences: Sequence[list[str]]) -> str:
+    """``sentences``: the tokens of each sentence of ``utterances``, in order."""
     first = min(u.turn_number for u in utterances)
     last = max(u.turn_number for u in utterances)
     head = f"Turn {first}" if first == last else f"Turns {first}–{last}"
-    topics = _topics(utterances)
+    topics = _topics(sentences)
     if topics:
         head += ", about " + (
             topics[0] if len(topics) == 1 else ", ".join(topics[:-1]) + " and " + topics[-1]
@@ -152,24 +158,23 @@ def _head(utterances: Sequence[Utterance]) -> str:
     return head
 
 
-def _topics(utterances: Sequence[Utterance], most: int = 3) -> list[str]:
+def _topics(sentences: Sequence[list[str]], most: int = 3) -> list[str]:
     """Content words said at least twice in the block: most frequent, then names, first."""
     counts: dict[str, int] = {}
     first_seen: dict[str, int] = {}
     names: dict[str, str] = {}
     common: set[str] = set()  # also seen in lower case: a word, not a name
-    for u in utterances:
-        for sentence in _sentences(u.text):
-            for position, word in enumerate(_WORD.findall(sentence)):
-                key = word.lower()
-                if len(key) < 4 or not key.isalpha() or key in _STOPWORDS:
-                    continue
-                counts[key] = counts.get(key, 0) + 1
-                first_seen.setdefault(key, len(first_seen))
-                if word[0].islower():
-                    common.add(key)
-                elif position:
-                    names[key] = word  # capitalised mid-sentence: a name
+    for tokens in sentences:
+        for position, word in enumerate(tokens):
+            key = word.lower()
+            if len(key) < 4 or not key.isalpha() or key in _STOPWORDS:
+                continue
+            counts[key] = counts.get(key, 0) + 1
+            first_seen.setdefault(key, len(first_seen))
+            if word[0].islower():
+                common.add(key)
+            elif position:
+                names[key] = word  # capitalised mid-sentence: a name
     names = {k: v for k, v in names.items() if k not in common}
     repeated = [w for w, n in counts.items() if n >= 2]
     repeated.sort(key=lambda w: (-counts[w], w not in names, first_seen[w]))
@@ -219,13 +224,17 @@ class ExtractiveSummarizer:
             else:
                 heads.append(None)
                 raw.extend((block, "", s, False) for s in _sentences(line))
+        earlier = len(raw)
         if utterances:
             block = len(heads)
-            heads.append(_head(utterances))
             for u in utterances:
                 raw.extend((block, u.speaker, s, True) for s in _sentences(u.text))
-        # Each sentence's words once: they were found three times per fold.
-        words = [_content_words(sentence) for _, _, sentence, _ in raw]
+        # Each sentence's tokens once: the head's topics, the content words
+        # and the score each found them again, per fold.
+        tokens = [_WORD.findall(sentence) for _, _, sentence, _ in raw]
+        if utterances:
+            heads.append(_head(utterances, tokens[earlier:]))
+        words = [_content(t) for t in tokens]
         frequency: dict[str, int] = {}
         for content in words:
             for word in set(content):
@@ -237,7 +246,7 @@ class ExtractiveSummarizer:
             if key in seen:
                 continue
             seen.add(key)
-            score = _score(sentence, frequency, len(raw), words[order])
+            score = _score(sentence, frequency, len(raw), tokens[order], words[order])
             units.append(_Unit(order, block, speaker, sentence, new, score))
         return heads, units
 
