@@ -74,7 +74,12 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
     """
     limits = limits_from(config)
     store: Backend = LimitedBackend(backend if backend is not None else MemoryBackend(), limits)
-    sinks: list[CallSink] = [TraceLog()]
+    sinks: list[CallSink] = []
+    trace = TraceLog()
+    # Decided once: the level does not change while serving, and a call
+    # with no sink to hear it is not observed at all.
+    if trace.log.isEnabledFor(logging.INFO):
+        sinks.append(trace)
     metrics: Metrics | None = None
     if config.metrics_port is not None:
         metrics = Metrics()
