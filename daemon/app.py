@@ -60,6 +60,7 @@ def summary_writer(config: Config, summarizer: Summarizer | None = None) -> Summ
             max_tokens=config.anthropic_max_tokens,
             timeout=config.summarizer_timeout,
             max_retries=config.anthropic_max_retries,
+            process=config.summarizer_process,
         )
     except ValueError as exc:
         raise ConfigError("summarizer", config.sources["summarizer"], str(exc)) from None

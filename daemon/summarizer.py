@@ -210,6 +210,7 @@ def build_writer(
     attempts: int = 3,
     backoff: float = 1.0,
     environ: dict[str, str] | None = None,
+    process: bool = False,
     **claude_options: object,
 ) -> SummaryWriter:
     """The daemon's summary writer.
@@ -217,6 +218,9 @@ def build_writer(
     Args:
         choice: "auto" (Claude when ANTHROPIC_API_KEY is set, else offline),
             "claude" (refused without a key) or "offline".
+        process: run the offline summarizer in a child process
+            (daemon/summarizer_process.py), with the same summarizer in this
+            process as its fallback.
         claude_options: ClaudeConfig fields (model, max_tokens, timeout,
             max_retries).
     """
@@ -225,6 +229,12 @@ def build_writer(
     offline = ExtractiveSummarizer(counter)
     env = os.environ if environ is None else environ
     if choice == "offline" or (choice == "auto" and not env.get("ANTHROPIC_API_KEY", "").strip()):
+        if process:
+            from daemon.summarizer_process import ProcessSummarizer  # it imports this module
+
+            # One try: a child that failed is replaced on the next batch, and
+            # the fallback is the very same summarizer, so waiting buys nothing.
+            return SummaryWriter(ProcessSummarizer(local=offline), counter, offline, attempts=1)
         return SummaryWriter(offline, counter)
     # Imported here: the SDK takes a while to import and offline daemons never need it.
     from daemon.claude import ClaudeConfig, ClaudeSummarizer
