@@ -44,14 +44,19 @@ class TiktokenCounter:
         self._encoding = tiktoken.get_encoding(encoding_name)
 
     def count(self, text: str) -> int:
-        # disallowed_special=() counts "<|endoftext|>" typed by a user as
-        # plain text instead of raising on it.
-        return len(self._encoding.encode(text, disallowed_special=()))
+        return len(self._ids(text))
+
+    def _ids(self, text: str) -> list[int]:
+        # encode_ordinary reads "<|endoftext|>" typed by a user as plain
+        # text (encode would raise on it), and unlike encode it keeps the
+        # GIL: releasing it for a few microseconds let another thread in,
+        # and the store that was counting waited for that thread's turn.
+        return self._encoding.encode_ordinary(text)
 
     def truncate(self, text: str, limit: int) -> str:
         if limit <= 0:
             return ""
-        ids = self._encoding.encode(text, disallowed_special=())
+        ids = self._ids(text)
         if len(ids) <= limit:
             return text
         cut = self._encoding.decode(ids[:limit])

@@ -24,6 +24,13 @@ class TestTokenCounting:
         """A user typing '<|endoftext|>' is plain text, not an error."""
         assert default_counter().count("<|endoftext|>") > 1
 
+    def test_counts_are_those_of_encode_with_special_tokens_as_text(self) -> None:
+        """Counting reads special-token text exactly as encode(..., disallowed_special=()) does."""
+        counter = default_counter()
+        encoding = counter._encoding
+        for text in ("<|endoftext|> and <|fim_prefix|>x<|endofprompt|>", "héllo 🎉 日本語\n\tend.", "", "a" * 3000):
+            assert counter.count(text) == len(encoding.encode(text, disallowed_special=()))
+
     def test_truncate_never_exceeds_limit_even_mid_character(self) -> None:
         """Cutting multi-byte text stays within the limit and valid unicode."""
         counter = default_counter()
