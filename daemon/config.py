@@ -216,7 +216,7 @@ KEYS: tuple[Key, ...] = (
         "auto: Claude when ANTHROPIC_API_KEY is set, else offline; claude; offline"),
     Key("summarizer_process", Boolean(), True,
         "run the offline summarizer in a child process, so folds never compete with requests "
-        "for the interpreter (false: one process, about 40 MB less)"),
+        "for the interpreter (false: one process, about 60 MB less)"),
     Key("anthropic_model", Text(), DEFAULT_CLAUDE_MODEL, "Claude model of the summarizer"),
     Key("anthropic_max_tokens", Integer(1, 64_000), 1024, "max_tokens of each Claude reply"),
     Key("anthropic_max_retries", Integer(0, 10), 2, "the anthropic SDK's own retries per call"),
