@@ -33,11 +33,11 @@ transaction, and each call returns after that COMMIT with its own result.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sqlite3
 import threading
-import uuid
 from bisect import bisect_left
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -106,6 +106,25 @@ class _Cached:
         return 1 + len(state.utterances) + len(state.pending) + len(state.archive)
 
 
+_NO_META = Meta(token="")
+
+
+class _Tokens:
+    """Tokens for meta records: a new one for every commit of every process.
+
+    A random 64-bit prefix per backend and a counter: a token repeats only if
+    two backends draw the same prefix. A uuid4 per commit was a getrandom
+    call and a UUID object, 4 us of a 150 us store.
+    """
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8).hex() + "."
+        self._count = itertools.count(1)
+
+    def next(self) -> str:
+        return self._prefix + str(next(self._count))
+
+
 class _Changed(Exception):
     """A record named by the meta record is missing.
 
@@ -160,6 +179,7 @@ class DiskBackend:
         # Orders this process's writers; SQLite's own write lock is what keeps
         # writers from different processes apart.
         self._group = GroupCommit(self._commit)
+        self._tokens = _Tokens()
         self._closed = False
         try:
             self._cache = diskcache.Cache(str(self.path), timeout=timeout, **settings)
@@ -343,18 +363,23 @@ class DiskBackend:
             InvalidChange: before writing anything, if the change would leave
                 seqs duplicated or the buffer out of seq order.
         """
-        old = current.meta or Meta(token="")
+        old = current.meta or _NO_META
         state = current.state
         kept = old.buffer.without(change.remove)
         appended = [u.seq for u in change.append]
-        if appended and (appended != sorted(set(appended)) or (kept and appended[0] <= kept.last)):
+        if appended and (
+            (len(appended) > 1 and appended != sorted(set(appended))) or (kept and appended[0] <= kept.last)
+        ):
             raise InvalidChange(
                 f"refusing a change to conversation {conversation_id!r} that appends "
                 f"seqs {appended} after seq {kept.last if kept else 0}: the buffer must stay in seq order"
             )
         buffer = kept.with_added(appended)
-        pending = old.pending.without(change.pending_remove).with_added(u.seq for u in change.pending_add)
-        archive = old.archive.without(change.archive_remove).with_added(u.seq for u in change.archive_add)
+        pending, archive = old.pending, old.archive
+        if change.pending_remove or change.pending_add:
+            pending = pending.without(change.pending_remove).with_added(u.seq for u in change.pending_add)
+        if change.archive_remove or change.archive_add:
+            archive = archive.without(change.archive_remove).with_added(u.seq for u in change.archive_add)
         if (len(buffer), len(pending), len(archive)) != (
             len(new_state.utterances), len(new_state.pending), len(new_state.archive)
         ):
@@ -374,24 +399,26 @@ class DiskBackend:
         for utterance in change.update:
             if utterance.seq in buffer:
                 cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
-        for seq in change.remove | change.pending_remove | change.archive_remove:
-            if seq not in buffer and seq not in pending and seq not in archive:
-                cache.delete(utterance_key(conversation_id, seq))
-        has_summary = bool(new_state.summary.segments) or new_state.summary.through_seq > 0
+        if change.remove or change.pending_remove or change.archive_remove:
+            for seq in change.remove | change.pending_remove | change.archive_remove:
+                if seq not in buffer and seq not in pending and seq not in archive:
+                    cache.delete(utterance_key(conversation_id, seq))
+        has_summary = old.has_summary
         if change.summary is not None:
+            has_summary = bool(new_state.summary.segments) or new_state.summary.through_seq > 0
             if has_summary:
                 cache.set(summary_key(conversation_id), encode_summary(new_state.summary))
             else:
                 cache.delete(summary_key(conversation_id))
         new_meta = Meta(
-            token=uuid.uuid4().hex,
+            token=self._tokens.next(),
             next_seq=new_state.next_seq,
             last_turn=new_state.last_turn,
             buffer=buffer,
             pending=pending,
             archive=archive,
-            settings=dict(new_state.settings),
-            has_summary=has_summary if change.summary is not None else old.has_summary,
+            settings=new_state.settings if change.settings is None else dict(new_state.settings),
+            has_summary=has_summary,
         )
         text = encode_meta(new_meta)
         cache.set(meta_key(conversation_id), text)

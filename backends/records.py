@@ -89,8 +89,9 @@ class Meta:
     has_summary: bool = False
 
 
-def _dump(record: dict[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+# One encoder for every record: json.dumps with options builds a new
+# JSONEncoder on every call, a third of the cost of encoding a small record.
+_dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _load(text: Any, what: str) -> dict[str, Any]:
