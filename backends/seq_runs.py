@@ -122,3 +122,7 @@ class SeqRuns:
 
     def to_record(self) -> list[list[int]]:
         return [[a, b] for a, b in self._runs]
+
+    def to_json(self) -> str:
+        """``to_record()`` as compact JSON, e.g. ``[[1,10000]]``."""
+        return "[" + ",".join(f"[{a:d},{b:d}]" for a, b in self._runs) + "]"

@@ -11,7 +11,15 @@ import pytest
 
 from backends.base import Change
 from backends.disk import DiskBackend, InvalidChange
-from backends.records import SCHEMA_KEY, meta_key
+from backends.records import (
+    BLOCK_SIZE,
+    LONG_TEXT,
+    SCHEMA_KEY,
+    SCHEMA_VERSION,
+    block_key,
+    meta_key,
+    utterance_key,
+)
 from daemon.core import ConversationHistory
 from daemon.errors import StorageError, StorageFull
 from daemon.settings import Settings
@@ -27,6 +35,11 @@ def stored_value(directory: Path, key: str) -> str:
     with sqlite3.connect(directory / "cache.db") as db:
         (value,) = db.execute("SELECT value FROM Cache WHERE key = ?", (key,)).fetchone()
     return value
+
+
+def stored_keys(directory: Path) -> set[str]:
+    with sqlite3.connect(directory / "cache.db") as db:
+        return {key for (key,) in db.execute("SELECT key FROM Cache")}
 
 
 def history_on(backend: DiskBackend, **settings: int) -> ConversationHistory:
@@ -134,10 +147,26 @@ class TestLayout:
     def test_records_are_json_with_a_schema_version(self, tmp_path: Path) -> None:
         """Readable without chd, and never unpickled."""
         backend = DiskBackend(tmp_path)
-        backend.transact("c", append_next("hello"))
+        for _ in range(BLOCK_SIZE):
+            backend.transact("c", append_next("hello"))
+        backend.transact("c", append_next("long " * LONG_TEXT))
         backend.close()
-        assert stored_value(tmp_path, "u:c#1").startswith('{"schema":1,')
-        assert stored_value(tmp_path, SCHEMA_KEY).startswith('{"schema":1,')
+        schema = '{"schema":%d,' % SCHEMA_VERSION
+        for key in (SCHEMA_KEY, meta_key("c"), block_key("c", 0), utterance_key("c", BLOCK_SIZE + 1)):
+            assert stored_value(tmp_path, key).startswith(schema)
+        assert stored_value(tmp_path, block_key("c", 0)).count('"text":"hello"') == BLOCK_SIZE
+
+    def test_a_short_store_writes_only_the_meta_record_until_its_block_closes(self, tmp_path: Path) -> None:
+        """The open block rides in the meta record; the store that fills it writes it out."""
+        backend = DiskBackend(tmp_path)
+        for _ in range(BLOCK_SIZE - 1):
+            backend.transact("c", append_next("short"))
+        assert stored_keys(tmp_path) == {SCHEMA_KEY, meta_key("c")}
+        assert stored_value(tmp_path, meta_key("c")).count('"text":"short"') == BLOCK_SIZE - 1
+        backend.transact("c", append_next("short"))
+        assert stored_keys(tmp_path) == {SCHEMA_KEY, meta_key("c"), block_key("c", 0)}
+        assert stored_value(tmp_path, meta_key("c")).endswith('"open":[]}')
+        backend.close()
 
 
 class TestSchemaVersion:
@@ -153,7 +182,7 @@ class TestSchemaVersion:
         """One newer record makes its conversation unreadable, not empty."""
         DiskBackend(tmp_path).close()
         with diskcache.Cache(str(tmp_path)) as cache:
-            cache.set(meta_key("c"), '{"schema": 2, "token": "x"}')
+            cache.set(meta_key("c"), '{"schema": %d, "token": "x"}' % (SCHEMA_VERSION + 1))
         backend = DiskBackend(tmp_path)
         with pytest.raises(StorageError, match="newer chd"):
             backend.read("c")
