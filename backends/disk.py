@@ -387,6 +387,31 @@ class DiskBackend:
         for cid, entry in staged.items():
             self._remember(cid, entry)
 
+    def _append(
+        self, conversation_id: str, current: _Cached, old: Meta, utterance: Utterance, new_state: ConversationState
+    ) -> _Cached:
+        """_write for the usual store (see _plain_append): one short utterance into the open block."""
+        seq = utterance.seq
+        previous = current.open_records
+        if previous is None:
+            previous = {u.seq: encode_in_block(u) for u in old.open}
+        open_records = {**previous, seq: encode_in_block(utterance)}
+        new_meta = Meta(
+            token=self._tokens.next(),
+            next_seq=new_state.next_seq,
+            last_turn=new_state.last_turn,
+            buffer=old.buffer.with_added((seq,)),
+            pending=old.pending,
+            archive=old.archive,
+            settings=old.settings,
+            has_summary=old.has_summary,
+            own_below=old.own_below,
+            open=(*old.open, utterance),
+        )
+        text = encode_meta(new_meta, open_records.values())
+        self._cache.set(meta_key(conversation_id), text)
+        return _Cached(text, new_meta, new_state, open_records)
+
     def _write(
         self, conversation_id: str, current: _Cached, change: Change, new_state: ConversationState
     ) -> _Cached:
@@ -402,6 +427,8 @@ class DiskBackend:
         """
         old = current.meta or _NO_META
         state = current.state
+        if _plain_append(change, state, new_state, old):
+            return self._append(conversation_id, current, old, change.append[0], new_state)
         kept = old.buffer.without(change.remove)
         appended = [u.seq for u in change.append]
         if appended and (
@@ -577,6 +604,27 @@ class DiskBackend:
             ) from exc
         log.error("storage error on %s in %s: %s", doing, self.path, exc)
         raise StorageError(f"storage error in {self.path}: {exc}") from exc
+
+
+def _plain_append(change: Change, state: ConversationState, new_state: ConversationState, old: Meta) -> bool:
+    """True for the usual store: one new short utterance, after every stored
+    seq, into the open block, which it does not close; nothing else changes
+    but the counters. _write's general path gives the same records."""
+    if len(change.append) != 1 or change.summary is not None or change.settings is not None:
+        return False
+    if (
+        change.remove or change.update or change.pending_add or change.pending_remove
+        or change.archive_add or change.archive_remove
+    ):
+        return False
+    utterance = change.append[0]
+    seq = utterance.seq
+    return (
+        seq >= state.next_seq
+        and (not old.buffer or seq > old.buffer.last)
+        and (seq - 1) // BLOCK_SIZE == (state.next_seq - 1) // BLOCK_SIZE == (new_state.next_seq - 1) // BLOCK_SIZE
+        and not has_own_record(utterance, old.own_below)
+    )
 
 
 def _block_content(state: ConversationState, block: int, own_below: int) -> list[Utterance]:

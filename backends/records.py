@@ -122,8 +122,9 @@ class Meta:
     Never changed once made (not ``frozen``: a frozen dataclass's __init__
     costs 3 us against 1 us, and every store makes one).
 
-    ``token`` changes with every commit; a state cached in memory is current
-    exactly when its token matches the stored one. ``open`` holds the
+    ``token`` changes with every commit (letters, digits and dots only, so it
+    needs no JSON escaping); a state cached in memory is current exactly when
+    its token matches the stored one. ``open`` holds the
     block-stored utterances of the block ``next_seq`` falls in; seqs below
     ``own_below`` have their own records (see the module docstring).
     """
@@ -184,7 +185,7 @@ def encode_meta(meta: Meta, open_records: Iterable[str]) -> str:
     settings = _dump(meta.settings) if meta.settings else "{}"
     own_below = f',"own_below":{meta.own_below}' if meta.own_below > 1 else ""
     return (
-        f'{{"schema":{SCHEMA_VERSION},"token":{_dump(meta.token)},"next_seq":{meta.next_seq:d},'
+        f'{{"schema":{SCHEMA_VERSION},"token":"{meta.token}","next_seq":{meta.next_seq:d},'
         f'"last_turn":{meta.last_turn:d},"buffer":{meta.buffer.to_json()},'
         f'"pending":{meta.pending.to_json()},"archive":{meta.archive.to_json()},'
         f'"settings":{settings},"has_summary":{"true" if meta.has_summary else "false"}{own_below},'

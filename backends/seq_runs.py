@@ -17,7 +17,7 @@ __all__ = ["SeqRuns"]
 class SeqRuns:
     """An immutable sorted set of positive ints as inclusive ``[first, last]`` runs."""
 
-    __slots__ = ("_runs", "_count")
+    __slots__ = ("_runs", "_count", "_json")
 
     def __init__(self, runs: Iterable[tuple[int, int]] = ()) -> None:
         self._runs: tuple[tuple[int, int], ...] = tuple((int(a), int(b)) for a, b in runs)
@@ -27,6 +27,7 @@ class SeqRuns:
                 raise ValueError(f"seq runs must be ascending and disjoint: {list(self._runs)}")
             previous = last
         self._count = sum(last - first + 1 for first, last in self._runs)
+        self._json: str | None = None
 
     @classmethod
     def _trusted(cls, runs: tuple[tuple[int, int], ...], count: int) -> SeqRuns:
@@ -38,6 +39,7 @@ class SeqRuns:
         made = object.__new__(cls)
         made._runs = runs
         made._count = count
+        made._json = None
         return made
 
     @classmethod
@@ -124,5 +126,8 @@ class SeqRuns:
         return [[a, b] for a, b in self._runs]
 
     def to_json(self) -> str:
-        """``to_record()`` as compact JSON, e.g. ``[[1,10000]]``."""
-        return "[" + ",".join(f"[{a:d},{b:d}]" for a, b in self._runs) + "]"
+        """``to_record()`` as compact JSON, e.g. ``[[1,10000]]`` (made once: every
+        store writes the queue's and the archive's runs again, unchanged)."""
+        if self._json is None:
+            self._json = "[" + ",".join(f"[{a:d},{b:d}]" for a, b in self._runs) + "]"
+        return self._json

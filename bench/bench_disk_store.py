@@ -8,7 +8,8 @@ backend in a temporary directory (the order alternates between rounds, so
 drift on a shared machine hits both alike). It prints per round and as the
 median of the rounds: microseconds per store for each, their ratio, and the
 disk store's latency percentiles (p99 and p99.9 show WAL checkpoints, which
-stall the store that triggers them).
+stall the store that triggers them; "slow" is the share of the disk
+stores' time spent in stores slower than 1 ms).
 
 This is the core's own cost with no gRPC; bench/bench_backends.py measures
 the daemon over gRPC against its ceiling (issue 3).
@@ -77,7 +78,8 @@ def main() -> int:
 
     rows = []
     print(f"{args.stores} stores x {args.rounds} rounds, {CONVERSATIONS} conversations, durability {args.durability}")
-    print(f"{'round':<6} {'memory us':>10} {'disk us':>8} {'ratio':>6} {'disk p50':>9} {'p99':>7} {'p99.9':>7} {'max':>7}")
+    print(f"{'round':<6} {'memory us':>10} {'disk us':>8} {'ratio':>6} {'disk p50':>9} {'p99':>7} {'p99.9':>7} "
+          f"{'max':>7} {'slow':>6}")
     for round_number in range(args.rounds):
         order = ("memory", "disk") if round_number % 2 == 0 else ("disk", "memory")
         latencies = {kind: _run(kind, args.stores, args.durability) for kind in order}
@@ -92,13 +94,14 @@ def main() -> int:
             _percentile(ranked, 0.99) * 1e6,
             _percentile(ranked, 0.999) * 1e6,
             ranked[-1] * 1e6,
+            sum(t for t in ranked if t > 1e-3) / sum(ranked),
         )
         rows.append(row)
         print(f"{round_number + 1:<6} {row[0]:>10.0f} {row[1]:>8.0f} {row[2]:>6.2f} "
-              f"{row[3]:>9.0f} {row[4]:>7.0f} {row[5]:>7.0f} {row[6]:>7.0f}")
+              f"{row[3]:>9.0f} {row[4]:>7.0f} {row[5]:>7.0f} {row[6]:>7.0f} {row[7]:>6.1%}")
     median = [statistics.median(column) for column in zip(*rows)]
     print(f"{'median':<6} {median[0]:>10.0f} {median[1]:>8.0f} {median[2]:>6.2f} "
-          f"{median[3]:>9.0f} {median[4]:>7.0f} {median[5]:>7.0f} {median[6]:>7.0f}")
+          f"{median[3]:>9.0f} {median[4]:>7.0f} {median[5]:>7.0f} {median[6]:>7.0f} {median[7]:>6.1%}")
     return 0
 
 
