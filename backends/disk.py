@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Callable, Iterator, NoReturn
 
 import diskcache
+import diskcache.core
 
 from backends.base import Change, ConversationState, T, apply_change
 from backends.records import (
@@ -74,6 +75,7 @@ from backends.records import (
     summary_key,
     utterance_key,
 )
+from backends.checkpointer import BACKSTOP, Checkpointer
 from backends.disk_errors import describe_open_error, is_full
 from backends.group_commit import GroupCommit, Request
 from backends.seq_runs import SeqRuns
@@ -180,6 +182,9 @@ class DiskBackend:
             "eviction_policy": "none",
             "cull_limit": 0,
             "disk_min_file_size": 2**30,
+            # The commit that fills the WAL to this many pages checkpoints it;
+            # the Checkpointer has usually copied it all by then.
+            "sqlite_wal_autocheckpoint": BACKSTOP,
         }
         if durability is not None:
             if durability not in DURABILITY:
@@ -200,6 +205,9 @@ class DiskBackend:
             self._cache = diskcache.Cache(str(self.path), timeout=timeout, **settings)
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
             raise StorageError(f"cannot open data dir {self.path}: {describe_open_error(exc, self.path)}") from exc
+        self._checkpointer = Checkpointer(
+            Path(self._cache.directory) / diskcache.core.DBNAME, self._cache.sqlite_synchronous
+        )
         try:
             self._check_schema()
         except StorageError as exc:
@@ -265,6 +273,7 @@ class DiskBackend:
         with self._states_lock:
             self._states.clear()
             self._cached_count = 0
+        self._checkpointer.close()
         # Closes this thread's connection; those of other threads close as
         # their threads end.
         self._cache.close()
@@ -384,6 +393,7 @@ class DiskBackend:
                         request.error = exc
         except _STORAGE_ERRORS as exc:
             self._failed(exc, "write")
+        self._checkpointer.note_commit()
         for cid, entry in staged.items():
             self._remember(cid, entry)
 

@@ -10,6 +10,7 @@ import diskcache
 import pytest
 
 from backends.base import Change
+from backends.checkpointer import BACKSTOP
 from backends.disk import DiskBackend, InvalidChange
 from backends.records import (
     BLOCK_SIZE,
@@ -123,6 +124,12 @@ class TestDiskcacheSettings:
         DiskBackend(tmp_path, durability="full").close()
         DiskBackend(tmp_path, durability=None).close()
         assert sqlite_settings(tmp_path)["sqlite_synchronous"] == 2
+
+    def test_sqlite_checkpoints_only_as_a_backstop(self, tmp_path: Path) -> None:
+        """The commit that takes the WAL to BACKSTOP pages checkpoints it; before that a
+        background thread does (backends/checkpointer.py)."""
+        DiskBackend(tmp_path).close()
+        assert sqlite_settings(tmp_path)["sqlite_wal_autocheckpoint"] == BACKSTOP
 
     def test_unknown_durability_is_refused(self, tmp_path: Path) -> None:
         with pytest.raises(StorageError, match="unknown durability 'fast'"):
