@@ -51,6 +51,7 @@ import diskcache
 import diskcache.core
 
 from backends.base import Change, ConversationState, T, apply_change
+from backends.checkpointer import BACKSTOP, Checkpointer
 from backends.records import (
     BLOCK_SIZE,
     META_PREFIX,
@@ -75,7 +76,6 @@ from backends.records import (
     summary_key,
     utterance_key,
 )
-from backends.checkpointer import BACKSTOP, Checkpointer
 from backends.disk_errors import describe_open_error, is_full
 from backends.group_commit import GroupCommit, Request
 from backends.seq_runs import SeqRuns
@@ -306,7 +306,7 @@ class DiskBackend:
         except _Changed as missing:
             raise StorageError(
                 f"conversation {conversation_id!r} is damaged in {self.path}: "
-                f"its record {missing.args[0]!r} is missing"
+                f"its record {missing.args[0]} is missing"
             ) from None
         entry = _Cached(text, meta, state)
         self._remember(conversation_id, entry)
@@ -344,7 +344,10 @@ class DiskBackend:
                 key = utterance_key(conversation_id, seq)
                 text = get(key)
                 if text is None:
-                    raise _Changed(key if seq < meta.own_below else f"{block_key(conversation_id, block_of(seq))} or {key}")
+                    where = repr(key)
+                    if seq >= meta.own_below:
+                        where = f"{block_key(conversation_id, block_of(seq))!r} (or {key!r})"
+                    raise _Changed(where)
                 found = decode_utterance(text, conversation_id, seq)
             out.append(found)
         return out
@@ -353,7 +356,7 @@ class DiskBackend:
         key = summary_key(conversation_id)
         text = self._cache.get(key)
         if text is None:
-            raise _Changed(key)
+            raise _Changed(repr(key))
         return decode_summary(text, conversation_id)
 
     def _remember(self, conversation_id: str, entry: _Cached) -> None:
