@@ -17,9 +17,11 @@ A thin layer over diskcache's public API. What it relies on, and why:
 * ``sqlite_synchronous``: 1 (NORMAL, diskcache's default) or 2 (FULL) with
   ``durability='full'``; see docs/backends.md for what each survives.
 
-Utterances live under their own keys and each conversation has a small meta
-record (see backends/records.py), so a store writes one utterance and a few
-hundred bytes whatever the buffer size. Reading a whole 10,000-utterance
+Each conversation has a small meta record that also carries its newest
+utterances (the open block); older ones sit in blocks of 8 (see
+backends/records.py). So a store reads and writes the meta record, a few
+hundred bytes to a few KB whatever the buffer size, and one store in eight
+also writes the block it closes. Reading a whole 10,000-utterance
 buffer on every operation would cost more than the operation, so states are
 cached in memory beside the meta record they were read with; every commit
 writes a new token into that record, and a cached state is used only while
@@ -33,34 +35,43 @@ transaction, and each call returns after that COMMIT with its own result.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sqlite3
 import threading
-import uuid
 from bisect import bisect_left
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NoReturn
 
 import diskcache
+import diskcache.core
 
 from backends.base import Change, ConversationState, T, apply_change
+from backends.checkpointer import BACKSTOP, Checkpointer
 from backends.records import (
+    BLOCK_SIZE,
     META_PREFIX,
     SCHEMA_KEY,
     SCHEMA_VERSION,
     Meta,
+    block_key,
+    block_of,
+    decode_block,
     decode_meta,
     decode_schema,
     decode_summary,
     decode_utterance,
+    encode_block,
+    encode_in_block,
     encode_meta,
     encode_schema,
     encode_summary,
     encode_utterance,
+    has_own_record,
     meta_key,
     summary_key,
     utterance_key,
@@ -78,6 +89,9 @@ log = logging.getLogger(__name__)
 # --durability -> SQLite's PRAGMA synchronous (diskcache's sqlite_synchronous).
 DURABILITY = {"normal": 1, "full": 2}
 
+# What diskcache raises for a storage failure; _failed translates them.
+_STORAGE_ERRORS = (diskcache.Timeout, sqlite3.Error, OSError)
+
 # Optimistic reads retry when a writer commits between their key reads; past
 # this many tries they read inside a transaction instead.
 _READ_ATTEMPTS = 5
@@ -87,23 +101,45 @@ class InvalidChange(StorageError):
     """A change that would break the stored layout (duplicate or unordered seqs)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Cached:
-    """A conversation's state and the meta record it belongs to.
+    """A conversation's state and the meta record it belongs to (never changed once made).
 
     Equal meta text means the same commit (every commit writes a new token),
     so the state can be used without reading the utterances again.
+    ``open_records`` are the meta's open-block utterances as encoded in it,
+    by seq, for the next commit to reuse (None: not encoded yet).
     """
 
     text: str | None
     meta: Meta | None
     state: ConversationState
+    open_records: dict[int, str] | None = None
 
     @property
     def size(self) -> int:
         """What the entry weighs in the cache: its utterances, and one for the rest."""
         state = self.state
         return 1 + len(state.utterances) + len(state.pending) + len(state.archive)
+
+
+_NO_META = Meta(token="")
+
+
+class _Tokens:
+    """Tokens for meta records: a new one for every commit of every process.
+
+    A random 64-bit prefix per backend and a counter: a token repeats only if
+    two backends draw the same prefix. A uuid4 per commit was a getrandom
+    call and a UUID object, 4 us of a 150 us store.
+    """
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8).hex() + "."
+        self._count = itertools.count(1)
+
+    def next(self) -> str:
+        return self._prefix + str(next(self._count))
 
 
 class _Changed(Exception):
@@ -146,6 +182,9 @@ class DiskBackend:
             "eviction_policy": "none",
             "cull_limit": 0,
             "disk_min_file_size": 2**30,
+            # The commit that fills the WAL to this many pages checkpoints it;
+            # the Checkpointer has usually copied it all by then.
+            "sqlite_wal_autocheckpoint": BACKSTOP,
         }
         if durability is not None:
             if durability not in DURABILITY:
@@ -160,11 +199,15 @@ class DiskBackend:
         # Orders this process's writers; SQLite's own write lock is what keeps
         # writers from different processes apart.
         self._group = GroupCommit(self._commit)
+        self._tokens = _Tokens()
         self._closed = False
         try:
             self._cache = diskcache.Cache(str(self.path), timeout=timeout, **settings)
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
             raise StorageError(f"cannot open data dir {self.path}: {describe_open_error(exc, self.path)}") from exc
+        self._checkpointer = Checkpointer(
+            Path(self._cache.directory) / diskcache.core.DBNAME, self._cache.sqlite_synchronous
+        )
         try:
             self._check_schema()
         except StorageError as exc:
@@ -230,6 +273,7 @@ class DiskBackend:
         with self._states_lock:
             self._states.clear()
             self._cached_count = 0
+        self._checkpointer.close()
         # Closes this thread's connection; those of other threads close as
         # their threads end.
         self._cache.close()
@@ -262,40 +306,57 @@ class DiskBackend:
         except _Changed as missing:
             raise StorageError(
                 f"conversation {conversation_id!r} is damaged in {self.path}: "
-                f"its record {missing.args[0]!r} is missing"
+                f"its record {missing.args[0]} is missing"
             ) from None
         entry = _Cached(text, meta, state)
         self._remember(conversation_id, entry)
         return entry
 
     def _load(self, conversation_id: str, meta: Meta) -> ConversationState:
+        blocks: dict[int, dict[int, Utterance]] = {block_of(meta.next_seq): {u.seq: u for u in meta.open}}
         return ConversationState(
             conversation_id=conversation_id,
             next_seq=meta.next_seq,
             last_turn=meta.last_turn,
-            utterances=self._utterances(conversation_id, meta.buffer),
-            pending=self._utterances(conversation_id, meta.pending),
+            utterances=self._utterances(conversation_id, meta, meta.buffer, blocks),
+            pending=self._utterances(conversation_id, meta, meta.pending, blocks),
             summary=self._summary(conversation_id) if meta.has_summary else Summary(),
             settings=dict(meta.settings),
-            archive=self._utterances(conversation_id, meta.archive),
+            archive=self._utterances(conversation_id, meta, meta.archive, blocks),
         )
 
-    def _utterances(self, conversation_id: str, seqs: SeqRuns) -> list[Utterance]:
+    def _utterances(
+        self, conversation_id: str, meta: Meta, seqs: SeqRuns, blocks: dict[int, dict[int, Utterance]]
+    ) -> list[Utterance]:
+        """The utterances ``seqs``, from their blocks (read once each) or their own records."""
         get = self._cache.get
         out = []
         for seq in seqs:
-            key = utterance_key(conversation_id, seq)
-            text = get(key)
-            if text is None:
-                raise _Changed(key)
-            out.append(decode_utterance(text, conversation_id, seq))
+            found = None
+            if seq >= meta.own_below:
+                number = block_of(seq)
+                block = blocks.get(number)
+                if block is None:
+                    text = get(block_key(conversation_id, number))
+                    block = blocks[number] = {} if text is None else decode_block(text, conversation_id, number)
+                found = block.get(seq)
+            if found is None:  # a long text, or stored by schema 1
+                key = utterance_key(conversation_id, seq)
+                text = get(key)
+                if text is None:
+                    where = repr(key)
+                    if seq >= meta.own_below:
+                        where = f"{block_key(conversation_id, block_of(seq))!r} (or {key!r})"
+                    raise _Changed(where)
+                found = decode_utterance(text, conversation_id, seq)
+            out.append(found)
         return out
 
     def _summary(self, conversation_id: str) -> Summary:
         key = summary_key(conversation_id)
         text = self._cache.get(key)
         if text is None:
-            raise _Changed(key)
+            raise _Changed(repr(key))
         return decode_summary(text, conversation_id)
 
     def _remember(self, conversation_id: str, entry: _Cached) -> None:
@@ -314,7 +375,9 @@ class DiskBackend:
     def _commit(self, batch: list[Request]) -> None:
         """Decide and write ``batch`` in one transaction; errors of one decide stay its own."""
         staged: dict[str, _Cached] = {}
-        with self._storage("write"):
+        if self._closed:
+            raise StorageError("the disk backend is closed")
+        try:
             with self._cache.transact():
                 for request in batch:
                     cid = request.conversation_id
@@ -331,30 +394,69 @@ class DiskBackend:
                         staged[cid] = self._write(cid, current, change, new_state)
                     except InvalidChange as exc:  # raised before anything is written
                         request.error = exc
+        except _STORAGE_ERRORS as exc:
+            self._failed(exc, "write")
+        self._checkpointer.note_commit()
         for cid, entry in staged.items():
             self._remember(cid, entry)
+
+    def _append(
+        self, conversation_id: str, current: _Cached, old: Meta, utterance: Utterance, new_state: ConversationState
+    ) -> _Cached:
+        """_write for the usual store (see _plain_append): one short utterance into the open block."""
+        seq = utterance.seq
+        previous = current.open_records
+        if previous is None:
+            previous = {u.seq: encode_in_block(u) for u in old.open}
+        open_records = {**previous, seq: encode_in_block(utterance)}
+        new_meta = Meta(
+            token=self._tokens.next(),
+            next_seq=new_state.next_seq,
+            last_turn=new_state.last_turn,
+            buffer=old.buffer.with_added((seq,)),
+            pending=old.pending,
+            archive=old.archive,
+            settings=old.settings,
+            has_summary=old.has_summary,
+            own_below=old.own_below,
+            open=(*old.open, utterance),
+        )
+        text = encode_meta(new_meta, open_records.values())
+        self._cache.set(meta_key(conversation_id), text)
+        return _Cached(text, new_meta, new_state, open_records)
 
     def _write(
         self, conversation_id: str, current: _Cached, change: Change, new_state: ConversationState
     ) -> _Cached:
         """Write what ``change`` touched, inside the caller's transaction.
 
+        Where each utterance lives (the meta's open block, a block record, or
+        its own record) is the rule of backends/records.py; every block the
+        change touched is written again from ``new_state``.
+
         Raises:
             InvalidChange: before writing anything, if the change would leave
                 seqs duplicated or the buffer out of seq order.
         """
-        old = current.meta or Meta(token="")
+        old = current.meta or _NO_META
         state = current.state
+        if _plain_append(change, state, new_state, old):
+            return self._append(conversation_id, current, old, change.append[0], new_state)
         kept = old.buffer.without(change.remove)
         appended = [u.seq for u in change.append]
-        if appended and (appended != sorted(set(appended)) or (kept and appended[0] <= kept.last)):
+        if appended and (
+            (len(appended) > 1 and appended != sorted(set(appended))) or (kept and appended[0] <= kept.last)
+        ):
             raise InvalidChange(
                 f"refusing a change to conversation {conversation_id!r} that appends "
                 f"seqs {appended} after seq {kept.last if kept else 0}: the buffer must stay in seq order"
             )
         buffer = kept.with_added(appended)
-        pending = old.pending.without(change.pending_remove).with_added(u.seq for u in change.pending_add)
-        archive = old.archive.without(change.archive_remove).with_added(u.seq for u in change.archive_add)
+        pending, archive = old.pending, old.archive
+        if change.pending_remove or change.pending_add:
+            pending = pending.without(change.pending_remove).with_added(u.seq for u in change.pending_add)
+        if change.archive_remove or change.archive_add:
+            archive = archive.without(change.archive_remove).with_added(u.seq for u in change.archive_add)
         if (len(buffer), len(pending), len(archive)) != (
             len(new_state.utterances), len(new_state.pending), len(new_state.archive)
         ):
@@ -363,51 +465,125 @@ class DiskBackend:
                 "its seqs duplicated"
             )
         cache = self._cache
+        own_below = old.own_below
+        old_open = block_of(state.next_seq)
+        previous = current.open_records
+        if previous is None:
+            previous = {u.seq: encode_in_block(u) for u in old.open}
+        encoded: dict[int, str] = {}  # block records encoded for this change, by seq
+        blocks: set[int] = set()  # blocks to write again from new_state
+        opening: list[Utterance] = []  # new short utterances joining the open block
+
+        def put(utterance: Utterance) -> None:
+            seq = utterance.seq
+            own = has_own_record(utterance, own_below)
+            if seq < state.next_seq:  # it may replace a version stored elsewhere
+                before = _stored(state, seq)
+                if before is not None and not has_own_record(before, own_below):
+                    blocks.add(block_of(seq))
+                elif before is not None and not own:
+                    cache.delete(utterance_key(conversation_id, seq))
+            if own:
+                cache.set(utterance_key(conversation_id, seq), encode_utterance(utterance))
+                return
+            encoded[seq] = encode_in_block(utterance)
+            if seq >= state.next_seq and block_of(seq) == old_open:
+                opening.append(utterance)  # the usual store
+            else:
+                blocks.add(block_of(seq))
+
         for utterance in change.append:
-            cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
+            put(utterance)
         for utterance in (*change.pending_add, *change.archive_add):
-            # An utterance keeps its key on its way from the buffer to the
+            # An utterance keeps its place on its way from the buffer to the
             # summary queue to the archive: only the meta record changes,
             # unless the utterance did.
             if _stored(state, utterance.seq) != utterance:
-                cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
+                put(utterance)
         for utterance in change.update:
             if utterance.seq in buffer:
-                cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
-        for seq in change.remove | change.pending_remove | change.archive_remove:
-            if seq not in buffer and seq not in pending and seq not in archive:
-                cache.delete(utterance_key(conversation_id, seq))
-        has_summary = bool(new_state.summary.segments) or new_state.summary.through_seq > 0
+                put(utterance)
+        if change.remove or change.pending_remove or change.archive_remove:
+            for seq in change.remove | change.pending_remove | change.archive_remove:
+                if seq in buffer or seq in pending or seq in archive:
+                    continue
+                before = _stored(state, seq)
+                if before is None or has_own_record(before, own_below):
+                    cache.delete(utterance_key(conversation_id, seq))
+                if before is None or not has_own_record(before, own_below):
+                    blocks.add(block_of(seq))
+
+        def record(utterance: Utterance) -> str:
+            seq = utterance.seq
+            return encoded.get(seq) or previous.get(seq) or encode_in_block(utterance)
+
+        open_block = block_of(new_state.next_seq)
+        if open_block == old_open and old_open not in blocks:
+            # Nothing in the open block changed but what this change appends.
+            opened = (*old.open, *opening)
+            open_records = previous
+            if opening:
+                open_records = {**previous, **{u.seq: encoded[u.seq] for u in opening}}
+        else:
+            if open_block != old_open:
+                # The seqs moved on: the block they leave becomes a record. (A
+                # block they move back to, after an import, can only be stale.)
+                blocks.add(old_open)
+                if open_block < old_open:
+                    cache.delete(block_key(conversation_id, open_block))
+            opened = tuple(_block_content(new_state, open_block, own_below))
+            open_records = {u.seq: record(u) for u in opened}
+        for number in blocks:
+            if number != open_block:
+                content = _block_content(new_state, number, own_below)
+                if content:
+                    cache.set(block_key(conversation_id, number), encode_block(map(record, content)))
+                else:
+                    cache.delete(block_key(conversation_id, number))
+        has_summary = old.has_summary
         if change.summary is not None:
+            has_summary = bool(new_state.summary.segments) or new_state.summary.through_seq > 0
             if has_summary:
                 cache.set(summary_key(conversation_id), encode_summary(new_state.summary))
             else:
                 cache.delete(summary_key(conversation_id))
         new_meta = Meta(
-            token=uuid.uuid4().hex,
+            token=self._tokens.next(),
             next_seq=new_state.next_seq,
             last_turn=new_state.last_turn,
             buffer=buffer,
             pending=pending,
             archive=archive,
-            settings=dict(new_state.settings),
-            has_summary=has_summary if change.summary is not None else old.has_summary,
+            settings=new_state.settings if change.settings is None else dict(new_state.settings),
+            has_summary=has_summary,
+            own_below=own_below,
+            open=opened,
         )
-        text = encode_meta(new_meta)
+        text = encode_meta(new_meta, open_records.values())
         cache.set(meta_key(conversation_id), text)
-        return _Cached(text, new_meta, new_state)
+        return _Cached(text, new_meta, new_state, open_records)
 
     # --- start-up and errors ---------------------------------------------------
 
     def _check_schema(self) -> None:
-        """Refuse a directory from a newer chd, or one holding someone else's data."""
+        """Refuse a directory from a newer chd, or one holding someone else's data.
+
+        A directory from an older schema is marked with this one, because this
+        chd writes records an older one cannot read (it would refuse them one
+        conversation at a time); its old records stay as they are.
+        """
         found = self._cache.get(SCHEMA_KEY)
-        if found is not None:
-            decode_schema(found)
+        if found is not None and decode_schema(found) == SCHEMA_VERSION:
             return
         with self._cache.transact():
-            if self._cache.get(SCHEMA_KEY) is not None:
-                return  # another process created it first
+            found = self._cache.get(SCHEMA_KEY)
+            if found is not None:
+                old = decode_schema(found)
+                if old < SCHEMA_VERSION:
+                    self._cache.set(
+                        SCHEMA_KEY, encode_schema(f"chd storage schema {SCHEMA_VERSION}, upgraded from {old}")
+                    )
+                return  # current, or another process created it first
             if len(self._cache) > 0:
                 raise StorageError(
                     "it holds a diskcache that chd did not write (no chd:schema record); "
@@ -422,23 +598,67 @@ class DiskBackend:
             raise StorageError("the disk backend is closed")
         try:
             yield
-        except diskcache.Timeout:
-            raise StorageError(
-                f"data dir {self.path} stayed locked by another writer; try again"
-            ) from None
-        except (sqlite3.Error, OSError) as exc:
-            if doing == "write":
-                # A failed COMMIT can leave the transaction open on this
-                # thread's connection (diskcache issue #112); closing the
-                # connection rolls it back, and the next call opens a new one.
-                self._cache.close()
-            if is_full(exc):
-                log.error("data dir %s is full: %s", self.path, exc)
-                raise StorageFull(
-                    f"the disk holding {self.path} is full; nothing was written, reads still work"
-                ) from exc
-            log.error("storage error on %s in %s: %s", doing, self.path, exc)
-            raise StorageError(f"storage error in {self.path}: {exc}") from exc
+        except _STORAGE_ERRORS as exc:
+            self._failed(exc, doing)
+
+    def _failed(self, exc: BaseException, doing: str) -> NoReturn:
+        """Raise ``exc`` (being handled) as StorageError or StorageFull."""
+        if isinstance(exc, diskcache.Timeout):
+            raise StorageError(f"data dir {self.path} stayed locked by another writer; try again") from None
+        if doing == "write":
+            # A failed COMMIT can leave the transaction open on this
+            # thread's connection (diskcache issue #112); closing the
+            # connection rolls it back, and the next call opens a new one.
+            self._cache.close()
+        if is_full(exc):
+            log.error("data dir %s is full: %s", self.path, exc)
+            raise StorageFull(
+                f"the disk holding {self.path} is full; nothing was written, reads still work"
+            ) from exc
+        log.error("storage error on %s in %s: %s", doing, self.path, exc)
+        raise StorageError(f"storage error in {self.path}: {exc}") from exc
+
+
+def _plain_append(change: Change, state: ConversationState, new_state: ConversationState, old: Meta) -> bool:
+    """True for the usual store: one new short utterance, after every stored
+    seq, into the open block, which it does not close; nothing else changes
+    but the counters. _write's general path gives the same records."""
+    if len(change.append) != 1 or change.summary is not None or change.settings is not None:
+        return False
+    if (
+        change.remove or change.update or change.pending_add or change.pending_remove
+        or change.archive_add or change.archive_remove
+    ):
+        return False
+    utterance = change.append[0]
+    seq = utterance.seq
+    return (
+        seq >= state.next_seq
+        and (not old.buffer or seq > old.buffer.last)
+        and (seq - 1) // BLOCK_SIZE == (state.next_seq - 1) // BLOCK_SIZE == (new_state.next_seq - 1) // BLOCK_SIZE
+        and not has_own_record(utterance, old.own_below)
+    )
+
+
+def _block_content(state: ConversationState, block: int, own_below: int) -> list[Utterance]:
+    """The utterances of ``state`` that block ``block`` holds, in seq order."""
+    first = max(block * BLOCK_SIZE + 1, own_below)
+    last = (block + 1) * BLOCK_SIZE
+    found: list[Utterance] = []
+    sources = 0
+    for utterances in (state.utterances, state.pending, state.archive):
+        if not utterances or utterances[-1].seq < first:
+            continue
+        i = bisect_left(utterances, first, key=_seq)
+        added = len(found)
+        while i < len(utterances) and utterances[i].seq <= last:
+            if not has_own_record(utterances[i], own_below):
+                found.append(utterances[i])
+            i += 1
+        sources += len(found) > added
+    if sources > 1:
+        found.sort(key=_seq)
+    return found
 
 
 def _stored(state: ConversationState, seq: int) -> Utterance | None:

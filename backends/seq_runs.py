@@ -17,7 +17,7 @@ __all__ = ["SeqRuns"]
 class SeqRuns:
     """An immutable sorted set of positive ints as inclusive ``[first, last]`` runs."""
 
-    __slots__ = ("_runs", "_count")
+    __slots__ = ("_runs", "_count", "_json")
 
     def __init__(self, runs: Iterable[tuple[int, int]] = ()) -> None:
         self._runs: tuple[tuple[int, int], ...] = tuple((int(a), int(b)) for a, b in runs)
@@ -27,6 +27,20 @@ class SeqRuns:
                 raise ValueError(f"seq runs must be ascending and disjoint: {list(self._runs)}")
             previous = last
         self._count = sum(last - first + 1 for first, last in self._runs)
+        self._json: str | None = None
+
+    @classmethod
+    def _trusted(cls, runs: tuple[tuple[int, int], ...], count: int) -> SeqRuns:
+        """Runs already known to be ascending and disjoint, without checking them again.
+
+        A store derives its buffer from the stored one by one append; checking
+        and recounting every run each time was a tenth of its Python cost.
+        """
+        made = object.__new__(cls)
+        made._runs = runs
+        made._count = count
+        made._json = None
+        return made
 
     @classmethod
     def of(cls, seqs: Iterable[int]) -> SeqRuns:
@@ -42,6 +56,8 @@ class SeqRuns:
         return cls((a, b) for a, b in runs)
 
     def without(self, seqs: Iterable[int]) -> SeqRuns:
+        if not seqs:  # the common case, a store that evicts nothing
+            return self
         drop = sorted(set(seqs))
         if not drop:
             return self
@@ -70,13 +86,14 @@ class SeqRuns:
         return SeqRuns.of(sorted({*self, *add}))
 
     def _appended(self, add: list[int]) -> SeqRuns:
-        runs = [list(r) for r in self._runs]
+        """``add`` (ascending, unique, above every seq here) joined on at the end."""
+        runs = list(self._runs)
         for seq in add:
             if runs and seq == runs[-1][1] + 1:
-                runs[-1][1] = seq
+                runs[-1] = (runs[-1][0], seq)
             else:
-                runs.append([seq, seq])
-        return SeqRuns((a, b) for a, b in runs)
+                runs.append((seq, seq))
+        return SeqRuns._trusted(tuple(runs), self._count + len(add))
 
     @property
     def last(self) -> int:
@@ -107,3 +124,10 @@ class SeqRuns:
 
     def to_record(self) -> list[list[int]]:
         return [[a, b] for a, b in self._runs]
+
+    def to_json(self) -> str:
+        """``to_record()`` as compact JSON, e.g. ``[[1,10000]]`` (made once: every
+        store writes the queue's and the archive's runs again, unchanged)."""
+        if self._json is None:
+            self._json = "[" + ",".join(f"[{a:d},{b:d}]" for a, b in self._runs) + "]"
+        return self._json

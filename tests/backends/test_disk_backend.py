@@ -10,8 +10,17 @@ import diskcache
 import pytest
 
 from backends.base import Change
+from backends.checkpointer import BACKSTOP
 from backends.disk import DiskBackend, InvalidChange
-from backends.records import SCHEMA_KEY, meta_key
+from backends.records import (
+    BLOCK_SIZE,
+    LONG_TEXT,
+    SCHEMA_KEY,
+    SCHEMA_VERSION,
+    block_key,
+    meta_key,
+    utterance_key,
+)
 from daemon.core import ConversationHistory
 from daemon.errors import StorageError, StorageFull
 from daemon.settings import Settings
@@ -27,6 +36,11 @@ def stored_value(directory: Path, key: str) -> str:
     with sqlite3.connect(directory / "cache.db") as db:
         (value,) = db.execute("SELECT value FROM Cache WHERE key = ?", (key,)).fetchone()
     return value
+
+
+def stored_keys(directory: Path) -> set[str]:
+    with sqlite3.connect(directory / "cache.db") as db:
+        return {key for (key,) in db.execute("SELECT key FROM Cache")}
 
 
 def history_on(backend: DiskBackend, **settings: int) -> ConversationHistory:
@@ -111,6 +125,12 @@ class TestDiskcacheSettings:
         DiskBackend(tmp_path, durability=None).close()
         assert sqlite_settings(tmp_path)["sqlite_synchronous"] == 2
 
+    def test_sqlite_checkpoints_only_as_a_backstop(self, tmp_path: Path) -> None:
+        """The commit that takes the WAL to BACKSTOP pages checkpoints it; before that a
+        background thread does (backends/checkpointer.py)."""
+        DiskBackend(tmp_path).close()
+        assert sqlite_settings(tmp_path)["sqlite_wal_autocheckpoint"] == BACKSTOP
+
     def test_unknown_durability_is_refused(self, tmp_path: Path) -> None:
         with pytest.raises(StorageError, match="unknown durability 'fast'"):
             DiskBackend(tmp_path, durability="fast")
@@ -134,10 +154,26 @@ class TestLayout:
     def test_records_are_json_with_a_schema_version(self, tmp_path: Path) -> None:
         """Readable without chd, and never unpickled."""
         backend = DiskBackend(tmp_path)
-        backend.transact("c", append_next("hello"))
+        for _ in range(BLOCK_SIZE):
+            backend.transact("c", append_next("hello"))
+        backend.transact("c", append_next("long " * LONG_TEXT))
         backend.close()
-        assert stored_value(tmp_path, "u:c#1").startswith('{"schema":1,')
-        assert stored_value(tmp_path, SCHEMA_KEY).startswith('{"schema":1,')
+        schema = '{"schema":%d,' % SCHEMA_VERSION
+        for key in (SCHEMA_KEY, meta_key("c"), block_key("c", 0), utterance_key("c", BLOCK_SIZE + 1)):
+            assert stored_value(tmp_path, key).startswith(schema)
+        assert stored_value(tmp_path, block_key("c", 0)).count('"text":"hello"') == BLOCK_SIZE
+
+    def test_a_short_store_writes_only_the_meta_record_until_its_block_closes(self, tmp_path: Path) -> None:
+        """The open block rides in the meta record; the store that fills it writes it out."""
+        backend = DiskBackend(tmp_path)
+        for _ in range(BLOCK_SIZE - 1):
+            backend.transact("c", append_next("short"))
+        assert stored_keys(tmp_path) == {SCHEMA_KEY, meta_key("c")}
+        assert stored_value(tmp_path, meta_key("c")).count('"text":"short"') == BLOCK_SIZE - 1
+        backend.transact("c", append_next("short"))
+        assert stored_keys(tmp_path) == {SCHEMA_KEY, meta_key("c"), block_key("c", 0)}
+        assert stored_value(tmp_path, meta_key("c")).endswith('"open":[]}')
+        backend.close()
 
 
 class TestSchemaVersion:
@@ -153,7 +189,7 @@ class TestSchemaVersion:
         """One newer record makes its conversation unreadable, not empty."""
         DiskBackend(tmp_path).close()
         with diskcache.Cache(str(tmp_path)) as cache:
-            cache.set(meta_key("c"), '{"schema": 2, "token": "x"}')
+            cache.set(meta_key("c"), '{"schema": %d, "token": "x"}' % (SCHEMA_VERSION + 1))
         backend = DiskBackend(tmp_path)
         with pytest.raises(StorageError, match="newer chd"):
             backend.read("c")

@@ -112,20 +112,26 @@ _KILL_DURING_STORE = textwrap.dedent(
 
     backend._cache.set = dying_set
     history = ConversationHistory(backend, Settings(buffer_size=4, eviction_batch=2), background=False)
-    history.query("Add utterance: the fifth one, which evicts two")
+    history.query("Add utterance: the one under test")
     print("finished", calls[0])
     """
 )
 
 
 class TestKilledMidTransaction:
-    """A crash between the steps of one store leaves the old state or the new one."""
+    """A crash between the steps of one store leaves the old state or the new one.
+
+    With a buffer of 4 and batches of 2, the 8th store closes block 0 (seqs
+    1-8) and so writes two records, the block and the meta; the 9th store
+    writes the meta and evicts seqs 5 and 6, and its fold then writes block 0
+    without them, the summary and the meta.
+    """
 
     @staticmethod
-    def _prepare(data: Path) -> None:
+    def _prepare(data: Path, stores: int) -> None:
         backend = DiskBackend(data)
         history = ConversationHistory(backend, Settings(buffer_size=4, eviction_batch=2), background=False)
-        for i in range(4):
+        for i in range(stores):
             history.query(f"Add utterance: message {i}")
         backend.close()
 
@@ -136,17 +142,15 @@ class TestKilledMidTransaction:
             capture_output=True, text=True, env=chd_env(), cwd=ROOT, timeout=60,
         )
 
-    def test_a_store_that_evicts_writes_two_records_and_its_fold_two(self, tmp_path: Path) -> None:
-        """The store writes the new utterance and meta (the evicted two keep their
-        records); the fold then deletes their records, writes the summary and meta."""
-        self._prepare(tmp_path)
+    def test_a_store_that_closes_a_block_writes_two_records(self, tmp_path: Path) -> None:
+        self._prepare(tmp_path, 7)
         done = self._run(tmp_path, 0)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.split() == ["finished", "4"]
+        assert done.stdout.split() == ["finished", "2"]
 
     @pytest.mark.parametrize("kill_at_set", [1, 2])
     def test_kill_inside_the_store_transaction_leaves_the_old_state(self, tmp_path: Path, kill_at_set: int) -> None:
-        self._prepare(tmp_path)
+        self._prepare(tmp_path, 7)
         before = DiskBackend(tmp_path)
         old = before.read("default")
         before.close()
@@ -155,16 +159,22 @@ class TestKilledMidTransaction:
         assert after.read("default") == old
         after.close()
 
-    @pytest.mark.parametrize("kill_at_set", [3, 4])
+    def test_a_store_that_evicts_writes_one_record_and_its_fold_three(self, tmp_path: Path) -> None:
+        self._prepare(tmp_path, 8)
+        done = self._run(tmp_path, 0)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["finished", "4"]
+
+    @pytest.mark.parametrize("kill_at_set", [2, 3, 4])
     def test_kill_inside_the_fold_keeps_the_store_and_its_queue(self, tmp_path: Path, kill_at_set: int) -> None:
         """The store committed; the fold did not: the evicted two wait in the queue."""
-        self._prepare(tmp_path)
+        self._prepare(tmp_path, 8)
         assert self._run(tmp_path, kill_at_set).returncode == -9
         after = DiskBackend(tmp_path)
         state = after.read("default")
-        assert [u.seq for u in state.utterances] == [3, 4, 5]
-        assert [u.seq for u in state.pending] == [1, 2]
-        assert state.summary.segments == ()
+        assert [u.seq for u in state.utterances] == [7, 8, 9]
+        assert [u.seq for u in state.pending] == [5, 6]
+        assert state.summary.through_seq == 4
         # The next read that wants the summary folds the queue.
-        assert ConversationHistory(after, background=False).get_summary()["summary_through_seq"] == 2
+        assert ConversationHistory(after, background=False).get_summary()["summary_through_seq"] == 6
         after.close()
