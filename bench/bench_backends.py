@@ -183,9 +183,27 @@ def main() -> int:
     return 1 if failed else 0
 
 
+def _cpu_times() -> list[int]:
+    """The machine's CPU time counters (user, nice, system, idle, iowait, irq, softirq, steal), if Linux has them."""
+    try:
+        with open("/proc/stat") as stat:
+            return [int(x) for x in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return []
+
+
+def _steal(before: list[int], after: list[int]) -> str:
+    """The share of CPU time the hypervisor gave to other guests: the noise no pairing removes."""
+    if len(before) < 8 or len(after) < 8:
+        return "unknown"
+    spent = [b - a for a, b in zip(before, after)]
+    return f"{spent[7] / max(1, sum(spent)):.0%}"
+
+
 def _bench(scenario: str, args: argparse.Namespace) -> bool:
     """Run one scenario and print its table; True if a goal was missed."""
     load = os.getloadavg()[0]
+    cpu_before = _cpu_times()
     data = Path(tempfile.mkdtemp(prefix="chd-bench-"))
     chd = [sys.executable, "-m", "daemon", "serve", "--port", "0", "--log-level", "WARNING", *SCENARIOS[scenario]]
     commands = {
@@ -197,10 +215,15 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
     results: dict[str, dict[str, list[float]]] = {name: {"store": [], "retrieve": []} for name in commands}
     targets = {name: Target(name, command) for name, command in commands.items()}
     try:
+        names = list(targets)
         for round_number in range(args.rounds):
-            # Interleaved, so drift on a shared machine hits every target alike.
+            # Interleaved, so drift on a shared machine hits every target alike,
+            # and each round starts with another target, so no target always
+            # runs just after the disk targets' writeback.
+            order = names[round_number % len(names):] + names[: round_number % len(names)]
             for phase in ("store", "retrieve"):
-                for name, target in targets.items():
+                for name in order:
+                    target = targets[name]
                     requests = _requests(phase, args.requests, round_number)
                     results[name][phase].append(_run(target.address, requests, args.clients))
     finally:
@@ -208,8 +231,10 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
             target.stop()
         shutil.rmtree(data, ignore_errors=True)
 
+    steal = _steal(cpu_before, _cpu_times())
     print(f"\nscenario {scenario}: {args.requests} requests x {args.rounds} rounds, {args.clients} client "
-          f"threads, {CONVERSATIONS} conversations, {os.cpu_count()} CPUs, load average at start {load:.2f}")
+          f"threads, {CONVERSATIONS} conversations, {os.cpu_count()} CPUs, load average at start {load:.2f}, "
+          f"CPU steal during the run {steal}")
     print("median requests/s; 'ceiling' is the median of each round's ratio to the ceiling measured in that")
     print("round (paired, so drift on a shared machine cancels), with the lowest and highest round in brackets")
     print(f"{'target':<10} {'store/s':>8} {'ceiling':>17} {'retrieve/s':>11} {'ceiling':>17}  goal")
