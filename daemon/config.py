@@ -225,6 +225,9 @@ KEYS: tuple[Key, ...] = (
     Key("summarizer_backoff", Seconds(), 1.0, "seconds before the second try, doubled after each"),
     Key("summary_segments", Integer(1, 64), _DEFAULTS.summary_segments,
         "segments (each with its provenance) the summary is split into at most"),
+    Key("fold_delay", Seconds(), _DEFAULTS.fold_delay,
+        "seconds a conversation's evictions gather before one background fold takes them all "
+        "(fewer summarizer calls; 0: fold at once)"),
     Key("archive_evicted", Boolean(), _DEFAULTS.archive_evicted,
         "keep folded utterances in the backend, searchable and exportable"),
     # --- limits (daemon.limits)

@@ -109,7 +109,7 @@ class ConversationHistory:
         self.folder = Folder(self.backend, self.settings, self.writer, self.counter)
         self.worker: FoldWorker | None = None
         if background:
-            self.worker = FoldWorker(lambda cid: self.folder.fold(cid).done)
+            self.worker = FoldWorker(lambda cid: self.folder.fold(cid).done, delay=self.settings.fold_delay)
             self.worker.recover(self.backend.conversations, lambda cid: bool(self.backend.read(cid).pending))
 
     def close(self) -> None:

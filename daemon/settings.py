@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 __all__ = ["Settings"]
@@ -23,7 +24,9 @@ class Settings:
     ``summary_segments`` is how many
     segments (each with its own provenance) the summary is split into at most;
     ``archive_evicted`` keeps folded utterances cold in the backend
-    (docs/summarization.md).
+    (docs/summarization.md). ``fold_delay`` is how many seconds the
+    background worker lets a conversation's evictions gather before it
+    folds them in one summarizer call.
     """
 
     buffer_size: int = 20
@@ -36,6 +39,7 @@ class Settings:
     query_classifier: bool = False
     summary_segments: int = 4
     archive_evicted: bool = False
+    fold_delay: float = 0.25
 
     def __post_init__(self) -> None:
         for name in (
@@ -49,5 +53,8 @@ class Settings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        delay = self.fold_delay
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay < math.inf:
+            raise ValueError(f"fold_delay must be a finite number of seconds, at least 0, got {delay!r}")
         if self.eviction_policy not in ("fifo", "importance"):
             raise ValueError(f"eviction_policy must be fifo or importance, got {self.eviction_policy!r}")

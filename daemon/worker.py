@@ -5,6 +5,13 @@ its own transaction) and calls ``FoldWorker.submit``; the worker's threads
 fold the conversation's queue while the store has long returned. A
 conversation is folded by one thread at a time; a submit that arrives during
 a fold runs another fold right after it, so nothing queued is left behind.
+A first submit waits ``delay`` seconds before its fold, so the evictions of
+a busy conversation gather into one summarizer call: folding 20 utterances
+at once costs the offline summarizer half as much per utterance as four
+folds of 5 (it re-reads the running summary each time), and a model
+summarizer is called a quarter as often. A read that needs the summary
+current folds at once itself (``Folder.fold``), so nobody waits on it.
+
 A failed fold is retried with exponential backoff; the queue stays in the
 backend meanwhile, so a crash or an outage loses nothing, and ``recover``
 finds queues left by a previous run.
@@ -36,6 +43,8 @@ class FoldWorker:
         retry_delay: seconds before retrying a conversation whose fold did
             not finish, doubled after each failure up to ``max_retry_delay``.
         idle_exit: seconds a thread waits for work before it ends.
+        delay: seconds a conversation's first submit waits, gathering later
+            submits into the same fold.
     """
 
     def __init__(
@@ -46,8 +55,10 @@ class FoldWorker:
         retry_delay: float = 1.0,
         max_retry_delay: float = 60.0,
         idle_exit: float = 10.0,
+        delay: float = 0.0,
     ) -> None:
         self._fold = fold
+        self._delay = delay
         self._max_threads = max(1, threads)
         self._retry_delay = retry_delay
         self._max_retry_delay = max_retry_delay
@@ -68,9 +79,9 @@ class FoldWorker:
             if conversation_id in self._running:
                 self._again.add(conversation_id)
             else:
-                # A conversation waiting out a backoff keeps its time: new
-                # evictions do not make a failing summarizer retry sooner.
-                self._due.setdefault(conversation_id, time.monotonic())
+                # A conversation already due keeps its time: later evictions
+                # join its fold, and do not make a failing summarizer retry sooner.
+                self._due.setdefault(conversation_id, time.monotonic() + self._delay)
             self._start_thread()
             self._cond.notify()
 
@@ -169,7 +180,7 @@ class FoldWorker:
             if done:
                 self._failures.pop(conversation_id, None)
                 if conversation_id in self._again:
-                    self._due.setdefault(conversation_id, now)
+                    self._due.setdefault(conversation_id, now + self._delay)
             else:
                 failures = self._failures.get(conversation_id, 0) + 1
                 self._failures[conversation_id] = failures

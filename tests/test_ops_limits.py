@@ -87,7 +87,10 @@ class TestCountLimits:
 
     def test_a_conversation_buffer_size_over_max_utterances_is_refused(self):
         """Accepted, such a buffer never evicts before the limit and every later store is refused."""
-        with running(config(buffer_size=3, max_utterances_per_conversation=5)) as server, channel_to(server) as channel:
+        # The limit counts utterances awaiting their fold, so each store waits
+        # for the fold its eviction started: this tiny limit holds no backlog.
+        cfg = config(buffer_size=3, max_utterances_per_conversation=5, fold_delay=0.0)
+        with running(cfg) as server, channel_to(server) as channel:
             meta = {"conversation_id": "budget"}
             error = _refusal(ask, channel, "Set the buffer size to 10", metadata=meta)
             assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -95,6 +98,7 @@ class TestCountLimits:
             assert server.history.backend.read("budget").settings == {}
             for n in range(1, 8):
                 ask(channel, f"Add utterance: number {n}", metadata=meta)
+                assert server.history.worker is not None and server.history.worker.idle(10)
             ask(channel, "Set the buffer size to 5", metadata=meta)
             _unharmed(channel, conversation="budget")
 

@@ -158,6 +158,89 @@ class TestFoldWorker:
         assert fold.calls == ["c1"]
 
 
+class TestFoldDelay:
+    """Evictions gather for ``delay`` seconds and fold in one call; reads never wait for it."""
+
+    def test_submits_within_the_delay_fold_once(self, worker_factory):
+        fold = _Recorder()
+        worker = worker_factory(fold, delay=0.5)
+        for _ in range(5):
+            worker.submit("c1")
+        worker.submit("c2")
+        assert worker.idle(5)
+        assert sorted(fold.calls) == ["c1", "c2"]
+
+    def test_without_a_delay_every_submit_after_a_fold_folds_again(self, worker_factory):
+        fold = _Recorder()
+        worker = worker_factory(fold)
+        for _ in range(3):
+            worker.submit("c1")
+            assert worker.idle(5)
+        assert fold.calls == ["c1", "c1", "c1"]
+
+    def test_a_submit_during_a_fold_waits_the_delay_and_folds_once_more(self, worker_factory):
+        fold = _Recorder()
+        fold.release.clear()
+        worker = worker_factory(fold, delay=0.2)
+        worker.submit("c1")
+        assert fold.started.wait(5)
+        for _ in range(4):
+            worker.submit("c1")
+        fold.release.set()
+        assert worker.idle(5)
+        assert fold.calls == ["c1", "c1"]
+
+    def test_fewer_summarizer_calls_and_every_utterance_summarized(self):
+        """Stores 20 ms apart, every other one evicting: the delay turns ~20 folds into a few, losing nothing."""
+        calls: dict[float, int] = {}
+        for delay in (0.0, 0.5):
+            history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=delay))
+            counted = _CountingSummarizer(history.offline)
+            history.writer.primary = counted
+            try:
+                for i in range(44):
+                    history.query(f"Add utterance: Fact {i}: item {i} costs {i * 3} euros.")
+                    time.sleep(0.02)  # a conversation's pace, not a burst: each fold has time to finish
+                assert history.worker is not None and history.worker.idle(10)
+                state = history.backend.read("default")
+                assert state.pending == [] and state.summary.through_seq == 40
+                calls[delay] = counted.calls
+            finally:
+                history.close()
+        assert calls[0.5] < calls[0.0] / 2, calls
+
+    def test_a_summary_read_does_not_wait_for_the_delay(self):
+        history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=3600))
+        try:
+            for i in range(8):
+                history.query(f"Add utterance: Fact {i}: the code word is zebra{i}.")
+            assert len(history.backend.read("default").pending) == 4  # gathering for an hour
+            answer = history.query("Get summary")
+            assert answer.metadata["summary_pending"] == 0
+            assert answer.metadata["summary_through_seq"] == 4
+            assert "zebra" in answer.result["summary"]
+        finally:
+            history.close()
+
+    def test_a_negative_or_infinite_delay_is_refused(self):
+        for bad in (-1, float("inf"), True, "1"):
+            with pytest.raises(ValueError, match="fold_delay"):
+                Settings(fold_delay=bad)
+
+
+class _CountingSummarizer:
+    """The offline summarizer, counting its calls."""
+
+    def __init__(self, inner: ExtractiveSummarizer) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.calls = 0
+
+    def summarize(self, previous: str, utterances, token_limit: int) -> str:
+        self.calls += 1
+        return self.inner.summarize(previous, utterances, token_limit)
+
+
 def _slow_claude_writer(base_url: str) -> SummaryWriter:
     config = ClaudeConfig(api_key="sk-test", base_url=base_url, timeout=10, max_retries=0)
     return SummaryWriter(ClaudeSummarizer(config, COUNTER), COUNTER, ExtractiveSummarizer(COUNTER))

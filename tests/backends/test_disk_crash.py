@@ -41,7 +41,9 @@ class TestKilledDaemon:
 
     def test_sigkill_mid_stream_loses_no_acknowledged_utterance(self, tmp_path: Path) -> None:
         data = tmp_path / "data"
-        flags = ("--backend", "disk", "--data-dir", str(data), "--buffer-size", "10", "--eviction-batch", "3")
+        # Folds start at once, so summaries are being committed when the kill comes.
+        flags = ("--backend", "disk", "--data-dir", str(data), "--buffer-size", "10", "--eviction-batch", "3",
+                 "--fold-delay", "0")
         daemon = DaemonProcess(*flags)
         acked: dict[str, dict[int, str]] = {cid: {} for cid in CONVERSATIONS}
         stop = threading.Event()
