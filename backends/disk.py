@@ -375,6 +375,8 @@ class DiskBackend:
     def _commit(self, batch: list[Request]) -> None:
         """Decide and write ``batch`` in one transaction; errors of one decide stay its own."""
         staged: dict[str, _Cached] = {}
+        # _storage's checks, spelled out: every store passes here, and a
+        # generator-based context manager would add its own cost to each.
         if self._closed:
             raise StorageError("the disk backend is closed")
         try:
@@ -405,10 +407,7 @@ class DiskBackend:
     ) -> _Cached:
         """_write for the usual store (see _plain_append): one short utterance into the open block."""
         seq = utterance.seq
-        previous = current.open_records
-        if previous is None:
-            previous = {u.seq: encode_in_block(u) for u in old.open}
-        open_records = {**previous, seq: encode_in_block(utterance)}
+        open_records = {**_open_records(current, old), seq: encode_in_block(utterance)}
         new_meta = Meta(
             token=self._tokens.next(),
             next_seq=new_state.next_seq,
@@ -467,9 +466,7 @@ class DiskBackend:
         cache = self._cache
         own_below = old.own_below
         old_open = block_of(state.next_seq)
-        previous = current.open_records
-        if previous is None:
-            previous = {u.seq: encode_in_block(u) for u in old.open}
+        previous = _open_records(current, old)
         encoded: dict[int, str] = {}  # block records encoded for this change, by seq
         blocks: set[int] = set()  # blocks to write again from new_state
         opening: list[Utterance] = []  # new short utterances joining the open block
@@ -635,9 +632,16 @@ def _plain_append(change: Change, state: ConversationState, new_state: Conversat
     return (
         seq >= state.next_seq
         and (not old.buffer or seq > old.buffer.last)
-        and (seq - 1) // BLOCK_SIZE == (state.next_seq - 1) // BLOCK_SIZE == (new_state.next_seq - 1) // BLOCK_SIZE
+        and block_of(seq) == block_of(state.next_seq) == block_of(new_state.next_seq)
         and not has_own_record(utterance, old.own_below)
     )
+
+
+def _open_records(current: _Cached, old: Meta) -> dict[int, str]:
+    """The open block's utterances as encoded in the meta record, by seq: the cached ones if any."""
+    if current.open_records is not None:
+        return current.open_records
+    return {u.seq: encode_in_block(u) for u in old.open}
 
 
 def _block_content(state: ConversationState, block: int, own_below: int) -> list[Utterance]:

@@ -67,9 +67,9 @@ def _canned_responses() -> dict[str, daemon_pb2.QueryResponse]:
 
     history = ConversationHistory()
     for i in range(25):
-        history.query(_store_text(i), {"conversation_id": "c0"})
+        history.query(store_text(i), {"conversation_id": "c0"})
     out = {}
-    for kind, text in (("store", _store_text(25)), ("retrieve", "Get the last 5 utterances")):
+    for kind, text in (("store", store_text(25)), ("retrieve", "Get the last 5 utterances")):
         result = history.query(text, {"conversation_id": "c0"})
         out[kind] = daemon_pb2.QueryResponse(
             operation=result.operation,
@@ -102,7 +102,7 @@ def serve_null() -> None:
 # --- driving a server ---------------------------------------------------------------
 
 
-def _store_text(i: int) -> str:
+def store_text(i: int) -> str:
     return f"Add utterance: message {i} about the weather in Paris and the train to Lyon tomorrow"
 
 
@@ -157,7 +157,7 @@ def _requests(kind: str, count: int, round_number: int) -> list[daemon_pb2.Query
     """Each round writes to its own conversations, so buffers are the same size every round."""
     out = []
     for i in range(count):
-        text = _store_text(i) if kind == "store" else "Get the last 5 utterances"
+        text = store_text(i) if kind == "store" else "Get the last 5 utterances"
         request = daemon_pb2.QueryRequest(query=text)
         request.metadata.update({"conversation_id": f"round{round_number}-c{i % CONVERSATIONS}"})
         out.append(request)

@@ -29,14 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backends import open_backend  # noqa: E402
+from bench_backends import store_text  # noqa: E402  (the same stores as over gRPC)
 from daemon.core import ConversationHistory  # noqa: E402
 from daemon.settings import Settings  # noqa: E402
 
 CONVERSATIONS = 8
-
-
-def _text(i: int) -> str:
-    return f"Add utterance: message {i} about the weather in Paris and the train to Lyon tomorrow"
 
 
 def _run(kind: str, stores: int, durability: str) -> list[float]:
@@ -50,9 +47,9 @@ def _run(kind: str, stores: int, durability: str) -> list[float]:
     )
     try:
         for i in range(50):  # warm up: connections, caches, first records
-            history.query(_text(i), {"conversation_id": f"warm{i % CONVERSATIONS}"})
+            history.query(store_text(i), {"conversation_id": f"warm{i % CONVERSATIONS}"})
         metadata = [{"conversation_id": f"c{i % CONVERSATIONS}"} for i in range(CONVERSATIONS)]
-        texts = [_text(i) for i in range(stores)]
+        texts = [store_text(i) for i in range(stores)]
         clock = time.perf_counter
         out = []
         for i, text in enumerate(texts):
