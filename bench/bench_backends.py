@@ -21,16 +21,18 @@ The store phase sends "Add utterance: ..." round-robin over 8 conversations
 utterances" to the same ones.
 Rates are the median of ``--rounds`` runs. A ratio is taken per round,
 against the ceiling measured in that same round, and the median of those
-ratios is reported with its lowest and highest round (targets: memory >=
-70 %, disk >= 40 %). On a shared 2-CPU machine single runs vary by 30 % and
-more; pairing within a round and taking medians over rounds is what makes
-two runs comparable, and the spread says how far to trust them.
+ratios is reported with a 95 % interval for that median (a bootstrap over
+the rounds) and with its lowest and highest round (targets: memory >= 70 %,
+disk >= 40 %). On a shared 2-CPU machine single runs vary by 30 % and more;
+pairing within a round and taking medians over rounds is what makes two runs
+comparable, and the interval says how far to trust a median.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
 import shutil
 import statistics
@@ -236,8 +238,9 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
           f"threads, {CONVERSATIONS} conversations, {os.cpu_count()} CPUs, load average at start {load:.2f}, "
           f"CPU steal during the run {steal}")
     print("median requests/s; 'ceiling' is the median of each round's ratio to the ceiling measured in that")
-    print("round (paired, so drift on a shared machine cancels), with the lowest and highest round in brackets")
-    print(f"{'target':<10} {'store/s':>8} {'ceiling':>17} {'retrieve/s':>11} {'ceiling':>17}  goal")
+    print("round (paired, so drift on a shared machine cancels), its 95 % interval in parentheses, and the")
+    print("lowest and highest round in brackets")
+    print(f"{'target':<10} {'store/s':>8} {'ceiling':>27} {'retrieve/s':>11} {'ceiling':>27}  goal")
     rate = {name: {p: statistics.median(r[p]) for p in r} for name, r in results.items()}
     ratios = {
         name: {p: [x / c for x, c in zip(r[p], results["ceiling"][p])] for p in r} for name, r in results.items()
@@ -247,8 +250,9 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
         row = f"{name:<10}"
         for phase, width in (("store", 8), ("retrieve", 11)):
             paired = ratios[name][phase]
-            spread = f"[{min(paired):.0%}-{max(paired):.0%}]"
-            row += f" {rate[name][phase]:>{width}.0f} {statistics.median(paired):>6.0%} {spread:>10}"
+            low, high = median_interval(paired)
+            spread = f"({low:.0%}-{high:.0%}) [{min(paired):.0%}-{max(paired):.0%}]"
+            row += f" {rate[name][phase]:>{width}.0f} {statistics.median(paired):>6.0%} {spread:>20}"
         goal = TARGETS.get(name)
         if goal is not None:
             met = all(statistics.median(ratios[name][p]) >= goal for p in ("store", "retrieve"))
@@ -256,6 +260,19 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
             row += f"  >= {goal:.0%} of ceiling: {'met' if met else 'NOT met'}"
         print(row)
     return failed
+
+
+def median_interval(values: list[float], share: float = 0.95, resamples: int = 2000) -> tuple[float, float]:
+    """A bootstrap interval for the median of ``values``: where it would fall over other runs like this one.
+
+    Seeded, so the same rounds always print the same interval.
+    """
+    rng = random.Random(0)
+    medians = sorted(
+        statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples)
+    )
+    tail = (1 - share) / 2
+    return medians[int(tail * resamples)], medians[min(resamples - 1, int((1 - tail) * resamples))]
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from backends import open_backend  # noqa: E402
 from bench_backends import store_text  # noqa: E402  (the same stores as over gRPC)
+from percentiles import percentile  # noqa: E402
 from daemon.core import ConversationHistory  # noqa: E402
 from daemon.settings import Settings  # noqa: E402
 
@@ -62,10 +63,6 @@ def _run(kind: str, stores: int, durability: str) -> list[float]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stores", type=int, default=4000, help="stores per backend and round")
@@ -87,9 +84,9 @@ def main() -> int:
             memory,
             disk,
             disk / memory,
-            _percentile(ranked, 0.5) * 1e6,
-            _percentile(ranked, 0.99) * 1e6,
-            _percentile(ranked, 0.999) * 1e6,
+            percentile(ranked, 0.5) * 1e6,
+            percentile(ranked, 0.99) * 1e6,
+            percentile(ranked, 0.999) * 1e6,
             ranked[-1] * 1e6,
             sum(t for t in ranked if t > 1e-3) / sum(ranked),
         )

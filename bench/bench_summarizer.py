@@ -35,6 +35,7 @@ from daemon.summarizer import Summarized, SummaryWriter  # noqa: E402
 from daemon.tokens import default_counter  # noqa: E402
 from daemon.utterance import Summary, Utterance  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic  # noqa: E402
+from percentiles import percentile  # noqa: E402
 
 COUNTER = default_counter()
 _PEOPLE = ["Ada", "Bruno", "Chen", "Dana", "Emeka", "Fatima", "Goran", "Hana"]
@@ -50,11 +51,6 @@ def utterance_text(i: int) -> str:
                 f"day {i % 28 + 1} and the cost is now {1000 + i * 37} euros.")
     return (f"{person} confirmed {topic} is on track. We agreed to spend at most {900 + i * 41} euros "
             f"and to review it again in {i % 6 + 2} weeks. Nothing else is blocking.")
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 def store_round(history: ConversationHistory, stores: int, offset: int, interval: float = 0.0) -> list[float]:
