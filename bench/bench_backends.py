@@ -263,9 +263,11 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
 
 
 def median_interval(values: list[float], share: float = 0.95, resamples: int = 2000) -> tuple[float, float]:
-    """A bootstrap interval for the median of ``values``: where it would fall over other runs like this one.
+    """A bootstrap interval for the median of ``values``: how closely these rounds pin it down.
 
-    Seeded, so the same rounds always print the same interval.
+    Rounds of one run share its stretch of machine noise, so runs taken at
+    other times spread wider than this. Seeded: the same rounds always print
+    the same interval.
     """
     rng = random.Random(0)
     medians = sorted(
