@@ -28,7 +28,6 @@ __all__ = [
     "HEALTH_PREFIX",
     "daemon_handlers",
     "is_daemon_method",
-    "method_name",
     "refusing",
     "rewrap",
 ]
@@ -51,11 +50,6 @@ _FACTORIES: dict[tuple[bool, bool], tuple[Callable[..., grpc.RpcMethodHandler], 
 def is_daemon_method(method: str) -> bool:
     """True for the Daemon service's RPCs (not health, not reflection)."""
     return method.startswith(DAEMON_PREFIX)
-
-
-def method_name(method: str) -> str:
-    """``/daemon.v1.Daemon/Query`` -> ``Query``."""
-    return method.rsplit("/", 1)[-1]
 
 
 def rewrap(
