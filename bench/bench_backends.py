@@ -248,18 +248,20 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
     failed = False
     for name in commands:
         row = f"{name:<10}"
+        medians, intervals = [], []
         for phase, width in (("store", 8), ("retrieve", 11)):
             paired = ratios[name][phase]
-            low, high = median_interval(paired)
+            median, (low, high) = statistics.median(paired), median_interval(paired)
+            medians.append(median)
+            intervals.append((low, high))
             spread = f"({low:.0%}-{high:.0%}) [{min(paired):.0%}-{max(paired):.0%}]"
-            row += f" {rate[name][phase]:>{width}.0f} {statistics.median(paired):>6.0%} {spread:>20}"
+            row += f" {rate[name][phase]:>{width}.0f} {median:>6.0%} {spread:>20}"
         goal = TARGETS.get(name)
         if goal is not None:
-            medians = [statistics.median(ratios[name][p]) for p in ("store", "retrieve")]
             met = all(m >= goal for m in medians)
             failed |= not met
             verdict = "met" if met else "NOT met"
-            if any(low <= goal <= high for low, high in map(median_interval, ratios[name].values())):
+            if any(low <= goal <= high for low, high in intervals):
                 verdict += " (the goal is inside an interval: take more runs)"
             row += f"  >= {goal:.0%} of ceiling: {verdict}"
         print(row)
