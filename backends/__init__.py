@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from backends.base import Backend, Change, ConversationState, apply_change
-from daemon.errors import InvalidRequest
+from chd.backends.base import Backend, Change, ConversationState, apply_change
+from chd.core.errors import InvalidRequest
 
 __all__ = [
     "Backend",
@@ -26,7 +26,7 @@ __all__ = [
 
 
 def _memory(**options: Any) -> Backend:
-    from backends.memory import MemoryBackend
+    from chd.backends.memory import MemoryBackend
 
     if options.get("data_dir") is not None:
         # Accepting it silently would let a user believe their data is on disk.
@@ -35,7 +35,7 @@ def _memory(**options: Any) -> Backend:
 
 
 def _disk(data_dir: Any = None, durability: str | None = None, **options: Any) -> Backend:
-    from backends.disk import DiskBackend
+    from chd.backends.disk import DiskBackend
 
     if data_dir is None:
         raise InvalidRequest("the disk backend needs a directory: --data-dir DIR (or CHD_DATA_DIR)")

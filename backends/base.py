@@ -34,7 +34,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
-from daemon.utterance import Summary, Utterance
+from chd.core.utterance import Summary, Utterance
 
 __all__ = ["ConversationState", "Change", "Backend", "apply_change", "sizes_after", "T"]
 

@@ -50,9 +50,9 @@ from typing import Callable, Iterator, NoReturn
 import diskcache
 import diskcache.core
 
-from backends.base import Change, ConversationState, T, apply_change
-from backends.checkpointer import BACKSTOP, Checkpointer
-from backends.records import (
+from chd.backends.base import Change, ConversationState, T, apply_change
+from chd.backends.checkpointer import BACKSTOP, Checkpointer
+from chd.backends.records import (
     BLOCK_SIZE,
     META_PREFIX,
     SCHEMA_KEY,
@@ -76,11 +76,11 @@ from backends.records import (
     summary_key,
     utterance_key,
 )
-from backends.disk_errors import describe_open_error, is_full
-from backends.group_commit import GroupCommit, Request
-from backends.seq_runs import SeqRuns
-from daemon.errors import StorageError, StorageFull
-from daemon.utterance import Summary, Utterance
+from chd.backends.disk_errors import describe_open_error, is_full
+from chd.backends.group_commit import GroupCommit, Request
+from chd.backends.seq_runs import SeqRuns
+from chd.core.errors import StorageError, StorageFull
+from chd.core.utterance import Summary, Utterance
 
 __all__ = ["DiskBackend", "DURABILITY", "InvalidChange"]
 

@@ -15,8 +15,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from backends.base import Change, ConversationState, T
-from daemon.errors import StorageError
+from chd.backends.base import Change, ConversationState, T
+from chd.core.errors import StorageError
 
 __all__ = ["Request", "GroupCommit"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from backends.base import Change, ConversationState, T, apply_change
+from chd.backends.base import Change, ConversationState, T, apply_change
 
 __all__ = ["MemoryBackend"]
 

@@ -39,9 +39,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, TypeVar
 
-from backends.seq_runs import SeqRuns
-from daemon.errors import StorageError
-from daemon.utterance import Summary, Utterance
+from chd.backends.seq_runs import SeqRuns
+from chd.core.errors import StorageError
+from chd.core.utterance import Summary, Utterance
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -49,7 +49,7 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from daemon.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
+from chd.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
 
 CONVERSATIONS = 8
 SCENARIOS = {
@@ -64,8 +64,8 @@ TARGETS = {"memory": 0.70, "disk": 0.40, "disk-full": None}
 
 def _canned_responses() -> dict[str, daemon_pb2.QueryResponse]:
     """Real responses from the core, captured once, so the ceiling sends the same bytes."""
-    from daemon.core import ConversationHistory
-    from daemon.wire import dict_to_struct
+    from chd.core.history import ConversationHistory
+    from chd.service.wire import dict_to_struct
 
     history = ConversationHistory()
     for i in range(25):
@@ -207,7 +207,7 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
     load = os.getloadavg()[0]
     cpu_before = _cpu_times()
     data = Path(tempfile.mkdtemp(prefix="chd-bench-"))
-    chd = [sys.executable, "-m", "daemon", "serve", "--port", "0", "--log-level", "WARNING", *SCENARIOS[scenario]]
+    chd = [sys.executable, "-m", "chd", "serve", "--port", "0", "--log-level", "WARNING", *SCENARIOS[scenario]]
     commands = {
         "ceiling": [sys.executable, str(Path(__file__).resolve()), "--null-server"],
         "memory": [*chd, "--backend", "memory"],

@@ -28,11 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from backends import open_backend  # noqa: E402
+from chd.backends import open_backend  # noqa: E402
 from bench_backends import store_text  # noqa: E402  (the same stores as over gRPC)
 from percentiles import percentile  # noqa: E402
-from daemon.core import ConversationHistory  # noqa: E402
-from daemon.settings import Settings  # noqa: E402
+from chd.core.history import ConversationHistory  # noqa: E402
+from chd.core.settings import Settings  # noqa: E402
 
 CONVERSATIONS = 8
 

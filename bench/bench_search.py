@@ -24,13 +24,13 @@ from typing import Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.core import ConversationHistory  # noqa: E402
-from daemon.index import ConversationIndex  # noqa: E402
-from daemon.intents import RetrieveIntent  # noqa: E402
-from daemon.retrieval import find_utterances  # noqa: E402
-from daemon.search import terms  # noqa: E402
-from daemon.settings import Settings  # noqa: E402
-from daemon.utterance import Utterance  # noqa: E402
+from chd.core.history import ConversationHistory  # noqa: E402
+from chd.core.memory.index import ConversationIndex  # noqa: E402
+from chd.core.language.intents import RetrieveIntent  # noqa: E402
+from chd.core.memory.retrieval import find_utterances  # noqa: E402
+from chd.core.memory.terms import terms  # noqa: E402
+from chd.core.settings import Settings  # noqa: E402
+from chd.core.utterance import Utterance  # noqa: E402
 
 SEED = 5
 
@@ -51,7 +51,7 @@ def _utterances(rng: random.Random, count: int) -> list[str]:
 
 
 def _old_rank(candidates: Sequence[Utterance], topic: str) -> list[tuple[float, int]]:
-    """The query-time BM25 of commit 961fc11 (daemon/search.py then): the baseline."""
+    """The query-time BM25 of commit 961fc11 (daemon/core/memory/search.py then): the baseline."""
     query = set(terms(topic))
     docs = [Counter(terms(u.text)) for u in candidates]
     average = sum(sum(d.values()) for d in docs) / len(docs) or 1.0

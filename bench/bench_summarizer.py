@@ -26,14 +26,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from daemon.claude import ClaudeConfig, ClaudeSummarizer  # noqa: E402
-from daemon.core import ConversationHistory  # noqa: E402
-from daemon.extractive import ExtractiveSummarizer  # noqa: E402
-from daemon.segments import fold_into  # noqa: E402
-from daemon.settings import Settings  # noqa: E402
-from daemon.summarizer import Summarized, SummaryWriter  # noqa: E402
-from daemon.tokens import default_counter  # noqa: E402
-from daemon.utterance import Summary, Utterance  # noqa: E402
+from chd.core.summaries.claude import ClaudeConfig, ClaudeSummarizer  # noqa: E402
+from chd.core.history import ConversationHistory  # noqa: E402
+from chd.core.summaries.extractive import ExtractiveSummarizer  # noqa: E402
+from chd.core.summaries.segments import fold_into  # noqa: E402
+from chd.core.settings import Settings  # noqa: E402
+from chd.core.summaries.summarizer import Summarized  # noqa: E402
+from chd.core.summaries.writer import SummaryWriter  # noqa: E402
+from chd.core.tokens import default_counter  # noqa: E402
+from chd.core.utterance import Summary, Utterance  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic  # noqa: E402
 from percentiles import percentile  # noqa: E402
 

@@ -24,12 +24,12 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.app import start  # noqa: E402
-from daemon.auth import bearer_metadata  # noqa: E402
-from daemon.config import load  # noqa: E402
-from daemon.core import ConversationHistory  # noqa: E402
-from daemon.server import build_server  # noqa: E402
-from daemon.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
+from chd.service.app import start  # noqa: E402
+from chd.service.auth import bearer_metadata  # noqa: E402
+from chd.service.config import load  # noqa: E402
+from chd.core.history import ConversationHistory  # noqa: E402
+from chd.service.server import build_server  # noqa: E402
+from chd.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
 
 
 def _requests(n: int) -> list[daemon_pb2.QueryRequest]:

@@ -1,4 +1,4 @@
-from daemon.cli import main
+from chd.cli.main import main
 import sys
 
 sys.exit(main())

@@ -1,4 +1,4 @@
-"""Regenerate the Python stubs in daemon/v1/ from protos/.
+"""Regenerate the Python stubs in daemon/v1/ (installed as chd.v1) from protos/.
 
 Run from anywhere: ``python scripts/gen_protos.py``. The generator is the
 grpcio-tools version pinned in pyproject.toml; another version writes other
@@ -34,7 +34,22 @@ def generate(out_dir: Path) -> list[Path]:
     )
     if code != 0:
         raise SystemExit(f"protoc failed with exit code {code}")
-    return sorted(p for p in (out_dir / "daemon" / "v1").iterdir() if p.is_file())
+    generated = sorted(p for p in (out_dir / "daemon" / "v1").iterdir() if p.is_file())
+    for path in generated:
+        _into_chd(path)
+    return generated
+
+
+def _into_chd(path: Path) -> None:
+    """Make a stub import its sibling as ``chd.v1``, the package daemon/ installs as.
+
+    protoc names Python modules after the .proto's path (daemon/v1/), and the
+    file keeps that path so reflection and the wire contract do not change.
+    """
+    text = path.read_text()
+    text = text.replace("from daemon.v1 import ", "from chd.v1 import ")
+    text = text.replace("'daemon.v1.daemon_pb2'", "'chd.v1.daemon_pb2'")
+    path.write_text(text)
 
 
 if __name__ == "__main__":

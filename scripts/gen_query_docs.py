@@ -1,4 +1,4 @@
-"""Rewrite docs/query-language.md from daemon/guide.py (run from the repository root).
+"""Rewrite docs/query-language.md from daemon/core/language/guide.py (run from the repository root).
 
     python scripts/gen_query_docs.py          # write the document
     python scripts/gen_query_docs.py --check  # exit 1 if it is out of date
@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from daemon.instructions import render_markdown  # noqa: E402
+from chd.core.language.instructions import render_markdown  # noqa: E402
 
 DOC = ROOT / "docs" / "query-language.md"
 

@@ -14,11 +14,11 @@ from typing import Iterator, Sequence
 import grpc
 import pytest
 
-from backends import Backend, open_backend
-from daemon.core import ConversationHistory
-from daemon.server import Server, build_server
-from daemon.settings import Settings
-from daemon.v1 import daemon_pb2, daemon_pb2_grpc
+from chd.backends import Backend, open_backend
+from chd.core.history import ConversationHistory
+from chd.service.server import Server, build_server
+from chd.core.settings import Settings
+from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,7 +77,7 @@ def chd_env() -> dict[str, str]:
 def run_chd(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run the ``chd`` CLI from this checkout as a separate process."""
     return subprocess.run(
-        [sys.executable, "-m", "daemon", *args],
+        [sys.executable, "-m", "chd", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -92,7 +92,7 @@ class DaemonProcess:
     def __init__(self, *args: str, prefix: Sequence[str] = ()) -> None:
         """``prefix`` runs the daemon through a wrapper, e.g. ``unshare``."""
         self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "daemon", "serve", "--port", "0", *args],
+            [*prefix, sys.executable, "-m", "chd", "serve", "--port", "0", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
-from backends.base import Change, ConversationState
-from daemon.core import ConversationHistory
-from daemon.guide import DEMO_CONVERSATION
-from daemon.utterance import Utterance
+from chd.backends.base import Change, ConversationState
+from chd.core.history import ConversationHistory
+from chd.core.language.guide import DEMO_CONVERSATION
+from chd.core.utterance import Utterance
 
 __all__ = ["seed_demo", "OLD_SEQS", "RECENT_SEQS"]
 

@@ -14,13 +14,13 @@ from typing import Any, Iterator, Sequence
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from backends.memory import MemoryBackend
-from daemon.app import start
-from daemon.auth import bearer_metadata
-from daemon.config import Config, load
-from daemon.server import Server
-from daemon.utterance import Utterance
-from daemon.v1 import daemon_pb2, daemon_pb2_grpc
+from chd.backends.memory import MemoryBackend
+from chd.service.app import start
+from chd.service.auth import bearer_metadata
+from chd.service.config import Config, load
+from chd.service.server import Server
+from chd.core.utterance import Utterance
+from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
 
 def config(**values: Any) -> Config:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from backends.memory import MemoryBackend
-from daemon.core import ConversationHistory
-from daemon.errors import InvalidRequest, NotFound, TooLarge
-from daemon.settings import Settings
-from daemon.v1 import daemon_pb2_grpc
+from chd.backends.memory import MemoryBackend
+from chd.core.history import ConversationHistory
+from chd.core.errors import InvalidRequest, NotFound, TooLarge
+from chd.core.settings import Settings
+from chd.v1 import daemon_pb2_grpc
 from tests.conftest import query
 from tests.demo_conversation import seed_demo
 
@@ -122,9 +122,9 @@ class TestConfigure:
 
     def test_a_lowered_limit_folds_like_a_waiting_read_not_like_the_patient_worker(self) -> None:
         """With the model down, the configure tries it once and falls back, no retries or backoff sleeps."""
-        from daemon.extractive import ExtractiveSummarizer
-        from daemon.summarizer import SummaryWriter
-        from daemon.tokens import default_counter
+        from chd.core.summaries.extractive import ExtractiveSummarizer
+        from chd.core.summaries.writer import SummaryWriter
+        from chd.core.tokens import default_counter
         from tests.ops_support import DownSummarizer
 
         down, slept = DownSummarizer(), []

@@ -8,11 +8,11 @@ import anthropic
 import grpc
 import pytest
 
-from daemon.classifier import ClaudeClassifier, tool_definitions
-from daemon.core import ConversationHistory
-from daemon.errors import InvalidRequest
-from daemon.settings import Settings
-from daemon.v1 import daemon_pb2_grpc
+from chd.core.language.classifier import ClaudeClassifier, tool_definitions
+from chd.core.history import ConversationHistory
+from chd.core.errors import InvalidRequest
+from chd.core.settings import Settings
+from chd.v1 import daemon_pb2_grpc
 from tests.conftest import DaemonProcess, query
 from tests.demo_conversation import seed_demo
 from tests.fake_anthropic import FakeAnthropic, Reply, Stall, Status, ToolUse, refused_url
@@ -208,7 +208,7 @@ class TestClassifierTools:
 
     def test_every_tool_schema_lists_only_real_parameters(self) -> None:
         """Each operation's tool has its parameters plus confidence, never at_most."""
-        from daemon.intents import field_sources
+        from chd.core.language.intents import field_sources
 
         for tool in tool_definitions():
             if tool["name"] == "not_understood":

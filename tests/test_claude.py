@@ -8,12 +8,12 @@ import grpc
 import pytest
 
 from tests.conftest import DaemonProcess
-from daemon.claude import SYSTEM_PROMPT, ClaudeConfig, ClaudeSummarizer, merge_prompt
-from daemon.extractive import ExtractiveSummarizer
-from daemon.summarizer import SummaryWriter, build_writer
-from daemon.tokens import default_counter
-from daemon.utterance import Utterance
-from daemon.v1 import daemon_pb2, daemon_pb2_grpc
+from chd.core.summaries.claude import SYSTEM_PROMPT, ClaudeConfig, ClaudeSummarizer, merge_prompt
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.writer import SummaryWriter, build_writer
+from chd.core.tokens import default_counter
+from chd.core.utterance import Utterance
+from chd.v1 import daemon_pb2, daemon_pb2_grpc
 from tests.fake_anthropic import FakeAnthropic, Reply, Stall, Status, refused_url
 
 COUNTER = default_counter()

@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from daemon.core import ConversationHistory
-from daemon.errors import InvalidRequest, NotFound, TooLarge
-from daemon.settings import Settings
+from chd.core.history import ConversationHistory
+from chd.core.errors import InvalidRequest, NotFound, TooLarge
+from chd.core.settings import Settings
 
 
 def store(h: ConversationHistory, text: str, speaker: str = "user", **metadata) -> dict:

@@ -6,8 +6,8 @@ import grpc
 import pytest
 
 from conftest import DaemonProcess, run_chd
-from daemon.auth import BearerAuthInterceptor
-from daemon.v1 import daemon_pb2, daemon_pb2_grpc
+from chd.service.auth import BearerAuthInterceptor
+from chd.v1 import daemon_pb2, daemon_pb2_grpc
 from ops_support import ask, channel_to, code_of, health_status, running
 
 TOKEN = "s3cret-token"

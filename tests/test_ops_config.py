@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import DaemonProcess, chd_env, run_chd
-from daemon.config import KEYS, ConfigError, load, render, to_settings
-from daemon.settings import Settings
+from chd.service.config import KEYS, ConfigError, load, render, to_settings
+from chd.core.settings import Settings
 
 
 def _file(tmp_path, text: str) -> str:  # type: ignore[no-untyped-def]
@@ -159,7 +159,7 @@ def _run_config(args: list[str], env: dict[str, str]):  # type: ignore[no-untype
 
     from conftest import ROOT
 
-    return subprocess.run([sys.executable, "-m", "daemon", "config", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "chd", "config", *args], capture_output=True, text=True,
                           timeout=30, env=env, cwd=ROOT)
 
 
@@ -167,7 +167,7 @@ def test_operations_doc_lists_every_key_as_the_table_says():
     """docs/operations.md carries config.key_table() verbatim, so a new key cannot go undocumented."""
     from pathlib import Path
 
-    from daemon.config import KEYS, key_table
+    from chd.service.config import KEYS, key_table
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
     assert key_table() in doc

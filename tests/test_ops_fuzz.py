@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.v1 import daemon_pb2
+from chd.v1 import daemon_pb2
 from ops_support import ask, channel_to, health_status, request, running
 
 FORBIDDEN = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}

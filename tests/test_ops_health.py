@@ -12,8 +12,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from conftest import DaemonProcess
-from daemon.server import SERVICE_NAME
-from daemon.app import start
+from chd.service.server import SERVICE_NAME
+from chd.service.app import start
 from ops_support import GatedBackend, ask, channel_to, config, health_status, running
 
 

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from conftest import DaemonProcess, run_chd
-from daemon.config import ConfigError
-from daemon.tls import ClientSecurity, open_channel
+from chd.service.config import ConfigError
+from chd.service.tls import ClientSecurity, open_channel
 from ops_support import ask, code_of, config, health_status, running
 
 

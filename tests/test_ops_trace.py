@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from conftest import DaemonProcess, run_chd
-from daemon.tracelog import TRACE_LOGGER, JsonFormatter
+from chd.service.tracelog import TRACE_LOGGER, JsonFormatter
 from ops_support import ask, channel_to, code_of, running
 
 SECRET_TEXT = "my card number is 4111"
@@ -79,7 +79,7 @@ class TestTraceLines:
         assert (line["conversation"], line["operation"], line["outcome"], line["items"]) == ("t2", "remove", "NOT_FOUND", 0)
 
     def test_purpose_and_instructions_are_traced_too(self, trace):
-        from daemon.v1 import daemon_pb2, daemon_pb2_grpc
+        from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
         with running() as server, channel_to(server) as channel:
             daemon_pb2_grpc.DaemonStub(channel).GetPurpose(daemon_pb2.GetPurposeRequest(), timeout=5)

@@ -8,8 +8,8 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from daemon.wire import struct_to_dict as to_dict
-from daemon.v1 import daemon_pb2
+from chd.service.wire import struct_to_dict as to_dict
+from chd.v1 import daemon_pb2
 from ops_support import ask, channel_to, running
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.errors import InvalidRequest
-from daemon.parser import parse
+from chd.core.errors import InvalidRequest
+from chd.core.language.parser import parse
 
 
 class TestStore:
@@ -48,7 +48,7 @@ class TestStore:
     def test_store_without_text_is_refused(self) -> None:
         """'Add utterance:' with nothing after it is an error, not an empty utterance."""
         with pytest.raises(InvalidRequest):
-            from daemon.intents import build_intent
+            from chd.core.language.intents import build_intent
 
             build_intent("store", parse("Add utterance:").fields, {}, {})
 

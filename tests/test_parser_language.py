@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from daemon.core import ConversationHistory
-from daemon.errors import InvalidRequest
-from daemon.numbers import parse_number
-from daemon.parser import Ambiguous, NotUnderstood, closest_forms, parse
+from chd.core.history import ConversationHistory
+from chd.core.errors import InvalidRequest
+from chd.core.language.numbers import parse_number
+from chd.core.language.parser import Ambiguous, NotUnderstood, closest_forms, parse
 
 
 class TestEquivalentPhrasings:
@@ -221,7 +221,7 @@ class TestRobustness:
     @given(st.lists(st.sampled_from(_FUZZ_WORDS), min_size=1, max_size=10).map(" ".join))
     def test_any_mix_of_grammar_words_is_answered_or_refused(self, text: str) -> None:
         """No ValueError, KeyError or the like escapes the core."""
-        from daemon.errors import DaemonError
+        from chd.core.errors import DaemonError
 
         history = ConversationHistory()
         history.query("Add utterance: hello")

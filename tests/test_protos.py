@@ -1,4 +1,4 @@
-"""The committed stubs in daemon/v1 are exactly what the .proto generates."""
+"""The committed stubs in daemon/v1 (chd.v1) are exactly what the .proto generates."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class TestGeneratedStubs:
 
     def test_contract_has_the_three_rpcs(self) -> None:
         """The service exposes Query, GetPurpose and GetInstructions in package daemon.v1."""
-        from daemon.v1 import daemon_pb2
+        from chd.v1 import daemon_pb2
 
         service = daemon_pb2.DESCRIPTOR.services_by_name["Daemon"]
         assert service.full_name == "daemon.v1.Daemon"
@@ -45,4 +45,4 @@ class TestGeneratedStubs:
         assert [(f.name, f.number) for f in request.fields] == [("query", 1), ("metadata", 2), ("data", 3)]
         response = daemon_pb2.QueryResponse.DESCRIPTOR
         assert [(f.name, f.number) for f in response.fields] == [("operation", 1), ("result", 2), ("metadata", 3)]
-        assert sys.modules["daemon.v1.daemon_pb2"] is daemon_pb2
+        assert sys.modules["chd.v1.daemon_pb2"] is daemon_pb2

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from daemon.configure import effective_settings
-from daemon.core import ConversationHistory
-from daemon.errors import DaemonError
-from daemon.server import status_for
-from daemon.settings import Settings
+from chd.core.memory.configure import effective_settings
+from chd.core.history import ConversationHistory
+from chd.core.errors import DaemonError
+from chd.service.server import status_for
+from chd.core.settings import Settings
 from tests.demo_conversation import seed_demo
 
 CORPUS = Path(__file__).parent / "corpus" / "queries.jsonl"

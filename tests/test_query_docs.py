@@ -10,15 +10,15 @@ from typing import Any, Iterator
 import grpc
 import pytest
 
-from daemon.core import ConversationHistory
-from daemon.errors import InvalidRequest
-from daemon.guide import GUIDE, PARAMETERS, Example
-from daemon.instructions import INSTRUCTIONS, render_instructions, render_markdown
-from daemon.intents import OPERATIONS, field_sources
-from daemon.parser import parse
-from daemon.server import Server, build_server
-from daemon.settings import Settings
-from daemon.v1 import daemon_pb2, daemon_pb2_grpc
+from chd.core.history import ConversationHistory
+from chd.core.errors import InvalidRequest
+from chd.core.language.guide import GUIDE, PARAMETERS, Example
+from chd.core.language.instructions import INSTRUCTIONS, render_instructions, render_markdown
+from chd.core.language.intents import OPERATIONS, field_sources
+from chd.core.language.parser import parse
+from chd.service.server import Server, build_server
+from chd.core.settings import Settings
+from chd.v1 import daemon_pb2, daemon_pb2_grpc
 from tests.conftest import ROOT, query
 from tests.demo_conversation import seed_demo
 
@@ -30,7 +30,7 @@ class TestOneSource:
     """The document is generated, GetInstructions renders the same guide, nothing is missing."""
 
     def test_committed_document_is_what_the_guide_renders(self) -> None:
-        """Edit daemon/guide.py and run scripts/gen_query_docs.py, never the .md by hand."""
+        """Edit daemon/core/language/guide.py and run scripts/gen_query_docs.py, never the .md by hand."""
         assert DOC.read_text(encoding="utf-8") == render_markdown()
 
     def test_generator_check_mode_passes_on_the_committed_document(self) -> None:
@@ -75,7 +75,7 @@ class TestSourcesAreTrue:
         """Parse the corpus and the guide; each (operation, parameter) said to come from text appears."""
         import json
 
-        from daemon.guide import NOT_IN_TEXT
+        from chd.core.language.guide import NOT_IN_TEXT
 
         texts = [json.loads(line)["query"] for line in (ROOT / "tests/corpus/queries.jsonl").read_text().splitlines()]
         texts += [_concrete(f) for g in GUIDE for f in g.forms] + [e.query for _, e in EXAMPLES]

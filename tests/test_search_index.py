@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from backends.memory import MemoryBackend
-from daemon.core import ConversationHistory
-from daemon.index import ConversationIndex
-from daemon.settings import Settings
+from chd.backends.memory import MemoryBackend
+from chd.core.history import ConversationHistory
+from chd.core.memory.index import ConversationIndex
+from chd.core.settings import Settings
 
 WORDS = ["paris", "rain", "budget", "hotel", "train", "museum", "dinner", "flight"]
 

@@ -11,11 +11,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from daemon.core import ConversationHistory
-from daemon.instructions import PURPOSE
-from daemon.server import build_server
-from daemon.settings import Settings
-from daemon.v1 import daemon_pb2
+from chd.core.history import ConversationHistory
+from chd.core.language.instructions import PURPOSE
+from chd.service.server import build_server
+from chd.core.settings import Settings
+from chd.v1 import daemon_pb2
 
 from tests.conftest import query
 
@@ -120,7 +120,7 @@ class TestStatusCodes:
         server = build_server(Broken(settings=Settings()), "127.0.0.1", 0)
         try:
             with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-                from daemon.v1 import daemon_pb2_grpc
+                from chd.v1 import daemon_pb2_grpc
 
                 got, details = code_of(daemon_pb2_grpc.DaemonStub(channel), "Get summary")
             assert got == grpc.StatusCode.INTERNAL
@@ -166,7 +166,7 @@ class TestShutdown:
         server = build_server(Slow(settings=Settings()), "127.0.0.1", 0)
         answers: list = []
         with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            from daemon.v1 import daemon_pb2_grpc
+            from chd.v1 import daemon_pb2_grpc
 
             stub = daemon_pb2_grpc.DaemonStub(channel)
             worker = threading.Thread(target=lambda: answers.append(query(stub, "Add utterance: in flight")))

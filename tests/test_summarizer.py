@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.extractive import ExtractiveSummarizer
-from daemon.summarizer import SummarizerError, SummaryWriter, build_writer
-from daemon.tokens import default_counter
-from daemon.utterance import Utterance
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.summarizer import SummarizerError
+from chd.core.summaries.writer import SummaryWriter, build_writer
+from chd.core.tokens import default_counter
+from chd.core.utterance import Utterance
 
 COUNTER = default_counter()
 

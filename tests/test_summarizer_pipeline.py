@@ -9,13 +9,13 @@ import grpc
 import pytest
 
 from tests.conftest import DaemonProcess, query, run_chd
-from daemon.core import ConversationHistory
-from daemon.extractive import ExtractiveSummarizer
-from daemon.server import build_server
-from daemon.settings import Settings
-from daemon.summarizer import SummaryWriter
-from daemon.tokens import default_counter
-from daemon.v1 import daemon_pb2_grpc
+from chd.core.history import ConversationHistory
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.service.server import build_server
+from chd.core.settings import Settings
+from chd.core.summaries.writer import SummaryWriter
+from chd.core.tokens import default_counter
+from chd.v1 import daemon_pb2_grpc
 from tests.talk import fact
 
 COUNTER = default_counter()
@@ -159,13 +159,13 @@ class TestContext:
         assert answer["context"] == "" and answer["tokens"] == 0
 
     def test_a_token_limit_outside_a_context_retrieve_is_refused(self, small):
-        from daemon.errors import InvalidRequest
+        from chd.core.errors import InvalidRequest
 
         with pytest.raises(InvalidRequest, match="token_limit applies to a context retrieve"):
             small.query("Get all utterances", {}, {"token_limit": 100})
 
     def test_context_with_a_filter_is_refused(self, small):
-        from daemon.errors import InvalidRequest
+        from chd.core.errors import InvalidRequest
 
         with pytest.raises(InvalidRequest, match="context retrieve takes only token_limit"):
             small.query("Get context", {}, {"topic": "coins"})
@@ -224,7 +224,7 @@ class TestForgettingReallyForgets:
         assert after.archive == before.archive and after.summary == before.summary
 
     def test_a_singular_remove_counts_archived_matches_and_refuses_many(self, archived):
-        from daemon.errors import InvalidRequest
+        from chd.core.errors import InvalidRequest
 
         fill(archived, 10)  # assistant: seqs 2, 4, 6 archived, 8 and 10 in the buffer
         archived.query("Remove utterance 10")
@@ -265,7 +265,7 @@ class TestForgettingReallyForgets:
         assert all(s.seq_from > 1 for s in folding_on_store.backend.read("default").summary.segments)
 
     def test_removing_an_utterance_that_never_existed_is_not_found(self, folding_on_store):
-        from daemon.errors import NotFound
+        from chd.core.errors import NotFound
 
         fill(folding_on_store, 3)
         with pytest.raises(NotFound):
@@ -324,9 +324,9 @@ class TestReadsDoNotWaitForASlowModel:
     """A read that must fold waits for a busy model only so long, then folds offline."""
 
     def test_get_summary_folds_offline_when_the_worker_is_stuck_on_the_model(self, gated, monkeypatch):
-        import daemon.core
+        import chd.core.history
 
-        monkeypatch.setattr(daemon.core, "READ_WAIT", 0.2)
+        monkeypatch.setattr(chd.core.history, "READ_WAIT", 0.2)
         history, gate = gated
         answer = history.query("Get summary")
         assert answer.metadata["summary_pending"] == 0

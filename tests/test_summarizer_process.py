@@ -11,12 +11,13 @@ import grpc
 import pytest
 
 from conftest import DaemonProcess
-from daemon.extractive import ExtractiveSummarizer
-from daemon.summarizer import SummarizerError, build_writer
-from daemon.summarizer_process import ProcessSummarizer
-from daemon.tokens import default_counter
-from daemon.utterance import Utterance
-from daemon.v1 import daemon_pb2, daemon_pb2_grpc
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.summarizer import SummarizerError
+from chd.core.summaries.writer import build_writer
+from chd.core.summaries.process import ProcessSummarizer
+from chd.core.tokens import default_counter
+from chd.core.utterance import Utterance
+from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
 
 def _batch(start: int, count: int = 5) -> list[Utterance]:

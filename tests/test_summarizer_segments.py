@@ -7,11 +7,11 @@ from typing import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.extractive import ExtractiveSummarizer
-from daemon.segments import MIN_SEGMENT_TOKENS, compact, fold_into, forget, segment_count
-from daemon.summarizer import Summarized
-from daemon.tokens import default_counter
-from daemon.utterance import Summary, SummarySegment, Utterance
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.segments import MIN_SEGMENT_TOKENS, compact, fold_into, forget, segment_count
+from chd.core.summaries.summarizer import Summarized
+from chd.core.tokens import default_counter
+from chd.core.utterance import Summary, SummarySegment, Utterance
 from tests.talk import fact
 
 COUNTER = default_counter()

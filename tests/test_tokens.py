@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from daemon.tokens import TiktokenCounter, default_counter
+from chd.core.tokens import TiktokenCounter, default_counter
 
 from tests.conftest import chd_env
 
@@ -57,7 +57,7 @@ def test_counting_works_with_network_blocked(tmp_path) -> None:
         socket.socket = refuse
         socket.create_connection = refuse
         socket.getaddrinfo = refuse
-        from daemon.tokens import default_counter
+        from chd.core.tokens import default_counter
         print(default_counter().count("hello world"))
         """
     )

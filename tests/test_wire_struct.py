@@ -10,8 +10,8 @@ from google.protobuf import struct_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.v1 import daemon_pb2
-from daemon.wire import dict_to_struct, fill_struct, struct_to_dict
+from chd.v1 import daemon_pb2
+from chd.service.wire import dict_to_struct, fill_struct, struct_to_dict
 
 
 class _Level(enum.IntEnum):

@@ -11,16 +11,16 @@ from typing import Iterator
 import grpc
 import pytest
 
-import backends
+import chd.backends
 from tests.conftest import DaemonProcess
-from daemon.claude import ClaudeConfig, ClaudeSummarizer
-from daemon.core import ConversationHistory
-from daemon.extractive import ExtractiveSummarizer
-from daemon.settings import Settings
-from daemon.summarizer import SummaryWriter
-from daemon.tokens import default_counter
-from daemon.v1 import daemon_pb2, daemon_pb2_grpc
-from daemon.worker import FoldWorker
+from chd.core.summaries.claude import ClaudeConfig, ClaudeSummarizer
+from chd.core.history import ConversationHistory
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.settings import Settings
+from chd.core.summaries.writer import SummaryWriter
+from chd.core.tokens import default_counter
+from chd.v1 import daemon_pb2, daemon_pb2_grpc
+from chd.core.summaries.worker import FoldWorker
 from tests.fake_anthropic import FakeAnthropic
 
 COUNTER = default_counter()
@@ -303,7 +303,7 @@ def _query(stub, text: str) -> daemon_pb2.QueryResponse:
 
 
 @pytest.mark.skipif(
-    "disk" not in backends.BACKENDS,
+    "disk" not in chd.backends.BACKENDS,
     reason="needs the disk backend (issue 3, built on another branch); runs once it is merged",
 )
 class TestCrashWithQueuedBatches:
@@ -348,7 +348,7 @@ class _FullDisk:
     """A memory backend whose commits fail as a full disk does, until told otherwise."""
 
     def __init__(self) -> None:
-        from backends.memory import MemoryBackend
+        from chd.backends.memory import MemoryBackend
 
         self.inner = MemoryBackend()
         self.full = False
@@ -357,7 +357,7 @@ class _FullDisk:
         return self.inner.read(conversation_id)
 
     def transact(self, conversation_id, decide):
-        from daemon.errors import StorageFull
+        from chd.core.errors import StorageFull
 
         if self.full:
             raise StorageFull("disk full")

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from daemon.v1 import daemon_pb2 as daemon_dot_v1_dot_daemon__pb2
+from chd.v1 import daemon_pb2 as daemon_dot_v1_dot_daemon__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

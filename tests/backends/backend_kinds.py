@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from backends import Backend, open_backend
-from backends.base import Change, ConversationState
-from daemon.utterance import Utterance
+from chd.backends import Backend, open_backend
+from chd.backends.base import Change, ConversationState
+from chd.core.utterance import Utterance
 from tests.conftest import BACKEND_KINDS, open_test_backend
 
 CUSTOM_BACKEND = "tests.backends.optimistic_backend:OptimisticBackend"

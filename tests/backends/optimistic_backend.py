@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from backends.base import Change, ConversationState, T, apply_change
-from daemon.errors import StorageError
+from chd.backends.base import Change, ConversationState, T, apply_change
+from chd.core.errors import StorageError
 
 __all__ = ["OptimisticBackend"]
 

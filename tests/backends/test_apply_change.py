@@ -7,7 +7,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends.base import Change, ConversationState, apply_change, sizes_after
+from chd.backends.base import Change, ConversationState, apply_change, sizes_after
 from tests.backends.backend_kinds import utterance
 
 # Seq-ordered lists (the contract) and removals that hit the front, the back,

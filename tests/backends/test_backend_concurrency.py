@@ -8,10 +8,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from daemon.core import ConversationHistory
-from daemon.server import build_server
-from daemon.settings import Settings
-from daemon.v1 import daemon_pb2_grpc
+from chd.core.history import ConversationHistory
+from chd.service.server import build_server
+from chd.core.settings import Settings
+from chd.v1 import daemon_pb2_grpc
 from tests.backends.backend_kinds import CONTRACT_KINDS, open_contract_backend
 from tests.conftest import query
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends import Backend
-from backends.base import Change, ConversationState, apply_change
-from daemon.errors import NotFound
-from daemon.utterance import Summary, SummarySegment
+from chd.backends import Backend
+from chd.backends.base import Change, ConversationState, apply_change
+from chd.core.errors import NotFound
+from chd.core.utterance import Summary, SummarySegment
 from tests.backends.backend_kinds import CONTRACT_KINDS, append_next, open_contract_backend, utterance
 
 

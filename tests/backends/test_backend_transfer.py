@@ -9,15 +9,15 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from backends import Change, open_backend
-from backends.disk import DiskBackend
-from backends.memory import MemoryBackend
-from backends.transfer import export_lines, import_states, parse_lines
-from daemon.core import ConversationHistory
-from daemon.errors import InvalidRequest
-from daemon.server import build_server
-from daemon.settings import Settings
-from daemon.v1 import daemon_pb2_grpc
+from chd.backends import Change, open_backend
+from chd.backends.disk import DiskBackend
+from chd.backends.memory import MemoryBackend
+from chd.core.transfer import export_lines, import_states, parse_lines
+from chd.core.history import ConversationHistory
+from chd.core.errors import InvalidRequest
+from chd.service.server import build_server
+from chd.core.settings import Settings
+from chd.v1 import daemon_pb2_grpc
 from tests.conftest import DaemonProcess, query, run_chd
 
 SETTINGS = Settings(buffer_size=6, eviction_batch=2)
@@ -76,7 +76,7 @@ class TestRoundTrip:
         """Same answers from an in-memory daemon and a disk daemon fed by `chd import`.
 
         Both servers run in this process: ExtractiveSummarizer sums float
-        scores over a set (daemon/extractive.py, ``_score``), so a tie between
+        scores over a set (daemon/core/summaries/extractive.py, ``_score``), so a tie between
         two sentences can break differently in processes with different
         PYTHONHASHSEED, and `summarize` answers with it.
         """

@@ -9,10 +9,10 @@ from pathlib import Path
 import diskcache
 import pytest
 
-from backends.base import Change
-from backends.checkpointer import BACKSTOP
-from backends.disk import DiskBackend, InvalidChange
-from backends.records import (
+from chd.backends.base import Change
+from chd.backends.checkpointer import BACKSTOP
+from chd.backends.disk import DiskBackend, InvalidChange
+from chd.backends.records import (
     BLOCK_SIZE,
     LONG_TEXT,
     SCHEMA_KEY,
@@ -21,9 +21,9 @@ from backends.records import (
     meta_key,
     utterance_key,
 )
-from daemon.core import ConversationHistory
-from daemon.errors import StorageError, StorageFull
-from daemon.settings import Settings
+from chd.core.history import ConversationHistory
+from chd.core.errors import StorageError, StorageFull
+from chd.core.settings import Settings
 from tests.backends.backend_kinds import append_next, utterance
 
 

@@ -8,8 +8,8 @@ import threading
 import time
 from pathlib import Path
 
-from backends.checkpointer import BACKSTOP, WAKE_AFTER, Checkpointer
-from backends.disk import DiskBackend
+from chd.backends.checkpointer import BACKSTOP, WAKE_AFTER, Checkpointer
+from chd.backends.disk import DiskBackend
 from tests.backends.backend_kinds import append_next
 
 # Generous: how long the checkpoint thread may take to get to a checkpoint

@@ -12,10 +12,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from backends.disk import DiskBackend
-from daemon.core import ConversationHistory
-from daemon.settings import Settings
-from daemon.v1 import daemon_pb2_grpc
+from chd.backends.disk import DiskBackend
+from chd.core.history import ConversationHistory
+from chd.core.settings import Settings
+from chd.v1 import daemon_pb2_grpc
 from tests.conftest import ROOT, DaemonProcess, chd_env, query
 
 CONVERSATIONS = ("alpha", "beta")
@@ -99,9 +99,9 @@ class TestKilledDaemon:
 _KILL_DURING_STORE = textwrap.dedent(
     """
     import os, signal, sys
-    from backends.disk import DiskBackend
-    from daemon.core import ConversationHistory
-    from daemon.settings import Settings
+    from chd.backends.disk import DiskBackend
+    from chd.core.history import ConversationHistory
+    from chd.core.settings import Settings
 
     backend = DiskBackend(sys.argv[1])
     real_set, calls = backend._cache.set, [0]

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends.base import Change, ConversationState, apply_change
-from backends.disk import DiskBackend
-from backends.records import (
+from chd.backends.base import Change, ConversationState, apply_change
+from chd.backends.disk import DiskBackend
+from chd.backends.records import (
     BLOCK_SIZE,
     LONG_TEXT,
     SCHEMA_KEY,
@@ -31,8 +31,8 @@ from backends.records import (
     summary_key,
     utterance_key,
 )
-from daemon.errors import StorageError
-from daemon.utterance import Summary, SummarySegment
+from chd.core.errors import StorageError
+from chd.core.utterance import Summary, SummarySegment
 from tests.backends.backend_kinds import append_next, utterance
 
 LONG = "a long text " * (LONG_TEXT // 10)

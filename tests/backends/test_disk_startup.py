@@ -13,11 +13,11 @@ import diskcache
 import grpc
 import pytest
 
-from backends.records import SCHEMA_KEY
-from daemon.cli import _parser
-from daemon import config
-from daemon.storage_cli import open_storage
-from daemon.v1 import daemon_pb2_grpc
+from chd.backends.records import SCHEMA_KEY
+from chd.cli.main import _parser
+from chd.service import config
+from chd.cli.storage import open_storage
+from chd.v1 import daemon_pb2_grpc
 from tests.backends.backend_kinds import CUSTOM_BACKEND
 from tests.conftest import ROOT, DaemonProcess, chd_env, query, run_chd
 
@@ -57,7 +57,7 @@ def read_only(directory: Path) -> list[str]:
 def serve_fails(*args: str, prefix: Sequence[str] = ()) -> str:
     """Run `chd serve` expecting it to refuse; its one line of stderr."""
     done = subprocess.run(
-        [*prefix, sys.executable, "-m", "daemon", "serve", "--port", "0", *args],
+        [*prefix, sys.executable, "-m", "chd", "serve", "--port", "0", *args],
         capture_output=True, text=True, timeout=60, env=chd_env(), cwd=ROOT,
     )
     assert done.returncode == 1, (done.stdout, done.stderr)

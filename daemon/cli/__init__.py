@@ -1,0 +1,1 @@
+"""The ``chd`` command line: serve, query, purpose, instructions, config, export, import."""

@@ -1,0 +1,493 @@
+"""The conversation history core: answers ``query(text, metadata, data)``.
+
+Transport-free on purpose: the gRPC servicer and the tests call the same
+object, and nothing here imports grpc. Every write goes through
+``Backend.transact`` with a pure decision function, so the core holds no
+conversation state of its own and a failed query changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from chd.backends.base import Backend, Change, ConversationState
+from chd.backends.memory import MemoryBackend
+from chd.core.language.classifier import QueryClassifier
+from chd.core.memory.configure import configure, effective_settings
+from chd.core.memory.context import build_context
+from chd.core.errors import InvalidRequest, NotFound, TooLarge
+from chd.core.memory.eviction import evictions_for_store
+from chd.core.language.fields import as_str
+from chd.core.summaries.folding import FoldReport, Folder
+from chd.core.memory.index import IndexCache
+from chd.core.language.instructions import INSTRUCTIONS, PURPOSE
+from chd.core.language.intents import (
+    ConfigureIntent,
+    Intent,
+    MarkIntent,
+    RemoveIntent,
+    RetrieveIntent,
+    StatsIntent,
+    StoreIntent,
+    SummarizeIntent,
+    build_intent,
+)
+from chd.core.memory.marking import mark
+from chd.core.memory.retrieval import find_utterances
+from chd.core.summaries.segments import Forgotten, forget
+from chd.core.memory.selection import (
+    archived_victims,
+    check_at_most,
+    missing_seq_message,
+    remove_victims,
+    segment_touched,
+    summarize_scope,
+)
+from chd.core.settings import Settings
+from chd.core.memory.stats import conversation_stats
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.summarizer import Summarized, Summarizer
+from chd.core.summaries.writer import SummaryWriter
+from chd.core.tokens import TokenCounter, default_counter
+from chd.core.language.understanding import understand
+from chd.core.utterance import Speaker, Summary, SummarySegment, Utterance, now_rfc3339
+from chd.core.summaries.worker import FoldWorker
+
+__all__ = ["ConversationHistory", "QueryResult", "DEFAULT_CONVERSATION"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONVERSATION = "default"
+MAX_CONVERSATION_ID = 256
+# Seconds a read waits for a background fold of its conversation before it
+# folds offline itself: a healthy model call ends well within it.
+READ_WAIT = 10.0
+
+
+@dataclass(slots=True)
+class QueryResult:
+    """What a query returns: the wire response, before any transport."""
+
+    operation: str
+    result: dict[str, Any]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class ConversationHistory:
+    """Rolling buffers of utterances with running summaries, per conversation."""
+
+    def __init__(
+        self,
+        backend: Backend | None = None,
+        settings: Settings | None = None,
+        summarizer: Summarizer | None = None,
+        counter: TokenCounter | None = None,
+        classifier: QueryClassifier | None = None,
+        *,
+        writer: SummaryWriter | None = None,
+        background: bool = True,
+    ) -> None:
+        """Args beyond the obvious: ``classifier`` (Claude) reads queries the
+        rules are unsure of (None: the rules alone); ``writer`` wraps
+        ``summarizer`` with retries and the offline fallback (built from
+        ``summarizer`` when None); ``background`` False folds on the store
+        itself (no worker threads)."""
+        self.backend: Backend = backend if backend is not None else MemoryBackend()
+        self.settings = settings or Settings()
+        self.counter: TokenCounter = counter or default_counter()
+        self.classifier = classifier
+        # Search indexes: a cache derived from the backend (daemon/core/memory/index.py).
+        self.indexes = IndexCache()
+        self.offline = ExtractiveSummarizer(self.counter)
+        if writer is None:
+            primary = summarizer or self.offline
+            fallback = None if isinstance(primary, ExtractiveSummarizer) else self.offline
+            writer = SummaryWriter(primary, self.counter, fallback)
+        self.writer = writer
+        self.summarizer: Summarizer = writer.primary
+        self.folder = Folder(self.backend, self.settings, self.writer, self.counter)
+        self.worker: FoldWorker | None = None
+        if background:
+            self.worker = FoldWorker(lambda cid: self.folder.fold(cid).done, delay=self.settings.fold_delay)
+            self.worker.recover(self.backend.conversations, lambda cid: bool(self.backend.read(cid).pending))
+
+    def close(self) -> None:
+        """Stop the background worker (queues stay in the backend), then close storage."""
+        if self.worker is not None:
+            self.worker.stop()
+        closer = getattr(self.summarizer, "close", None)
+        if callable(closer):
+            closer()  # the Claude client's HTTP connections
+        self.backend.close()
+
+    # --- the Daemon Interface ------------------------------------------------
+
+    def get_purpose(self) -> str:
+        return PURPOSE
+
+    def get_instructions(self) -> str:
+        return INSTRUCTIONS
+
+    def query(
+        self,
+        text: str,
+        metadata: Mapping[str, Any] | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> QueryResult:
+        """Parse and run one query; raise a DaemonError before changing anything."""
+        metadata = metadata or {}
+        data = data or {}
+        conversation_id = self._conversation_id(metadata)
+        understood = understand(text, metadata, data, self.classifier)
+        outcome = self.execute(understood.intent, conversation_id)
+        outcome.metadata["confidence"] = understood.confidence
+        if understood.interpreted_by != "rules":
+            outcome.metadata["interpreted_by"] = understood.interpreted_by
+        return outcome
+
+    def execute(self, intent: Intent, conversation_id: str) -> QueryResult:
+        if isinstance(intent, StoreIntent):
+            return self._store(intent, conversation_id)
+        if isinstance(intent, RetrieveIntent):
+            return self._retrieve(intent, conversation_id)
+        if isinstance(intent, RemoveIntent):
+            return self._remove(intent, conversation_id)
+        if isinstance(intent, SummarizeIntent):
+            return self._summarize(intent, conversation_id)
+        if isinstance(intent, ConfigureIntent):
+            return QueryResult("configure", *configure(self.backend, self.settings, self._fold_now, intent, conversation_id))
+        if isinstance(intent, MarkIntent):
+            return QueryResult("mark", *mark(self.backend, intent, conversation_id))
+        if isinstance(intent, StatsIntent):
+            state = self.backend.read(conversation_id)
+            stats = conversation_stats(state, effective_settings(self.settings, state.settings))
+            return QueryResult(
+                "stats", stats, {"conversation_id": conversation_id, "items_affected": 0, "tokens_used": 0}
+            )
+        raise InvalidRequest(f"unsupported intent {type(intent).__name__}")
+
+    # --- convenience methods named in the spec -------------------------------
+
+    def get_last_n(self, n: int, conversation_id: str = DEFAULT_CONVERSATION) -> list[dict[str, Any]]:
+        """The newest ``n`` utterances, oldest first."""
+        return self._retrieve(RetrieveIntent(last_n=n), conversation_id).result["utterances"]
+
+    def get_summary(self, conversation_id: str = DEFAULT_CONVERSATION) -> dict[str, Any]:
+        """The running summary and what it covers."""
+        return self._retrieve(RetrieveIntent(summary_only=True), conversation_id).result
+
+    def add_utterance(
+        self,
+        text: str,
+        speaker: Speaker = "user",
+        turn_number: int | None = None,
+        conversation_id: str = DEFAULT_CONVERSATION,
+    ) -> dict[str, Any]:
+        """Store one utterance without going through the language parser."""
+        fields: dict[str, Any] = {"text": text, "speaker": speaker}
+        if turn_number is not None:
+            fields["turn_number"] = turn_number
+        intent = build_intent("store", fields, {}, {})
+        assert isinstance(intent, StoreIntent)
+        return self._store(intent, conversation_id).result
+
+    def _store(self, intent: StoreIntent, conversation_id: str) -> QueryResult:
+        settings = self.settings
+        if len(intent.text) > settings.max_utterance_chars:
+            raise TooLarge(
+                f"utterance has {len(intent.text)} characters, more than the limit of "
+                f"{settings.max_utterance_chars}"
+            )
+        tokens = self.counter.count(intent.text)
+        timestamp = now_rfc3339()
+
+        def decide(state: ConversationState) -> tuple[Change, tuple[Utterance, list[Utterance], int]]:
+            limits = effective_settings(settings, state.settings)
+            if tokens > limits.max_tokens:
+                raise TooLarge(
+                    f"utterance has {tokens} tokens, more than the buffer's max_tokens of "
+                    f"{limits.max_tokens}"
+                )
+            if intent.turn_number is not None:
+                turn = intent.turn_number
+            elif intent.speaker == "user":
+                turn = state.last_turn + 1
+            else:
+                # Assistant and system utterances join the current turn; before
+                # any user utterance that is turn 0, the preamble.
+                turn = state.last_turn
+            utterance = Utterance(
+                conversation_id=conversation_id,
+                seq=state.next_seq,
+                speaker=intent.speaker,
+                text=intent.text,
+                turn_number=turn,
+                timestamp=timestamp,
+                tokens=tokens,
+            )
+            evicted = evictions_for_store(state.utterances, utterance, limits, state.buffer_tokens)
+            queue = settings.summarization_enabled
+            change = Change(
+                append=[utterance],
+                remove={u.seq for u in evicted},
+                pending_add=evicted if queue else [],
+                archive_add=evicted if not queue and settings.archive_evicted else [],
+                next_seq=state.next_seq + 1,
+                last_turn=max(state.last_turn, turn),
+            )
+            index = len(state.utterances) - len(evicted)
+            pending = len(state.pending) + (len(evicted) if queue else 0)
+            return change, (utterance, evicted, index, pending)
+
+        utterance, evicted, index, pending = self.backend.transact(conversation_id, decide)
+        self._note_store(conversation_id, utterance, evicted)
+        if evicted and settings.summarization_enabled:
+            # Summarizing is the worker's job: the store has already returned
+            # by the time a slow model answers.
+            if self.worker is not None:
+                self.worker.submit(conversation_id)
+            else:
+                self.fold(conversation_id)
+        return QueryResult(
+            "store",
+            {"utterance": utterance.to_dict(index), "evicted": [u.seq for u in evicted]},
+            {
+                "conversation_id": conversation_id,
+                "items_affected": 1,
+                "tokens_used": tokens,
+                "summary_pending": pending,
+            },
+        )
+
+    def _retrieve(self, intent: RetrieveIntent, conversation_id: str) -> QueryResult:
+        if intent.context:
+            return self._context(intent, conversation_id)
+        wants_summary = intent.include_summary or intent.summary_only
+        report = self._fold_now(conversation_id) if wants_summary else None
+        state = self.backend.read(conversation_id)
+        result: dict[str, Any] = {}
+        tokens_used = 0
+        utterances: list[dict[str, Any]] = []
+        if not intent.summary_only:
+            if intent.archived:
+                # The archive is cold storage: searched as it is, no live index.
+                result = find_utterances(_as_buffer(state, state.archive), intent, None, time.time())
+                for u in result["utterances"]:
+                    # An archived utterance has no place in the buffer.
+                    u.pop("utterance_index", None)
+                    u["archived"] = True
+            else:
+                index = self.indexes.get(conversation_id) if intent.topic is not None else None
+                result = find_utterances(state, intent, index, time.time())
+            utterances = result["utterances"]
+            tokens_used += sum(u["tokens"] for u in utterances)
+        metadata: dict[str, Any] = {
+            "conversation_id": conversation_id,
+            "items_affected": len(utterances),
+        }
+        if intent.archived:
+            metadata["archive_evicted"] = self.settings.archive_evicted
+        if wants_summary:
+            result |= _summary_fields(state)
+            tokens_used += state.summary.tokens
+            metadata |= self._coverage(state, report)
+        metadata["tokens_used"] = tokens_used
+        return QueryResult("retrieve", result, metadata)
+
+    def _context(self, intent: RetrieveIntent, conversation_id: str) -> QueryResult:
+        """The summary plus the newest utterances that fit, ready to paste into a prompt."""
+        report = self._fold_now(conversation_id)
+        state = self.backend.read(conversation_id)
+        limits = effective_settings(self.settings, state.settings)
+        limit = intent.token_limit or limits.summary_token_limit + limits.max_tokens
+        context = build_context(state.summary.text, state.utterances, limit, self.counter)
+        positions = {u.seq: i for i, u in enumerate(state.utterances)}
+        return QueryResult(
+            "retrieve",
+            {
+                "context": context.text,
+                "tokens": context.tokens,
+                "token_limit": limit,
+                "summary": context.summary,
+                "utterances": [u.to_dict(positions[u.seq]) for u in context.utterances],
+                "summary_through_seq": state.summary.through_seq,
+                "summary_pending": len(state.pending),
+            },
+            {
+                "conversation_id": conversation_id,
+                "items_affected": len(context.utterances),
+                "tokens_used": context.tokens,
+            }
+            | self._coverage(state, report),
+        )
+
+    def _remove(self, intent: RemoveIntent, conversation_id: str) -> QueryResult:
+        def decide(state: ConversationState) -> tuple[Change, tuple[list[Utterance], Forgotten]]:
+            victims = remove_victims(state, intent)
+            archived = archived_victims(state, intent)
+            check_at_most(sorted([*victims, *archived], key=lambda u: u.seq), intent)
+            if intent.all:
+                segments = len(state.summary.segments)
+                forgotten = Forgotten(Summary(), dropped=segments) if segments else Forgotten(None)
+            else:
+                gone = {u.seq for u in archived}
+
+                def remaining(segment: SummarySegment) -> list[Utterance]:
+                    return [
+                        u for u in state.archive
+                        if segment.seq_from <= u.seq <= segment.seq_to and u.seq not in gone
+                    ]
+
+                limit = effective_settings(self.settings, state.settings).summary_token_limit
+                forgotten = forget(
+                    state.summary, limit, segment_touched(state, intent, [*victims, *archived]), remaining,
+                    self._rebuild, self.counter,
+                )
+                if intent.seq is not None and not victims and not archived and forgotten.summary is None:
+                    raise NotFound(missing_seq_message(state, intent.seq))
+            seqs = {u.seq for u in victims}
+            change = Change(
+                remove=seqs & {u.seq for u in state.utterances},
+                pending_remove=seqs & {u.seq for u in state.pending},
+                archive_remove={u.seq for u in archived},
+                summary=forgotten.summary,
+            )
+            return change, (sorted([*victims, *archived], key=lambda u: u.seq), forgotten)
+
+        removed, forgotten = self.backend.transact(conversation_id, decide)
+        return QueryResult(
+            "remove",
+            {
+                "removed": [u.seq for u in removed],
+                "summary_segments_dropped": forgotten.dropped,
+                "summary_segments_rebuilt": forgotten.rebuilt,
+            },
+            {
+                "conversation_id": conversation_id,
+                "items_affected": len(removed),
+                "tokens_used": sum(u.tokens for u in removed),
+            },
+        )
+
+    def _summarize(self, intent: SummarizeIntent, conversation_id: str) -> QueryResult:
+        report = self._fold_now(conversation_id)
+        state = self.backend.read(conversation_id)
+        limit = intent.token_limit or effective_settings(self.settings, state.settings).summary_token_limit
+        previous, covered = summarize_scope(state, intent)
+        written: Summarized | None = None
+        if not covered and self.counter.count(previous) <= limit:
+            text = previous  # nothing to add: no need to call a model
+        else:
+            written = self.writer.write(previous, covered, limit, patient=False)
+            text = written.text
+        tokens = self.counter.count(text)
+        return QueryResult(
+            "summarize",
+            {
+                "summary": text,
+                "tokens": tokens,
+                "token_limit": limit,
+                "utterances_covered": len(covered),
+            },
+            {
+                "conversation_id": conversation_id,
+                "items_affected": len(covered),
+                "tokens_used": tokens,
+            }
+            | self._coverage(state, report, written),
+        )
+
+    # --- summarization -----------------------------------------------------------
+
+    def fold(self, conversation_id: str) -> bool:
+        """Fold the conversation's queued evicted utterances now; True when none are left.
+
+        See daemon/core/summaries/folding.py: utterances leave the queue only in the commit
+        that stores the summary holding them.
+        """
+        return self.folder.fold(conversation_id).done
+
+    def _fold_now(self, conversation_id: str) -> FoldReport:
+        """Fold what is queued before answering with the summary, so it is never stale.
+
+        The caller is waiting: it waits for a fold in progress at most
+        READ_WAIT seconds, and tries the configured summarizer once (not at
+        all just after it failed) before the offline fallback.
+        """
+        return self.folder.fold(conversation_id, patient=False, wait=READ_WAIT)
+
+    def _rebuild(self, survivors: Sequence[Utterance], limit: int) -> Summarized:
+        # Inside a remove's transaction: the offline summarizer is fast and
+        # deterministic, as a decide function must be.
+        return Summarized(self.offline.summarize("", survivors, limit), self.offline.name)
+
+    def _coverage(
+        self, state: ConversationState, report: FoldReport | None, written: Summarized | None = None
+    ) -> dict[str, Any]:
+        """What the summary covers and who wrote it, for every response carrying it."""
+        out = _summary_coverage(state) | {"summarizer": self.writer.name}
+        outcomes = [*(report.written if report else ()), *((written,) if written else ())]
+        errors = [w.error for w in outcomes if w.error]
+        segments = state.summary.segments
+        if not outcomes and segments and segments[-1].error:
+            errors.append(segments[-1].error)
+        if errors:
+            out["summarizer_error"] = errors[-1]
+        fallbacks = sum(1 for s in segments if s.error)
+        if fallbacks:
+            out["summary_fallback_segments"] = fallbacks
+        if report is not None and report.error:
+            out["fold_error"] = report.error
+        return out
+
+    def _note_store(self, conversation_id: str, utterance: Utterance, evicted: list[Utterance]) -> None:
+        # Keep a live search index in step with this store (~20 us at 10k
+        # utterances, bench/bench_search.py) so the next search does not pay
+        # for it; an index nobody searched yet is built on first search instead.
+        index = self.indexes.peek(conversation_id)
+        if index is not None:
+            with index.lock:
+                index.note_store(utterance, (u.seq for u in evicted))
+
+    # --- helpers -------------------------------------------------------------
+
+    @staticmethod
+    def _conversation_id(metadata: Mapping[str, Any]) -> str:
+        if "conversation_id" not in metadata:
+            return DEFAULT_CONVERSATION
+        value = as_str("metadata.conversation_id", metadata["conversation_id"])
+        if len(value) > MAX_CONVERSATION_ID:
+            raise InvalidRequest(
+                f"metadata.conversation_id is {len(value)} characters long; "
+                f"the limit is {MAX_CONVERSATION_ID}"
+            )
+        return value
+
+
+def _as_buffer(state: ConversationState, utterances: list[Utterance]) -> ConversationState:
+    """``state`` with ``utterances`` in the buffer's place, to search the archive alike."""
+    return ConversationState(
+        conversation_id=state.conversation_id,
+        next_seq=state.next_seq,
+        last_turn=state.last_turn,
+        utterances=utterances,
+        summary=state.summary,
+        settings=state.settings,
+    )
+
+
+def _summary_fields(state: ConversationState) -> dict[str, Any]:
+    return {
+        "summary": state.summary.text,
+        "summary_tokens": state.summary.tokens,
+    } | _summary_coverage(state)
+
+
+def _summary_coverage(state: ConversationState) -> dict[str, Any]:
+    return {
+        "summary_through_seq": state.summary.through_seq,
+        "summary_pending": len(state.pending),
+    }

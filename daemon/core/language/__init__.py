@@ -1,0 +1,1 @@
+"""The query language: from a sentence (or ``data.operation``) to a typed intent."""

@@ -1,0 +1,100 @@
+"""Configure phrasings: set, read and reset a conversation's limits.
+
+"Set the token budget to 4000", "buffer_size=50", "use the importance eviction
+policy", "what is the buffer size?", "reset the settings".
+"""
+
+from __future__ import annotations
+
+import re
+
+from chd.core.language.grammar.query import Query
+from chd.core.language.grammar.reading import Reading
+from chd.core.language.grammar.vocab import FLAGS
+from chd.core.language.numbers import NUM, parse_number
+
+__all__ = ["read_configure"]
+
+# Most specific first: "summary token limit" also contains "token limit".
+_NAMES: tuple[tuple[str, str], ...] = (
+    ("summary_token_limit", r"summary[\s_-]*(?:token[\s_-]*)?(?:limit|budget|cap|max(?:imum)?)"
+     r"|max(?:imum)?[\s_-]*summary[\s_-]*(?:tokens?|size|length)|summary[\s_-]*tokens"),
+    ("max_tokens", r"max(?:imum)?[\s_-]*tokens|(?:buffer(?:'s)?\s+)?token[\s_-]*(?:budget|limit|cap)"
+     r"|tokens?\s+(?:budget|cap)|context\s+budget|budget"),
+    ("buffer_size", r"buffer[\s_-]*(?:size|length|capacity|limit)|(?:max(?:imum)?|number\s+of)\s+"
+     r"(?:utterances|messages)(?:\s+(?:kept|in\s+the\s+buffer))?|(?:utterance|message)\s+(?:limit|cap)"),
+    ("eviction_policy", r"eviction[\s_-]*(?:policy|strategy|mode|order|rule)|eviction|policy"),
+)
+# Only with a value: "limit the buffer to 50 utterances", "cap the summary at 200 tokens".
+_VALUE_ONLY_NAMES = (("buffer", r"(?:rolling\s+)?buffer"), ("summary_token_limit", r"summary(?:\s+(?:size|length))?"))
+
+_NUMBER_VALUE = (
+    rf"(?:\s+(?:to|at|=|of|as|be|is)|\s*[=:])?\s*(?P<v>{NUM})"
+    r"(?:\s*(?P<unit>tokens?|utterances?|messages?|items?|entries))?\b"
+)
+_POLICY = r"(?P<p>fifo|first[\s-]in[\s-]first[\s-]out|oldest[\s-]first|importance(?:[\s-]based)?|by\s+importance|important[\s-](?:ones\s+)?last)"
+_POLICY_VALUE = rf"(?:\s+(?:to|=|as|be|is)|\s*[=:])?\s*(?:the\s+)?{_POLICY}(?:\s+(?:policy|eviction|mode|strategy))*\b"
+_POLICY_PHRASES = (
+    rf"\b(?:use|switch\s+to|enable|turn\s+on|choose|pick|select|apply|adopt)\s+(?:the\s+|an?\s+)?{_POLICY}"
+    r"(?:\s+(?:eviction|policy|mode|strategy))*\b",
+    r"\bevict\s+(?:utterances\s+|messages\s+)?(?P<p>by\s+importance|oldest\s+first|(?:the\s+)?unimportant\s+(?:ones\s+)?first)\b",
+)
+_SET_VERB = (
+    r"^(?:set|change|update|make|raise|lower|increase|reduce|decrease|adjust|put|configure|use|switch"
+    r"|limit|cap|bump|shrink|grow|restrict|modify|fix|give)\b"
+)
+_READ_VERB = (
+    r"^(?:what(?:'s|\s+is|\s+are|\s+was)?|which|show|get|display|list|tell\s+me|read|check|print|view"
+    r"|see|give\s+me|report|current)\b"
+)
+_SETTINGS_NOUN = r"\b(?:settings|configuration|config|limits|options|parameters|budgets|overrides|setup)\b"
+_RESET = (
+    r"^(?:reset|restore|revert|clear|drop|remove|undo)\s+(?:all\s+)?(?:the\s+|my\s+|this\s+conversation's\s+|its\s+)?"
+    r"(?:settings|configuration|config|limits|overrides|budget\s+overrides)"
+    r"(?:\s+(?:to|back\s+to)\s+(?:the\s+)?defaults?)?\b"
+    r"|^(?:use|restore|go\s+back\s+to|revert\s+to|reset\s+to)\s+(?:the\s+)?defaults?(?:\s+(?:settings|configuration|limits))?\b"
+)
+_WORDS = frozenset(
+    """set change update make raise lower increase reduce decrease adjust put configure use switch limit cap
+    bump shrink grow restrict modify fix give what's is are was which show get display list tell read check
+    print view see report current settings configuration config limits options parameters budgets
+    overrides setup conversation's policy eviction mode strategy value values new""".split()
+)
+
+
+def _policy(word: str) -> str:
+    return "importance" if re.search(r"import|unimportant", word, FLAGS) else "fifo"
+
+
+def read_configure(text: str) -> Reading | None:
+    q = Query(text)
+    fields: dict[str, object] = {}
+    if q.take(_RESET):
+        fields["reset"] = True
+    setting = q.search(_SET_VERB) is not None
+    for pattern in _POLICY_PHRASES:
+        if m := q.take(pattern):
+            fields["eviction_policy"] = _policy(m.group("p"))
+    named = False
+    for name, alias in _NAMES:
+        while m := q.take(rf"\b(?:the\s+)?(?:{alias})\b" + (_POLICY_VALUE if name == "eviction_policy" else _NUMBER_VALUE)):
+            fields[name] = _policy(m.group("p")) if name == "eviction_policy" else parse_number(m.group("v"))
+            if name == "buffer_size" and (m.group("unit") or "").lower().startswith("token"):
+                fields["max_tokens"] = fields.pop("buffer_size")
+            named = True
+        if q.take(rf"\b(?:the\s+)?(?:{alias})\b"):
+            named = True
+    if setting:
+        for name, alias in _VALUE_ONLY_NAMES:
+            if m := q.take(rf"\b(?:the\s+)?(?:{alias})\b{_NUMBER_VALUE}"):
+                unit = (m.group("unit") or "").lower()
+                key = "max_tokens" if name == "buffer" and unit.startswith("token") else name
+                fields["buffer_size" if key == "buffer" else key] = parse_number(m.group("v"))
+    changes = {k for k in fields if k != "reset"}
+    reads = not changes and (named or q.search(_SETTINGS_NOUN)) and q.search(_READ_VERB)
+    if not (fields or reads):
+        return None
+    if not changes and not fields.get("reset") and not reads:
+        return None
+    q.take(_SET_VERB if setting else _READ_VERB)
+    return Reading("configure", fields, q.unexplained(_WORDS), q.total_words)

@@ -1,0 +1,85 @@
+"""The query being read: polite wrapping removed, quoted text protected.
+
+Rules cut what they understand out of ``Query.text``; whatever is left and
+is not a filler word is *unexplained*, and the share of unexplained words
+is what lowers the parser's confidence. Matching ignores case but never
+rewrites the text, so a topic or stored text comes back as the caller wrote it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Pattern
+
+from chd.core.language.grammar.vocab import FILLERS, FLAGS
+
+__all__ = ["Query", "strip_politeness", "QUOTED"]
+
+_POLITE_PREFIX = re.compile(
+    r"^(?:(?:hey|hi|hello|ok(?:ay)?|so|now|alright|right|well|and|also|then|daemon|chd)\b[,!]?\s*)*"
+    r"(?:(?:please|pls|kindly)\s+)?"
+    r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+|kindly\s+)?"
+    r"|(?:i(?:'d|\s+would)\s+like(?:\s+you)?\s+to|i\s+want(?:\s+you)?\s+to|i\s+need(?:\s+you)?\s+to"
+    r"|let(?:'s|\s+us)|go\s+ahead\s+and|be\s+so\s+kind\s+as\s+to|help\s+me)\s+)?"
+    r"(?:(?:please|kindly|just)\s+)?",
+    FLAGS,
+)
+_POLITE_SUFFIX = re.compile(
+    r"(?:[\s,]+(?:please|pls|thanks|thank\s+you|thx|for\s+me|if\s+you\s+can|if\s+possible|right\s+now))*"
+    r"[\s.!?]*$",
+    FLAGS,
+)
+# Quotes open at a word start and close at a word end, so the apostrophes
+# of "what's" or "the user's" are not taken for quotes.
+QUOTED = re.compile(
+    r"\"([^\"]*)\"|\u201c([^\u201d]*)\u201d|\u2018([^\u2019]*)\u2019|(?<![\w'])'([^']*)'(?![\w])"
+)
+_PLACEHOLDER = re.compile(r"\u27e6(\d+)\u27e7")
+_WORD = re.compile(r"\u27e6\d+\u27e7|[\w'#]+", re.UNICODE)
+# What a rule leaves of "what's" or "they're" after taking the word itself.
+_CONTRACTION = re.compile(r"'(?:s|re|d|ll|ve|m)", re.IGNORECASE)
+
+
+def strip_politeness(text: str) -> str:
+    """``text`` without "please", "could you", "thanks", "?" and the like around it."""
+    text = _POLITE_PREFIX.sub("", text.strip(), count=1)
+    return _POLITE_SUFFIX.sub("", text, count=1).strip()
+
+
+class Query:
+    """A query being read by the rules."""
+
+    def __init__(self, text: str) -> None:
+        self.original = text
+        self.quotes: list[str] = []
+
+        def protect(match: re.Match[str]) -> str:
+            self.quotes.append(next(g for g in match.groups() if g is not None))
+            return f"\u27e6{len(self.quotes) - 1}\u27e7"
+
+        self.text = strip_politeness(QUOTED.sub(protect, text.strip()))
+        self.total_words = max(len(_WORD.findall(self.text)), 1)
+
+    def search(self, pattern: Pattern[str] | str) -> re.Match[str] | None:
+        return re.search(pattern, self.text, FLAGS) if isinstance(pattern, str) else pattern.search(self.text)
+
+    def take(self, pattern: Pattern[str] | str) -> re.Match[str] | None:
+        """Find ``pattern`` and cut it out of the text (it is understood)."""
+        match = self.search(pattern)
+        if match is not None:
+            self.text = f"{self.text[: match.start()]} {self.text[match.end():]}"
+        return match
+
+    def restore(self, fragment: str) -> str:
+        """``fragment`` with its quoted parts put back as written (without the quotes)."""
+        return _PLACEHOLDER.sub(lambda m: self.quotes[int(m.group(1))], fragment).strip()
+
+    def unexplained(self, extra_fillers: frozenset[str] = frozenset()) -> list[str]:
+        """Words left in the text that no rule explained and are not fillers."""
+        return [
+            self.restore(w)
+            for w in _WORD.findall(self.text)
+            if w.lower().strip("'") not in FILLERS
+            and w.lower() not in extra_fillers
+            and not _CONTRACTION.fullmatch(w)
+        ]

@@ -1,0 +1,115 @@
+"""Remove phrasings, read strictly: a misparsed remove is data loss.
+
+Every word must be understood (the parser's threshold for removes is 1.0),
+and a remove that names no target ("remove messages"), a count without a
+direction ("remove 3 messages": the oldest or the newest?), or a topic
+("forget what I said about Paris") is refused with a message saying what
+to write instead. A singular phrasing over a set ("remove the assistant's
+message in turn 3") deletes at most one utterance: if the set holds more,
+the core refuses instead of choosing.
+"""
+
+from __future__ import annotations
+
+import re
+
+from chd.core.language.grammar.query import Query
+from chd.core.language.grammar.reading import Reading
+from chd.core.language.grammar.slots import (
+    Count,
+    seq_fields,
+    split_topic,
+    take_count,
+    take_seqs,
+    take_speaker,
+    take_time,
+    take_turns,
+)
+from chd.core.language.grammar.vocab import CONVERSATION, FLAGS, NOUNS_RE, SINGULAR
+
+__all__ = ["read_remove"]
+
+_VERB = (
+    r"^(?P<v>remove|delete|forget|drop|erase|purge|clear|wipe|evict|discard|get\s+rid\s+of"
+    r"|throw\s+(?:away|out)|scrub|reset|empty|trash|nuke)\b"
+)
+# Verbs that alone mean "everything". "reset" is not one of them: a bare
+# "reset" could as well mean the settings, so it needs "the conversation".
+_WIPE_VERBS = {"clear", "wipe", "purge"}
+_ALL = r"\b(?:all|everything|every|entire|whole|complete)\b"
+_WORDS = frozenset("everything all every entire whole complete out away".split())
+_HOW = (
+    "say which utterances: 'the oldest 3', 'the newest 2', 'utterance 12', 'before turn 4', "
+    "'turns 3 to 5', 'everything the assistant said', or 'all' ('Clear the conversation')"
+)
+
+
+def read_remove(text: str) -> Reading | None:
+    q = Query(text)
+    verb = q.take(_VERB)
+    if verb is None:
+        return None
+    reading = Reading("remove", {}, [], q.total_words)
+    fields = reading.fields
+    q, topic = split_topic(q)
+    if topic is not None:
+        reading.refusal = (
+            f"remove by topic is not supported (it could delete more than meant): find the "
+            f"utterances first ('Find utterances about {topic}'), then remove them by seq"
+        )
+    if take_time(q):
+        reading.refusal = "remove by time is not supported; remove by turn or by seq instead"
+    seqs = take_seqs(q)
+    fields.update(seq_fields(seqs))
+    span = take_turns(q)
+    for name, value in (
+        ("before_turn", span.before),
+        ("after_turn", span.after),
+        ("turn_from", span.turn_from),
+        ("turn_to", span.turn_to),
+        ("last_turns", span.last_turns),
+    ):
+        if value is not None:
+            fields[name] = value
+    if speaker := take_speaker(q):
+        fields["speaker"] = speaker
+    count = take_count(q)
+    if count is not None:
+        _read_count(reading, count)
+    everything = q.take(_ALL) is not None
+    nouns = [m.group(0).lower() for m in NOUNS_RE.finditer(q.text)]
+    reading.unexplained = q.unexplained(_WORDS)
+    if fields or reading.refusal:
+        if not everything and count is None and not seqs and _singular(nouns):
+            fields["at_most"] = 1
+        return reading
+    if everything or (
+        verb.group("v").lower() in _WIPE_VERBS or re.search(rf"\b{CONVERSATION}\b", q.text, FLAGS)
+    ) and not nouns:
+        fields["all"] = True
+        return reading
+    if len(reading.unexplained) == 1 and reading.unexplained[0].isdigit():
+        n = reading.unexplained[0]
+        reading.refusal = (
+            f"'{n}' could be a count or a seq: say 'the oldest {n}', 'the newest {n}' or 'utterance {n}'"
+        )
+    elif not reading.unexplained:
+        reading.refusal = f"the query does not say which utterances to remove; {_HOW}"
+    return reading
+
+
+def _read_count(reading: Reading, count: Count) -> None:
+    if count.kind == "bare":
+        reading.refusal = (
+            f"'{count.n}' utterances from which end? say 'the oldest {count.n}' or 'the newest {count.n}'"
+        )
+    elif count.kind == "top" or count.window:
+        reading.refusal = f"that count is not understood for a remove; {_HOW}"
+    elif count.n is None and count.plural:
+        reading.refusal = "how many? say 'the oldest 3 utterances' or 'the newest 2 utterances'"
+    else:
+        reading.fields[count.kind] = count.n if count.n is not None else 1
+
+
+def _singular(nouns: list[str]) -> bool:
+    return bool(nouns) and all(re.fullmatch(SINGULAR, n, FLAGS) for n in nouns)

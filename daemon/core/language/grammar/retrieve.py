@@ -1,0 +1,98 @@
+"""Retrieve phrasings: by topic, last N, speaker, turns, seq, time, the summary, combined.
+
+"Find utterances about Paris", "Get the last 5 utterances", "what did the
+assistant say about Paris in turns 3 to 6?", "messages from the user in the
+last 10 minutes", "Get utterance 12", "Get summary", terse "last 5".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from chd.core.language.grammar.query import Query
+from chd.core.language.grammar.reading import Reading
+from chd.core.language.grammar.slots import (
+    Count,
+    seq_fields,
+    split_topic,
+    take_count,
+    take_seqs,
+    take_speaker,
+    take_summary,
+    take_time,
+    take_turns,
+)
+from chd.core.language.grammar.vocab import FILLERS, FLAGS, NOUNS_RE
+
+__all__ = ["read_retrieve"]
+
+_VERB = (
+    r"^(?P<v>get|show|find|search(?:\s+for)?|list|retrieve|fetch|give(?:\s+me)?|return|recall"
+    r"|look\s+(?:up|for)|lookup|display|read|print|pull(?:\s+up)?|bring\s+up|dump|tell\s+me"
+    r"|remind\s+me(?:\s+of)?|what|which|who|when|did|does|has|have|had|is|are|was|were|any|grep"
+    r"|see|view|check|query)\b"
+)
+_SEARCH_VERBS = ("find", "search", "look", "lookup", "grep")
+_WORDS = frozenset(
+    """get show find search list retrieve fetch give return recall look up lookup display read print pull
+    bring dump remind see view check query happened going on talk talked discussed many back over
+    anyone anybody someone somebody ever previously earlier before recent recently latest""".split()
+)
+# "archived", "in the archive": the archive instead of the buffer. Read here
+# too, not only in grammar/context.py's whole-query forms, so "the last 2
+# archived utterances" does not read the buffer with one stray word ignored.
+_ARCHIVE = re.compile(r"\barchived\b|(?:\b(?:in|from|of)\s+)?\bthe\s+archive\b", FLAGS)
+_LEADING_FILLER = re.compile(r"^(?:\s*\b(?:me|all|the|any|every|of|for|in|this|these|those)\b)+", FLAGS)
+
+
+def _count_fields(count: Count, topic: bool) -> dict[str, Any]:
+    if count.kind == "top":
+        return {"limit": count.n or 1}
+    if count.kind == "bare":
+        return {"limit": count.n} if topic else {"last_n": count.n}
+    n = count.n if count.n is not None else (None if count.plural else 1)
+    if n is None:
+        return {}  # "the latest messages": all of them, in order
+    if count.kind == "oldest":
+        return {"first_n": n}
+    return {"limit": n} if topic and not count.window else {"last_n": n}
+
+
+def read_retrieve(text: str) -> Reading | None:
+    q = Query(text)
+    # The topic first: "who said X" needs its "who" to know "said" marks a topic.
+    q, topic = split_topic(q)
+    verb = q.take(_VERB)
+    fields: dict[str, Any] = dict(take_time(q))
+    if q.take(_ARCHIVE):
+        fields["archived"] = True
+    seqs = take_seqs(q)
+    fields.update(seq_fields(seqs))
+    span = take_turns(q)
+    low, high = span.inclusive()
+    if low is not None:
+        fields["turn_from"] = low
+    if high is not None:
+        fields["turn_to"] = high
+    if span.last_turns is not None:
+        fields["last_turns"] = span.last_turns
+    if speaker := take_speaker(q):
+        fields["speaker"] = speaker
+    summary = take_summary(q)
+    count = take_count(q)
+    if topic is None and verb is not None and verb.group("v").lower().startswith(_SEARCH_VERBS):
+        rest = _LEADING_FILLER.sub("", q.text).strip(" ,.?!")
+        if rest and not all(w.lower() in FILLERS for w in rest.split()):
+            topic = q.restore(rest)
+            q.text = ""
+    if topic is not None:
+        fields["topic"] = topic
+    if count is not None:
+        fields.update(_count_fields(count, topic is not None))
+    if summary is not None:
+        alone = not fields and not NOUNS_RE.search(q.text) and not summary.group("with")
+        fields["summary_only" if alone else "include_summary"] = True
+    if verb is None and not fields:
+        return None
+    return Reading("retrieve", fields, q.unexplained(_WORDS), q.total_words)

@@ -1,0 +1,386 @@
+"""Slots several operations share: speaker, turns, time, seqs, counts, topic, token limit.
+
+Each ``take_*`` finds its slot in a Query, cuts it out and returns its value
+(None when absent). Retrieve and remove read the same words the same way,
+so "in turns 3 to 6" selects the same utterances in both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from chd.core.errors import InvalidRequest
+from chd.core.language.grammar.query import Query
+from chd.core.language.grammar.vocab import FLAGS, NOUN, SINGULAR, SPEAKER, speaker_of
+from chd.core.language.numbers import NUM, ORDINAL, parse_number, parse_ordinal
+
+__all__ = [
+    "TurnSpan",
+    "Count",
+    "take_speaker",
+    "take_turns",
+    "take_time",
+    "take_seqs",
+    "seq_fields",
+    "take_count",
+    "split_topic",
+    "take_token_limit",
+    "take_summary",
+    "MAX_SEQ_RANGE",
+]
+
+MAX_SEQ_RANGE = 10_000
+
+
+def _turn_ref(name: str) -> str:
+    """'turn 3', 'turn number three', 'turn #3', 'the third turn', 'the 3rd turn'."""
+    return (
+        rf"(?:(?:the\s+)?turn\s*(?:number\s*|no\.?\s*|\#\s*)?(?P<{name}>{NUM})"
+        rf"|(?:the\s+)?(?P<{name}_o>{ORDINAL})\s+turn)"
+    )
+
+
+def _turn_value(match: re.Match[str], name: str) -> int:
+    if match.group(name) is not None:
+        return parse_number(match.group(name))
+    return parse_ordinal(match.group(f"{name}_o"))
+
+
+# --- speaker ---------------------------------------------------------------------
+
+_SAYING = r"(?:say|said|says|sent|send|write|wrote|ask|asked|mention|mentioned|tell|told|reply|replied|answer|answered|talk|talked|discuss|discussed|bring\s+up|brought\s+up)"
+_SPEAKER_PATTERNS = (
+    rf"\b(?:(?:said|written|sent|asked|spoken)\s+)?(?:from|by)\s+(?:the\s+)?(?P<s>{SPEAKER})\b",
+    rf"\b(?:did|does|has|have|had)\s+(?:the\s+)?(?P<s>{SPEAKER})\s+{_SAYING}\b",
+    rf"\b(?:the\s+)?(?P<s>{SPEAKER})(?:'s|s')?(?=\s+(?:(?:last|latest|newest|oldest|first|earliest|most\s+recent|recent|previous|{NUM})\s+)*{NOUN}\b)",
+    rf"\b(?:the\s+)?(?P<s>{SPEAKER})\s+(?={_SAYING}\b)",
+    rf"\bof\s+the\s+(?P<s>{SPEAKER})\b",
+    rf"^(?:the\s+)?(?P<s>{SPEAKER})(?:'s)?$",
+)
+
+
+_ANY_SPEAKER = re.compile(rf"\b{SPEAKER}\b", FLAGS)
+
+
+def take_speaker(q: Query) -> str | None:
+    """'from the assistant', "the user's messages", 'did the assistant say', 'assistant messages'."""
+    if not q.search(_ANY_SPEAKER):
+        return None  # the cheap check first: these patterns are long
+    for pattern in _SPEAKER_PATTERNS:
+        match = q.take(pattern)
+        if match:
+            return speaker_of(match.group("s"))
+    return None
+
+
+# --- turns -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TurnSpan:
+    """Turn conditions as phrased: ranges, before/after, the last k turns."""
+
+    turn_from: int | None = None
+    turn_to: int | None = None
+    before: int | None = None
+    after: int | None = None
+    last_turns: int | None = None
+
+    @property
+    def given(self) -> bool:
+        return any(v is not None for v in (self.turn_from, self.turn_to, self.before, self.after, self.last_turns))
+
+    def inclusive(self) -> tuple[int | None, int | None]:
+        """As one inclusive range (``last_turns`` aside); raises if it is empty."""
+        low, high = self.turn_from, self.turn_to
+        if self.after is not None:
+            low = self.after + 1 if low is None else max(low, self.after + 1)
+        if self.before is not None:
+            if self.before == 0:
+                raise InvalidRequest("there are no turns before turn 0")
+            high = self.before - 1 if high is None else min(high, self.before - 1)
+        return low, high
+
+
+_TO = r"(?:to|through|thru|until|till|-|\u2013|\u2014)"
+_TURN_RANGE = (
+    rf"\bbetween\s+turns?\s*\#?(?P<a>{NUM})\s+and\s+(?:turn\s*\#?)?(?P<b>{NUM})\b",
+    rf"\b(?:(?:in|from|during|for|of|over|across|within)\s+)?(?:the\s+)?turns?\s*(?:number\s*|\#\s*)?"
+    rf"(?P<a>{NUM})\s*{_TO}\s*(?:turn\s*\#?)?(?P<b>{NUM})\b",
+)
+_TURN_BEFORE = rf"\b(?:before|prior\s+to|earlier\s+than|older\s+than|preceding)\s+{_turn_ref('n')}"
+_TURN_UPTO = (
+    rf"\b(?:up\s+to|until|till|through|thru)\s+(?:and\s+including\s+)?{_turn_ref('n')}",
+    rf"\b{_turn_ref('n')}\s+and\s+(?:earlier|before|older|prior)\b",
+)
+_TURN_AFTER = rf"\b(?:after|later\s+than|newer\s+than|following)\s+{_turn_ref('n')}"
+# "from turn 3" is that turn ("the messages from turn 3"); onwards needs
+# "since", "starting at" or "from turn 3 on".
+_TURN_SINCE = (
+    rf"\b(?:since|starting\s+(?:at|from|with))\s+{_turn_ref('n')}(?:\s+on(?:wards?)?)?",
+    rf"\bfrom\s+{_turn_ref('n')}\s+on(?:wards?)?\b",
+    rf"\b(?:in\s+|from\s+)?{_turn_ref('n')}\s+(?:and\s+(?:later|after|newer|onwards?|beyond)|on(?:wards?)?)\b",
+)
+_TURN_LAST = (
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:last|latest|most\s+recent|final|past|previous|newest)\s+(?:(?P<n>{NUM})\s+)?turns?\b",
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:last|latest|most\s+recent|newest)\s+turns?\b",
+)
+_TURN_SINGLE = rf"\b(?:(?:in|from|during|of|for|at|on)\s+)?{_turn_ref('n')}\b"
+
+
+def _first(q: Query, patterns: tuple[str, ...]) -> re.Match[str] | None:
+    """Take the first of ``patterns`` that matches."""
+    for pattern in patterns:
+        if m := q.take(pattern):
+            return m
+    return None
+
+
+def take_turns(q: Query) -> TurnSpan:
+    """Turn ranges, 'before/after turn N', 'since turn N', 'the last 2 turns', 'turn 3'."""
+    span = TurnSpan()
+    if "turn" not in q.text.lower():
+        return span
+    if m := _first(q, _TURN_RANGE):
+        span.turn_from, span.turn_to = sorted((parse_number(m.group("a")), parse_number(m.group("b"))))
+    if m := q.take(_TURN_BEFORE):
+        span.before = _turn_value(m, "n")
+    if m := _first(q, _TURN_UPTO):
+        span.turn_to = _turn_value(m, "n")
+    if m := q.take(_TURN_AFTER):
+        span.after = _turn_value(m, "n")
+    if m := _first(q, _TURN_SINCE):
+        span.turn_from = _turn_value(m, "n")
+    if m := _first(q, _TURN_LAST):
+        span.last_turns = parse_number(m.group("n")) if m.group("n") else 1
+    if not span.given and (m := q.take(_TURN_SINGLE)):
+        span.turn_from = span.turn_to = _turn_value(m, "n")
+    return span
+
+
+# --- time ----------------------------------------------------------------------------
+
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_UNIT = r"(?P<u>seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?)"
+_TIME_WINDOW = (
+    rf"\b(?:(?:in|within|during|over|from|for)\s+)?the\s+(?:last|past|previous)\s+(?:(?P<n>{NUM})\s*)?{_UNIT}\b",
+    rf"\b(?:since|from|after)\s+(?P<n>{NUM})\s*{_UNIT}\s+ago\b",
+    rf"\b(?:in|within)\s+(?P<n>{NUM})\s*{_UNIT}\b",
+)
+_MOMENT = r"(?P<t>\d{4}-\d{2}-\d{2}(?:[t ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?(?:z|[+-]\d{2}:?\d{2})?)"
+_TIME_SINCE = rf"\b(?:since|after|from)\s+{_MOMENT}"
+
+
+_ANY_TIME = re.compile(r"sec|min|hour|hr|day|week|\d{4}-\d\d", FLAGS)
+
+
+def _unit_seconds(unit: str) -> int:
+    return _UNIT_SECONDS[unit.lower()[0]]
+
+
+def take_time(q: Query) -> dict[str, object]:
+    """'in the last 10 minutes' -> within_seconds; 'since 2026-01-31T14:00Z' -> since."""
+    if not q.search(_ANY_TIME):
+        return {}
+    for pattern in _TIME_WINDOW:
+        if m := q.take(pattern):
+            count = parse_number(m.group("n")) if m.group("n") else 1
+            return {"within_seconds": count * _unit_seconds(m.group("u"))}
+    if m := q.take(_TIME_SINCE):
+        text = m.group("t").upper().replace(" ", "T")
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError as error:
+            raise InvalidRequest(f"{m.group('t')!r} is not a valid time ({error})") from None
+        if moment.tzinfo is None:
+            # A time without a zone is read as UTC, the zone of stored timestamps.
+            moment = moment.replace(tzinfo=timezone.utc)
+        return {"since": moment}
+    return {}
+
+
+# --- seqs -------------------------------------------------------------------------------
+
+_SEQ_NOUN = r"(?:utterances?|messages?|entries|entry|items?|seqs?|sequence\s+numbers?|records?|lines?|ids?)"
+_SEQ_LIST = (
+    rf"\b(?:the\s+)?{_SEQ_NOUN}\s*(?:number|no\.?|\#|seq|id)?\s*(?:=|:)?\s*\#?(?P<a>\d+|{NUM})"
+    rf"(?P<rest>(?:\s*(?:,|and|&|or)\s*(?:and\s+)?\#?\d+)+|\s*(?:to|through|thru|-|\u2013)\s*\#?\d+)?\b"
+)
+_SEQ_HASH = r"(?<![\w])\#(?P<a>\d+)\b(?P<rest>)"
+
+
+def seq_fields(seqs: tuple[int, ...]) -> dict[str, object]:
+    """``seq`` for one, ``seqs`` for several, nothing for none."""
+    if len(seqs) == 1:
+        return {"seq": seqs[0]}
+    return {"seqs": list(seqs)} if seqs else {}
+
+
+def take_seqs(q: Query) -> tuple[int, ...]:
+    """'utterance 12', 'messages 3, 5 and 7', 'utterances 3 to 6', '#12' (sorted, unique)."""
+    m = q.take(_SEQ_LIST) or q.take(_SEQ_HASH)
+    if m is None:
+        return ()
+    first = parse_number(m.group("a"))
+    rest = m.group("rest") or ""
+    numbers = [int(n) for n in re.findall(r"\d+", rest)]
+    if numbers and re.match(r"\s*(?:to|through|thru|-|\u2013)", rest, FLAGS):
+        low, high = sorted((first, numbers[0]))
+        if high - low >= MAX_SEQ_RANGE:
+            raise InvalidRequest(f"the seq range {low}-{high} is longer than {MAX_SEQ_RANGE}")
+        return tuple(range(low, high + 1))
+    return tuple(sorted({first, *numbers}))
+
+
+# --- counts -----------------------------------------------------------------------------
+
+_NEWEST = r"(?:last|latest|newest|most\s+recent|recent|previous|final)"
+_OLDEST = r"(?:first|oldest|earliest)"
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """A count as phrased: newest/oldest/top/bare, the number, and the noun's number."""
+
+    kind: str  # "newest" | "oldest" | "top" | "bare"
+    n: int | None
+    window: bool = False  # "in the last 10 utterances": a window, not a number of hits
+    plural: bool | None = None  # None: no noun followed
+
+
+def _plural(noun: str | None) -> bool | None:
+    if not noun:
+        return None
+    return re.fullmatch(SINGULAR, noun, FLAGS) is None
+
+
+# "the 3 oldest" before "the oldest": each pattern takes its leftmost match,
+# and "oldest utterances" alone would leave the 3 behind.
+_COUNT_PATTERNS = (
+    ("window", rf"\b(?:in|among|within|from|of|over|across)\s+the\s+(?P<k>{_NEWEST}|{_OLDEST})\s+(?P<n>{NUM})(?:\s+(?P<noun>{NOUN}))?\b"),
+    ("nk", rf"\b(?:the\s+)?(?P<n>{NUM})\s+(?P<k>{_NEWEST}|{_OLDEST})(?:\s+(?P<noun>{NOUN}))?\b"),
+    ("kn", rf"\b(?:the\s+)?(?P<k>{_NEWEST}|{_OLDEST})(?:\s+(?P<n>{NUM}))?(?:\s+(?P<noun>{NOUN}))?\b"),
+    ("top", rf"\b(?:the\s+)?(?:top|best)\s+(?P<n>{NUM})(?:\s+(?P<noun>{NOUN}))?\b"),
+    ("bare", rf"\b(?P<n>{NUM})\s+(?:(?:more|other)\s+)?(?P<noun>{NOUN})\b"),
+)
+
+
+def take_count(q: Query) -> Count | None:
+    """'the last 5', 'the 3 oldest', 'the most recent message', 'top 3', '5 utterances'."""
+    for form, pattern in _COUNT_PATTERNS:
+        m = q.take(pattern)
+        if m is None:
+            continue
+        n = parse_number(m.group("n")) if m.group("n") else None
+        noun = m.groupdict().get("noun")
+        if form in ("top", "bare"):
+            return Count(form, n, plural=_plural(noun))
+        kind = "oldest" if re.fullmatch(_OLDEST, m.group("k"), FLAGS) else "newest"
+        return Count(kind, n, window=form == "window", plural=_plural(noun))
+    return None
+
+
+# --- topic --------------------------------------------------------------------------------
+
+_STRONG_TOPIC = (
+    r"\b(?:about|regarding|concerning|re:|on\s+the\s+(?:topic|subject)\s+of|related\s+to|relating\s+to"
+    r"|(?:having\s+)?to\s+do\s+with|mentioning|(?:that|which|who)\s+mention(?:s|ed)?|containing"
+    r"|(?:that|which)\s+contains?|with\s+the\s+(?:words?|phrase|term)|matching|referring\s+to"
+    r"|(?:that|which)\s+refers?\s+to|talking\s+about|discussing|(?:that|which)\s+discuss(?:es|ed)?"
+    r"|on\s+the\s+subject|on(?!\s+(?:the\s+)?turn))\s+"
+)
+# "who said X", "did anyone mention X", "did the user say X": the verb only
+# marks a topic after a subject, so "tell me the last 5" has no topic "me the last 5".
+_WEAK_TOPIC = (
+    rf"\b(?:did|has|have|had|who|anyone|anybody|someone|somebody|ever|was|were|i|we|you|{SPEAKER}|{NOUN})"
+    rf"(?:\s+(?:the\s+)?{SPEAKER})?(?:\s+ever)?\s+(?P<v>say|said|mention(?:s|ed)?|talk(?:ed)?\s+about"
+    rf"|discuss(?:ed)?|br(?:ing|ought)\s+up|ask(?:ed)?\s+about|write|wrote)\s+(?:anything\s+(?:like\s+)?)?"
+)
+
+
+def split_topic(q: Query) -> tuple[Query, str | None]:
+    """Cut the topic off a query: the part after 'about', 'regarding', 'mentioning'...
+
+    Filters may follow the topic ("about Paris in turns 3 to 6"); they are
+    taken off the topic's end only, so a topic such as "the last day of the
+    trip" is not mistaken for a time filter. Returns the query without the
+    topic (filters after the topic moved into it) and the topic, if any.
+    """
+    for marker in (_STRONG_TOPIC, _WEAK_TOPIC):
+        m = q.search(marker)
+        if m is None:
+            continue
+        tail = q.text[m.end():]
+        # A weak marker's verb stays with the head: "did the assistant say" names the speaker.
+        head = q.text[: m.end("v")] if marker is _WEAK_TOPIC else q.text[: m.start()]
+        tail, trailing = _peel_filters(tail)
+        topic = q.restore(tail).strip(" ,.?!")
+        if not topic:
+            if marker is _WEAK_TOPIC:
+                continue
+            return q, None
+        q.text = f"{head} {trailing}"
+        return q, topic
+    return q, None
+
+
+_TRAILING = (
+    rf"\s*,?\s*(?:(?:in|from|during|for|of|over|across|within)\s+)?(?:the\s+)?turns?\s*\#?{NUM}\s*{_TO}\s*(?:turn\s*\#?)?{NUM}",
+    rf"\s*,?\s*between\s+turns?\s*\#?{NUM}\s+and\s+(?:turn\s*\#?)?{NUM}",
+    rf"\s*,?\s*(?:before|after|since|until|up\s+to|from|in|during|at|starting\s+(?:at|from))\s+{_turn_ref('x')}(?:\s+on(?:wards?)?)?",
+    rf"\s*,?\s*(?:(?:in|within|during|over|from|for)\s+)?the\s+(?:last|past|previous)\s+(?:{NUM}\s*)?{_UNIT}",
+    rf"\s*,?\s*(?:in|during|from|over)\s+the\s+(?:last|latest|most\s+recent|past|previous)\s+(?:{NUM}\s+)?turns?",
+    rf"\s*,?\s*(?:in|among|within|from|of)\s+the\s+(?:{_NEWEST}|{_OLDEST})\s+{NUM}(?:\s+{NOUN})?",
+    rf"\s*,?\s*(?:(?:said|written|sent)\s+)?(?:from|by)\s+(?:the\s+)?{SPEAKER}",
+    rf"\s*,?\s*(?:so\s+far|please|in\s+(?:the|this)\s+(?:conversation|chat|history|buffer))",
+    rf"\s*,?\s*(?:with|and|plus|including)\s+(?:the\s+)?(?:running\s+)?summary",
+)
+
+
+_TRAILING_AT_END = tuple(re.compile(pattern + r"$", FLAGS) for pattern in _TRAILING)
+
+
+def _peel_filters(tail: str) -> tuple[str, str]:
+    """Split ``tail`` into the topic and the filters that end it."""
+    trailing = ""
+    changed = True
+    while changed:
+        changed = False
+        stripped = tail.rstrip(" ?.!")
+        for pattern in _TRAILING_AT_END:
+            m = pattern.search(stripped)
+            if m and m.end() > m.start():
+                trailing = stripped[m.start():] + " " + trailing
+                tail = stripped[: m.start()]
+                changed = True
+                break
+    return tail, trailing
+
+
+# --- token limit and summary ------------------------------------------------------------------
+
+_TOKEN_LIMIT = (
+    rf"\b(?:in|within|under|to|at\s+most|max(?:imum)?|no\s+more\s+than|using|of|below|up\s+to|limited\s+to|with\s+a\s+limit\s+of|fitting\s+(?:in|into)|less\s+than)"
+    rf"\s+(?:at\s+most\s+|about\s+|roughly\s+)?(?P<n>{NUM})\s*tokens?\b",
+    rf"\b(?P<n>{NUM})[\s-]*tokens?(?=\s+(?:summary|limit|max(?:imum)?|or\s+(?:less|fewer))\b|\s*$)(?:\s+or\s+(?:less|fewer))?",
+    rf"\btoken\s+(?:limit|budget)\s*(?:of|=|:|is)?\s*(?P<n>{NUM})\b",
+    rf"\b(?:with\s+)?(?:a\s+)?(?:limit|budget|cap)\s+(?:of\s+)?(?P<n>{NUM})\s*tokens?\b",
+)
+
+
+def take_token_limit(q: Query) -> int | None:
+    """'in 200 tokens', 'a 200-token summary', 'token limit 200', 'within 1k tokens'."""
+    for pattern in _TOKEN_LIMIT:
+        if m := q.take(pattern):
+            return parse_number(m.group("n"))
+    return None
+
+
+_SUMMARY = r"(?P<with>\b(?:with|and|plus|including|along\s+with|as\s+well\s+as)\s+)?\b(?:the\s+|a\s+)?(?:(?:running|current|latest|rolling|stored|conversation(?:'s)?)\s+)*summary\b"
+
+
+def take_summary(q: Query) -> re.Match[str] | None:
+    """'the summary', 'the running summary', 'with the summary' (group ``with``)."""
+    return q.take(_SUMMARY) if "summary" in q.text.lower() else None

@@ -1,0 +1,26 @@
+"""Stats phrasings: 'stats', 'how many utterances are stored?', 'how big is the summary?'."""
+
+from __future__ import annotations
+
+from chd.core.language.grammar.query import Query
+from chd.core.language.grammar.reading import Reading
+
+__all__ = ["read_stats"]
+
+_TRIGGER = (
+    r"\b(?:stats|statistics|status|usage|metrics|counts?|numbers|size|fill)\b"
+    r"|^how\s+(?:many|much|big|large|long|full)\b|^count\b"
+)
+_WORDS = frozenset(
+    """stats statistics status usage metrics count counts numbers how many much big large long full
+    tokens token turns turn summary queue queued pending evicted used use size length there left
+    waiting important overall total get show give display report are stored have do fill level
+    buffer's summary's sizes lengths conversation's""".split()
+)
+
+
+def read_stats(text: str) -> Reading | None:
+    q = Query(text)
+    if q.search(_TRIGGER) is None:
+        return None
+    return Reading("stats", {}, q.unexplained(_WORDS), q.total_words)

@@ -1,0 +1,1 @@
+"""The memory of a conversation: eviction, selection, search, context, marks, settings."""

@@ -1,0 +1,1 @@
+"""Summaries: folding evicted utterances into a running summary that fits its budget."""

@@ -1,0 +1,196 @@
+"""The offline summarizer in a child process, so folding never holds the daemon's GIL.
+
+The extractive summarizer is pure Python: a fold of five utterances takes
+about 0.3-0.5 ms of the interpreter lock that request handling needs too.
+In ``bench/bench_backends.py``'s default scenario (every fifth store
+evicts) that made stores 9 points slower against the ceiling than with a
+summarizer that costs nothing. A child process runs it on another core and
+the daemon's threads only send a batch and wait, without the lock.
+
+The child is a fresh ``python -m chd.core.summaries.process`` (forking a
+process that runs gRPC threads is unsafe, and multiprocessing's ``spawn``
+re-imports the parent's main script, which breaks an embedder's script
+without a ``__main__`` guard), started on the first fold, so a daemon that
+never folds never has one. The two talk over a socket pair with
+``multiprocessing.connection`` framing. If the child dies or hangs, the call
+fails with ``SummarizerError``, the ``SummaryWriter`` folds in the daemon
+with its fallback, and the next call starts a new child. The child ignores
+SIGINT (a Ctrl-C reaches the whole process group; the daemon decides when
+it stops) and exits when the daemon closes the socket or dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Callable, Sequence
+
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.summarizer import Summarizer, SummarizerError
+from chd.core.tokens import default_counter
+from chd.core.utterance import Utterance
+
+__all__ = ["ProcessSummarizer", "offline_summarizer"]
+
+log = logging.getLogger(__name__)
+
+
+def offline_summarizer() -> Summarizer:
+    """The extractive summarizer over the daemon's token table (what the child runs)."""
+    return ExtractiveSummarizer(default_counter())
+
+
+def _serve(connection: Connection) -> None:
+    """The child's loop: the factory first, then one ``(previous, utterances, limit)`` in,
+    one ``(ok, text or error)`` out."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        make = connection.recv()
+    except (EOFError, OSError):
+        return
+    summarizer = make()
+    connection.send((True, ""))  # ready: the daemon may stop folding by itself
+    while True:
+        try:
+            message = connection.recv()
+        except (EOFError, OSError):  # the daemon is gone
+            return
+        if message is None:
+            return
+        try:
+            reply: tuple[bool, str] = (True, summarizer.summarize(*message))
+        except Exception as exc:  # the daemon's to report; the child goes on
+            reply = (False, f"{type(exc).__name__}: {exc}")
+        connection.send(reply)
+
+
+class ProcessSummarizer:
+    """A ``Summarizer`` that runs ``make()``'s summarizer in a child process.
+
+    The child takes a moment to start and load its token table; until it
+    says it is ready, summaries are written by ``local`` (the same
+    summarizer in the daemon) rather than waited for.
+
+    Args:
+        make: builds the summarizer in the child; must be picklable (a
+            module-level function).
+        local: writes the summaries while the child starts; None to wait.
+        name: the summarizer's name in responses (that of what ``make`` builds).
+        timeout: seconds one summary may take before the child is killed.
+        start_timeout: seconds the child may take to say it is ready.
+    """
+
+    def __init__(
+        self,
+        make: Callable[[], Summarizer] = offline_summarizer,
+        local: Summarizer | None = None,
+        name: str = ExtractiveSummarizer.name,
+        timeout: float = 30.0,
+        start_timeout: float = 60.0,
+    ) -> None:
+        self.name = name
+        self._make = make
+        self._local = local
+        self._timeout = timeout
+        self._start_timeout = start_timeout
+        self._lock = threading.Lock()  # one summary at a time through the pipe
+        self._process: subprocess.Popen[bytes] | None = None
+        self._connection: Connection | None = None
+        self._started = 0.0
+        self._ready = False
+        self._closed = False
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id, or None while there is none."""
+        return None if self._process is None else self._process.pid
+
+    def summarize(self, previous: str, utterances: Sequence[Utterance], token_limit: int) -> str:
+        with self._lock:
+            if self._closed:
+                raise SummarizerError("the summarizer process is closed", retryable=False)
+            try:
+                connection = self._connection or self._start()
+                if not self._ready and not self._wait_ready(connection):
+                    assert self._local is not None
+                    return self._local.summarize(previous, utterances, token_limit)
+                connection.send((previous, tuple(utterances), token_limit))
+                if not connection.poll(self._timeout):
+                    raise TimeoutError("no answer in time")
+                ok, value = connection.recv()
+            except (OSError, EOFError, TimeoutError) as exc:
+                # Dead, hung or never started: the next call starts a new one.
+                self._stop(kill=True)
+                raise SummarizerError(f"the summarizer process failed ({type(exc).__name__}: {exc})") from None
+        if not ok:
+            raise SummarizerError(value)
+        return str(value)
+
+    def _wait_ready(self, connection: Connection) -> bool:
+        """True once the child said it is ready; with a ``local`` summarizer, do not wait for it."""
+        left = self._start_timeout - (time.monotonic() - self._started)
+        if left <= 0:
+            raise TimeoutError(f"not ready after {self._start_timeout:g} s")
+        if connection.poll(0 if self._local is not None else left):
+            connection.recv()  # the ready message (EOFError if the child died starting)
+            self._ready = True
+        elif self._local is None:
+            raise TimeoutError(f"not ready after {self._start_timeout:g} s")
+        return self._ready
+
+    def close(self) -> None:
+        """Stop the child; later calls fail (the writer's fallback takes them)."""
+        with self._lock:
+            self._closed = True
+            self._stop(kill=False)
+
+    def _start(self) -> Connection:
+        ours, theirs = socket.socketpair()
+        # The child imports what the daemon can (this package, installed or
+        # not, and the module of ``make``), as multiprocessing's spawn does.
+        root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, sys.path)]))
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
+            )
+        finally:
+            theirs.close()
+        connection = Connection(ours.detach())
+        self._process, self._connection = process, connection
+        self._started, self._ready = time.monotonic(), False
+        connection.send(self._make)
+        log.info("summarizer process started (pid %s)", process.pid)
+        return connection
+
+    def _stop(self, kill: bool) -> None:
+        process, connection = self._process, self._connection
+        self._process = self._connection = None
+        if connection is not None:
+            if not kill:
+                try:
+                    connection.send(None)
+                except OSError:
+                    pass
+            connection.close()
+        if process is not None:
+            if kill:
+                process.kill()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])))

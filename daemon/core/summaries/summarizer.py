@@ -1,0 +1,73 @@
+"""What a summarizer is: the protocol, its error, and what it returns.
+
+Two implementations satisfy ``Summarizer``: ``ExtractiveSummarizer``
+(extractive.py, offline, the default) and ``ClaudeSummarizer`` (claude.py,
+used when ANTHROPIC_API_KEY is set). The daemon calls neither directly but a
+``SummaryWriter`` (writer.py) around them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from chd.core.utterance import Utterance
+
+__all__ = [
+    "Summarizer",
+    "SummarizerError",
+    "Summarized",
+    "summarizer_name",
+    "SUMMARIZER_CHOICES",
+    "DEFAULT_CLAUDE_MODEL",
+]
+
+class Summarizer(Protocol):
+    """Merges a previous summary with newly evicted utterances.
+
+    ``name`` says which summarizer wrote a summary (kept with each summary
+    segment and reported in responses).
+    """
+
+    name: str
+
+    def summarize(self, previous: str, utterances: Sequence[Utterance], token_limit: int) -> str:
+        """A summary of ``previous`` plus ``utterances`` of at most ``token_limit`` tokens.
+
+        ``utterances`` may be empty: then ``previous`` is condensed. Raise
+        SummarizerError (or any exception) on failure. Implementations should
+        aim under the limit; SummaryWriter trims anything over it, so the
+        budget holds even for a misbehaving summarizer.
+        """
+        ...
+
+
+class SummarizerError(Exception):
+    """A summarizer could not produce a summary.
+
+    ``retryable`` is False for failures another try cannot fix (a rejected
+    key, a malformed request), so the writer falls back at once.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def summarizer_name(summarizer: object) -> str:
+    return str(getattr(summarizer, "name", type(summarizer).__name__))
+
+
+@dataclass(frozen=True, slots=True)
+class Summarized:
+    """A summary text, who wrote it, and why the configured summarizer did not (if so)."""
+
+    text: str
+    made_by: str
+    error: str = ""
+
+
+SUMMARIZER_CHOICES = ("auto", "claude", "offline")
+# Here rather than in claude.py so that `chd --help` and `chd query`
+# do not import the SDK (two seconds).
+DEFAULT_CLAUDE_MODEL = "claude-haiku-4-5"

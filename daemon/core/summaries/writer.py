@@ -1,0 +1,196 @@
+"""The summarizer the daemon calls: retries, an offline fallback, a hard budget.
+
+``SummaryWriter`` retries the configured summarizer with backoff, falls back
+to the offline one so the summary stays current, says which one wrote the
+text and why, and holds the token budget whatever they returned.
+``build_writer`` makes the daemon's writer from its configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable, Sequence
+
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.summarizer import (
+    SUMMARIZER_CHOICES,
+    Summarized,
+    Summarizer,
+    summarizer_name,
+)
+from chd.core.tokens import TokenCounter
+from chd.core.utterance import Utterance
+
+__all__ = ["SummaryWriter", "build_writer"]
+
+log = logging.getLogger(__name__)
+
+
+class SummaryWriter:
+    """The configured summarizer with retries, an offline fallback and a hard budget.
+
+    Two kinds of callers: the background worker is patient (``attempts``
+    tries with backoff); a read that folds before answering is not (one try,
+    and none at all for ``cooldown`` seconds after the configured summarizer
+    gave up, so reads stay fast through an outage while the worker keeps
+    trying).
+
+    Args:
+        primary: the configured summarizer.
+        counter: counts tokens for the budget (the daemon's tiktoken table).
+        fallback: used when ``primary`` fails; None when ``primary`` is
+            itself the offline summarizer.
+        attempts: tries of ``primary`` per summary for a patient caller (each
+            try may include the SDK's own retries).
+        backoff: seconds before the second try, doubled for each later one.
+        cooldown: seconds after a failure during which impatient callers go
+            straight to the fallback.
+        sleep, clock: injectable for tests.
+    """
+
+    def __init__(
+        self,
+        primary: Summarizer,
+        counter: TokenCounter,
+        fallback: Summarizer | None = None,
+        attempts: int = 3,
+        backoff: float = 1.0,
+        cooldown: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {attempts}")
+        self.primary = primary
+        self.fallback = fallback
+        self.counter = counter
+        self.attempts = attempts
+        self.backoff = backoff
+        self.cooldown = cooldown
+        self._sleep = sleep
+        self._clock = clock
+        self._failed: tuple[float, str] | None = None  # when the primary last gave up, and why
+
+    @property
+    def name(self) -> str:
+        return summarizer_name(self.primary)
+
+    def write(
+        self,
+        previous: str,
+        utterances: Sequence[Utterance],
+        token_limit: int,
+        patient: bool = True,
+        offline_because: str = "",
+    ) -> Summarized:
+        """Summarize within ``token_limit``; raise only if the fallback fails too.
+
+        Args:
+            patient: False for a caller who is waiting (see the class docstring).
+            offline_because: non-empty to skip the configured summarizer
+                altogether; the reason is reported as the error.
+        """
+        if self.fallback is not None:
+            if offline_because:
+                return self._fall_back(previous, utterances, token_limit, offline_because)
+            if not patient and self._failed and self._clock() - self._failed[0] < self.cooldown:
+                age = self._clock() - self._failed[0]
+                return self._fall_back(
+                    previous, utterances, token_limit,
+                    f"{self.name} failed {age:.0f} s ago ({self._failed[1]}); not retried while a caller waits",
+                )
+        tries = self.attempts if patient else 1
+        error = ""
+        for attempt in range(1, tries + 1):
+            try:
+                text = self.primary.summarize(previous, utterances, token_limit)
+                self._failed = None
+                return Summarized(self._bounded(text, token_limit), self.name)
+            except Exception as exc:  # a summarizer's bug must not lose the batch
+                error = _describe(exc)
+                retryable = getattr(exc, "retryable", True)
+                if self.fallback is None:
+                    raise
+                log.warning(
+                    "summarizer %s failed (try %d of %d): %s", self.name, attempt, tries, error
+                )
+                if not retryable or attempt == tries:
+                    break
+                self._sleep(self.backoff * 2 ** (attempt - 1))
+        self._failed = (self._clock(), error)
+        log.warning(
+            "summarizer %s gave up; %s folds this batch instead", self.name,
+            summarizer_name(self.fallback),
+        )
+        return self._fall_back(previous, utterances, token_limit, f"{self.name} failed: {error}")
+
+    def _fall_back(
+        self, previous: str, utterances: Sequence[Utterance], token_limit: int, reason: str
+    ) -> Summarized:
+        assert self.fallback is not None
+        text = self.fallback.summarize(previous, utterances, token_limit)
+        return Summarized(self._bounded(text, token_limit), summarizer_name(self.fallback), reason)
+
+    def _bounded(self, text: str, limit: int) -> str:
+        text = text.strip()
+        if self.counter.count(text) <= limit:
+            return text
+        # The budget is a hard limit: cut at a sentence end if one is near,
+        # else at the token boundary.
+        text = self.counter.fit(text, limit)
+        if self.counter.count(text) > limit:
+            text = self.counter.truncate(text, limit)
+        return text
+
+
+def build_writer(
+    choice: str,
+    counter: TokenCounter,
+    *,
+    attempts: int = 3,
+    backoff: float = 1.0,
+    environ: dict[str, str] | None = None,
+    process: bool = False,
+    **claude_options: object,
+) -> SummaryWriter:
+    """The daemon's summary writer.
+
+    Args:
+        choice: "auto" (Claude when ANTHROPIC_API_KEY is set, else offline),
+            "claude" (refused without a key) or "offline".
+        process: run the offline summarizer in a child process
+            (process.py), with the same summarizer in this
+            process as its fallback.
+        claude_options: ClaudeConfig fields (model, max_tokens, timeout,
+            max_retries).
+    """
+    if choice not in SUMMARIZER_CHOICES:
+        raise ValueError(f"summarizer must be one of {', '.join(SUMMARIZER_CHOICES)}, got {choice!r}")
+    offline = ExtractiveSummarizer(counter)
+    env = os.environ if environ is None else environ
+    if choice == "offline" or (choice == "auto" and not env.get("ANTHROPIC_API_KEY", "").strip()):
+        if process:
+            from chd.core.summaries.process import ProcessSummarizer
+
+            # One try: a child that failed is replaced on the next batch, and
+            # the fallback is the very same summarizer, so waiting buys nothing.
+            return SummaryWriter(ProcessSummarizer(local=offline), counter, offline, attempts=1)
+        return SummaryWriter(offline, counter)
+    # Imported here: the SDK takes a while to import and offline daemons never need it.
+    from chd.core.summaries.claude import ClaudeConfig, ClaudeSummarizer
+
+    config = ClaudeConfig.from_env(env, **claude_options)  # type: ignore[arg-type]
+    if config is None:
+        raise ValueError("the claude summarizer needs ANTHROPIC_API_KEY in the environment")
+    return SummaryWriter(
+        ClaudeSummarizer(config, counter), counter, offline, attempts=attempts, backoff=backoff
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    message = str(exc).strip() or "no message"
+    if len(message) > 300:
+        message = message[:297] + "..."
+    return f"{type(exc).__name__}: {message}"

@@ -1,0 +1,253 @@
+"""Moving conversations between backends as JSON Lines (``chd export`` / ``chd import``).
+
+One conversation is a header line followed by its utterances: the buffer,
+then the summary queue, then the archive of folded ones, each in seq order::
+
+    {"record": "conversation", "format": 1, "conversation_id": "c1", "next_seq": 31,
+     "last_turn": 30, "settings": {}, "summary": {"segments": [...], "through_seq": 10, "tokens": 33}}
+    {"record": "utterance", "in": "buffer", "seq": 11, "speaker": "user", "text": "...", ...}
+    {"record": "utterance", "in": "pending", "seq": 9, ...}
+    {"record": "utterance", "in": "archive", "seq": 3, ...}
+
+Everything a query result depends on is kept as it was (seqs, turns,
+timestamps, token counts, the summary and its segments, the next seq), so
+the same queries give the same answers after an import. An import checks
+the whole input before it writes anything, and writes each conversation in
+one ``transact``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from chd.backends.base import Backend, Change, ConversationState
+from chd.core.memory.configure import effective_settings
+from chd.core.errors import InvalidRequest
+from chd.core.language.fields import as_bool, as_int, as_speaker, as_str
+from chd.core.settings import Settings
+from chd.core.utterance import Summary, Utterance
+
+__all__ = ["EXPORT_FORMAT", "export_lines", "parse_lines", "import_states"]
+
+EXPORT_FORMAT = 1
+_WHERE = ("buffer", "pending", "archive")
+
+
+def export_lines(backend: Backend, conversation_ids: Iterable[str]) -> Iterator[str]:
+    """JSON Lines for each conversation, read as one snapshot per conversation."""
+    for conversation_id in conversation_ids:
+        state = backend.read(conversation_id)
+        yield _dump(
+            {
+                "record": "conversation",
+                "format": EXPORT_FORMAT,
+                "conversation_id": conversation_id,
+                "next_seq": state.next_seq,
+                "last_turn": state.last_turn,
+                "settings": state.settings,
+                "summary": state.summary.to_record(),
+            }
+        )
+        for where, utterances in zip(_WHERE, (state.utterances, state.pending, state.archive)):
+            for utterance in utterances:
+                yield _dump({"record": "utterance", "in": where, **utterance.to_record()})
+
+
+def _dump(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass
+class _Draft:
+    line: int
+    header: dict[str, Any]
+    lists: dict[str, list[Utterance]] = field(default_factory=lambda: {where: [] for where in _WHERE})
+
+
+def parse_lines(lines: Iterable[str]) -> list[ConversationState]:
+    """The conversations in an export, checked completely.
+
+    Raises:
+        InvalidRequest: naming the line and what is wrong with it.
+    """
+    drafts: list[_Draft] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidRequest(f"line {number}: not JSON ({exc.msg})") from None
+        try:
+            _take(record, drafts, number)
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"line {number}: {exc}") from None
+    states = []
+    seen: set[str] = set()
+    for draft in drafts:
+        try:
+            state = _state(draft)
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"conversation starting at line {draft.line}: {exc}") from None
+        if state.conversation_id in seen:
+            raise InvalidRequest(f"line {draft.line}: conversation {state.conversation_id!r} appears twice")
+        seen.add(state.conversation_id)
+        states.append(state)
+    return states
+
+
+def _take(record: Any, drafts: list[_Draft], number: int) -> None:
+    if not isinstance(record, dict):
+        raise InvalidRequest("each line must be a JSON object")
+    kind = record.get("record")
+    if kind == "conversation":
+        version = as_int("format", record.get("format"), minimum=1)
+        if version > EXPORT_FORMAT:
+            raise InvalidRequest(
+                f"written by a newer chd (export format {version}; this chd reads {EXPORT_FORMAT})"
+            )
+        drafts.append(_Draft(number, record))
+    elif kind == "utterance":
+        if not drafts:
+            raise InvalidRequest("an utterance before any conversation line")
+        draft = drafts[-1]
+        where = record.get("in")
+        if where not in _WHERE:
+            raise InvalidRequest(f"'in' must be one of {', '.join(_WHERE)}, got {where!r}")
+        utterance = _utterance(record)
+        if utterance.conversation_id != draft.header.get("conversation_id"):
+            raise InvalidRequest(
+                f"utterance of conversation {utterance.conversation_id!r} inside "
+                f"conversation {draft.header.get('conversation_id')!r}"
+            )
+        draft.lists[where].append(utterance)
+    else:
+        raise InvalidRequest(f"'record' must be conversation or utterance, got {kind!r}")
+
+
+def _utterance(record: dict[str, Any]) -> Utterance:
+    return Utterance(
+        conversation_id=as_str("conversation_id", record.get("conversation_id")),
+        seq=as_int("seq", record.get("seq"), minimum=1),
+        speaker=as_speaker("speaker", record.get("speaker")),
+        text=as_str("text", record.get("text"), allow_empty=True),
+        turn_number=as_int("turn_number", record.get("turn_number")),
+        timestamp=as_str("timestamp", record.get("timestamp")),
+        tokens=as_int("tokens", record.get("tokens")),
+        important=as_bool("important", record.get("important", False)),
+    )
+
+
+_SEGMENT_NUMBERS = ("tokens", "seq_from", "seq_to", "turn_from", "turn_to")
+_SEGMENT_TEXTS = ("text", "made_by", "error")
+
+
+def _summary(record: Any) -> Summary:
+    """The summary, each field checked first so a bad one is named, not a KeyError."""
+    if not isinstance(record, dict) or not isinstance(record.get("segments"), list):
+        raise InvalidRequest("summary must be an object with a list of segments")
+    for i, segment in enumerate(record["segments"]):
+        if not isinstance(segment, dict):
+            raise InvalidRequest(f"summary segment {i} must be an object")
+        for name in _SEGMENT_NUMBERS:
+            as_int(f"summary segment {i} {name}", segment.get(name))
+        for name in _SEGMENT_TEXTS:
+            if name in segment or name == "text":
+                as_str(f"summary segment {i} {name}", segment.get(name), allow_empty=True)
+    as_int("summary through_seq", record.get("through_seq"))
+    as_int("summary tokens", record.get("tokens"))
+    return Summary.from_record(record)
+
+
+def _settings(record: Any) -> dict[str, Any]:
+    """A conversation's overrides, checked as the daemon will apply them.
+
+    An override the daemon cannot apply would fail every later store,
+    stats and summary of the conversation, so it is refused here, before
+    anything is written.
+    """
+    if not isinstance(record, dict):
+        raise InvalidRequest("settings must be an object")
+    # Other keys are the storage's to keep (the daemon ignores them).
+    try:
+        effective_settings(Settings(), record)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"settings: {exc}") from None
+    return record
+
+
+def _state(draft: _Draft) -> ConversationState:
+    header = draft.header
+    settings = _settings(header.get("settings", {}))
+    state = ConversationState(
+        conversation_id=as_str("conversation_id", header.get("conversation_id")),
+        next_seq=as_int("next_seq", header.get("next_seq"), minimum=1),
+        last_turn=as_int("last_turn", header.get("last_turn")),
+        utterances=draft.lists["buffer"],
+        pending=draft.lists["pending"],
+        summary=_summary(header["summary"]) if "summary" in header else Summary(),
+        settings=settings,
+        archive=draft.lists["archive"],
+    )
+    seen: set[int] = set()
+    for where, utterances in draft.lists.items():
+        seqs = [u.seq for u in utterances]
+        if seqs != sorted(set(seqs)):
+            raise InvalidRequest(f"the {where} utterances must have ascending, distinct seqs")
+        twice = seen & set(seqs)
+        if twice:
+            raise InvalidRequest(f"seq {min(twice)} appears in more than one of buffer, pending and archive")
+        seen |= set(seqs)
+    highest = max(seen, default=0)
+    if state.next_seq <= highest:
+        raise InvalidRequest(f"next_seq {state.next_seq} must be above the highest seq {highest}")
+    return state
+
+
+def import_states(
+    backend: Backend, states: Iterable[ConversationState], replace: bool = False
+) -> list[ConversationState]:
+    """Write each conversation in one transaction; the states as imported.
+
+    Raises:
+        InvalidRequest: A conversation already holds data and ``replace`` is
+            False; checked for all of them before the first write, and again
+            inside each transaction in case a writer got in meanwhile.
+    """
+    states = list(states)
+    if not replace:
+        for state in states:
+            _replacing(state, replace)(backend.read(state.conversation_id))
+    done = []
+    for state in states:
+        backend.transact(state.conversation_id, _replacing(state, replace))
+        done.append(state)
+    return done
+
+
+def _replacing(imported: ConversationState, replace: bool):
+    def decide(current: ConversationState) -> tuple[Change, None]:
+        if not current.is_empty and not replace:
+            raise InvalidRequest(
+                f"conversation {current.conversation_id!r} already holds data; "
+                "use --replace to overwrite it"
+            )
+        return (
+            Change(
+                remove={u.seq for u in current.utterances},
+                pending_remove={u.seq for u in current.pending},
+                append=list(imported.utterances),
+                pending_add=list(imported.pending),
+                archive_remove={u.seq for u in current.archive},
+                archive_add=list(imported.archive),
+                summary=imported.summary,
+                next_seq=imported.next_seq,
+                last_turn=imported.last_turn,
+                settings=dict(imported.settings),
+            ),
+            None,
+        )
+
+    return decide

@@ -1,0 +1,1 @@
+"""The gRPC transport: server, guards, auth, TLS, limits, metrics, trace, config, assembly."""

@@ -1,0 +1,126 @@
+"""Putting a configured daemon together: core, limits, security, trace, metrics.
+
+``start(config)`` is what ``chd serve`` runs; tests call it too, so the
+process and the in-process server are assembled the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from chd.backends.base import Backend
+from chd.backends.memory import MemoryBackend
+from chd.service.admission import ArrivalInterceptor
+from chd.service.auth import BearerAuthInterceptor
+from chd.core.language.classifier import classifier_from_environment
+from chd.service.config import Config, ConfigError, to_settings
+from chd.core.history import ConversationHistory
+from chd.service.limits import LimitedBackend, Limits, deadline_guard
+from chd.service.metrics import Metrics
+from chd.service.observe import CallSink, observing
+from chd.service.server import Server, build_server
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.summarizer import Summarizer
+from chd.core.summaries.writer import SummaryWriter, build_writer
+from chd.core.tokens import default_counter
+from chd.service.tls import server_credentials
+from chd.service.tracelog import TraceLog
+
+__all__ = ["start", "limits_from"]
+
+log = logging.getLogger(__name__)
+
+
+def limits_from(config: Config) -> Limits:
+    return Limits(
+        max_request_bytes=config.max_request_bytes,
+        max_conversations=config.max_conversations,
+        max_utterances_per_conversation=config.max_utterances_per_conversation,
+        request_timeout=config.request_timeout,
+        max_concurrent_rpcs=config.max_concurrent_rpcs,
+    )
+
+
+def summary_writer(config: Config, summarizer: Summarizer | None = None) -> SummaryWriter:
+    """The writer the config asks for; ``summarizer`` (tests, embedders) replaces its primary."""
+    counter = default_counter()
+    if summarizer is not None:
+        offline = None if isinstance(summarizer, ExtractiveSummarizer) else ExtractiveSummarizer(counter)
+        return SummaryWriter(
+            summarizer, counter, offline,
+            attempts=config.summarizer_attempts, backoff=config.summarizer_backoff,
+        )
+    try:
+        return build_writer(
+            config.summarizer,
+            counter,
+            attempts=config.summarizer_attempts,
+            backoff=config.summarizer_backoff,
+            model=config.anthropic_model,
+            max_tokens=config.anthropic_max_tokens,
+            timeout=config.summarizer_timeout,
+            max_retries=config.anthropic_max_retries,
+            process=config.summarizer_process,
+        )
+    except ValueError as exc:
+        raise ConfigError("summarizer", config.sources["summarizer"], str(exc)) from None
+
+
+def start(config: Config, *, backend: Backend | None = None, summarizer: Summarizer | None = None) -> Server:
+    """A started server as ``config`` says, over ``backend`` (memory if None).
+
+    The backend and summarizer are wrapped (limits, sizes, failure counts)
+    before the core is built over them, so every part of the core that holds
+    a reference to them goes through the wrappers.
+    """
+    limits = limits_from(config)
+    store: Backend = LimitedBackend(backend if backend is not None else MemoryBackend(), limits)
+    sinks: list[CallSink] = []
+    trace = TraceLog()
+    # Decided once: the level does not change while serving, and a call
+    # with no sink to hear it is not observed at all.
+    if trace.log.isEnabledFor(logging.INFO):
+        sinks.append(trace)
+    metrics: Metrics | None = None
+    if config.metrics_port is not None:
+        metrics = Metrics()
+        store = metrics.watch_backend(store)
+        sinks.append(metrics)
+    classifier = classifier_from_environment(config.query_classifier, config.classifier_model)
+    writer = summary_writer(config, summarizer)
+    if metrics is not None:
+        writer.primary = metrics.watch_summarizer(writer.primary)
+    history = ConversationHistory(
+        backend=store, settings=to_settings(config), classifier=classifier, writer=writer
+    )
+    # Interceptors only note, per call, what the polling thread knows (arrival,
+    # a bad token); the guards the Daemon handlers are built with act on it.
+    interceptors: list[grpc.ServerInterceptor] = [ArrivalInterceptor()]
+    if config.auth_token is not None:
+        interceptors.append(BearerAuthInterceptor(config.auth_token))
+    credentials = None
+    if config.tls_cert is not None:
+        credentials = server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
+    server = build_server(
+        history,
+        config.host,
+        config.port,
+        config.workers,
+        interceptors=interceptors,
+        observers=[observing(sinks)],
+        checks=[deadline_guard(limits.request_timeout)],
+        credentials=credentials,
+        options=[("grpc.max_receive_message_length", limits.max_request_bytes)],
+        maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
+    )
+    if metrics is not None:
+        try:
+            endpoint = metrics.serve(config.metrics_host, config.metrics_port)
+        except OSError:
+            server.stop(grace=0)
+            raise
+        server.on_stop.append(endpoint.close)
+        server.metrics_port = endpoint.port
+    return server

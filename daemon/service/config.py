@@ -1,0 +1,459 @@
+"""The daemon's configuration: flags, then ``CHD_*`` variables, then a TOML file.
+
+Every key is one row of ``KEYS`` (name, kind, default, help); its flag
+(``--buffer-size``) and variable (``CHD_BUFFER_SIZE``) follow from the name,
+so adding a key is adding a row. The first source that sets a key wins:
+command-line flag, then environment, then the file named by ``--config`` or
+``CHD_CONFIG``, then the default. Unknown keys (in the file, or ``CHD_*``
+variables no key or client owns) and invalid values stop start-up with a
+message naming the key and where its value came from.
+
+``daemon.settings.Settings`` stays the core's view: ``to_settings`` fills it
+from the keys whose names are its fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import ipaddress
+import math
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from chd.core.settings import Settings
+from chd.core.summaries.summarizer import DEFAULT_CLAUDE_MODEL, SUMMARIZER_CHOICES
+
+__all__ = [
+    "Key",
+    "KEYS",
+    "Config",
+    "ConfigError",
+    "CLIENT_ENV",
+    "OTHER_ENV",
+    "add_arguments",
+    "load",
+    "from_arguments",
+    "render",
+    "to_settings",
+    "is_loopback",
+]
+
+_DEFAULTS = Settings()
+ENV_PREFIX = "CHD_"
+CONFIG_ENV = "CHD_CONFIG"
+# Variables read by ``chd query`` and friends, not by the server: allowed in
+# the environment of ``chd serve`` without being configuration keys.
+CLIENT_ENV = frozenset(
+    {"CHD_TARGET", "CHD_TLS_CA", "CHD_TLS_SERVER_NAME", "CHD_CLIENT_TLS_CERT", "CHD_CLIENT_TLS_KEY"}
+)
+# Variables of serve flags declared outside this table: none today; a new
+# flag's variable goes here until it becomes a row of KEYS.
+OTHER_ENV: frozenset[str] = frozenset()
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown or has an invalid value."""
+
+    def __init__(self, key: str, source: str, problem: str) -> None:
+        super().__init__(f"configuration key {key!r} ({source}): {problem}")
+        self.key = key
+
+
+# --- kinds of value ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Integer:
+    """A whole number in [minimum, maximum]."""
+
+    minimum: int = 1
+    maximum: int = 2**31 - 1
+
+    def from_text(self, text: str) -> int:
+        try:
+            return self.check(int(text.strip()))
+        except ValueError as exc:
+            if "invalid literal" in str(exc):
+                raise ValueError(f"must be a whole number, got {text!r}") from None
+            raise
+
+    def check(self, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be a whole number, got {value!r}")
+        if not self.minimum <= value <= self.maximum:
+            raise ValueError(f"must be between {self.minimum} and {self.maximum}, got {value}")
+        return value
+
+
+@dataclass(frozen=True)
+class Seconds:
+    """A positive, finite number of seconds."""
+
+    def from_text(self, text: str) -> float:
+        try:
+            number = float(text.strip())
+        except ValueError:
+            raise ValueError(f"must be a number of seconds, got {text!r}") from None
+        return self.check(number)
+
+    def check(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"must be a number of seconds, got {value!r}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"must be a finite number of seconds, at least 0, got {value!r}")
+        return float(value)
+
+
+@dataclass(frozen=True)
+class Boolean:
+    """true/false (also 1/0, yes/no, on/off in text)."""
+
+    def from_text(self, text: str) -> bool:
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"must be true or false, got {text!r}")
+
+    def check(self, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"must be true or false, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Text:
+    """A string; with ``choices``, one of them (case-insensitive, kept lower case)."""
+
+    choices: tuple[str, ...] = ()
+
+    def from_text(self, text: str) -> str:
+        return self.check(text)
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"must be a string, got {value!r}")
+        if self.choices:
+            value = value.strip().lower()
+            if value not in self.choices:
+                raise ValueError(f"must be one of {', '.join(self.choices)}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class FilePath:
+    """A path to a readable file."""
+
+    def from_text(self, text: str) -> str:
+        return self.check(text)
+
+    def check(self, value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"must be a file path, got {value!r}")
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise ValueError(f"no such file: {value}")
+        try:
+            path.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"cannot read {value}: {exc.strerror}") from None
+        return str(path)
+
+
+Kind = Integer | Seconds | Boolean | Text | FilePath
+
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key. ``default=None`` means unset (the feature is off)."""
+
+    name: str
+    kind: Kind
+    default: Any
+    help: str
+    secret: bool = False
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+_PORT = Integer(0, 65535)
+
+KEYS: tuple[Key, ...] = (
+    # --- listening
+    Key("host", Text(), "127.0.0.1", "address to listen on; anything but loopback needs auth_token or insecure"),
+    Key("port", _PORT, 50051, "port to listen on; 0 picks a free one (printed at start)"),
+    Key("workers", Integer(1, 1024), 16, "threads answering calls"),
+    # --- the core (daemon.settings.Settings fields, same names)
+    # --- storage (docs/backends.md)
+    Key("backend", Text(), "memory", "memory, disk (alias durable), or module:Class for a custom backend"),
+    Key("data_dir", Text(), None, "directory of the disk backend, created if missing"),
+    Key("durability", Text(("normal", "full")), None,
+        "disk backend: normal survives a crash of chd, full also an OS crash or power loss (default normal)"),
+    # --- the rolling buffer and summary
+    Key("buffer_size", Integer(), _DEFAULTS.buffer_size, "utterances kept per conversation buffer"),
+    Key("max_tokens", Integer(), _DEFAULTS.max_tokens, "tokens kept per conversation buffer"),
+    Key("summary_token_limit", Integer(), _DEFAULTS.summary_token_limit, "token budget of each running summary"),
+    Key("max_utterance_chars", Integer(), _DEFAULTS.max_utterance_chars, "longest utterance accepted, in characters"),
+    Key("eviction_batch", Integer(), _DEFAULTS.eviction_batch, "utterances evicted together once a buffer overflows"),
+    Key("summarization_enabled", Boolean(), _DEFAULTS.summarization_enabled, "fold evicted utterances into a summary"),
+    Key("eviction_policy", Text(("fifo", "importance")), _DEFAULTS.eviction_policy,
+        "which utterances leave a full buffer first; importance: important ones last"),
+    Key("query_classifier", Boolean(), _DEFAULTS.query_classifier,
+        "let Claude classify queries the rules are unsure of (needs ANTHROPIC_API_KEY)"),
+    Key("classifier_model", Text(), "claude-haiku-4-5", "model of the query classifier"),
+    # --- summarization (docs/summarization.md)
+    Key("summarizer", Text(SUMMARIZER_CHOICES), "auto",
+        "auto: Claude when ANTHROPIC_API_KEY is set, else offline; claude; offline"),
+    Key("summarizer_process", Boolean(), True,
+        "run the offline summarizer in a child process, so folds never compete with requests "
+        "for the interpreter (false: one process, about 60 MB less)"),
+    Key("anthropic_model", Text(), DEFAULT_CLAUDE_MODEL, "Claude model of the summarizer"),
+    Key("anthropic_max_tokens", Integer(1, 64_000), 1024, "max_tokens of each Claude reply"),
+    Key("anthropic_max_retries", Integer(0, 10), 2, "the anthropic SDK's own retries per call"),
+    Key("summarizer_timeout", Seconds(), 30.0, "seconds per Claude HTTP attempt"),
+    Key("summarizer_attempts", Integer(1, 100), 3, "tries per batch before the offline fallback"),
+    Key("summarizer_backoff", Seconds(), 1.0, "seconds before the second try, doubled after each"),
+    Key("summary_segments", Integer(1, 64), _DEFAULTS.summary_segments,
+        "segments (each with its provenance) the summary is split into at most"),
+    Key("fold_delay", Seconds(), _DEFAULTS.fold_delay,
+        "seconds a conversation's evictions gather before one background fold takes them all "
+        "(fewer summarizer calls; 0: fold at once)"),
+    Key("archive_evicted", Boolean(), _DEFAULTS.archive_evicted,
+        "keep folded utterances in the backend, searchable and exportable"),
+    # --- limits (daemon.limits)
+    Key("max_request_bytes", Integer(1024, 2**31 - 1), 4 * 1024 * 1024, "largest request message accepted, in bytes"),
+    Key("max_conversations", Integer(), 100_000, "conversations one daemon holds"),
+    Key("max_utterances_per_conversation", Integer(), 10_000,
+        "utterances one conversation keeps in storage (buffer plus those awaiting summary)"),
+    Key("request_timeout", Seconds(), 30.0, "longest a call may wait for a worker when its caller set no shorter deadline"),
+    Key("max_concurrent_rpcs", Integer(1, 100_000), 256, "calls accepted at once; more are refused"),
+    Key("shutdown_grace", Seconds(), 10.0, "seconds in-flight calls get to finish at shutdown"),
+    Key("shutdown_drain", Seconds(), 0.0,
+        "seconds health says NOT_SERVING, still answering, before the server stops (for load balancers)"),
+    # --- security
+    Key("auth_token", Text(), None, "bearer token every RPC but health must carry", secret=True),
+    Key("tls_cert", FilePath(), None, "PEM certificate chain; with tls_key, serve TLS"),
+    # A path, not the key itself: shown so an operator can check it.
+    Key("tls_key", FilePath(), None, "PEM private key of tls_cert"),
+    Key("tls_client_ca", FilePath(), None, "PEM CA bundle; when set, clients must present a certificate it signed"),
+    Key("insecure", Boolean(), False, "allow a non-loopback host without a token or client certificates"),
+    # --- observability
+    Key("log_level", Text(("debug", "info", "warning", "error")), "info",
+        "log level; debug adds query text to the turn trace"),
+    Key("log_format", Text(("json", "text")), "json", "json: one JSON object per line; text: classic lines"),
+    Key("metrics_port", _PORT, None, "serve Prometheus metrics on this port (0 picks one); unset: off"),
+    Key("metrics_host", Text(), "127.0.0.1", "address of the metrics endpoint"),
+)
+
+_BY_NAME = {key.name: key for key in KEYS}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The effective configuration: a value and its source for every key."""
+
+    values: Mapping[str, Any]
+    sources: Mapping[str, str]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+# --- sources -------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """A flag for every key, plus ``--config``; unset flags stay out of the namespace."""
+    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                        help=f"TOML file of keys ({CONFIG_ENV})")
+    for key in KEYS:
+        text = f"{key.help} ({key.env})"
+        if isinstance(key.kind, Boolean):
+            parser.add_argument(key.flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=text)
+        else:
+            parser.add_argument(key.flag, metavar=_metavar(key.kind), default=argparse.SUPPRESS, help=text)
+
+
+def _metavar(kind: Kind) -> str:
+    if isinstance(kind, Text):
+        return "{" + ",".join(kind.choices) + "}" if kind.choices else "TEXT"
+    return {Integer: "N", Seconds: "SECONDS", FilePath: "FILE"}[type(kind)]
+
+
+def from_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
+    """The configuration for a namespace filled by ``add_arguments``."""
+    flags = {key.name: getattr(args, key.name) for key in KEYS if hasattr(args, key.name)}
+    config_file = getattr(args, "config", None) or env.get(CONFIG_ENV) or None
+    return load(flags, env, config_file)
+
+
+def load(flags: Mapping[str, Any], env: Mapping[str, str], config_file: str | None = None) -> Config:
+    """Merge the sources (flags > env > file > defaults), check every value, or raise ConfigError."""
+    layers: list[tuple[str, dict[str, tuple[str, Any]]]] = [
+        ("flag", {name: (f"flag {_BY_NAME[name].flag}", value) for name, value in flags.items()}),
+        ("env", _from_env(env)),
+    ]
+    if config_file:
+        layers.append(("file", _from_file(config_file)))
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key in KEYS:
+        for _, layer in layers:
+            if key.name in layer:
+                source, raw = layer[key.name]
+                values[key.name] = _parse(key, source, raw)
+                sources[key.name] = source
+                break
+        else:
+            values[key.name] = key.default
+            sources[key.name] = "default"
+    config = Config(values, sources)
+    _check_together(config)
+    return config
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, Any]]:
+    by_env = {key.env: key for key in KEYS}
+    found: dict[str, tuple[str, Any]] = {}
+    for variable, raw in env.items():
+        if not variable.startswith(ENV_PREFIX) or variable in CLIENT_ENV | OTHER_ENV or variable == CONFIG_ENV:
+            continue
+        key = by_env.get(variable)
+        if key is None:
+            raise ConfigError(variable, f"environment variable {variable}", _unknown(variable[len(ENV_PREFIX):].lower()))
+        if raw == "" and key.default is None:
+            continue  # an empty variable leaves an optional key unset
+        found[key.name] = (f"env {variable}", raw)
+    return found
+
+
+def _from_file(path: str) -> dict[str, tuple[str, Any]]:
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError("config", f"flag --config / {CONFIG_ENV}", f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("config", f"file {path}", f"not valid TOML: {exc}") from None
+    found: dict[str, tuple[str, Any]] = {}
+    for name, value in document.items():
+        if name not in _BY_NAME:
+            raise ConfigError(name, f"file {path}", _unknown(name))
+        found[name] = (f"file {path}", value)
+    return found
+
+
+def _unknown(name: str) -> str:
+    close = difflib.get_close_matches(name, list(_BY_NAME), n=2)
+    hint = f"; did you mean {' or '.join(close)}?" if close else "; `chd config --help` lists the keys"
+    return f"no such key{hint}"
+
+
+def _parse(key: Key, source: str, raw: Any) -> Any:
+    try:
+        if isinstance(raw, str) and not source.startswith("file"):
+            return key.kind.from_text(raw)
+        return key.kind.check(raw)
+    except ValueError as exc:
+        raise ConfigError(key.name, source, str(exc)) from None
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` only accepts connections from this machine."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a hostname or "" (every interface): assume reachable
+
+
+def _check_together(config: Config) -> None:
+    """Rules about several keys at once; each error names the key to change."""
+    v, src = config.values, config.sources
+    if (v["tls_cert"] is None) != (v["tls_key"] is None):
+        missing = "tls_key" if v["tls_key"] is None else "tls_cert"
+        raise ConfigError(missing, "missing", "tls_cert and tls_key must be given together")
+    if v["tls_client_ca"] is not None and v["tls_cert"] is None:
+        raise ConfigError("tls_client_ca", src["tls_client_ca"], "verifying client certificates needs tls_cert and tls_key")
+    if v["auth_token"] is not None and not v["auth_token"].strip():
+        raise ConfigError("auth_token", src["auth_token"], "must not be empty")
+    if v["max_utterances_per_conversation"] < v["buffer_size"]:
+        raise ConfigError(
+            "max_utterances_per_conversation", src["max_utterances_per_conversation"],
+            f"must be at least buffer_size ({v['buffer_size']}), got {v['max_utterances_per_conversation']}",
+        )
+    authenticated = v["auth_token"] is not None or v["tls_client_ca"] is not None
+    if not is_loopback(v["host"]) and not authenticated and not v["insecure"]:
+        raise ConfigError(
+            "host", src["host"],
+            f"{v['host']!r} is reachable from other machines; set auth_token (or tls_client_ca) "
+            "or pass --insecure to serve it unauthenticated",
+        )
+    try:
+        to_settings(config)
+    except ValueError as exc:
+        name = str(exc).split(" ", 1)[0]
+        raise ConfigError(name, src.get(name, "default"), str(exc)) from None
+
+
+def to_settings(config: Config) -> Settings:
+    """The core's Settings from the keys named like its fields."""
+    return Settings(**{f.name: config.values[f.name] for f in fields(Settings) if f.name in config.values})
+
+
+# --- showing it ------------------------------------------------------------------
+
+
+def key_table() -> str:
+    """The Markdown table of every key, as docs/operations.md carries it (a test keeps them equal)."""
+    rows = ["| key | flag | variable | default | meaning |", "|---|---|---|---|---|"]
+    for key in KEYS:
+        flag = f"--[no-]{key.flag[2:]}" if isinstance(key.kind, Boolean) else key.flag
+        if key.default is None:
+            default = "(unset)"
+        elif isinstance(key.default, bool):
+            default = str(key.default).lower()
+        elif isinstance(key.default, str):
+            default = f'"{key.default}"'
+        else:
+            default = str(key.default)
+        meaning = key.help + (" (secret)" if key.secret else "")
+        rows.append(f"| `{key.name}` | `{flag}` | `{key.env}` | {default} | {meaning} |")
+    return "\n".join(rows)
+
+
+def render(config: Config) -> str:
+    """The effective configuration as TOML, each line saying where its value came from."""
+    lines = ["# chd effective configuration (flags > CHD_* environment > config file > defaults)"]
+    width = max(len(key.name) for key in KEYS)
+    for key in KEYS:
+        value, source = config.values[key.name], config.sources[key.name]
+        if value is None:
+            lines.append(f"# {key.name} is unset  # {source}")
+            continue
+        shown = '"********"' if key.secret else _toml(value)
+        lines.append(f"{key.name:<{width}} = {shown}  # {source}")
+    return "\n".join(lines)
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'

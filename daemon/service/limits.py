@@ -1,0 +1,140 @@
+"""The daemon's quantity limits, each refused with its own status and message.
+
+=============================  ==========================  =====================
+limit                          where                       status on breach
+=============================  ==========================  =====================
+max_request_bytes              grpc (receive size)         RESOURCE_EXHAUSTED
+max_utterance_chars            core (``Settings``)         RESOURCE_EXHAUSTED
+max_conversations              ``LimitedBackend``          RESOURCE_EXHAUSTED
+max_utterances_per_conversation ``LimitedBackend``         RESOURCE_EXHAUSTED
+request_timeout / deadline     ``deadline_guard``          DEADLINE_EXCEEDED
+max_concurrent_rpcs            grpc                        RESOURCE_EXHAUSTED
+=============================  ==========================  =====================
+
+Counts are checked inside the backend transaction, so a refused store
+changes nothing. Deadlines are checked when a worker picks the call up: a
+call that waited past its deadline is refused before it does anything, and
+a call that started is finished (a write is never half applied).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import grpc
+
+from chd.backends.base import Backend, Change, ConversationState, T, sizes_after
+from chd.core.errors import InvalidRequest, TooLarge
+from chd.service.admission import arrived
+from chd.service.handlers import Behavior, Guard
+from chd.service.wrapped_backend import WrappedBackend
+
+__all__ = ["Limits", "LimitedBackend", "deadline_guard"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-daemon limits; see the module docstring for who enforces each."""
+
+    max_request_bytes: int = 4 * 1024 * 1024
+    max_conversations: int = 100_000
+    max_utterances_per_conversation: int = 10_000
+    request_timeout: float = 30.0
+    max_concurrent_rpcs: int = 256
+
+
+class LimitedBackend(WrappedBackend):
+    """A Backend that refuses new conversations and utterances over the limits.
+
+    The utterance count is buffer plus the queue awaiting summary: what the
+    conversation keeps in storage. It can only pass the buffer size when
+    summarizing falls behind (a failing summarizer), so this limit is the
+    back-pressure that stops a backlog from filling the disk.
+    """
+
+    def __init__(self, backend: Backend, limits: Limits) -> None:
+        super().__init__(backend)
+        self.limits = limits
+        self._known = set(backend.conversations())
+        # New conversations are created one at a time so two of them cannot
+        # both take the last free place; existing ones never wait on this.
+        self._creating = threading.Lock()
+
+    def transact(self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]]) -> T:
+        if conversation_id in self._known:
+            return self.inner.transact(conversation_id, self._checked(decide, new=False))
+        with self._creating:
+            if len(self._known) >= self.limits.max_conversations:
+                # Another process or an import may have removed some since.
+                self._known = set(self.inner.conversations())
+            value = self.inner.transact(conversation_id, self._checked(decide, new=True))
+            if not self.inner.read(conversation_id).is_empty:
+                self._known.add(conversation_id)
+            return value
+
+    def _checked(
+        self, decide: Callable[[ConversationState], tuple[Change, T]], new: bool
+    ) -> Callable[[ConversationState], tuple[Change, T]]:
+        limits = self.limits
+
+        def checked(state: ConversationState) -> tuple[Change, T]:
+            change, value = decide(state)
+            if change.is_empty:
+                return change, value
+            buffer_size = (change.settings or {}).get("buffer_size")
+            if buffer_size is not None and buffer_size > limits.max_utterances_per_conversation:
+                # Such a buffer would not evict before the limit, and every
+                # store after it would be refused (the daemon's own
+                # buffer_size is checked alike at start-up).
+                raise InvalidRequest(
+                    f"buffer_size {buffer_size} is above the max_utterances_per_conversation "
+                    f"limit of {limits.max_utterances_per_conversation}; nothing was changed"
+                )
+            if new and state.is_empty and len(self._known) >= limits.max_conversations:
+                raise TooLarge(
+                    f"this daemon already holds {len(self._known)} conversations, the "
+                    f"max_conversations limit; conversation {state.conversation_id!r} was not created"
+                )
+            before = len(state.utterances) + len(state.pending)
+            after = sum(sizes_after(state, change))
+            if after > before and after > limits.max_utterances_per_conversation:
+                raise TooLarge(
+                    f"conversation {state.conversation_id!r} would keep {after} utterances "
+                    f"(buffer plus those awaiting summary), over the max_utterances_per_conversation "
+                    f"limit of {limits.max_utterances_per_conversation}; nothing was stored"
+                )
+            return change, value
+
+        return checked
+
+
+def deadline_guard(request_timeout: float) -> Guard:
+    """A guard refusing calls that waited for a worker past their deadline.
+
+    The deadline is the caller's, capped by ``request_timeout`` counted from
+    the call's arrival (noted on grpc's polling thread, see
+    ``daemon.admission``), so a caller that set none still cannot queue work
+    forever.
+    """
+
+    def guard(_method: str, behavior: Behavior) -> Behavior:
+        def timed(request: Any, context: grpc.ServicerContext) -> Any:
+            waited = time.perf_counter() - arrived()
+            left = request_timeout - waited
+            remaining = context.time_remaining()
+            if remaining is not None:
+                left = min(left, remaining)
+            if left <= 0:
+                context.abort(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"the request waited {waited:.3f}s for a worker and its deadline passed "
+                    f"(request_timeout is {request_timeout:g}s); nothing was done",
+                )
+            return behavior(request, context)
+
+        return timed
+
+    return guard

@@ -1,0 +1,171 @@
+"""Prometheus metrics: calls, errors by code, latency, buffer and queue sizes.
+
+Each daemon has its own registry (so tests can run several in one process)
+served on ``--metrics-port`` by prometheus-client's HTTP server. Sizes are
+kept per conversation as transactions commit and summed when Prometheus
+scrapes, so a scrape costs a sum, not a walk through storage.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from chd.backends.base import Backend, Change, ConversationState, T, sizes_after
+from chd.service.observe import CallRecord, operation_of
+from chd.core.utterance import Utterance
+from chd.service.wrapped_backend import WrappedBackend
+
+__all__ = ["Metrics", "MeteredBackend", "CountingSummarizer", "MetricsServer"]
+
+log = logging.getLogger(__name__)
+
+# From a memory-backend store (~1 ms) to a slow LLM summarizer call (10 s).
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """The daemon's metrics, and a CallSink feeding them."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "chd_requests", "Daemon RPCs answered, by method and status code.", ["method", "code"], registry=r
+        )
+        self.errors = Counter(
+            "chd_errors", "Daemon RPCs answered with an error, by method and status code.", ["method", "code"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "chd_request_latency_seconds", "Time from a call's arrival to its answer, by method.", ["method"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.operations = Counter(
+            "chd_operations", "Queries answered, by operation and outcome.", ["operation", "outcome"], registry=r
+        )
+        self.operation_latency = Histogram(
+            "chd_operation_latency_seconds", "Time to answer a successful query, by operation.", ["operation"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.in_flight = Gauge("chd_requests_in_flight", "Daemon RPCs being answered now.", registry=r)
+        self.summarizer_failures = Counter(
+            "chd_summarizer_failures", "Summarizer calls that raised; their utterances stay queued.", registry=r
+        )
+
+    # --- CallSink ------------------------------------------------------------
+
+    def begin(self, method: str) -> None:
+        self.in_flight.inc()
+
+    def record(self, call: CallRecord) -> None:
+        self.in_flight.dec()
+        code = call.code.name
+        self.requests.labels(call.method, code).inc()
+        if code != "OK":
+            self.errors.labels(call.method, code).inc()
+        self.latency.labels(call.method).observe(call.latency)
+        operation = operation_of(call)
+        self.operations.labels(operation, code).inc()
+        if code == "OK":
+            self.operation_latency.labels(operation).observe(call.latency)
+
+    # --- sizes and summarizer --------------------------------------------------
+
+    def watch_backend(self, backend: Backend) -> "MeteredBackend":
+        """``backend`` wrapped so its sizes show up as gauges."""
+        metered = MeteredBackend(backend)
+        r = self.registry
+        Gauge("chd_conversations", "Conversations with stored state.", registry=r).set_function(metered.conversation_count)
+        Gauge("chd_buffer_utterances", "Utterances in all rolling buffers.", registry=r).set_function(metered.buffered)
+        Gauge(
+            "chd_summary_queue_utterances", "Evicted utterances waiting to be folded into a summary, all conversations.",
+            registry=r,
+        ).set_function(metered.pending)
+        Gauge(
+            "chd_summary_queue_max_utterances", "The longest summary queue of any one conversation.", registry=r
+        ).set_function(metered.pending_max)
+        return metered
+
+    def watch_summarizer(self, summarizer: Any) -> "CountingSummarizer":
+        return CountingSummarizer(summarizer, self.summarizer_failures.inc)
+
+    def serve(self, host: str, port: int) -> "MetricsServer":
+        """Start the /metrics HTTP endpoint; ``port=0`` picks a free port."""
+        httpd, thread = start_http_server(port, addr=host, registry=self.registry)
+        return MetricsServer(httpd, thread)
+
+
+@dataclass
+class MetricsServer:
+    """The running metrics endpoint."""
+
+    httpd: Any
+    thread: threading.Thread
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_port)
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class MeteredBackend(WrappedBackend):
+    """A Backend that keeps each conversation's buffer and queue sizes as it commits."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend)
+        self._sizes: dict[str, tuple[int, int]] = {}
+        for cid in backend.conversations():
+            state = backend.read(cid)
+            self._sizes[cid] = (len(state.utterances), len(state.pending))
+
+    def transact(self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]]) -> T:
+        sizes: list[tuple[int, int]] = []
+
+        def measured(state: ConversationState) -> tuple[Change, T]:
+            change, value = decide(state)
+            if not change.is_empty:
+                sizes.append(sizes_after(state, change))
+            return change, value
+
+        value = self.inner.transact(conversation_id, measured)
+        if sizes:  # the last decision is the one the backend applied
+            self._sizes[conversation_id] = sizes[-1]
+        return value
+
+    def conversation_count(self) -> float:
+        return len(self._sizes)
+
+    def buffered(self) -> float:
+        return sum(b for b, _ in list(self._sizes.values()))
+
+    def pending(self) -> float:
+        return sum(p for _, p in list(self._sizes.values()))
+
+    def pending_max(self) -> float:
+        return max((p for _, p in list(self._sizes.values())), default=0)
+
+
+class CountingSummarizer:
+    """A Summarizer that counts the failures of the one it wraps (and re-raises them)."""
+
+    def __init__(self, inner: Any, on_failure: Callable[[], None]) -> None:
+        self.inner = inner
+        self._on_failure = on_failure
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def summarize(self, previous: str, utterances: Sequence[Utterance], token_limit: int) -> str:
+        try:
+            return self.inner.summarize(previous, utterances, token_limit)
+        except Exception:
+            self._on_failure()
+            raise

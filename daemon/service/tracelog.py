@@ -1,0 +1,134 @@
+"""The turn trace: one structured JSON log line per Daemon operation.
+
+Each line says when, which conversation, which operation, how many items
+and tokens it touched, how long it took and how it ended. The text of the
+query (and so of any utterance in it) and error details (which may quote it)
+appear only when the ``chd.trace`` logger is at DEBUG: a trace is shipped to
+log stores with other retention and access rules than the conversations.
+
+``configure_logging`` sets level and format (``json``: every record one JSON
+object, ``text``: classic lines) for the whole process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from chd.core.history import DEFAULT_CONVERSATION, MAX_CONVERSATION_ID
+from chd.service.observe import CallRecord, operation_of
+
+__all__ = ["TraceLog", "JsonFormatter", "configure_logging", "TRACE_LOGGER"]
+
+TRACE_LOGGER = "chd.trace"
+
+
+def _rfc3339(seconds: float) -> str:
+    moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class TraceLog:
+    """A CallSink writing the turn trace to the ``chd.trace`` logger."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.log = logger or logging.getLogger(TRACE_LOGGER)
+
+    def begin(self, method: str) -> None:
+        pass
+
+    def record(self, call: CallRecord) -> None:
+        if not self.log.isEnabledFor(logging.INFO):
+            return
+        try:
+            fields = self.fields(call, debug=self.log.isEnabledFor(logging.DEBUG))
+        except Exception:  # a trace must never fail the call it describes
+            self.log.exception("could not build the trace line for a %s call", call.method)
+            return
+        self.log.info("%s", _AsJson(fields), extra={"chd_trace": fields})
+
+    @staticmethod
+    def fields(call: CallRecord, debug: bool = False) -> dict[str, Any]:
+        """The trace line's fields for one call."""
+        request, response = call.request, call.response
+        meta = response.metadata if response is not None and hasattr(response, "metadata") else None
+        fields: dict[str, Any] = {
+            "time": _rfc3339(time.time()),
+            "conversation": _conversation(request, meta),
+            "operation": operation_of(call),
+            "items": int(meta["items_affected"]) if meta is not None and "items_affected" in meta else 0,
+            "tokens": int(meta["tokens_used"]) if meta is not None and "tokens_used" in meta else 0,
+            "latency_ms": round(call.latency * 1000, 3),
+            "outcome": call.code.name,
+        }
+        if debug:
+            fields["query"] = getattr(request, "query", None)
+            if call.details:
+                fields["error"] = call.details
+        return fields
+
+
+class _AsJson:
+    """The fields as JSON text, rendered only if a text formatter asks (JsonFormatter does not)."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+
+    def __str__(self) -> str:
+        return json.dumps(self.fields, ensure_ascii=False)
+
+
+def _conversation(request: Any, meta: Any) -> str | None:
+    if meta is not None and "conversation_id" in meta:
+        return str(meta["conversation_id"])
+    metadata = getattr(request, "metadata", None)
+    if metadata is None:
+        return None
+    if "conversation_id" not in metadata.fields:
+        return DEFAULT_CONVERSATION
+    value = metadata.fields["conversation_id"]
+    if value.WhichOneof("kind") == "string_value":
+        return value.string_value[:MAX_CONVERSATION_ID]
+    return None  # not a string: the call was refused for it
+
+
+class JsonFormatter(logging.Formatter):
+    """Every record as one JSON object; trace records carry their fields at top level."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        trace = getattr(record, "chd_trace", None)
+        if trace is not None:
+            line = {"time": trace["time"], "level": record.levelname, "logger": record.name} | trace
+            return json.dumps(line, ensure_ascii=False)
+        line: dict[str, Any] = {
+            "time": _rfc3339(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def configure_logging(level: str = "INFO", fmt: str = "json", stream: TextIO | None = None) -> None:
+    """Route every logger to ``stream`` (stderr) at ``level`` in format ``json`` or ``text``."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # grpc's own loggers are chatty at DEBUG and never about our calls.
+    logging.getLogger("grpc").setLevel(max(logging.INFO, root.level))
+
