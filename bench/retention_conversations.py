@@ -22,6 +22,7 @@ from dataclasses import dataclass
 __all__ = ["SCENARIOS", "Said", "utterances"]
 
 _FACT = re.compile(r"\{(~?)([^{}]+)\}")
+_ARTICLE = re.compile(r"^(?:the|a|an) ")
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,8 @@ def utterances(scenario: str, count: int) -> list[Said]:
         slots = values(episode)
         for speaker, line in template:
             marked = line.format(**slots)
-            facts = tuple(m.group(2) for m in _FACT.finditer(marked) if not m.group(1))
+            # "the old cathedral" is the fact "old cathedral": an article is not what is remembered.
+            facts = tuple(_ARTICLE.sub("", m.group(2)) for m in _FACT.finditer(marked) if not m.group(1))
             text = _FACT.sub(lambda m: m.group(2), marked)
             out.append(Said(speaker, text, facts))
             if len(out) == count:

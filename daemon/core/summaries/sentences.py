@@ -1,0 +1,198 @@
+"""Sentences and facts of utterance text, in time linear in its length.
+
+The splitter ends a sentence at a run of ``.``, ``!`` or ``?`` followed by
+white space (or the end), and at a line break: "3.11.6", "src/app.py",
+"https://x.org/a.b" and "ana@example.com" hold dots that are followed by a
+character, so they stay whole (issue 13: "3.11.6" used to become "3.").
+No pattern here has a repetition inside a repetition or a failing tail
+after an unbounded run, so no text can make matching slower than linear
+(issue 14: ``[^.!?\\n]+(?:[.!?]+|$)`` was quadratic on a long line
+followed by a newline).
+
+A fact is what a summary must keep word for word: names (capitalised words
+not at a sentence start, or known as names elsewhere), numbers with the
+unit after them and the month or label before them, codes (TCK-48213,
+LT1200, #4101), versions, paths, URLs and e-mail addresses.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+__all__ = ["split_sentences", "clean", "facts_of", "name_words", "words_of", "STOPWORDS"]
+
+# A run of sentence-ending marks; whether it ends a sentence depends on the
+# one character after it, looked at outside the pattern (no lookahead that
+# could fail after an unbounded run and backtrack into it).
+_ENDS = re.compile(r"[.!?]+|\n")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d[\d.,:]*")
+_LEADING = "\"'([{<“‘"
+_TRAILING = "\"')]}>.,;:!?”’…"
+
+STOPWORDS = frozenset(
+    """a about above after again all also am an and any are as at be because been
+    before being below between both but by can could did do does doing down during
+    each few for from further had has have having he her here hers him his how i if
+    in into is it its itself just let me more most my no nor not now of off ok okay
+    on once only or other our ours out over own please same she should so some such
+    than thank thanks that the their theirs them then there these they this those
+    through to too under until up very was we were what when where which while who
+    whom why will with would yes you your yours sure right well oh hi hello i'm
+    i'll i've i'd it's that's you're let's can't don't isn't get got go going know
+    like maybe much many one really think want yeah great good fine cool per ask
+    asking asked glad welcome anything else something help done sorry nice actually
+    since instead""".split()
+)
+_MONTHS = frozenset(
+    "january february march april may june july august september october november december "
+    "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday "
+    "saturday sunday".split()
+)
+# Joins the words of a name ("Hearth & Co", "Pieter de Vries").
+_JOINERS = frozenset({"&", "de", "van", "von", "der", "da", "di", "la", "le", "del"})
+
+
+def clean(sentence: str) -> str:
+    """One line, single spaces, straight quotes (curly ones delimit quotes in a summary)."""
+    return " ".join(sentence.replace("“", '"').replace("”", '"').split())
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text``, cleaned, empty ones left out."""
+    out: list[str] = []
+    start = 0
+    length = len(text)
+    for match in _ENDS.finditer(text):
+        end = match.end()
+        if match.group() != "\n" and end < length and not text[end].isspace():
+            continue  # "3.11", "a.py", "x@y.org": a dot inside a word
+        sentence = clean(text[start:end])
+        if sentence:
+            out.append(sentence)
+        start = end
+    rest = clean(text[start:])
+    if rest:
+        out.append(rest)
+    return out
+
+
+def words_of(text: str) -> list[str]:
+    """Word tokens: words with apostrophes and hyphens, and numbers with their dots."""
+    return _WORD.findall(text)
+
+
+def _core(token: str) -> tuple[str, int, bool]:
+    """``token`` without surrounding punctuation, where the core starts, and whether it ended a phrase."""
+    start = 0
+    while start < len(token) and token[start] in _LEADING:
+        start += 1
+    end = len(token)
+    while end > start and token[end - 1] in _TRAILING:
+        end -= 1
+    core = token[start:end]
+    # A trailing "." right after a digit belongs to the sentence, not the number.
+    return core, start, end < len(token)
+
+
+def _strong(core: str) -> bool:
+    """A number, code, version, path, address or identifier: a fact by its shape."""
+    if not core:
+        return False
+    if any(c.isdigit() for c in core) or "@" in core or "_" in core:
+        return True
+    if core[0] == "#" and len(core) > 1:
+        return True
+    if "/" in core and any(c.isalpha() for c in core):
+        return True
+    inner = core[1:-1]
+    if "." in inner and core[0].isalnum() and core[-1].isalnum():
+        return True  # pyproject.toml, example.org
+    letters = [c for c in core if c.isalpha()]
+    if len(letters) >= 2 and all(c.isupper() for c in letters):
+        return True  # VAT, CET, XMBFVZ
+    return any(c.isupper() for c in core[1:]) and any(c.islower() for c in core)  # NoneType
+
+
+def _capitalised(core: str) -> bool:
+    return bool(core) and core[0].isupper() and core[0].isalpha() and core.lower() not in STOPWORDS
+
+
+def name_words(sentences: Iterable[str]) -> set[str]:
+    """Capitalised words seen mid-sentence: names, also when they open a sentence elsewhere."""
+    names: set[str] = set()
+    for sentence in sentences:
+        tokens = sentence.split()
+        for i, token in enumerate(tokens[1:], 1):
+            core, _, _ = _core(token)
+            if _capitalised(core) and not tokens[i - 1].endswith((".", "!", "?", ":")):
+                names.add(core)
+    return names
+
+
+def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+    """The facts of one cleaned sentence, in order, each as it is written there.
+
+    Args:
+        names: words known as names in the conversation (see ``name_words``).
+        rare: lower-case words rare in the conversation, kept as facts too.
+    """
+    tokens = sentence.split(" ")
+    facts: list[str] = []
+    run: list[str] = []
+    units = 0  # lower-case words taken after a number, at most two
+
+    def close() -> None:
+        nonlocal units
+        while run and run[-1].lower() in _JOINERS:
+            run.pop()
+        if run:
+            facts.append(" ".join(run))
+        run.clear()
+        units = 0
+
+    for i, token in enumerate(tokens):
+        core, _, ends = _core(token)
+        lowered = core.lower()
+        number = bool(core) and core[0].isdigit() or core[:1] in "€$£" and core[1:2].isdigit()
+        if _strong(core):
+            if run and units:
+                close()
+            run.append(core)
+        elif _capitalised(core) and (i > 0 or core in names or _next_is_name(tokens, names)):
+            if run and units:
+                close()
+            run.append(core)
+        elif run and lowered in _JOINERS and not ends:
+            run.append(core)
+        elif run and units < 2 and _after_number(run) and core.isalpha() and lowered not in STOPWORDS:
+            run.append(core)
+            units += 1
+        elif lowered in _MONTHS and not ends:
+            close()
+            run.append(core)
+        elif core and lowered in rare:
+            if run and not run[-1].islower() and not units:
+                close()
+            run.append(core)
+        else:
+            close()
+            continue
+        if number:
+            units = 0
+        if ends:
+            close()
+    close()
+    return facts
+
+
+def _after_number(run: list[str]) -> bool:
+    last = run[-1]
+    return last[:1].isdigit() or last[:1] in "€$£" or (len(run) > 1 and run[-2][:1].isdigit())
+
+
+def _next_is_name(tokens: list[str], names: set[str]) -> bool:
+    if len(tokens) < 2 or tokens[0].endswith((",", ".", ":", ";")):
+        return False
+    nxt, _, _ = _core(tokens[1])
+    return _capitalised(nxt) or _strong(nxt)
