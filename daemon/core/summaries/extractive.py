@@ -141,6 +141,11 @@ class ExtractiveSummarizer:
         _score(sentences, weights)
         sentences = _distinct(sentences)
         facts = _facts(sentences, listed, weights)
+        if context is not None and context.summary:
+            # Said elsewhere in the summary already: a copy here adds little.
+            for fact in facts:
+                if fact.text in context.summary:
+                    fact.weight *= 0.2
         for fact in facts:
             fact.cost = self._counter.count(fact.text) + 1
         plan = self._plan(blocks, sentences, facts, token_limit)
@@ -430,17 +435,18 @@ def _render(
             phrases.append(_phrase(run))
         if facts:
             phrases.append(FACTS_LABEL + "; ".join(facts))
-        topics = _topics(sentences, facts, weights or {}) if with_topics else []
+        # A fact list names its own topics; a head's topics help read quotes.
+        topics = _topics(sentences, weights or {}) if with_topics and sentences else []
         lines.append(f"{block.head(topics)}: " + "; ".join(phrases))
     return "\n".join(lines)
 
 
-def _topics(sentences: Sequence[_Sentence], facts: Sequence[str], weights: dict[str, float], most: int = 3) -> list[str]:
+def _topics(sentences: Sequence[_Sentence], weights: dict[str, float], most: int = 3) -> list[str]:
     """The words of what a line kept that weigh most: said at least twice, names first."""
     counts: dict[str, int] = {}
     shown: dict[str, str] = {}
     common: set[str] = set()  # also seen in lower case: a word, not a name
-    for text in [*(s.text for s in sentences), *facts]:
+    for text in (s.text for s in sentences):
         for word in words_of(text):
             key = word.lower()
             if len(key) < 4 or not key.isalpha() or key in STOPWORDS:

@@ -20,7 +20,7 @@ from chd.core.errors import StorageError
 from chd.core.summaries.segments import compact, fold_into
 from chd.core.memory.configure import effective_settings
 from chd.core.settings import Settings
-from chd.core.summaries.summarizer import Summarized
+from chd.core.summaries.summarizer import Summarized, SummaryContext
 from chd.core.summaries.writer import SummaryWriter
 from chd.core.tokens import TokenCounter
 from chd.core.utterance import Summary, Utterance
@@ -106,7 +106,10 @@ class Folder:
                 report.done = True
                 return report
             try:
-                summary, written = self._merge(state.summary, batch, limit, patient, offline_because)
+                summary, written = self._merge(
+                    state.summary, batch, limit, patient, offline_because,
+                    SummaryContext(buffered=tuple(state.utterances)),
+                )
             except Exception as exc:
                 # Offline fallback failed too: the batch stays queued.
                 log.exception("folding conversation %s failed", conversation_id)
@@ -140,9 +143,12 @@ class Folder:
         limit: int,
         patient: bool,
         offline_because: str,
+        context: SummaryContext = SummaryContext(),
     ) -> tuple[Summary, list[Summarized]]:
-        def write(previous: str, utterances: Sequence[Utterance], limit: int) -> Summarized:
-            return self.writer.write(previous, utterances, limit, patient, offline_because)
+        def write(
+            previous: str, utterances: Sequence[Utterance], limit: int, context: SummaryContext
+        ) -> Summarized:
+            return self.writer.write(previous, utterances, limit, patient, offline_because, context)
 
         if not batch:
             # A summary over a budget lowered since it was written: condense it.
@@ -152,6 +158,7 @@ class Folder:
                 max_segments=self.settings.summary_segments,
                 write=write,
                 counter=self.counter,
+                context=context,
             )
         return fold_into(
             summary,
@@ -160,6 +167,7 @@ class Folder:
             max_segments=self.settings.summary_segments,
             write=write,
             counter=self.counter,
+            context=context,
         )
 
     def _lock(self, conversation_id: str) -> threading.Lock:
