@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from chd.core.summaries.sentences import (
     STOPWORDS,
@@ -133,7 +133,7 @@ class ExtractiveSummarizer:
         token_limit: int,
         context: SummaryContext | None = None,
     ) -> str:
-        blocks, sentences, listed = _read(previous, utterances)
+        blocks, sentences, listed = _read(previous, utterances, self._counter)
         if not sentences and not listed:
             return ""
         _join_blocks(blocks, sentences, listed, max(1, token_limit // _TOKENS_PER_BLOCK))
@@ -223,7 +223,7 @@ class ExtractiveSummarizer:
 
 
 def _read(
-    previous: str, utterances: Sequence[Utterance]
+    previous: str, utterances: Sequence[Utterance], counter: TokenCounter
 ) -> tuple[list[_Block], list[_Sentence], list[_Fact]]:
     """The blocks, sentences and listed facts of the previous summary and the new utterances."""
     blocks: list[_Block] = []
@@ -249,13 +249,24 @@ def _read(
         for u in utterances:
             raw.extend((len(blocks) - 1, u.speaker, s) for s in split_sentences(u.text))
     names = name_words(s for _, _, s in raw)
+    rare = _rare_words((s for _, _, s in raw), counter)
     sentences = [
-        _Sentence(order, block, speaker, text, tuple(facts_of(text, names)))
+        _Sentence(order, block, speaker, text, tuple(facts_of(text, names, rare)))
         for order, (block, speaker, text) in enumerate(raw)
     ]
     offset = len(sentences)
     facts = [_Fact(text, block, offset + i, 0.0) for i, (block, text) in enumerate(listed)]
     return blocks, sentences, facts
+
+
+def _rare_words(sentences: Iterable[str], counter: TokenCounter) -> set[str]:
+    """Lower-case words the tokenizer does not know as one word: "pydantic", "mypy", "release-prep".
+
+    cl100k_base has a single token for every common English word (" refund",
+    " mistake"); a word it must split is a name, a tool, an identifier.
+    """
+    words = {w for s in sentences for w in words_of(s) if w.islower() and len(w) >= 4}
+    return {w for w in words if w not in STOPWORDS and counter.count(" " + w) >= 2}
 
 
 def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[str]] | None:
@@ -387,6 +398,8 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     for fact in where.values():
         words = [w.lower() for w in words_of(fact.text)] or [fact.text.lower()]
         fact.weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
+        if fact.text.islower() and fact.text.replace("-", "").replace(" ", "").isalpha():
+            fact.weight *= 0.5  # a rare word: maybe a name, maybe just an unusual word
     return sorted(where.values(), key=lambda f: f.order)
 
 

@@ -109,7 +109,7 @@ def _strong(core: str) -> bool:
     if "." in inner and core[0].isalnum() and core[-1].isalnum():
         return True  # pyproject.toml, example.org
     letters = [c for c in core if c.isalpha()]
-    if len(letters) >= 2 and all(c.isupper() for c in letters):
+    if len(letters) >= 2 and all(c.isupper() for c in letters) and core.lower() not in STOPWORDS:
         return True  # VAT, CET, XMBFVZ
     return any(c.isupper() for c in core[1:]) and any(c.islower() for c in core)  # NoneType
 
@@ -151,7 +151,12 @@ def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> li
         run.clear()
         units = 0
 
+    skip = -1
     for i, token in enumerate(tokens):
+        if i <= skip:
+            if ends:
+                close()
+            continue
         core, _, ends = _core(token)
         lowered = core.lower()
         number = bool(core) and core[0].isdigit() or core[:1] in "€$£" and core[1:2].isdigit()
@@ -165,9 +170,14 @@ def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> li
             run.append(core)
         elif run and lowered in _JOINERS and not ends:
             run.append(core)
-        elif run and units < 2 and _after_number(run) and core.isalpha() and lowered not in STOPWORDS:
+        elif run and units == 0 and _after_number(run) and _unit(tokens, i):
             run.append(core)
             units += 1
+            if not _plural(lowered):  # "3 business days": the unit is the plural after it
+                nxt, _, ends = _core(tokens[i + 1])
+                run.append(nxt)
+                units += 1
+                skip = i + 1
         elif lowered in _MONTHS and not ends:
             close()
             run.append(core)
@@ -188,11 +198,40 @@ def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> li
 
 def _after_number(run: list[str]) -> bool:
     last = run[-1]
-    return last[:1].isdigit() or last[:1] in "€$£" or (len(run) > 1 and run[-2][:1].isdigit())
+    # A version or a code takes no unit: "1.10.15 works" is not a quantity.
+    return (last[:1].isdigit() and last.count(".") < 2 and not any(c.isalpha() for c in last)) or (
+        last[:1] in "€$£"
+    )
+
+
+# Verbs ending in s that follow numbers ("exit code 2 means", "1.10.15 works"):
+# units are plural nouns, these are not.
+_VERBS_IN_S = frozenset(
+    "is was has does goes makes takes needs leaves costs arrives says looks seems comes gets runs "
+    "uses holds shows means works fails passes returns starts ends lasts".split()
+)
+
+
+def _plural(word: str) -> bool:
+    return len(word) > 2 and word.endswith("s") and not word.endswith("ss") and word not in _VERBS_IN_S
+
+
+def _unit(tokens: list[str], i: int) -> bool:
+    """Whether ``tokens[i]`` (or it and the next) is the unit of the number before it."""
+    core, _, ends = _core(tokens[i])
+    word = core.lower()
+    if not core.isalpha() or word in STOPWORDS or not core.islower():
+        return False
+    if _plural(word):
+        return True
+    if ends or i + 1 >= len(tokens):
+        return False
+    nxt, _, _ = _core(tokens[i + 1])
+    return nxt.isalpha() and nxt.islower() and _plural(nxt.lower()) and nxt.lower() not in STOPWORDS
 
 
 def _next_is_name(tokens: list[str], names: set[str]) -> bool:
     if len(tokens) < 2 or tokens[0].endswith((",", ".", ":", ";")):
         return False
     nxt, _, _ = _core(tokens[1])
-    return _capitalised(nxt) or _strong(nxt)
+    return _capitalised(nxt)
