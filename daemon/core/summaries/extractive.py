@@ -280,8 +280,10 @@ def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[str]] 
     close = body.rfind("”")
     quoted, tail = (body[: close + 1], body[close + 1:]) if close >= 0 else ("", body)
     facts: list[str] = []
-    if tail.startswith("; " + FACTS_LABEL) or tail.startswith(FACTS_LABEL):
+    if tail.startswith("; " + FACTS_LABEL):
         facts = [f for f in tail.split(FACTS_LABEL, 1)[1].split("; ") if f]
+    elif close < 0 and not _SPEAKER_START.match(body):
+        facts = [f for f in body.split("; ") if f]  # a line of facts alone
     elif tail.strip():
         return None
     phrases: list[tuple[str, str]] = []
@@ -395,6 +397,11 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     for fact in sorted(candidates, key=lambda f: f.order):
         where.pop(fact.text, None)
         where[fact.text] = fact
+    # "TCK-48601" is kept verbatim inside "Ticket TCK-48601": one of them is enough.
+    texts = list(where)
+    for text in texts:
+        if any(text != other and re.search(rf"(?<!\S){re.escape(text)}(?!\S)", other) for other in texts if len(other) > len(text)):
+            del where[text]
     for fact in where.values():
         words = [w.lower() for w in words_of(fact.text)] or [fact.text.lower()]
         fact.weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
@@ -447,7 +454,8 @@ def _render(
         if run:
             phrases.append(_phrase(run))
         if facts:
-            phrases.append(FACTS_LABEL + "; ".join(facts))
+            # Labelled only after quotes: a line of facts alone needs no label.
+            phrases.append((FACTS_LABEL if phrases else "") + "; ".join(facts))
         # A fact list names its own topics; a head's topics help read quotes.
         topics = _topics(sentences, weights or {}) if with_topics and sentences else []
         lines.append(f"{block.head(topics)}: " + "; ".join(phrases))

@@ -49,6 +49,7 @@ _MONTHS = frozenset(
     "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday "
     "saturday sunday".split()
 )
+_TIMES_OF_DAY = frozenset("morning noon afternoon evening night midnight".split())
 # Joins the words of a name ("Hearth & Co", "Pieter de Vries").
 _JOINERS = frozenset({"&", "de", "van", "von", "der", "da", "di", "la", "le", "del"})
 
@@ -181,6 +182,8 @@ def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> li
         elif lowered in _MONTHS and not ends:
             close()
             run.append(core)
+        elif run and lowered in _TIMES_OF_DAY and run[-1].lower() in _MONTHS:
+            run.append(core)  # "Monday noon"
         elif core and lowered in rare:
             if run and not run[-1].islower() and not units:
                 close()
