@@ -192,7 +192,7 @@ class ExtractiveSummarizer:
                 used += extra
         # The estimate is a sum of parts; the rendered text is what must fit.
         while (plan.quoted or plan.listed) and not self._fits(blocks, plan, limit):
-            _drop_weakest(plan)
+            _drop_weakest(plan, facts)
         if not plan.quoted and worth:
             # No sentence fits whole: the start of the best one tells what the facts are about.
             room = limit - self._counter.count(_render(blocks, plan, with_topics=False)) - 8
@@ -418,11 +418,18 @@ def _replace_text(sentence: _Sentence, text: str) -> _Sentence:
     return _Sentence(sentence.order, sentence.block, sentence.speaker, text, sentence.facts, sentence.score)
 
 
-def _drop_weakest(plan: _Plan) -> None:
-    if plan.listed:
-        plan.listed.remove(min(plan.listed, key=lambda f: (f.weight / f.cost, -f.order)))
+def _drop_weakest(plan: _Plan, facts: Sequence[_Fact]) -> None:
+    """Facts before prose: unquote the weakest sentence (listing its facts), else drop the weakest fact."""
+    if plan.quoted:
+        weakest = min(plan.quoted, key=lambda s: (s.score, -s.order))
+        plan.quoted.remove(weakest)
+        listed = {f.text for f in plan.listed}
+        plan.listed.extend(
+            f for f in facts
+            if f.text not in listed and f.text in weakest.text and not _in_quotes(f, plan.quoted)
+        )
         return
-    plan.quoted.remove(min(plan.quoted, key=lambda s: (s.score, -s.order)))
+    plan.listed.remove(min(plan.listed, key=lambda f: (f.weight / f.cost, -f.order)))
 
 
 # --- writing ---------------------------------------------------------------------
