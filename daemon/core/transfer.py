@@ -19,7 +19,7 @@ one ``transact``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator
 
 from chd.backends.base import Backend, Change, ConversationState
@@ -158,7 +158,13 @@ def _summary(record: Any) -> Summary:
                 as_str(f"summary segment {i} {name}", segment.get(name), allow_empty=True)
     as_int("summary through_seq", record.get("through_seq"))
     as_int("summary tokens", record.get("tokens"))
-    return Summary.from_record(record)
+    held = record.get("held", [])
+    if not isinstance(held, list) or not all(isinstance(u, dict) for u in held):
+        raise InvalidRequest("summary held must be a list of utterance objects")
+    for name in ("held_dropped", "held_dropped_through"):
+        as_int(f"summary {name}", record.get(name, 0))
+    # The originals kept for a Claude rewrite (issue 13), checked like any utterance.
+    return replace(Summary.from_record({**record, "held": []}), held=tuple(_utterance(u) for u in held))
 
 
 def _settings(record: Any) -> dict[str, Any]:

@@ -144,22 +144,39 @@ class Summary:
 
     ``through_seq`` is the highest evicted seq folded in (0: nothing yet).
     ``tokens`` counts the joined ``text``, which is what the budget limits.
+
+    ``held`` are the originals of batches the offline summarizer folded while
+    Claude was the configured summarizer and failed: kept until Claude
+    rewrites their segments from them (issue 13), bounded per conversation.
+    ``held_dropped`` counts originals dropped by that bound (oldest first)
+    and ``held_dropped_through`` is the highest seq among them: a segment
+    reaching down to it keeps its fallback mark even after a rewrite.
     """
 
     segments: tuple[SummarySegment, ...] = ()
     through_seq: int = 0
     tokens: int = 0
+    held: tuple[Utterance, ...] = ()
+    held_dropped: int = 0
+    held_dropped_through: int = 0
 
     @property
     def text(self) -> str:
         return "\n".join(s.text for s in self.segments)
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "segments": [s.to_record() for s in self.segments],
             "through_seq": self.through_seq,
             "tokens": self.tokens,
         }
+        # Written only when set, so a summary without them reads as before.
+        if self.held:
+            record["held"] = [u.to_record() for u in self.held]
+        if self.held_dropped:
+            record["held_dropped"] = self.held_dropped
+            record["held_dropped_through"] = self.held_dropped_through
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any] | None) -> Summary:
@@ -169,6 +186,18 @@ class Summary:
             segments=tuple(SummarySegment.from_record(s) for s in record["segments"]),
             through_seq=int(record["through_seq"]),
             tokens=int(record["tokens"]),
+            held=tuple(Utterance.from_record(u) for u in record.get("held", ())),
+            held_dropped=int(record.get("held_dropped", 0)),
+            held_dropped_through=int(record.get("held_dropped_through", 0)),
+        )
+
+    def with_held(self, held: tuple[Utterance, ...], dropped: int = 0, dropped_through: int = 0) -> Summary:
+        """This summary with other originals awaiting a rewrite (and more dropped, if any)."""
+        return replace(
+            self,
+            held=held,
+            held_dropped=self.held_dropped + dropped,
+            held_dropped_through=max(self.held_dropped_through, dropped_through),
         )
 
 

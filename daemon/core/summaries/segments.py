@@ -332,7 +332,16 @@ def forget(
         rebuilt += 1
     if not dropped and not rebuilt:
         return Forgotten(None)
-    return Forgotten(_trimmed(kept, summary.through_seq, limit, counter), dropped, rebuilt)
+    # Originals kept for a Claude rewrite go with the segments a remove touched:
+    # a remove must not leave removed text anywhere.
+    touched = [s for s in summary.segments if touches(s)]
+    held = tuple(u for u in summary.held if not any(s.seq_from <= u.seq <= s.seq_to for s in touched))
+    trimmed = _trimmed(kept, summary.through_seq, limit, counter)
+    return Forgotten(
+        replace(trimmed, held=held, held_dropped=summary.held_dropped,
+                held_dropped_through=summary.held_dropped_through),
+        dropped, rebuilt,
+    )
 
 
 def _trimmed(

@@ -78,6 +78,37 @@ class SummaryWriter:
     def name(self) -> str:
         return summarizer_name(self.primary)
 
+    @property
+    def keeps_originals(self) -> bool:
+        """Whether a fallback fold loses more than the configured summarizer would (Claude, not offline)."""
+        return self.fallback is not None and summarizer_name(self.fallback) != self.name
+
+    def rewrite(
+        self,
+        previous: str,
+        utterances: Sequence[Utterance],
+        token_limit: int,
+        context: SummaryContext | None = None,
+    ) -> Summarized | None:
+        """The configured summarizer alone (no fallback): None when it fails.
+
+        For rewriting offline segments from their originals: an offline
+        result would add nothing, so a failure leaves them for later.
+        """
+        for attempt in range(1, self.attempts + 1):
+            try:
+                text = _call(self.primary, previous, utterances, token_limit, context)
+                self._failed = None
+                return Summarized(self._bounded(text, token_limit), self.name)
+            except Exception as exc:  # a summarizer's bug must not end the worker
+                error = _describe(exc)
+                log.warning("rewrite by %s failed (try %d of %d): %s", self.name, attempt, self.attempts, error)
+                if not getattr(exc, "retryable", True) or attempt == self.attempts:
+                    self._failed = (self._clock(), error)
+                    return None
+                self._sleep(self.backoff * 2 ** (attempt - 1))
+        return None
+
     def write(
         self,
         previous: str,
