@@ -171,10 +171,16 @@ class TestOutage:
                     store(i)
                 during = history.backend.read("c").summary
                 assert during.held and any(s.error for s in during.segments)
+                stats = history.query("stats", {"conversation_id": "c"}).result
+                assert stats["summary_awaiting_rewrite"] == len(during.held) > 0
+                assert stats["summary_offline_only_utterances"] > 0 and stats["summary_rewrite_ranges"]
                 down.clear()
                 for i in range(28, 40):
                     store(i)
                 after = history.backend.read("c").summary
+                stats = history.query("stats", {"conversation_id": "c"}).result
+                assert stats["summary_awaiting_rewrite"] == 0 and stats["summary_rewrite_ranges"] == []
+                assert stats["summary_offline_only_utterances"] == 0 and stats["summary_coverage"] == 1.0
             finally:
                 history.close()
         evicted = after.through_seq

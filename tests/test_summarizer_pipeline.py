@@ -320,6 +320,25 @@ def gated() -> Iterator[tuple[ConversationHistory, _Gate]]:
     history.close()
 
 
+class TestCoverage:
+    """Stats say how much of what left the buffer the summary still holds."""
+
+    def test_stats_report_the_share_of_evicted_utterances_the_summary_covers(self):
+        """A roomy budget covers every evicted utterance; a tight one fewer, and says so."""
+        shares = []
+        for limit in (2048, 24):
+            history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2,
+                                                            summary_token_limit=limit), background=False)
+            try:
+                fill(history, 40)
+                stats = history.query("stats").result
+            finally:
+                history.close()
+            assert stats["summary_offline_only_utterances"] == 0 and stats["summary_awaiting_rewrite"] == 0
+            shares.append(stats["summary_coverage"])
+        assert shares[0] == 1.0 and 0 < shares[1] < 0.9
+
+
 class TestReadsDoNotWaitForASlowModel:
     """A read that must fold waits for a busy model only so long, then folds offline."""
 

@@ -156,6 +156,9 @@ def _summary(record: Any) -> Summary:
         for name in _SEGMENT_TEXTS:
             if name in segment or name == "text":
                 as_str(f"summary segment {i} {name}", segment.get(name), allow_empty=True)
+        keys = segment.get("keys", [])
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise InvalidRequest(f"summary segment {i} keys must be a list of strings")
     as_int("summary through_seq", record.get("through_seq"))
     as_int("summary tokens", record.get("tokens"))
     held = record.get("held", [])

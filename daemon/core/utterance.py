@@ -100,7 +100,9 @@ class SummarySegment:
     of the summary hold content of the utterances it deletes. ``made_by``
     names the summarizer that wrote the text (``extractive``,
     ``claude:<model>``); ``error`` says why the configured summarizer was not
-    the one that wrote it (empty when it was).
+    the one that wrote it (empty when it was). ``keys`` holds, per evicted
+    utterance folded into it, its most telling word (its first fact, else its
+    longest content word): how coverage is measured (summaries/coverage.py).
     """
 
     text: str
@@ -111,9 +113,10 @@ class SummarySegment:
     turn_to: int
     made_by: str = ""
     error: str = ""
+    keys: tuple[str, ...] = ()
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "text": self.text,
             "tokens": self.tokens,
             "seq_from": self.seq_from,
@@ -123,6 +126,9 @@ class SummarySegment:
             "made_by": self.made_by,
             "error": self.error,
         }
+        if self.keys:  # only when set, so older readers see the record they know
+            record["keys"] = list(self.keys)
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> SummarySegment:
@@ -135,6 +141,7 @@ class SummarySegment:
             turn_to=int(record["turn_to"]),
             made_by=str(record.get("made_by", "")),
             error=str(record.get("error", "")),
+            keys=tuple(str(k) for k in record.get("keys", ())),
         )
 
 

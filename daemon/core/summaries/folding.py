@@ -108,11 +108,13 @@ class Folder:
         if lock.acquire(timeout=-1 if wait is None else wait):
             try:
                 report = self._fold(conversation_id, patient, "")
-                if report.done and patient and self.writer.keeps_originals:
-                    report.done = self._rewrite(conversation_id, report)
-                return report
             finally:
                 lock.release()
+            if report.done and patient and self.writer.keeps_originals:
+                # Outside the lock: a reader must not wait on a rewrite, and
+                # the commit checks that the summary did not change meanwhile.
+                report.done = self._rewrite(conversation_id, report)
+            return report
         if self.writer.keeps_originals:
             # The model is working on this conversation: its result must land,
             # not be overtaken by a lossy offline fold.

@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from chd.core.summaries.sentences import utterance_key
 from chd.core.summaries.summarizer import Summarized, SummaryContext
 from chd.core.tokens import TokenCounter
 from chd.core.utterance import Summary, SummarySegment, Utterance
@@ -58,6 +59,11 @@ MIN_SEGMENT_TOKENS = 48
 
 # (previous, utterances, token_limit, context) -> what the summarizer wrote.
 Write = Callable[[str, Sequence[Utterance], int, SummaryContext], Summarized]
+
+
+def _keys(utterances: Sequence[Utterance]) -> tuple[str, ...]:
+    """One key per utterance, for coverage (summaries/coverage.py)."""
+    return tuple(utterance_key(u.text) for u in utterances)
 
 
 def segment_count(limit: int, max_segments: int) -> int:
@@ -142,6 +148,7 @@ def fold_into(
             turn_to=max(turns),
             made_by=outcome.made_by,
             error=outcome.error or error,
+            keys=(*(last.keys if previous and last is not None else ()), *_keys(batch)),
         )
     )
     segments.sort(key=lambda s: s.seq_from)
@@ -252,6 +259,7 @@ def _merge_least(
             turn_to=max(first.turn_to, second.turn_to),
             made_by=first.made_by if first.made_by == second.made_by else second.made_by,
             error=first.error or second.error,
+            keys=(*first.keys, *second.keys),
         )
         joined = replace(joined, tokens=counter.count(joined.text))
         rest = [*segments[:k], joined, *segments[k + 2:]]
@@ -327,6 +335,7 @@ def forget(
                 turn_to=max(u.turn_number for u in survivors),
                 made_by=outcome.made_by,
                 error=outcome.error,
+                keys=_keys(survivors),
             )
         )
         rebuilt += 1

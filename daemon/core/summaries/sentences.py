@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-__all__ = ["split_sentences", "clean", "facts_of", "name_words", "words_of", "STOPWORDS"]
+__all__ = ["split_sentences", "clean", "facts_of", "name_words", "words_of", "utterance_key", "STOPWORDS"]
 
 # A run of sentence-ending marks; whether it ends a sentence depends on the
 # one character after it, looked at outside the pattern (no lookahead that
@@ -238,3 +238,15 @@ def _next_is_name(tokens: list[str], names: set[str]) -> bool:
         return False
     nxt, _, _ = _core(tokens[1])
     return _capitalised(nxt)
+
+
+def utterance_key(text: str) -> str:
+    """The most telling word of an utterance: its first fact, else its longest content word ("" for small talk)."""
+    sentences = split_sentences(text)
+    names = name_words(sentences)
+    for sentence in sentences:
+        facts = facts_of(sentence, names)
+        if facts:
+            return facts[0]
+    words = [w for w in words_of(text) if len(w) >= 4 and w.lower() not in STOPWORDS]
+    return max(words, key=len, default="")
