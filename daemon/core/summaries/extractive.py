@@ -167,7 +167,8 @@ class ExtractiveSummarizer:
     ) -> _Plan:
         floor = _MIN_RELATIVE_SCORE * max((s.score for s in sentences), default=0.0)
         worth = [s for s in sentences if s.facts or (s.score > 0 and s.score >= floor)]
-        everything = _Plan(quoted=list(worth), listed=[f for f in facts if not _in_quotes(f, worth)])
+        in_worth = _quoted_facts(worth)
+        everything = _Plan(quoted=list(worth), listed=[f for f in facts if f.text not in in_worth])
         if self._fits(blocks, everything, limit):
             return everything
         # Facts first, the most weight per token first.
@@ -180,19 +181,27 @@ class ExtractiveSummarizer:
                 used += fact.cost
         # Then quotes, where the room left allows: a quote replaces the
         # facts it holds, so it costs only its extra words.
+        listed = {f.text: f for f in plan.listed}
         counted: dict[int, int] = {}
         ranked = sorted(worth, key=lambda s: (-s.score, s.order))
         for sentence in ranked:
             cost = counted.setdefault(sentence.order, self._counter.count(sentence.text) + 4)
-            covered = [f for f in plan.listed if f.text in sentence.text]
+            covered = [listed[t] for t in dict.fromkeys(sentence.facts) if t in listed]
             extra = cost - sum(f.cost for f in covered)
             if extra <= budget - used:
                 plan.quoted.append(sentence)
-                plan.listed = [f for f in plan.listed if f not in covered]
+                for fact in covered:
+                    del listed[fact.text]
                 used += extra
+        plan.listed = list(listed.values())
         # The estimate is a sum of parts; the rendered text is what must fit.
-        while (plan.quoted or plan.listed) and not self._fits(blocks, plan, limit):
-            _drop_weakest(plan, facts)
+        # Each round drops about as much as the text is over, so the rounds
+        # stay few whatever the input (issue 14: no call may be quadratic).
+        while plan.quoted or plan.listed:
+            over = self._counter.count(_render(blocks, plan, with_topics=False)) - limit
+            if over <= 0:
+                break
+            _drop_weakest(plan, facts, over, counted)
         if not plan.quoted and worth:
             # No sentence fits whole: the start of the best one tells what the facts are about.
             room = limit - self._counter.count(_render(blocks, plan, with_topics=False)) - 8
@@ -361,25 +370,44 @@ def _score(sentences: list[_Sentence], weights: dict[str, float]) -> None:
         sentence.score = weight / math.sqrt(max(len(tokens), 6))
 
 
+# Near-repeats are looked for among this many earlier sentences with the same
+# facts (and corrections among as many before it): a bound, so that a batch of
+# thousands of tiny sentences costs linear time.
+_WINDOW = 48
+
+
 def _distinct(sentences: list[_Sentence]) -> list[_Sentence]:
     """Without repeats: same facts and nearly the same words; a correction replaces what it corrects."""
-    kept: list[_Sentence] = []
+    kept: dict[int, _Sentence] = {}  # by order, in order
+    exact: dict[tuple[str, frozenset[str], frozenset[str]], int] = {}
+    by_facts: dict[frozenset[str], list[int]] = {}
+    recent: list[int] = []
     for sentence in sentences:
-        correcting = bool(sentence.words & _CORRECTION)
-        replaced = False
-        for i, earlier in enumerate(kept):
-            if earlier.speaker != sentence.speaker and not correcting:
-                continue
-            overlap = _jaccard(earlier.words, sentence.words)
-            same_facts = set(earlier.facts) == set(sentence.facts)
-            if (same_facts and overlap >= 0.8) or (correcting and overlap >= 0.5 and earlier.facts):
-                kept[i] = sentence  # the newer wording
-                replaced = True
-                break
-        if not replaced:
-            kept.append(sentence)
-    kept.sort(key=lambda s: s.order)
-    return kept
+        facts = frozenset(sentence.facts)
+        key = (sentence.speaker, facts, sentence.words)
+        twin = exact.get(key)
+        if twin is None:
+            correcting = bool(sentence.words & _CORRECTION)
+            for order in reversed(by_facts.get(facts, [])[-_WINDOW:]):
+                earlier = kept.get(order)
+                if earlier is not None and earlier.speaker == sentence.speaker and (
+                    _jaccard(earlier.words, sentence.words) >= 0.8
+                ):
+                    twin = order
+                    break
+            if twin is None and correcting:
+                for order in reversed(recent[-_WINDOW:]):
+                    earlier = kept.get(order)
+                    if earlier is not None and earlier.facts and _jaccard(earlier.words, sentence.words) >= 0.5:
+                        twin = order
+                        break
+        if twin is not None and twin in kept:
+            del kept[twin]  # the newer wording
+        kept[sentence.order] = sentence
+        exact[key] = sentence.order
+        by_facts.setdefault(facts, []).append(sentence.order)
+        recent.append(sentence.order)
+    return sorted(kept.values(), key=lambda s: s.order)
 
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -398,10 +426,15 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
         where.pop(fact.text, None)
         where[fact.text] = fact
     # "TCK-48601" is kept verbatim inside "Ticket TCK-48601": one of them is enough.
-    texts = list(where)
-    for text in texts:
-        if any(text != other and re.search(rf"(?<!\S){re.escape(text)}(?!\S)", other) for other in texts if len(other) > len(text)):
-            del where[text]
+    inside: set[str] = set()
+    for text in where:
+        words = text.split(" ")
+        for i in range(len(words)):
+            for j in range(i + 1, min(len(words), i + 8) + 1):
+                if j - i < len(words):
+                    inside.add(" ".join(words[i:j]))
+    for text in inside & set(where):
+        del where[text]
     for fact in where.values():
         words = [w.lower() for w in words_of(fact.text)] or [fact.text.lower()]
         fact.weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
@@ -410,26 +443,39 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     return sorted(where.values(), key=lambda f: f.order)
 
 
-def _in_quotes(fact: _Fact, quoted: Sequence[_Sentence]) -> bool:
-    return any(fact.text in s.text for s in quoted)
+def _quoted_facts(quoted: Sequence[_Sentence]) -> set[str]:
+    return {t for s in quoted for t in s.facts}
 
 
 def _replace_text(sentence: _Sentence, text: str) -> _Sentence:
     return _Sentence(sentence.order, sentence.block, sentence.speaker, text, sentence.facts, sentence.score)
 
 
-def _drop_weakest(plan: _Plan, facts: Sequence[_Fact]) -> None:
-    """Facts before prose: unquote the weakest sentence (listing its facts), else drop the weakest fact."""
+def _drop_weakest(plan: _Plan, facts: Sequence[_Fact], over: int, counted: dict[int, int]) -> None:
+    """Facts before prose: unquote the weakest sentences (listing their facts), else drop the weakest facts.
+
+    Drops items worth about ``over`` tokens at once.
+    """
     if plan.quoted:
-        weakest = min(plan.quoted, key=lambda s: (s.score, -s.order))
-        plan.quoted.remove(weakest)
+        plan.quoted.sort(key=lambda s: (s.score, -s.order))
+        freed = 0
+        dropped: list[_Sentence] = []
+        while plan.quoted and freed < over:
+            weakest = plan.quoted.pop(0)
+            dropped.append(weakest)
+            freed += counted.get(weakest.order, len(weakest.text) // 4 + 4)
+        still = _quoted_facts(plan.quoted)
         listed = {f.text for f in plan.listed}
-        plan.listed.extend(
-            f for f in facts
-            if f.text not in listed and f.text in weakest.text and not _in_quotes(f, plan.quoted)
-        )
+        wanted = {t for s in dropped for t in s.facts} - still - listed
+        plan.listed.extend(f for f in facts if f.text in wanted)
         return
-    plan.listed.remove(min(plan.listed, key=lambda f: (f.weight / f.cost, -f.order)))
+    plan.listed.sort(key=lambda f: (f.weight / f.cost, -f.order))
+    freed = 0
+    cut = 0
+    while cut < len(plan.listed) and (freed < over or cut == 0):
+        freed += plan.listed[cut].cost
+        cut += 1
+    del plan.listed[:cut]
 
 
 # --- writing ---------------------------------------------------------------------

@@ -59,8 +59,15 @@ def clean(sentence: str) -> str:
     return " ".join(sentence.replace("“", '"').replace("”", '"').split())
 
 
+# Longer sentences are cut into pieces of at most this many characters (at a
+# space when there is one): the tokenizer's cost grows faster than linearly
+# on a long run without a break (tiktoken on 16,000 dots: 10x the time of
+# 4,000), and no summary quotes a sentence that long anyway.
+MAX_SENTENCE = 1000
+
+
 def split_sentences(text: str) -> list[str]:
-    """The sentences of ``text``, cleaned, empty ones left out."""
+    """The sentences of ``text``, cleaned, empty ones left out, none over MAX_SENTENCE characters."""
     out: list[str] = []
     start = 0
     length = len(text)
@@ -68,14 +75,22 @@ def split_sentences(text: str) -> list[str]:
         end = match.end()
         if match.group() != "\n" and end < length and not text[end].isspace():
             continue  # "3.11", "a.py", "x@y.org": a dot inside a word
-        sentence = clean(text[start:end])
-        if sentence:
-            out.append(sentence)
+        out.extend(_pieces(clean(text[start:end])))
         start = end
-    rest = clean(text[start:])
-    if rest:
-        out.append(rest)
+    out.extend(_pieces(clean(text[start:])))
     return out
+
+
+def _pieces(sentence: str) -> list[str]:
+    pieces: list[str] = []
+    while len(sentence) > MAX_SENTENCE:
+        cut = sentence.rfind(" ", MAX_SENTENCE // 2, MAX_SENTENCE)
+        cut = cut if cut > 0 else MAX_SENTENCE
+        pieces.append(sentence[:cut].rstrip())
+        sentence = sentence[cut:].lstrip()
+    if sentence:
+        pieces.append(sentence)
+    return pieces
 
 
 def words_of(text: str) -> list[str]:
@@ -85,15 +100,9 @@ def words_of(text: str) -> list[str]:
 
 def _core(token: str) -> tuple[str, int, bool]:
     """``token`` without surrounding punctuation, where the core starts, and whether it ended a phrase."""
-    start = 0
-    while start < len(token) and token[start] in _LEADING:
-        start += 1
-    end = len(token)
-    while end > start and token[end - 1] in _TRAILING:
-        end -= 1
-    core = token[start:end]
-    # A trailing "." right after a digit belongs to the sentence, not the number.
-    return core, start, end < len(token)
+    opened = token.lstrip(_LEADING)
+    core = opened.rstrip(_TRAILING)
+    return core, len(token) - len(opened), len(core) < len(opened)
 
 
 def _strong(core: str) -> bool:
