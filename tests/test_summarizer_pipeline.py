@@ -471,3 +471,60 @@ class TestServeFlags:
         assert lines[1].startswith("context (") and lines[1].endswith(" of 200 tokens):")
         assert lines[2] == "  Summary of the earlier conversation:"
         assert f"  [turn 6] user: {fact(5)}" in lines
+
+
+class TestPersistedMarks:
+    """Kept originals, fallback marks and coverage keys survive the disk backend and export/import."""
+
+    @staticmethod
+    def _state_with_marks():  # type: ignore[no-untyped-def]
+        from chd.core.utterance import Summary, SummarySegment, Utterance
+
+        held = tuple(Utterance("c", seq, "user", fact(seq), seq, "2026-01-01T00:00:00.000000Z", 12) for seq in (3, 4))
+        summary = Summary(
+            segments=(
+                SummarySegment("Turns 1–2: Ada; 42 euros", 9, 1, 2, 1, 2, "claude:m", "", ("Ada", "42 euros")),
+                SummarySegment("Turns 3–4: Bruno", 5, 3, 4, 3, 4, "extractive", "claude:m failed: HTTP 500",
+                               ("Bruno", "")),
+            ),
+            through_seq=4, tokens=15, held=held, held_dropped=2, held_dropped_through=1,
+        )
+        return held, summary
+
+    def test_the_disk_backend_keeps_originals_marks_and_keys(self, tmp_path):
+        """A summary written to disk reads back field for field after a restart."""
+        from chd.backends.base import Change
+        from chd.backends.disk import DiskBackend
+
+        _, summary = self._state_with_marks()
+        backend = DiskBackend(tmp_path)
+        backend.transact("c", lambda state: (Change(summary=summary, next_seq=5, last_turn=4), None))
+        backend.close()
+        reopened = DiskBackend(tmp_path)
+        try:
+            assert reopened.read("c").summary == summary
+        finally:
+            reopened.close()
+
+    def test_export_and_import_keep_originals_marks_and_keys(self):
+        """The JSONL export carries them and an import restores them; an old export still loads."""
+        import json
+
+        from chd.backends.base import Change
+        from chd.backends.memory import MemoryBackend
+        from chd.core.transfer import export_lines, import_states, parse_lines
+
+        _, summary = self._state_with_marks()
+        source = MemoryBackend()
+        source.transact("c", lambda state: (Change(summary=summary, next_seq=5, last_turn=4), None))
+        lines = list(export_lines(source, ["c"]))
+        target = MemoryBackend()
+        import_states(target, parse_lines(lines))
+        assert target.read("c").summary == summary
+        header = json.loads(lines[0])
+        for key in ("held", "held_dropped", "held_dropped_through"):
+            del header["summary"][key]
+        for segment in header["summary"]["segments"]:
+            segment.pop("keys", None)
+        (old,) = parse_lines([json.dumps(header), *lines[1:]])
+        assert old.summary.held == () and old.summary.segments[1].error == summary.segments[1].error
