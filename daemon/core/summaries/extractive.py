@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from chd.core.summaries.sentences import (
+    MAX_SENTENCE,
     STOPWORDS,
-    facts_of,
+    facts_in,
     name_words,
     split_sentences,
     words_of,
@@ -117,6 +118,28 @@ class _Plan:
     listed: list[_Fact] = field(default_factory=list)
 
 
+class _ShortCounts:
+    """Token counts of facts, words and sentences, remembered: a fold re-counts the same ones."""
+
+    def __init__(self, counter: TokenCounter, most: int = 4096) -> None:
+        self._counter = counter
+        self._known: dict[str, int] = {}
+        self._most = most
+
+    def __call__(self, text: str) -> int:
+        known = self._known.get(text)
+        if known is None:
+            known = self._counter.count(text)
+            if len(text) <= MAX_SENTENCE:
+                if len(self._known) >= self._most:
+                    self._known.clear()  # a crude bound; refilled by the next folds
+                self._known[text] = known
+        return known
+
+    def count(self, text: str) -> int:
+        return self(text)
+
+
 class ExtractiveSummarizer:
     """Deterministic, offline extractive summaries (the ``Summarizer`` protocol)."""
 
@@ -125,6 +148,7 @@ class ExtractiveSummarizer:
 
     def __init__(self, counter: TokenCounter) -> None:
         self._counter = counter
+        self._count = _ShortCounts(counter)
 
     def summarize(
         self,
@@ -133,7 +157,7 @@ class ExtractiveSummarizer:
         token_limit: int,
         context: SummaryContext | None = None,
     ) -> str:
-        blocks, sentences, listed = _read(previous, utterances, self._counter)
+        blocks, sentences, listed = _read(previous, utterances, self._count)
         if not sentences and not listed:
             return ""
         _join_blocks(blocks, sentences, listed, max(1, token_limit // _TOKENS_PER_BLOCK))
@@ -147,7 +171,7 @@ class ExtractiveSummarizer:
                 if fact.text in context.summary:
                     fact.weight *= 0.2
         for fact in facts:
-            fact.cost = self._counter.count(fact.text) + 1
+            fact.cost = self._count(fact.text) + 1
         plan = self._plan(blocks, sentences, facts, token_limit)
         text = _render(blocks, plan, with_topics=True, weights=weights)
         if self._counter.count(text) > token_limit:
@@ -185,7 +209,9 @@ class ExtractiveSummarizer:
         counted: dict[int, int] = {}
         ranked = sorted(worth, key=lambda s: (-s.score, s.order))
         for sentence in ranked:
-            cost = counted.setdefault(sentence.order, self._counter.count(sentence.text) + 4)
+            if sentence.order not in counted:
+                counted[sentence.order] = self._count(sentence.text) + 4
+            cost = counted[sentence.order]
             covered = [listed[t] for t in dict.fromkeys(sentence.facts) if t in listed]
             extra = cost - sum(f.cost for f in covered)
             if extra <= budget - used:
@@ -232,7 +258,7 @@ class ExtractiveSummarizer:
 
 
 def _read(
-    previous: str, utterances: Sequence[Utterance], counter: TokenCounter
+    previous: str, utterances: Sequence[Utterance], counter: _ShortCounts
 ) -> tuple[list[_Block], list[_Sentence], list[_Fact]]:
     """The blocks, sentences and listed facts of the previous summary and the new utterances."""
     blocks: list[_Block] = []
@@ -260,7 +286,7 @@ def _read(
     names = name_words(s for _, _, s in raw)
     rare = _rare_words((s for _, _, s in raw), counter)
     sentences = [
-        _Sentence(order, block, speaker, text, tuple(facts_of(text, names, rare)))
+        _Sentence(order, block, speaker, text, facts_in(text, names, rare))
         for order, (block, speaker, text) in enumerate(raw)
     ]
     offset = len(sentences)
@@ -268,14 +294,14 @@ def _read(
     return blocks, sentences, facts
 
 
-def _rare_words(sentences: Iterable[str], counter: TokenCounter) -> set[str]:
+def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> set[str]:
     """Lower-case words the tokenizer does not know as one word: "pydantic", "mypy", "release-prep".
 
     cl100k_base has a single token for every common English word (" refund",
     " mistake"); a word it must split is a name, a tool, an identifier.
     """
     words = {w for s in sentences for w in words_of(s) if w.islower() and len(w) >= 4}
-    return {w for w in words if w not in STOPWORDS and counter.count(" " + w) >= 2}
+    return {w for w in words if w not in STOPWORDS and counter(" " + w) >= 2}
 
 
 def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[str]] | None:

@@ -17,10 +17,11 @@ LT1200, #4101), versions, paths, URLs and e-mail addresses.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable
 
-__all__ = ["split_sentences", "clean", "facts_of", "name_words", "words_of", "utterance_key", "STOPWORDS"]
+__all__ = ["split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of", "utterance_key", "STOPWORDS"]
 
 # A run of sentence-ending marks; whether it ends a sentence depends on the
 # one character after it, looked at outside the pattern (no lookahead that
@@ -132,12 +133,35 @@ def name_words(sentences: Iterable[str]) -> set[str]:
     """Capitalised words seen mid-sentence: names, also when they open a sentence elsewhere."""
     names: set[str] = set()
     for sentence in sentences:
-        tokens = sentence.split()
-        for i, token in enumerate(tokens[1:], 1):
-            core, _, _ = _core(token)
-            if _capitalised(core) and not tokens[i - 1].endswith((".", "!", "?", ":")):
-                names.add(core)
+        names.update(_names_in(sentence))
     return names
+
+
+# A fold re-reads the sentences of the running summary every time; these
+# caches make that a lookup (bounded: sentences are at most MAX_SENTENCE long).
+@functools.lru_cache(maxsize=8192)
+def _names_in(sentence: str) -> frozenset[str]:
+    tokens = sentence.split()
+    names: set[str] = set()
+    for i, token in enumerate(tokens[1:], 1):
+        core, _, _ = _core(token)
+        if _capitalised(core) and not tokens[i - 1].endswith((".", "!", "?", ":")):
+            names.add(core)
+    return frozenset(names)
+
+
+def facts_in(sentence: str, names: set[str], rare: set[str]) -> tuple[str, ...]:
+    """``facts_of``, cached on what of ``names`` and ``rare`` the sentence can use."""
+    opener = _core(sentence.split(" ", 1)[0])[0] in names
+    used = frozenset(w.lower() for w in words_of(sentence) if w.lower() in rare) if rare else frozenset()
+    return _facts_cached(sentence, opener, used)
+
+
+@functools.lru_cache(maxsize=8192)
+def _facts_cached(sentence: str, opener: bool, rare: frozenset[str]) -> tuple[str, ...]:
+    tokens = sentence.split(" ", 1)
+    names = {_core(tokens[0])[0]} if opener else set()
+    return tuple(facts_of(sentence, names, set(rare)))
 
 
 def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
