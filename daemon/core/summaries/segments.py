@@ -61,9 +61,17 @@ MIN_SEGMENT_TOKENS = 48
 Write = Callable[[str, Sequence[Utterance], int, SummaryContext], Summarized]
 
 
-def _keys(utterances: Sequence[Utterance]) -> tuple[str, ...]:
-    """One key per utterance, for coverage (summaries/coverage.py)."""
-    return tuple(utterance_key(u.text) for u in utterances)
+# Coverage is estimated from at most this many keys per segment (halved when
+# over), so the summary record does not grow with the length of the conversation.
+MAX_KEYS = 64
+
+
+def _keys(utterances: Sequence[Utterance], earlier: Sequence[str] = ()) -> tuple[str, ...]:
+    """``earlier`` plus one key per utterance, for coverage (summaries/coverage.py), at most MAX_KEYS."""
+    keys = [*earlier, *(utterance_key(u.text) for u in utterances)]
+    while len(keys) > MAX_KEYS:
+        keys = keys[::2]
+    return tuple(keys)
 
 
 def segment_count(limit: int, max_segments: int) -> int:
@@ -148,7 +156,7 @@ def fold_into(
             turn_to=max(turns),
             made_by=outcome.made_by,
             error=outcome.error or error,
-            keys=(*(last.keys if previous and last is not None else ()), *_keys(batch)),
+            keys=_keys(batch, last.keys if previous and last is not None else ()),
         )
     )
     segments.sort(key=lambda s: s.seq_from)
@@ -259,7 +267,7 @@ def _merge_least(
             turn_to=max(first.turn_to, second.turn_to),
             made_by=first.made_by if first.made_by == second.made_by else second.made_by,
             error=first.error or second.error,
-            keys=(*first.keys, *second.keys),
+            keys=_keys((), (*first.keys, *second.keys)),
         )
         joined = replace(joined, tokens=counter.count(joined.text))
         rest = [*segments[:k], joined, *segments[k + 2:]]
