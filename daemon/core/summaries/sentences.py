@@ -278,7 +278,7 @@ def utterance_key(text: str) -> str:
     sentences = split_sentences(text)
     names = name_words(sentences)
     for sentence in sentences:
-        facts = facts_of(sentence, names)
+        facts = facts_in(sentence, names, set())
         if facts:
             return facts[0]
     words = [w for w in words_of(text) if len(w) >= 4 and w.lower() not in STOPWORDS]
