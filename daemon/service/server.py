@@ -17,11 +17,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from chd.service.admission import refuse_noted
+from chd.service.admission import call_deadline, refuse_noted
 from chd.core.history import ConversationHistory, QueryResult
 from chd.service.decoding import refuse_undecodable, tolerant
 from chd.core.errors import (
     DaemonError,
+    DeadlineExceeded,
     InvalidRequest,
     NotFound,
     StorageError,
@@ -29,6 +30,7 @@ from chd.core.errors import (
     TooLarge,
 )
 from chd.service.handlers import Guard, daemon_handlers
+from chd.service.observe import note_operation
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
 from chd.service.wire import fill_struct, struct_to_dict
 
@@ -43,6 +45,7 @@ _STATUS: tuple[tuple[type[DaemonError], grpc.StatusCode], ...] = (
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (TooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
     (StorageFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StorageError, grpc.StatusCode.UNAVAILABLE),
 )
@@ -67,6 +70,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
                 request.query,
                 struct_to_dict(request.metadata),
                 struct_to_dict(request.data),
+                deadline=call_deadline(),
             )
             response = daemon_pb2.QueryResponse(operation=outcome.operation)
             fill_struct(response.result, outcome.result)
@@ -84,15 +88,31 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         return daemon_pb2.GetInstructionsResponse(instructions=self.history.get_instructions())
 
 
+# gRPC sends the status message in a header, and the default header limit
+# is 16 KiB: a longer message reaches the caller as the transport's
+# RESOURCE_EXHAUSTED instead of the daemon's answer. Messages quote caller
+# strings through chd.core.errors.quote; this cut is the backstop.
+MAX_DETAILS = 2000  # characters: at most 8 kB of UTF-8
+
+
 def _answer(context: grpc.ServicerContext, run: Callable[[], Any]) -> Any:
     try:
         return run()
     except DaemonError as error:
-        context.abort(status_for(error), str(error))
+        if error.operation is not None:
+            note_operation(error.operation)
+        context.abort(status_for(error), bounded_details(str(error)))
     except Exception:
         # A bug, not the caller's fault: log the trace here, send no trace out.
         log.exception("internal error while answering a query")
         context.abort(grpc.StatusCode.INTERNAL, "internal error; see the daemon's log")
+
+
+def bounded_details(message: str, limit: int = MAX_DETAILS) -> str:
+    """``message`` cut to ``limit`` characters, saying so."""
+    if len(message) <= limit:
+        return message
+    return message[: limit - 40] + f"... (message cut, {len(message)} characters)"
 
 
 # Read at start-up to prove the backend answers before health says SERVING.
