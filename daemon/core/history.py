@@ -125,14 +125,41 @@ class ConversationHistory:
             self.worker = FoldWorker(lambda cid: self.folder.fold(cid).done, delay=self.settings.fold_delay)
             self.worker.recover(self.backend.conversations, lambda cid: bool(self.backend.read(cid).pending))
 
-    def close(self) -> None:
-        """Stop the background worker (queues stay in the backend), then close storage."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop folding, the summarizer and storage, within about ``timeout`` seconds.
+
+        Queued folds stay in the backend for the next start; a memory backend
+        has no next start, so what it still had queued is reported as lost.
+        """
         if self.worker is not None:
-            self.worker.stop()
+            self.worker.stop(timeout=0)  # takes no more work; a fold in progress goes on
         closer = getattr(self.summarizer, "close", None)
         if callable(closer):
-            closer()  # the Claude client's HTTP connections
+            # The Claude client's HTTP connections, or the summarizer child:
+            # a fold waiting on it fails now and falls back to the offline one.
+            closer()
+        if self.worker is not None:
+            self.worker.stop(timeout=timeout)
+        self._report_queued()
         self.backend.close()
+
+    def _report_queued(self) -> None:
+        try:
+            queued = {cid: len(self.backend.read(cid).pending) for cid in self.backend.conversations()}
+        except Exception:  # a backend failing now says so itself; this is only a report
+            return
+        queued = {cid: n for cid, n in queued.items() if n}
+        if not queued:
+            return
+        total = sum(queued.values())
+        if getattr(self.backend, "name", "") == "memory":
+            log.warning(
+                "%d evicted utterance(s) of %d conversation(s) were waiting to be summarized and are lost "
+                "with the memory backend", total, len(queued),
+            )
+        else:
+            log.info("%d evicted utterance(s) of %d conversation(s) stay queued for summary at the next start",
+                     total, len(queued))
 
     # --- the Daemon Interface ------------------------------------------------
 
