@@ -75,6 +75,8 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
     before the core is built over them, so every part of the core that holds
     a reference to them goes through the wrappers.
     """
+    for note in config.ignored:
+        log.warning("ignored environment variable %s", note)
     limits = limits_from(config)
     store: Backend = LimitedBackend(backend if backend is not None else MemoryBackend(), limits)
     sinks: list[CallSink] = []
