@@ -112,10 +112,14 @@ def _answer(context: grpc.ServicerContext, run: Callable[[], Any]) -> Any:
 
 
 def bounded_details(message: str, limit: int = MAX_DETAILS) -> str:
-    """``message`` cut to ``limit`` characters, saying so."""
+    """``message`` cut to about ``limit`` characters in its middle, where a quoted caller string sits.
+
+    The start (what is wrong) and the end (what is expected) both stay.
+    """
     if len(message) <= limit:
         return message
-    return message[: limit - 40] + f"... (message cut, {len(message)} characters)"
+    keep = (limit - 40) // 2
+    return f"{message[:keep]}... ({len(message) - 2 * keep} characters cut) ...{message[-keep:]}"
 
 
 # Read at start-up to prove the backend answers before health says SERVING.
