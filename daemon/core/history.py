@@ -131,15 +131,16 @@ class ConversationHistory:
         Queued folds stay in the backend for the next start; a memory backend
         has no next start, so what it still had queued is reported as lost.
         """
+        until = time.monotonic() + timeout
         if self.worker is not None:
             self.worker.stop(timeout=0)  # takes no more work; a fold in progress goes on
         closer = getattr(self.summarizer, "close", None)
         if callable(closer):
-            # The Claude client's HTTP connections, or the summarizer child:
-            # a fold waiting on it fails now and falls back to the offline one.
+            # The Claude client's HTTP connections, or the summarizer child
+            # (terminated after a short grace): a fold waiting on it fails now.
             closer()
         if self.worker is not None:
-            self.worker.stop(timeout=timeout)
+            self.worker.stop(timeout=max(0.0, until - time.monotonic()))
         self._report_queued()
         self.backend.close()
 

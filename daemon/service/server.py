@@ -171,7 +171,7 @@ class Server:
         if drain > 0:
             time.sleep(drain)
         stopped = self.grpc_server.stop(grace)
-        if not stopped.wait(grace + 0.5):
+        if not stopped.wait(grace + 0.1):
             log.warning("calls were still running %gs after shutdown began (shutdown_grace); not waiting for them", grace)
         for pool in self.pools:
             pool.shutdown(wait=False, cancel_futures=True)
