@@ -161,13 +161,7 @@ class TestKeysTable:
 
 
 def _run_config(args: list[str], env: dict[str, str]):  # type: ignore[no-untyped-def]
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-
-    return subprocess.run([sys.executable, "-m", "chd", "config", *args], capture_output=True, text=True,
-                          timeout=30, env=env, cwd=ROOT)
+    return run_chd("config", *args, env=env)
 
 
 def test_operations_doc_lists_every_key_as_the_table_says():
