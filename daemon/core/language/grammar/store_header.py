@@ -1,0 +1,132 @@
+"""The instruction words around a stored utterance: who said it, and whether every word is understood.
+
+A store's instruction ("Note the following from the assistant", "Into the
+history, as the user", "that's from the user, keep it") may name the verb,
+the speaker, the destination and the kind of message in any order, so it is
+read as a set of words rather than as one sentence pattern. Every word must
+be one of the words below: a store is a write, and a write acts only on
+instructions it fully understands. Words that change meaning ("not",
+"don't", "delete", a number, a question mark) are deliberately absent, so
+an instruction using them is refused instead of read as if they were not there.
+
+The instruction is short by construction (grammar/store.py never hands this
+module more than ``store.HEAD_LIMIT`` characters), so the utterance itself,
+however long, is never read here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from chd.core.language.grammar.vocab import speaker_of
+
+__all__ = ["Header", "read_header", "STORE_VERBS"]
+
+STORE_VERBS = frozenset(
+    """add adding store storing save saving record recording log logging note noting
+    remember keep append insert memorize memorise memorize write jot put file enter
+    capture stash retain preserve register commit persist push include post type""".split()
+)
+# A speaker's words, reported: "the user told us", "what the assistant answered was".
+_SPEECH = frozenset(
+    """said says say wrote writes asked asks answered answers replied replies responded
+    responds told tells typed types sent sends stated states mentioned mentions added
+    went goes spoke saying""".split()
+)
+_SPEAKERS = frozenset(
+    "user human customer assistant bot ai model agent claude system".split()
+)
+# Where an utterance goes: with a preposition, these name the destination of a write.
+_DESTINATIONS = frozenset(
+    """conversation history memory buffer chat log transcript record thread session
+    context dialog dialogue convo timeline""".split()
+)
+_INTO = frozenset("into to onto in".split())
+# Nouns that name one utterance ("user message", "memory entry").
+_NOUNS = frozenset(
+    """utterance message turn line reply response statement entry note question answer text
+    comment remark quote input output prompt item bit piece words content sentence msg memo
+    snippet fact reminder one thing body string""".split()
+)
+_OTHER = frozenset(
+    """the a an this that these following below next here there is it its new another
+    please kindly could can would will you i i'd like want need go ahead and just quickly
+    thanks thank pls also hey hi hello ok okay so now then for later reference future down
+    with as follows what which was were be us me my our we here's that's it's let's
+    verbatim exactly word literally saying reads reading side role speaker part behalf
+    from by of on own safekeeping safe keeping quick real below above this one
+    following below""".split()
+)
+_KNOWN = STORE_VERBS | _SPEECH | _SPEAKERS | _DESTINATIONS | _INTO | _NOUNS | _OTHER
+
+# Words, with inner apostrophes ("that's", "i'd"); a question mark is kept
+# as a word of its own so that a question is never read as an instruction.
+_TOKEN = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*|\?", re.UNICODE)
+_POSSESSIVE = re.compile(r"^(?P<base>.+?)'s$")
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What a store's instruction words said, and which words were not understood."""
+
+    speakers: tuple[str, ...] = ()
+    unclear: tuple[str, ...] = ()
+    verb: bool = False  # a store verb ("save", "note", "keep")
+    speech: bool = False  # a reported-speech verb ("said", "answered")
+    destination: bool = False  # "into the history", "to memory"
+    noun: bool = False  # "message", "entry"
+
+    @property
+    def understood(self) -> bool:
+        return not self.unclear
+
+    @property
+    def attempts_store(self) -> bool:
+        """Whether the words ask for a store, understood or not (a verb, a quote's speaker, a destination)."""
+        return self.verb or self.destination or (self.speech and bool(self.speakers))
+
+    @property
+    def names_store(self) -> bool:
+        """Whether fully understood words ask for a store: that, or a speaker label ("User:")."""
+        return self.understood and (self.attempts_store or bool(self.speakers) or self.noun)
+
+    def speaker(self) -> str | None:
+        distinct = sorted(set(self.speakers))
+        return distinct[0] if len(distinct) == 1 else None
+
+    def joined(self, other: "Header") -> "Header":
+        return Header(
+            self.speakers + other.speakers,
+            self.unclear + other.unclear,
+            self.verb or other.verb,
+            self.speech or other.speech,
+            self.destination or other.destination,
+            self.noun or other.noun,
+        )
+
+
+def read_header(text: str) -> Header:
+    """Read the instruction words of ``text`` (a bounded prefix or suffix of the query)."""
+    words = [w.lower().replace("\u2019", "'") for w in _TOKEN.findall(text)]
+    speakers: list[str] = []
+    unclear: list[str] = []
+    verb = speech = destination = noun = False
+    for i, word in enumerate(words):
+        possessive = _POSSESSIVE.match(word)
+        base = possessive.group("base") if possessive and possessive.group("base") in _SPEAKERS else word
+        if base in _SPEAKERS:
+            # "a message to the user" names whom it was said to, not who said it.
+            before = words[max(0, i - 2) : i]
+            if "to" in before and base == word:
+                unclear.extend(w for w in (*before, word) if w != "the")
+                continue
+            speakers.append(speaker_of(base))
+        elif word not in _KNOWN:
+            unclear.append(word)
+        verb = verb or word in STORE_VERBS
+        speech = speech or word in _SPEECH
+        noun = noun or word in _NOUNS
+        if word in _DESTINATIONS and any(w in _INTO for w in words[max(0, i - 3) : i]):
+            destination = True
+    return Header(tuple(speakers), tuple(unclear), verb, speech, destination, noun)
