@@ -24,7 +24,7 @@ store instruction is not a store at all (None), and the other operations read it
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from chd.core.errors import InvalidRequest
@@ -41,14 +41,8 @@ _SEPARATOR = re.compile(r"\r?\n|:|->|=>|\u2192|[\u2014\u2013]|-{1,2}(?=\s)|(?<=\
 _OPENERS = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019", "\u00ab": "\u00bb", "`": "`"}
 # An apostrophe-like quote opens only at a word start ("the user's" has no quote).
 _OPEN = re.compile(r"[\"\u201c\u00ab`]|(?<![\w'\u2019])['\u2018]")
-# "Remember that <utterance>": only the verb, politeness and "that" before it.
-_THAT_FORM = re.compile(
-    r"^(?:(?:please|kindly|just|also|and|now|ok|okay|hey)[\s,]+)*"
-    r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?)?"
-    r"(?:remember|note|record|log|keep\s+in\s+mind|bear\s+in\s+mind|save|store|write\s+down|jot\s+down)"
-    r"\s+that\s+(?=\S)",
-    re.IGNORECASE,
-)
+# "Remember that <utterance>": a verb and courtesy before "that", nothing else.
+_THAT = re.compile(r"\bthat\s+(?=\S)", re.IGNORECASE)
 # What may sit between a quoted utterance and the instruction after it.
 _GLUE = " \t\r\n,.;!:-\u2014\u2013>=\u2192"
 
@@ -81,16 +75,20 @@ def read_store(query: str) -> dict[str, Any] | None:
     sep = _SEPARATOR.search(head)
     quote = _OPEN.search(head)
     if quote is not None and (sep is None or quote.start() < sep.start()):
-        split = _quoted(q, quote.start(), Header(), q[: quote.start()])
+        split: _Split | None = _quoted(q, quote.start(), Header(), q[: quote.start()])
     elif sep is not None:
         split = _after_separator(q, sep)
     else:
         split = _no_boundary(q)
-    if split is None or not split.header.understood:
+    if split is None or not _is_store(split):
+        # Maybe the utterance came first ("We fly out Monday - keep it, from the user").
         split = _instruction_last(q) or split
-    if split is None:
-        return None
-    return _fields(split)
+    return None if split is None else _fields(split)
+
+
+def _is_store(split: _Split) -> bool:
+    header = split.header
+    return header.understood and (header.attempts_store or (split.label and bool(header.speakers)))
 
 
 def _fields(split: _Split) -> dict[str, Any] | None:
@@ -99,7 +97,7 @@ def _fields(split: _Split) -> dict[str, Any] | None:
         if not header.attempts_store:
             return None
         raise UnclearStore(_unclear_message(split))
-    if not (header.attempts_store or (split.label and header.speakers)):
+    if not _is_store(split):
         return None
     if len(set(header.speakers)) > 1:
         raise InvalidRequest(f"the query names two speakers: {', '.join(sorted(set(header.speakers)))}")
@@ -120,7 +118,7 @@ def _after_separator(q: str, sep: re.Match[str]) -> _Split | None:
     if rest and rest[0] in _OPENERS:
         quoted = _quoted(rest, 0, header, instruction)
         if quoted.header.understood:
-            return quoted
+            return replace(quoted, label=True)
     return _Split(rest, header, instruction, label=True)
 
 
@@ -171,13 +169,20 @@ def _closing(q: str, start: int) -> int | None:
 
 def _no_boundary(q: str) -> _Split | None:
     """No separator or quote near the start: "Remember that <text>", or a bare header ('Add utterance')."""
-    that = _THAT_FORM.match(q)
+    that = _THAT.search(q, 0, HEAD_LIMIT)
     if that is not None:
+        before = read_header(q[: that.start()])
         text = q[that.end() :]
         # "note that the user told us I prefer aisle seats": whose words start where is a guess.
         reported = read_header(text[:HEAD_LIMIT].split(".")[0])
-        if _SEPARATOR.search(text) is None and not (reported.speech and reported.speakers):
-            return _Split(text, read_header(q[: that.end()]), q[: that.end()])
+        if (
+            before.understood
+            and before.verb
+            and not (before.speakers or before.noun or before.destination)
+            and _SEPARATOR.search(text) is None
+            and not (reported.speech and reported.speakers)
+        ):
+            return _Split(text, before, q[: that.end()])
     if len(q) > HEAD_LIMIT:
         unseparated = Header(unclear=("(no separator or quote before the text)",))
         return _Split("", read_header(q[:HEAD_LIMIT]).joined(unseparated), q[:HEAD_LIMIT])

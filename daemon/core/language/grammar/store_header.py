@@ -56,7 +56,7 @@ _OTHER = frozenset(
     with as follows what which was were be us me my our we here's that's it's let's
     verbatim exactly word literally saying reads reading side role speaker part behalf
     from by of on own safekeeping safe keeping quick real below above this one
-    following below""".split()
+    following below more""".split()
 )
 _KNOWN = STORE_VERBS | _SPEECH | _SPEAKERS | _DESTINATIONS | _INTO | _NOUNS | _OTHER
 
@@ -117,9 +117,9 @@ def read_header(text: str) -> Header:
         base = possessive.group("base") if possessive and possessive.group("base") in _SPEAKERS else word
         if base in _SPEAKERS:
             # "a message to the user" names whom it was said to, not who said it.
-            before = words[max(0, i - 2) : i]
-            if "to" in before and base == word:
-                unclear.extend(w for w in (*before, word) if w != "the")
+            addressed = words[i - 1 : i] == ["to"] or words[max(0, i - 2) : i] == ["to", "the"]
+            if addressed and base == word:
+                unclear.extend(("to", word))
                 continue
             speakers.append(speaker_of(base))
         elif word not in _KNOWN:
