@@ -56,8 +56,10 @@ _OTHER = frozenset(
     with as follows what which was were be us me my our we here's that's it's let's
     verbatim exactly word literally saying reads reading side role speaker part behalf
     from by of on own safekeeping safe keeping quick real below above this one
-    following below more""".split()
+    following below more self""".split()
 )
+# Words that make "the user said" a question about the past, not a quote to keep.
+_QUESTION = frozenset("did does do has have had ? when where why how".split())
 _KNOWN = STORE_VERBS | _SPEECH | _SPEAKERS | _DESTINATIONS | _INTO | _NOUNS | _OTHER
 
 # Words, with inner apostrophes ("that's", "i'd"); a question mark is kept
@@ -76,6 +78,8 @@ class Header:
     speech: bool = False  # a reported-speech verb ("said", "answered")
     destination: bool = False  # "into the history", "to memory"
     noun: bool = False  # "message", "entry"
+    question: bool = False  # "did", "has", "?": "what did the user say: ..." is a read
+
 
     @property
     def understood(self) -> bool:
@@ -84,7 +88,7 @@ class Header:
     @property
     def attempts_store(self) -> bool:
         """Whether the words ask for a store, understood or not (a verb, a quote's speaker, a destination)."""
-        return self.verb or self.destination or (self.speech and bool(self.speakers))
+        return self.verb or self.destination or (self.speech and bool(self.speakers) and not self.question)
 
     @property
     def names_store(self) -> bool:
@@ -103,6 +107,7 @@ class Header:
             self.speech or other.speech,
             self.destination or other.destination,
             self.noun or other.noun,
+            self.question or other.question,
         )
 
 
@@ -111,7 +116,7 @@ def read_header(text: str) -> Header:
     words = [w.lower().replace("\u2019", "'") for w in _TOKEN.findall(text)]
     speakers: list[str] = []
     unclear: list[str] = []
-    verb = speech = destination = noun = False
+    verb = speech = destination = noun = question = False
     for i, word in enumerate(words):
         possessive = _POSSESSIVE.match(word)
         base = possessive.group("base") if possessive and possessive.group("base") in _SPEAKERS else word
@@ -127,6 +132,7 @@ def read_header(text: str) -> Header:
         verb = verb or word in STORE_VERBS
         speech = speech or word in _SPEECH
         noun = noun or word in _NOUNS
+        question = question or word in _QUESTION
         if word in _DESTINATIONS and any(w in _INTO for w in words[max(0, i - 3) : i]):
             destination = True
-    return Header(tuple(speakers), tuple(unclear), verb, speech, destination, noun)
+    return Header(tuple(speakers), tuple(unclear), verb, speech, destination, noun, question)
