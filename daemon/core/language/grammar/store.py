@@ -135,7 +135,10 @@ def _quoted(q: str, start: int, before: Header, instruction: str) -> _Split:
 
 
 # Words that may follow a quoted utterance without saying anything about it.
-_COURTESY = frozenset("please pls thanks thank you now for later future reference ok okay".split())
+_COURTESY = frozenset(
+    """please pls thanks thank you cheers thx now right away for later future reference ok okay
+    verbatim exactly literally as is word""".split()
+)
 
 
 def _trailer(after: str) -> Header:

@@ -25,38 +25,45 @@ __all__ = ["Header", "read_header", "STORE_VERBS"]
 
 STORE_VERBS = frozenset(
     """add adding store storing save saving record recording log logging note noting
-    remember keep append insert memorize memorise memorize write jot put file enter
-    capture stash retain preserve register commit persist push include post type""".split()
+    remember keep append appending insert memorize memorise write jot put file enter
+    capture stash retain preserve register commit persist push include post type paste
+    submit attach pop stick track""".split()
 )
 # A speaker's words, reported: "the user told us", "what the assistant answered was".
 _SPEECH = frozenset(
-    """said says say wrote writes asked asks answered answers replied replies responded
-    responds told tells typed types sent sends stated states mentioned mentions added
-    went goes spoke saying""".split()
+    """said says say wrote writes written asked asks answered answers replied replies
+    responded responds told tells typed types sent sends stated states mentioned mentions
+    added went goes spoke spoken saying uttered voiced posted shared messaged texted
+    remarked commented explained reported noted came comes""".split()
 )
 _SPEAKERS = frozenset(
     "user human customer assistant bot ai model agent claude system".split()
 )
 # Where an utterance goes: with a preposition, these name the destination of a write.
 _DESTINATIONS = frozenset(
-    """conversation history memory buffer chat log transcript record thread session
-    context dialog dialogue convo timeline""".split()
+    """conversation history memory buffer chat log transcript record records thread session
+    context dialog dialogue convo timeline logbook notes journal list minutes""".split()
 )
 _INTO = frozenset("into to onto in".split())
 # Nouns that name one utterance ("user message", "memory entry").
 _NOUNS = frozenset(
     """utterance message turn line reply response statement entry note question answer text
-    comment remark quote input output prompt item bit piece words content sentence msg memo
-    snippet fact reminder one thing body string""".split()
+    comment remark quote input output prompt item bit piece words word content sentence msg
+    memo snippet fact reminder one thing body string phrase request instruction update
+    feedback""".split()
 )
+# Pointers ("this", "the following"), courtesy ("could you please"), glue
+# ("as", "from", "on behalf of") and words that say how to keep it ("verbatim").
 _OTHER = frozenset(
     """the a an this that these following below next here there is it its new another
-    please kindly could can would will you i i'd like want need go ahead and just quickly
-    thanks thank pls also hey hi hello ok okay so now then for later reference future down
-    with as follows what which was were be us me my our we here's that's it's let's
-    verbatim exactly word literally saying reads reading side role speaker part behalf
-    from by of on own safekeeping safe keeping quick real below above this one
-    following below more self""".split()
+    please kindly could can would will shall should you i i'd i'm like want need mind
+    go ahead and just quickly quick thanks thank pls cheers also hey hi hello ok okay so
+    now then right away up for later reference future down with as follows what who
+    which was were be us me my our we here's that's it's let's let there's help kind
+    if possible verbatim exactly word literally is saying reads reading side role speaker
+    part behalf voice author sender source tagged labelled labeled attributed from by of
+    on own safekeeping safe keeping real above more self make take set hold incoming
+    latest newest fresh long term running""".split()
 )
 # Words that make "the user said" a question about the past, not a quote to keep.
 _QUESTION = frozenset("did does do has have had ? when where why how".split())
