@@ -112,8 +112,12 @@ _SPEAKER_WORDS = {
 _SPEAKER_FORMS = (
     " from the {sp}", " by the {sp}", " as the {sp}", " on behalf of the {sp}", ", {sp} side",
     " said by the {sp}", " as the {sp}'s {noun}", " (from the {sp})", " from the {sp}'s side",
-    " as said by the {sp}", ", the {sp}'s {noun}", " written by the {sp}",
+    " as said by the {sp}", ", the {sp}'s {noun}", " written by the {sp}", " as a {sp} {noun}",
+    " (speaker: {sp})", " in the {sp}'s voice", " for the {sp}", ", sender {sp}", " as {sp}",
 )  # fmt: skip
+# Headers where the speaker stands before the noun: "Add an assistant reply".
+_SPEAKER_OBJECTS = ("a {sp} {noun}", "the {sp}'s {noun}", "this {sp} {noun}", "the following {sp} {noun}",
+                    "the next {sp} {noun}", "one {sp} {noun}", "the {sp} {noun} below", "a new {sp} {noun}")
 _POLITE = (
     "", "please ", "could you ", "kindly ", "would you please ", "can you ", "I'd like you to ",
     "go ahead and ", "hey, ", "ok, ", "please just ", "could you please ", "would you ",
@@ -171,6 +175,7 @@ class _Words:
     destinations: list[str]
     speakers: dict[str, list[str]]
     speaker_forms: list[str]
+    speaker_objects: list[str]
     polite: list[str]
     utterances: list[tuple[str, frozenset[str]]]
 
@@ -183,6 +188,7 @@ class _Words:
             _half(_DESTINATIONS, split),
             {sp: _half(words, split) for sp, words in _SPEAKER_WORDS.items()},
             _half(_SPEAKER_FORMS, split),
+            _half(_SPEAKER_OBJECTS, split),
             _half(_POLITE, split),
             [(t.strip(), tags) for t, tags in _half(_UTTERANCES, split)],
         )
@@ -229,8 +235,15 @@ class _StoreParts:
         """'please save this message from the user to the history', parts in either order."""
         polite = self.pick("politeness", self.w.polite)
         verb = self.pick("verb", self.w.verbs)
-        obj = self.pick("object", self.w.objects).format(noun=self.noun())
-        who = self.speaker_phrase(speaker)
+        if speaker is not None and self.rng.random() < 0.3:
+            obj = self.pick("object", self.w.speaker_objects).format(
+                sp=self.rng.choice(self.w.speakers[speaker]), noun=self.noun()
+            )
+            who = ""
+            self.classes["speaker form"] = "before the noun"
+        else:
+            obj = self.pick("object", self.w.objects).format(noun=self.noun())
+            who = self.speaker_phrase(speaker)
         where = self.pick("destination", [""] * 3 + self.w.destinations)
         order = self.rng.random() < 0.5
         self.classes["header order"] = "speaker-then-destination" if order else "destination-then-speaker"
@@ -239,7 +252,9 @@ class _StoreParts:
         return _cap(polite + words) if self.rng.random() < 0.6 else polite + words
 
 
-_SPEECH = ("said", "asked", "answered", "replied", "wrote", "told us", "typed", "responded", "stated", "sent")
+_SPEECH = ("said", "asked", "answered", "replied", "wrote", "told us", "typed", "responded", "stated", "sent",
+           "just said", "told me", "wrote back", "has just written", "sent over")
+_AFTER = (" please", ", thanks", " verbatim", ", thank you", " please, exactly as is", " for later")
 
 
 def _store_variant(rng: random.Random, w: _Words) -> Variant:
@@ -270,6 +285,13 @@ def _store_variant(rng: random.Random, w: _Words) -> Variant:
             ("quote in the middle", lambda: f"Here is the {sp_word}'s {parts.noun()}, {q_text}, "
              f"{rng.choice(w.verbs)} it"),
             ("text first, quoted", lambda: f"{q_text}{sep} that's from the {sp_word}, {rng.choice(w.verbs)} it"),
+            ("text first, quoted, speech after", lambda: f"{q_text}, the {sp_word} {rng.choice(_SPEECH)}"),
+            ("reported speech, here's what", lambda: f"Here's what the {sp_word} {rng.choice(_SPEECH)}{sep} {body}"),
+            ("reported speech, the reply was", lambda: f"The {sp_word}'s {parts.noun()} was{sep} {body}"),
+            ("reported speech, this is what", lambda: f"This is what the {sp_word} {rng.choice(_SPEECH)}{sep} {body}"),
+            ("verbless header, new message", lambda: f"New {sp_word} {parts.noun()}{sep} {body}"),
+            ("verbless header, incoming", lambda: f"Incoming from the {sp_word}{sep} {body}"),
+            ("header, quoted text, courtesy after", lambda: f"{parts.header(speaker)} {q_text}{rng.choice(_AFTER)}"),
         ]
         if "label" not in tags:
             forms.append(
@@ -281,13 +303,30 @@ def _store_variant(rng: random.Random, w: _Words) -> Variant:
             forms.append(("remember that", lambda: f"{parts.pick('politeness', w.polite)}remember that {text}"))
     name, build = rng.choice(forms)
     parts.classes["form"] = name
-    if name in ("header, quoted text", "speaker said, quoted", "quote in the middle", "text first, quoted"):
+    if name.startswith(("header, quoted text", "speaker said, quoted", "quote in the middle", "text first, quoted")):
         parts.classes["quoting"] = f"{quote[0]}{quote[1]}"
-    if name in ("header, quoted text", "speaker said, quoted", "quote in the middle", "remember that"):
+    if name.startswith(("header, quoted text", "speaker said, quoted", "quote in the middle", "remember that")) or (
+        name == "text first, quoted, speech after"
+    ):
         parts.classes["separator"] = "none"
     parts.classes["speaker"] = speaker or "unnamed"
-    query = build()
+    query = _surface(rng, build(), text, parts.classes)
     return Variant("store", query, Expect("store", text=text, speaker=speaker or "user"), tuple(sorted(parts.classes.items())))
+
+
+def _surface(rng: random.Random, query: str, text: str, classes: dict[str, str]) -> str:
+    """Case and spacing people type: the instruction in capitals or lower case, spaces doubled or dropped."""
+    at = query.find(text)
+    head, tail = query[:at], query[at:]
+    style = rng.choice(("as written", "as written", "as written", "lower case", "upper case", "spacing"))
+    classes["surface"] = style
+    if style == "lower case":
+        head = head.lower()
+    elif style == "upper case":
+        head = head.upper()
+    elif style == "spacing":
+        head = head.replace(": ", ":", 1) if rng.random() < 0.5 else head.replace(" ", "  ", 1)
+    return head + tail
 
 
 # --- reads, removes, summaries -------------------------------------------------------------

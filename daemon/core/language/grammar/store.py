@@ -72,7 +72,7 @@ def read_store(query: str) -> dict[str, Any] | None:
     """
     q = query.strip()
     head = q[:HEAD_LIMIT]
-    sep = _SEPARATOR.search(head)
+    sep = _first_separator(head)
     quote = _OPEN.search(head)
     if quote is not None and (sep is None or quote.start() < sep.start()):
         split: _Split | None = _quoted(q, quote.start(), Header(), q[: quote.start()])
@@ -81,9 +81,19 @@ def read_store(query: str) -> dict[str, Any] | None:
     else:
         split = _no_boundary(q)
     if split is None or not _is_store(split):
-        # Maybe the utterance came first ("We fly out Monday - keep it, from the user").
-        split = _instruction_last(q) or split
+        # Maybe the utterance came first ("We fly out Monday - keep it, from the user"),
+        # or all of it follows "remember that" (quotes and all).
+        split = _instruction_last(q) or _that_clause(q) or split
     return None if split is None else _fields(split)
+
+
+def _first_separator(head: str) -> re.Match[str] | None:
+    """The first separator outside brackets: in "Add this (speaker: bot) - hi" the text starts after "-"."""
+    for sep in _SEPARATOR.finditer(head):
+        before = head[: sep.start()]
+        if before.count("(") <= before.count(")") and before.count("[") <= before.count("]"):
+            return sep
+    return None
 
 
 def _is_store(split: _Split) -> bool:
@@ -172,27 +182,29 @@ def _closing(q: str, start: int) -> int | None:
 
 def _no_boundary(q: str) -> _Split | None:
     """No separator or quote near the start: "Remember that <text>", or a bare header ('Add utterance')."""
-    that = _THAT.search(q, 0, HEAD_LIMIT)
-    if that is not None:
-        before = read_header(q[: that.start()])
-        text = q[that.end() :]
-        # "note that the user told us I prefer aisle seats": whose words start where is a guess.
-        reported = read_header(text[:HEAD_LIMIT].split(".")[0])
-        if (
-            before.understood
-            and before.verb
-            and not (before.speakers or before.noun or before.destination)
-            and _SEPARATOR.search(text) is None
-            and not (reported.speech and reported.speakers)
-        ):
-            return _Split(text, before, q[: that.end()])
     if len(q) > HEAD_LIMIT:
         unseparated = Header(unclear=("(no separator or quote before the text)",))
         return _Split("", read_header(q[:HEAD_LIMIT]).joined(unseparated), q[:HEAD_LIMIT])
     header = read_header(q)
-    if header.understood and not header.verb:
-        return None  # "the user's message" alone is no store
+    if not header.verb:
+        return None  # "the user's message", "what did the user say about Paris": no store without a verb
     return _Split(None, header, q)
+
+
+def _that_clause(q: str) -> _Split | None:
+    """ "Remember that <utterance>": a verb and courtesy before "that", no separator after it."""
+    that = _THAT.search(q, 0, HEAD_LIMIT)
+    if that is None:
+        return None
+    before = read_header(q[: that.start()])
+    if not before.understood or not before.verb or before.speakers or before.noun or before.destination:
+        return None
+    text = q[that.end() :]
+    # "note that the user told us I prefer aisle seats": whose words start where is a guess.
+    lead = read_header(" ".join(text[:HEAD_LIMIT].split()[:4]))
+    if _SEPARATOR.search(text) is not None or (lead.speech and lead.speakers):
+        return None
+    return _Split(text, before, q[: that.end()])
 
 
 def _instruction_last(q: str) -> _Split | None:

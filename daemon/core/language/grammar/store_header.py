@@ -63,10 +63,14 @@ _OTHER = frozenset(
     if possible verbatim exactly word literally is saying reads reading side role speaker
     part behalf voice author sender source tagged labelled labeled attributed from by of
     on own safekeeping safe keeping real above more self make take set hold incoming
-    latest newest fresh long term running""".split()
+    latest newest fresh long term running back over out""".split()
 )
-# Words that make "the user said" a question about the past, not a quote to keep.
-_QUESTION = frozenset("did does do has have had ? when where why how".split())
+# Words an instruction cannot end with: what follows them is part of it, not the utterance.
+_DANGLING = frozenset(
+    "speaker sender author source role voice from by as of to into onto in the a an and with for on behalf".split()
+)
+# Known after a subject ("the user has just written"), a question at the start ("Has the user ...").
+_AUXILIARIES = frozenset("has have had".split())
 _KNOWN = STORE_VERBS | _SPEECH | _SPEAKERS | _DESTINATIONS | _INTO | _NOUNS | _OTHER
 
 # Words, with inner apostrophes ("that's", "i'd"); a question mark is kept
@@ -85,8 +89,6 @@ class Header:
     speech: bool = False  # a reported-speech verb ("said", "answered")
     destination: bool = False  # "into the history", "to memory"
     noun: bool = False  # "message", "entry"
-    question: bool = False  # "did", "has", "?": "what did the user say: ..." is a read
-
 
     @property
     def understood(self) -> bool:
@@ -95,7 +97,7 @@ class Header:
     @property
     def attempts_store(self) -> bool:
         """Whether the words ask for a store, understood or not (a verb, a quote's speaker, a destination)."""
-        return self.verb or self.destination or (self.speech and bool(self.speakers) and not self.question)
+        return self.verb or self.destination or (self.speech and bool(self.speakers))
 
     @property
     def names_store(self) -> bool:
@@ -114,7 +116,6 @@ class Header:
             self.speech or other.speech,
             self.destination or other.destination,
             self.noun or other.noun,
-            self.question or other.question,
         )
 
 
@@ -123,7 +124,7 @@ def read_header(text: str) -> Header:
     words = [w.lower().replace("\u2019", "'") for w in _TOKEN.findall(text)]
     speakers: list[str] = []
     unclear: list[str] = []
-    verb = speech = destination = noun = question = False
+    verb = speech = destination = noun = False
     for i, word in enumerate(words):
         possessive = _POSSESSIVE.match(word)
         base = possessive.group("base") if possessive and possessive.group("base") in _SPEAKERS else word
@@ -134,12 +135,15 @@ def read_header(text: str) -> Header:
                 unclear.extend(("to", word))
                 continue
             speakers.append(speaker_of(base))
-        elif word not in _KNOWN:
+        elif word not in _KNOWN and not (word in _AUXILIARIES and i > 0):
+            # "the user has written: ..." reports; "Has the user written ...?" asks.
             unclear.append(word)
         verb = verb or word in STORE_VERBS
         speech = speech or word in _SPEECH
         noun = noun or word in _NOUNS
-        question = question or word in _QUESTION
         if word in _DESTINATIONS and any(w in _INTO for w in words[max(0, i - 3) : i]):
             destination = True
-    return Header(tuple(speakers), tuple(unclear), verb, speech, destination, noun, question)
+    if words and words[-1] in _DANGLING:
+        # "Add this, speaker: user - hi": a header cannot end waiting for its value.
+        unclear.append(f"{words[-1]} (at the end, before the text)")
+    return Header(tuple(speakers), tuple(unclear), verb, speech, destination, noun)
