@@ -143,7 +143,8 @@ def read_header(text: str) -> Header:
         noun = noun or word in _NOUNS
         if word in _DESTINATIONS and any(w in _INTO for w in words[max(0, i - 3) : i]):
             destination = True
-    if words and words[-1] in _DANGLING:
+    owned = len(words) > 1 and words[-2].endswith("'s")  # "in the user's voice" is complete
+    if words and words[-1] in _DANGLING and not owned:
         # "Add this, speaker: user - hi": a header cannot end waiting for its value.
         unclear.append(f"{words[-1]} (at the end, before the text)")
     return Header(tuple(speakers), tuple(unclear), verb, speech, destination, noun)
