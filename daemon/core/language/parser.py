@@ -1,7 +1,10 @@
 """The query language: natural-language text to an operation, its fields and a confidence.
 
-Store is tried first and alone: a query that starts like a store stores its
-text verbatim, whatever words the text contains. Every other operation's
+Store is tried first and alone (grammar/store.py): a quote or a separator
+marks the utterance, which is kept exactly, whatever words it contains; an
+instruction around it that is not fully understood refuses the store
+(UnclearStore) unless another operation's rules explain every word of the
+query. Every other operation's
 rules (daemon/core/language/grammar/) read the query independently; the reading that
 explains the largest share of the query's words wins, ties going to the
 earlier operation in ``_READERS``. The share is the confidence. Below the
