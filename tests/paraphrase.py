@@ -257,6 +257,49 @@ _SPEECH = ("said", "asked", "answered", "replied", "wrote", "told us", "typed", 
 _AFTER = (" please", ", thanks", " verbatim", ", thank you", " please, exactly as is", " for later")
 
 
+# Store shapes: (name, template, speaker). {body} is the utterance quoted
+# or not, {q} always quoted, {text} never; {header} is a generated
+# instruction (verb, object, speaker, destination in either order).
+# speaker: "named" shapes need one, "none" shapes cannot name one, "any" fit both.
+_STORE_FORMS: tuple[tuple[str, str, str], ...] = (
+    ("header, separator, text", "{header}{sep} {body}", "any"),
+    ("header, quoted text", "{header} {q}", "any"),
+    ("header, quoted text, courtesy after", "{header} {q}{after}", "any"),
+    ("speaker label", "{Sp}{sep} {body}", "named"),
+    ("speaker and kind label", "{Sp} {noun}{sep} {body}", "named"),
+    ("reported speech", "{polite}{verb} that the {sp} {speech}{sep} {body}", "named"),
+    ("reported speech, what-clause", "what the {sp} {speech} was{sep} {body}", "named"),
+    ("reported speech, here's what", "Here's what the {sp} {speech}{sep} {body}", "named"),
+    ("reported speech, the reply was", "The {sp}'s {noun} was{sep} {body}", "named"),
+    ("reported speech, this is what", "This is what the {sp} {speech}{sep} {body}", "named"),
+    ("speaker said, quoted", "The {sp} {speech}, {q}", "named"),
+    ("verbless header", "{Dest}, as the {sp}{sep} {body}", "named"),
+    ("verbless header, kind first", "Memory {noun}, {sp} side{sep} {body}", "named"),
+    ("verbless header, new message", "New {sp} {noun}{sep} {body}", "named"),
+    ("verbless header, incoming", "Incoming from the {sp}{sep} {body}", "named"),
+    ("quote in the middle", "Here is the {sp}'s {noun}, {q}, {verb} it", "named"),
+    ("text first, quoted", "{q}{sep} that's from the {sp}, {verb} it", "named"),
+    ("text first, quoted, speech after", "{q}, the {sp} {speech}", "named"),
+    ("text first, unquoted", "{text}{sep} {verb} it, from the {sp}", "named"),
+    ("text first, quoted, no speaker", "{q}{sep} {verb} it{dest}", "none"),
+    ("remember that", "{polite}remember that {text}", "none"),
+)
+
+
+def _store_forms(speaker: str | None, text: str, tags: frozenset[str]) -> list[tuple[str, str]]:
+    """The shapes that fit the speaker, leaving out the ones a text would make ambiguous."""
+    fitting = []
+    for name, template, needs in _STORE_FORMS:
+        if needs != "any" and (needs == "named") != (speaker is not None):
+            continue
+        if name == "text first, unquoted" and "label" in tags:
+            continue  # "Note: the room is 12 - keep it" starts like a store of its own
+        if name == "remember that" and ("sep" in tags or text.lower().startswith(("the user", "the assistant"))):
+            continue
+        fitting.append((name, template))
+    return fitting
+
+
 def _store_variant(rng: random.Random, w: _Words) -> Variant:
     parts = _StoreParts(rng, w)
     speaker = rng.choice((None, "user", "assistant", "system", "user", "assistant"))
@@ -265,52 +308,24 @@ def _store_variant(rng: random.Random, w: _Words) -> Variant:
     sep = parts.pick("separator", _SEPARATORS)
     quoted = rng.random() < 0.4
     q_text = f"{quote[0]}{text}{quote[1]}"
-    parts.classes["quoting"] = f"{quote[0]}{quote[1]}" if quoted else "none"
     sp_word = rng.choice(w.speakers[speaker]) if speaker else ""
-    body = q_text if quoted else text
-    forms: list[tuple[str, Callable[[], str]]] = [
-        ("header, separator, text", lambda: f"{parts.header(speaker)}{sep} {body}"),
-        ("header, quoted text", lambda: f"{parts.header(speaker)} {q_text}"),
-    ]
-    if speaker is not None:
-        forms += [
-            ("speaker label", lambda: f"{_cap(sp_word)}{sep} {body}"),
-            ("speaker and kind label", lambda: f"{_cap(sp_word)} {parts.noun()}{sep} {body}"),
-            ("reported speech", lambda: f"{parts.pick('politeness', w.polite)}{rng.choice(w.verbs)} that the {sp_word} "
-             f"{rng.choice(_SPEECH)}{sep} {body}"),
-            ("reported speech, what-clause", lambda: f"what the {sp_word} {rng.choice(_SPEECH)} was{sep} {body}"),
-            ("speaker said, quoted", lambda: f"The {sp_word} {rng.choice(_SPEECH)}, {q_text}"),
-            ("verbless header", lambda: f"{_cap(rng.choice(w.destinations).strip())}, as the {sp_word}{sep} {body}"),
-            ("verbless header, kind first", lambda: f"Memory {rng.choice(w.nouns)}, {sp_word} side{sep} {body}"),
-            ("quote in the middle", lambda: f"Here is the {sp_word}'s {parts.noun()}, {q_text}, "
-             f"{rng.choice(w.verbs)} it"),
-            ("text first, quoted", lambda: f"{q_text}{sep} that's from the {sp_word}, {rng.choice(w.verbs)} it"),
-            ("text first, quoted, speech after", lambda: f"{q_text}, the {sp_word} {rng.choice(_SPEECH)}"),
-            ("reported speech, here's what", lambda: f"Here's what the {sp_word} {rng.choice(_SPEECH)}{sep} {body}"),
-            ("reported speech, the reply was", lambda: f"The {sp_word}'s {parts.noun()} was{sep} {body}"),
-            ("reported speech, this is what", lambda: f"This is what the {sp_word} {rng.choice(_SPEECH)}{sep} {body}"),
-            ("verbless header, new message", lambda: f"New {sp_word} {parts.noun()}{sep} {body}"),
-            ("verbless header, incoming", lambda: f"Incoming from the {sp_word}{sep} {body}"),
-            ("header, quoted text, courtesy after", lambda: f"{parts.header(speaker)} {q_text}{rng.choice(_AFTER)}"),
-        ]
-        if "label" not in tags:
-            forms.append(
-                ("text first, unquoted", lambda: f"{text}{sep} {rng.choice(w.verbs)} it, from the {sp_word}")
-            )
-    else:
-        forms.append(("text first, quoted", lambda: f"{q_text}{sep} {rng.choice(w.verbs)} it{rng.choice(w.destinations)}"))
-        if "sep" not in tags and not text.lower().startswith(("the user", "the assistant")):
-            forms.append(("remember that", lambda: f"{parts.pick('politeness', w.polite)}remember that {text}"))
-    name, build = rng.choice(forms)
+    name, template = rng.choice(_store_forms(speaker, text, tags))
+    values = {
+        "sep": sep, "text": text, "q": q_text, "body": q_text if quoted else text,
+        "sp": sp_word, "Sp": _cap(sp_word), "noun": parts.noun(), "speech": rng.choice(_SPEECH),
+        "verb": rng.choice(w.verbs), "dest": rng.choice(w.destinations), "after": rng.choice(_AFTER),
+    }  # fmt: skip
+    values["Dest"] = _cap(values["dest"].strip())
+    if "{header}" in template:
+        values["header"] = parts.header(speaker)
+    if "{polite}" in template:
+        values["polite"] = parts.pick("politeness", w.polite)
     parts.classes["form"] = name
-    if name.startswith(("header, quoted text", "speaker said, quoted", "quote in the middle", "text first, quoted")):
-        parts.classes["quoting"] = f"{quote[0]}{quote[1]}"
-    if name.startswith(("header, quoted text", "speaker said, quoted", "quote in the middle", "remember that")) or (
-        name == "text first, quoted, speech after"
-    ):
+    parts.classes["quoting"] = f"{quote[0]}{quote[1]}" if "{q}" in template or quoted and "{body}" in template else "none"
+    if "{sep}" not in template:
         parts.classes["separator"] = "none"
     parts.classes["speaker"] = speaker or "unnamed"
-    query = _surface(rng, build(), text, parts.classes)
+    query = _surface(rng, template.format(**values), text, parts.classes)
     return Variant("store", query, Expect("store", text=text, speaker=speaker or "user"), tuple(sorted(parts.classes.items())))
 
 
