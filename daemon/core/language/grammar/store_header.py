@@ -88,7 +88,7 @@ class Header:
     verb: bool = False  # a store verb ("save", "note", "keep")
     speech: bool = False  # a reported-speech verb ("said", "answered")
     destination: bool = False  # "into the history", "to memory"
-    noun: bool = False  # "message", "entry"
+    noun: bool = False  # "message", "entry" (not "note" or "record", verbs first)
 
     @property
     def understood(self) -> bool:
@@ -140,7 +140,7 @@ def read_header(text: str) -> Header:
             unclear.append(word)
         verb = verb or word in STORE_VERBS
         speech = speech or word in _SPEECH
-        noun = noun or word in _NOUNS
+        noun = noun or (word in _NOUNS and word not in STORE_VERBS)  # "note", "log" are verbs first
         if word in _DESTINATIONS and any(w in _INTO for w in words[max(0, i - 3) : i]):
             destination = True
     owned = len(words) > 1 and words[-2].endswith("'s")  # "in the user's voice" is complete
