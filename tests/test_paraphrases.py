@@ -20,7 +20,7 @@ from tests.paraphrase import OPERATIONS, SPLITS, Variant, Verdict, judged, varia
 SAMPLE = {"store": 250, "retrieve": 120, "remove": 120, "summarize": 60}
 
 # Share understood by effect, per operation, on the tuning split.
-FLOORS = {"store": 0.98, "retrieve": 0.85, "remove": 0.65, "summarize": 0.50}
+FLOORS = {"store": 0.99, "retrieve": 0.90, "remove": 0.70, "summarize": 0.55}
 
 # Operations other than the one asked for, per operation: stores must have
 # none, ever. The others are ceilings at today's count (issue 12 wants zero;
