@@ -104,6 +104,8 @@ class TestOtherOperationsStayThemselves:
             ("Get utterance 6", "retrieve"),
             ("Remove utterance 3", "remove"),
             ("Mark utterance 2 as important", "mark"),
+            ("Show the log: last 5", "retrieve"),
+            ("What was stored about Paris?", "retrieve"),
         ],
     )
     def test_the_asked_operation_runs(self, text: str, operation: str) -> None:

@@ -98,7 +98,7 @@ def _first_separator(head: str) -> re.Match[str] | None:
 
 def _is_store(split: _Split) -> bool:
     header = split.header
-    return header.understood and (header.attempts_store or (split.label and bool(header.speakers)))
+    return header.understood and (header.asks_store or (split.label and bool(header.speakers)))
 
 
 def _fields(split: _Split) -> dict[str, Any] | None:
@@ -158,7 +158,7 @@ def _trailer(after: str) -> Header:
     neither ask for a store nor name its speaker are not instruction.
     """
     header = read_header(after)
-    if not header.understood or header.attempts_store or header.speakers:
+    if not header.understood or header.asks_store or header.speakers:
         return header
     words = [w.lower() for w in re.findall(r"[\w']+", after)]
     if all(w in _COURTESY for w in words):
@@ -186,7 +186,7 @@ def _no_boundary(q: str) -> _Split | None:
         unseparated = Header(unclear=("(no separator or quote before the text)",))
         return _Split("", read_header(q[:HEAD_LIMIT]).joined(unseparated), q[:HEAD_LIMIT])
     header = read_header(q)
-    if not header.verb:
+    if not header.imperative:
         return None  # "the user's message", "what did the user say about Paris": no store without a verb
     return _Split(None, header, q)
 
@@ -197,7 +197,7 @@ def _that_clause(q: str) -> _Split | None:
     if that is None:
         return None
     before = read_header(q[: that.start()])
-    if not before.understood or not before.verb or before.speakers or before.noun or before.destination:
+    if not before.understood or not before.imperative or before.speakers or before.noun or before.destination:
         return None
     text = q[that.end() :]
     # "note that the user told us I prefer aisle seats": whose words start where is a guess.
@@ -217,7 +217,7 @@ def _instruction_last(q: str) -> _Split | None:
         return None
     instruction = q[last.end() :]
     header = read_header(instruction)
-    if not (header.understood and (header.verb or (header.speech and header.speakers))):
+    if not (header.understood and (header.imperative or (header.speech and header.speakers))):
         return None
     text = q[: last.start()].strip()
     if not text:

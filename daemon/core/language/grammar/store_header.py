@@ -69,6 +69,14 @@ _OTHER = frozenset(
 _DANGLING = frozenset(
     "speaker sender author source role voice from by as of to into onto in the a an and with for on behalf".split()
 )
+# What may come before the verb of an imperative: "hey, could you please just save ...";
+# a negation too, so that "Don't save this: ..." is refused as the store it mentions.
+_LEAD = frozenset(
+    """please kindly could can would will you i i'd like want need to go ahead and just quickly
+    also hey hi hello ok okay so now then pls mind if possible let's let us me now
+    don't do not never""".split()
+)
+_CLAUSE = re.compile(r"[,;.!()\[\]]")
 # Known after a subject ("the user has just written"), a question at the start ("Has the user ...").
 _AUXILIARIES = frozenset("has have had".split())
 _KNOWN = STORE_VERBS | _SPEECH | _SPEAKERS | _DESTINATIONS | _INTO | _NOUNS | _OTHER
@@ -89,20 +97,26 @@ class Header:
     speech: bool = False  # a reported-speech verb ("said", "answered")
     destination: bool = False  # "into the history", "to memory"
     noun: bool = False  # "message", "entry" (not "note" or "record", verbs first)
+    imperative: bool = False  # a clause starts with a store verb ("Please save ...", "..., keep it")
 
     @property
     def understood(self) -> bool:
         return not self.unclear
 
     @property
-    def attempts_store(self) -> bool:
-        """Whether the words ask for a store, understood or not (a verb, a quote's speaker, a destination)."""
+    def asks_store(self) -> bool:
+        """Whether these words, read in full, ask for a store: a verb, a destination, a reported speaker."""
         return self.verb or self.destination or (self.speech and bool(self.speakers))
 
     @property
-    def names_store(self) -> bool:
-        """Whether fully understood words ask for a store: that, or a speaker label ("User:")."""
-        return self.understood and (self.attempts_store or bool(self.speakers) or self.noun)
+    def attempts_store(self) -> bool:
+        """Whether these words insist on a store even with unclear words among them.
+
+        Only an imperative store verb ("Save ...", "..., keep it") insists: a
+        verb that may be a noun elsewhere ("Show the log") leaves the query to
+        the other operations.
+        """
+        return self.imperative or self.destination or (self.speech and bool(self.speakers))
 
     def speaker(self) -> str | None:
         distinct = sorted(set(self.speakers))
@@ -116,6 +130,7 @@ class Header:
             self.speech or other.speech,
             self.destination or other.destination,
             self.noun or other.noun,
+            self.imperative or other.imperative,
         )
 
 
@@ -147,4 +162,16 @@ def read_header(text: str) -> Header:
     if words and words[-1] in _DANGLING and not owned:
         # "Add this, speaker: user - hi": a header cannot end waiting for its value.
         unclear.append(f"{words[-1]} (at the end, before the text)")
-    return Header(tuple(speakers), tuple(unclear), verb, speech, destination, noun)
+    return Header(tuple(speakers), tuple(unclear), verb, speech, destination, noun, _imperative(text))
+
+
+def _imperative(text: str) -> bool:
+    """Whether a clause of ``text`` starts (after courtesy) with a store verb."""
+    for clause in _CLAUSE.split(text):
+        for word in _TOKEN.findall(clause):
+            word = word.lower()
+            if word not in _LEAD:
+                if word in STORE_VERBS:
+                    return True
+                break
+    return False
