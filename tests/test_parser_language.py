@@ -256,3 +256,122 @@ class TestSources:
             history.query(f"Add utterance: paris {i}")
         outcome = history.query("Find utterances about Paris", {}, {"limit": 2})
         assert len(outcome.result["utterances"]) == 2
+
+
+class TestHostileInput:
+    """Issue 14: any query is answered or refused with INVALID_ARGUMENT, in bounded time and memory."""
+
+    @pytest.mark.parametrize(
+        ("text", "metadata", "data"),
+        [
+            ("Get the last " + "9" * 5000 + " utterances", {}, {}),
+            ("Get context within " + "9" * 400 + "k tokens", {}, {}),
+            ("Remove utterance " + "9" * 40, {}, {}),
+            ("Get utterances 1, " + "9" * 5000, {}, {}),
+            ("Summarize turns 1 to " + "9" * 30 + " in 50 tokens", {}, {}),
+            ("Get the " + "9" * 30 + "th turn", {}, {}),
+            ("Set the buffer size to " + "9" * 5000, {}, {}),
+            ("Get the last utterances", {}, {"last_n": 1e308}),
+            ("Add utterance: hi", {"turn_number": 1e300}, {}),
+            ("Get utterances", {}, {"seqs": [1, 1e300]}),
+            ("Summarize conversation", {}, {"token_limit": -1e300}),
+        ],
+    )
+    def test_any_number_in_any_field_is_invalid_argument(self, text: str, metadata: dict, data: dict) -> None:
+        """A number too large for int() or float() is refused as a bad argument, not an internal error."""
+        from chd.service.server import status_for
+
+        history = ConversationHistory()
+        with pytest.raises(InvalidRequest) as refused:
+            history.query(text, metadata, data)
+        assert status_for(refused.value).name == "INVALID_ARGUMENT"
+        assert len(str(refused.value)) < 600
+
+    def test_a_huge_int_is_described_without_converting_it_to_text(self) -> None:
+        """An int past Python's digit limit is named by its size in an error message."""
+        from chd.core.language.fields import as_int
+
+        with pytest.raises(InvalidRequest, match="at most 10, got a number of about 5001 digits"):
+            as_int("n", 10**5000, maximum=10)
+
+    @pytest.mark.parametrize(
+        ("metadata", "data"),
+        [
+            ({}, {"operation": "x" * 20_000}),
+            ({}, {"operation": "store", "text": "hi", "k" * 20_000: 1}),
+            ({}, {"operation": "retrieve", "topic": "y" * 20_000, "last_n": "z" * 20_000}),
+            ({"speaker": "q" * 20_000}, {"operation": "store", "text": "hi"}),
+        ],
+    )
+    def test_errors_quote_only_a_short_prefix_of_the_callers_text(self, metadata: dict, data: dict) -> None:
+        """A 20 kB field in a refused request yields a short message (gRPC headers stop at 16 KiB)."""
+        with pytest.raises(InvalidRequest) as refused:
+            ConversationHistory().query("", metadata, data)
+        assert len(str(refused.value)) < 400
+
+    def test_a_refused_long_query_quotes_a_prefix(self) -> None:
+        """The refusal of a 1,900-character query is a few hundred characters long."""
+        with pytest.raises(NotUnderstood) as refused:
+            parse("frobnicate " * 170)
+        assert len(str(refused.value)) < 800
+        assert "frobnicate frobnicate" in str(refused.value)
+
+    def test_an_instruction_over_the_limit_is_refused_saying_what_to_do(self) -> None:
+        """A non-store query past MAX_INSTRUCTION_CHARS is refused at once, pointing at data.topic and data.text."""
+        from chd.core.language.parser import MAX_INSTRUCTION_CHARS
+
+        with pytest.raises(InvalidRequest) as refused:
+            parse("Find utterances about " + "Paris " * (MAX_INSTRUCTION_CHARS // 6))
+        assert not isinstance(refused.value, NotUnderstood)  # never sent to the classifier
+        assert "data.topic" in str(refused.value) and "data.text" in str(refused.value)
+        assert len(str(refused.value)) < 600
+
+    def test_a_megabyte_utterance_is_still_stored_verbatim(self) -> None:
+        """The cap is on instructions: a store's utterance is payload of any length."""
+        text = "hello world. " * 80_000
+        parsed = parse("Add utterance: " + text)
+        assert parsed.operation == "store" and parsed.fields["text"] == text.strip()
+
+    def test_a_long_topic_goes_in_data(self) -> None:
+        """'Find utterances' with a data.topic of any length searches for it."""
+        history = ConversationHistory()
+        history.query("Add utterance: the hotel in Paris is booked")
+        outcome = history.query("Find utterances", {}, {"topic": "hotel " + "x" * 50_000})
+        assert [u["seq"] for u in outcome.result["utterances"]] == [1]
+
+    def test_runs_of_whitespace_and_control_characters_read_as_one_space(self) -> None:
+        """'Get  the last\\n\\n5\\x00 utterances' reads as 'Get the last 5 utterances'."""
+        assert parse("Get  the last\n\n5\x00 utterances\t").fields == {"last_n": 5}
+        assert parse("Find utterances about  the   hotel").fields == {"topic": "the hotel"}
+
+    def test_closest_forms_read_a_bounded_prefix(self) -> None:
+        """The suggestions for a 1 MB query are those for its first words."""
+        head = "Get the latest frobnications "
+        assert closest_forms(head + "x" * 1_000_000) == closest_forms(head + "x" * 500)
+
+    def test_the_parse_cache_is_bounded_in_bytes(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Many distinct long queries never hold more than the cache's byte budget, and it stays in use."""
+        from chd.core.language import parser
+
+        cache = parser._ReadingCache(budget=64 * 1024)
+        monkeypatch.setattr(parser, "_READINGS", cache)
+        for i in range(120):
+            try:
+                parse(f"Find utterances about {i} " + "hotel " * 200)
+            except InvalidRequest:
+                pass
+        assert 32 * 1024 < cache.used <= cache.budget
+
+    def test_a_refused_query_is_read_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Reading the same refused query again (for the trace, the metrics) reuses the first reading."""
+        from chd.core.language import parser
+
+        calls = []
+        real = parser._read
+        monkeypatch.setattr(parser, "_read", lambda query: calls.append(query) or real(query))
+        parser._READINGS.clear()
+        for _ in range(3):
+            with pytest.raises(NotUnderstood) as refused:
+                parse("frobnicate the widgets thoroughly")
+        assert len(calls) == 1
+        assert "frobnicate" in str(refused.value)

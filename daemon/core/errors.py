@@ -20,7 +20,9 @@ __all__ = [
     "TooLarge",
     "StorageError",
     "StorageFull",
+    "quote",
 ]
+
 
 
 class DaemonError(Exception):
@@ -45,3 +47,18 @@ class StorageError(DaemonError):
 
 class StorageFull(StorageError):
     """The storage backend is out of space; reads still work."""
+
+
+# gRPC carries an error's message in a header, and headers are limited to
+# 16 KiB: a message echoing a 20 kB field made the transport answer
+# RESOURCE_EXHAUSTED instead of ours (issue 14). Messages quote a prefix.
+QUOTE_LIMIT = 60
+
+
+def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` as a short repr for an error message: whitespace collapsed, cut at ``limit``."""
+    head = text[: limit * 4]
+    shown = " ".join(head.split())
+    if len(shown) > limit or len(head) < len(text):
+        shown = shown[: limit - 3] + "..."
+    return repr(shown)

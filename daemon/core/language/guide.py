@@ -22,7 +22,15 @@ __all__ = [
     "SOURCES_RULE",
     "CONFIDENCE_RULE",
     "ERRORS_RULE",
+    "MAX_INSTRUCTION_CHARS",
 ]
+
+# The longest instruction the rules read (issue 14). The longest documented
+# form is under 80 characters, and a search topic of a few sentences still
+# fits. Past this a query that is not a store is refused before any rule
+# runs: an utterance of any length is stored through a store phrasing or
+# data.text, and a long topic is given as data.topic.
+MAX_INSTRUCTION_CHARS = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,5 +420,10 @@ CONFIDENCE_RULE = (
 ERRORS_RULE = (
     "Errors: INVALID_ARGUMENT for a query that is not understood, ambiguous, or has a bad field "
     "(the message says which and what to write instead); NOT_FOUND for a seq that is not in the "
-    "buffer; RESOURCE_EXHAUSTED for an utterance over the size limits. A failed query changes nothing."
+    "buffer; RESOURCE_EXHAUSTED for an utterance over the size limits. A failed query changes nothing. "
+    f"A query other than a store is read up to {MAX_INSTRUCTION_CHARS:,} characters and refused "
+    "(INVALID_ARGUMENT) past that: a store's utterance may be of any length, and a longer topic goes "
+    "in data.topic ('Find utterances' with data.topic). Outside quotes, a run of whitespace or "
+    "control characters reads as one space. Error messages quote at most the first 60 characters "
+    "of what the caller sent."
 )

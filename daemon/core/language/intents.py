@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Union
 
-from chd.core.errors import InvalidRequest
+from chd.core.errors import InvalidRequest, quote
 from chd.core.memory.eviction import POLICIES
 from chd.core.language.fields import as_bool, as_int, as_speaker, as_str, describe
 from chd.core.utterance import Speaker
@@ -335,14 +335,14 @@ def build_intent(
     """Merge the three sources into one checked intent, or raise InvalidRequest."""
     if operation not in _FIELDS:
         raise InvalidRequest(
-            f"unknown operation {operation!r}; expected one of {', '.join(OPERATIONS)}"
+            f"unknown operation {quote(operation, 40)}; expected one of {', '.join(OPERATIONS)}"
         )
     cls, spec = _FIELDS[operation]
     accepted, required = _field_sets(operation)
     unknown = sorted(set(data) - accepted - _DATA_CONTROL)
     if unknown:
         raise InvalidRequest(
-            f"data.{unknown[0]} is not a parameter of {operation}; "
+            f"data.{quote(unknown[0], 40)[1:-1]} is not a parameter of {operation}; "
             f"it accepts {', '.join(sorted(accepted)) or 'none'}"
         )
     values: dict[str, Any] = {}
@@ -381,7 +381,9 @@ def build_intent(
 
 
 def _shown(value: Any) -> str:
-    return value.isoformat() if isinstance(value, datetime) else repr(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return quote(value) if isinstance(value, str) else repr(value)
 
 
 def _check_turn_range(low: int | None, high: int | None, what: str = "turn_from") -> None:

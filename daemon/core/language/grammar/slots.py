@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from chd.core.errors import InvalidRequest
 from chd.core.language.grammar.query import Query
 from chd.core.language.grammar.vocab import FLAGS, NOUN, SINGULAR, SPEAKER, speaker_of
-from chd.core.language.numbers import NUM, ORDINAL, parse_number, parse_ordinal
+from chd.core.language.numbers import NUM, NUM_TOKEN, ORDINAL, digits_value, parse_number, parse_ordinal
 
 __all__ = [
     "TurnSpan",
@@ -54,7 +54,10 @@ _SAYING = r"(?:say|said|says|sent|send|write|wrote|ask|asked|mention|mentioned|t
 _SPEAKER_PATTERNS = (
     rf"\b(?:(?:said|written|sent|asked|spoken)\s+)?(?:from|by)\s+(?:the\s+)?(?P<s>{SPEAKER})\b",
     rf"\b(?:did|does|has|have|had)\s+(?:the\s+)?(?P<s>{SPEAKER})\s+{_SAYING}\b",
-    rf"\b(?:the\s+)?(?P<s>{SPEAKER})(?:'s|s')?(?=\s+(?:(?:last|latest|newest|oldest|first|earliest|most\s+recent|recent|previous|{NUM})\s+)*{NOUN}\b)",
+    # At most four qualifiers of one word each: a repeated group that could
+    # hold a whole number split a run of number words every way (issue 14:
+    # "user " + "two " * 21 + "x" took 4 s, doubling with each word).
+    rf"\b(?:the\s+)?(?P<s>{SPEAKER})(?:'s|s')?(?=\s+(?:(?:last|latest|newest|oldest|first|earliest|most\s+recent|recent|previous|{NUM_TOKEN})\s+){{0,4}}{NOUN}\b)",
     rf"\b(?:the\s+)?(?P<s>{SPEAKER})\s+(?={_SAYING}\b)",
     rf"\bof\s+the\s+(?P<s>{SPEAKER})\b",
     rf"^(?:the\s+)?(?P<s>{SPEAKER})(?:'s)?$",
@@ -225,7 +228,7 @@ def take_seqs(q: Query) -> tuple[int, ...]:
         return ()
     first = parse_number(m.group("a"))
     rest = m.group("rest") or ""
-    numbers = [int(n) for n in re.findall(r"\d+", rest)]
+    numbers = [digits_value(n) for n in re.findall(r"\d+", rest)]
     if numbers and re.match(r"\s*(?:to|through|thru|-|\u2013)", rest, FLAGS):
         low, high = sorted((first, numbers[0]))
         if high - low >= MAX_SEQ_RANGE:
@@ -340,23 +343,33 @@ _TRAILING = (
 
 
 _TRAILING_AT_END = tuple(re.compile(pattern + r"$", FLAGS) for pattern in _TRAILING)
+# Longer than any one filter above (their numbers are bounded, and the
+# query's whitespace runs are single spaces): each filter is looked for in
+# this window at the end, not from every position of the topic, which made
+# a topic followed by many spaces cubic (issue 14).
+_FILTER_WINDOW = 200
+# A topic ends with a few filters ("in turns 3 to 6 from the user"), not a
+# hundred: past this many the rest stays in the topic, and the work stays small.
+_MAX_FILTERS = 6
 
 
 def _peel_filters(tail: str) -> tuple[str, str]:
     """Split ``tail`` into the topic and the filters that end it."""
-    trailing = ""
+    filters: list[str] = []
+    end = len(tail)
     changed = True
-    while changed:
+    while changed and len(filters) < _MAX_FILTERS:
         changed = False
-        stripped = tail.rstrip(" ?.!")
+        while end and tail[end - 1] in " ?.!":
+            end -= 1
         for pattern in _TRAILING_AT_END:
-            m = pattern.search(stripped)
+            m = pattern.search(tail, max(0, end - _FILTER_WINDOW), end)
             if m and m.end() > m.start():
-                trailing = stripped[m.start():] + " " + trailing
-                tail = stripped[: m.start()]
+                filters.append(tail[m.start() : end])
+                end = m.start()
                 changed = True
                 break
-    return tail, trailing
+    return tail[:end], " ".join(reversed(filters))
 
 
 # --- token limit and summary ------------------------------------------------------------------
