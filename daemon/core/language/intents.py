@@ -342,7 +342,7 @@ def build_intent(
     unknown = sorted(set(data) - accepted - _DATA_CONTROL)
     if unknown:
         raise InvalidRequest(
-            f"data.{quote(unknown[0], 40)[1:-1]} is not a parameter of {operation}; "
+            f"data.{unknown[0] if len(unknown[0]) <= 40 else quote(unknown[0], 40)} is not a parameter of {operation}; "
             f"it accepts {', '.join(sorted(accepted)) or 'none'}"
         )
     values: dict[str, Any] = {}

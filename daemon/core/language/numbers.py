@@ -86,7 +86,7 @@ def digits_value(digits: str) -> int:
     digits = digits.lstrip("0") or "0"
     if len(digits) > MAX_DIGITS:
         raise InvalidRequest(
-            f"the number {quote(digits, 20)} ({len(digits)} digits) is too large; "
+            f"the number {quote(digits, 20)} is too large; "
             f"numbers in a query have at most {MAX_DIGITS} digits"
         )
     return int(digits)

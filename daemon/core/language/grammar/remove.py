@@ -56,7 +56,7 @@ def read_remove(text: str) -> Reading | None:
     if topic is not None:
         reading.refusal = (
             f"remove by topic is not supported (it could delete more than meant): find the "
-            f"utterances first ('Find utterances about {quote(topic)[1:-1]}'), then remove them by seq"
+            f"utterances first (Find utterances about {quote(topic, 40)}), then remove them by seq"
         )
     if take_time(q):
         reading.refusal = "remove by time is not supported; remove by turn or by seq instead"
