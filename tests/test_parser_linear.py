@@ -2,9 +2,10 @@
 
 Each shape of tests/parser_shapes.py (runs of spaces, punctuation, number
 words, speaker words, nested quotes, control characters, the issue's
-reproductions) is read at two sizes, 8x apart. Linear time grows ~8x; the
-test fails past 3x that, so quadratic growth (64x) or worse is caught while
-a busy machine's noise is not. No absolute time is asserted.
+reproductions) is read at two sizes, 8x apart. Linear time grows ~8x (up to ~20x here:
+at 500 characters more of the work fits in the CPU's caches); the test
+fails past 5x the linear growth, so quadratic growth (64x) or worse is
+caught while a busy machine's noise is not. No absolute time is asserted.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from chd.core.language.grammar.summarize import read_summarize
 from tests.parser_shapes import NORMAL_QUERY, SHAPES, build
 
 SMALL, LARGE = 500, 4_000
-LIMIT = 3 * LARGE / SMALL
+LIMIT = 5 * LARGE / SMALL
 
 
 def _parse(text: str) -> object:
@@ -68,7 +69,7 @@ def _growth(read: Callable[[str], object], shape: str, repeats: int) -> float:
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 def test_entry_point_reads_every_shape_in_linear_time(entry: str) -> None:
-    """Reading 8x more text of any shape takes well under 24x the time."""
+    """Reading 8x more text of any shape takes well under 40x the time."""
     read = ENTRY_POINTS[entry]
     _seconds(read, build("words", SMALL), 1)  # compile the patterns before timing
     slow = {}
