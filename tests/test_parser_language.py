@@ -375,3 +375,102 @@ class TestHostileInput:
                 parse("frobnicate the widgets thoroughly")
         assert len(calls) == 1
         assert "frobnicate" in str(refused.value)
+
+
+def _demo() -> ConversationHistory:
+    from tests.demo_conversation import seed_demo
+
+    history = ConversationHistory()
+    seed_demo(history)
+    return history
+
+
+def _left(history: ConversationHistory) -> list[int]:
+    return [u.seq for u in history.backend.read("default").utterances]
+
+
+class TestFunctionCalls:
+    """Issue 12: the spec's function-call forms, judged by their effect on the demo conversation."""
+
+    @pytest.mark.parametrize(
+        ("call", "seqs"),
+        [
+            ("get_last_n(5)", [4, 5, 6, 7, 8]),
+            ("get_last_n(n=2)", [7, 8]),
+            ("get_first_n(2);", [1, 2]),
+            ("get_last_turns(1)", [7, 8]),
+            ("get_utterance(6)", [6]),
+            ("get_utterances(2, 5)", [2, 5]),
+            ("get_utterances([2, 5])", [2, 5]),
+            ("get_turns(2, 3)", [3, 4, 5, 6]),
+            ("retrieve(speaker='user', last_n=2)", [5, 7]),
+            ('find_utterances(topic="weather")', [1]),
+            ("search('budget', limit=1)", [8]),
+        ],
+    )
+    def test_read_calls_return_the_right_utterances(self, call: str, seqs: list[int]) -> None:
+        """get_last_n(5), find_utterances(topic="weather")... return what their sentence forms return."""
+        outcome = _demo().query(call)
+        assert outcome.operation == "retrieve"
+        assert [u["seq"] for u in outcome.result["utterances"]] == seqs
+
+    @pytest.mark.parametrize(
+        ("call", "left"),
+        [
+            ("remove_before_turn(4)", [7, 8]),
+            ("remove_after_turn(2)", [1, 2, 3, 4]),
+            ("remove_oldest()", [2, 3, 4, 5, 6, 7, 8]),
+            ("remove_newest(n=3)", [1, 2, 3, 4, 5]),
+            ("remove_utterance(3)", [1, 2, 4, 5, 6, 7, 8]),
+            ("remove_utterances(3, 4)", [1, 2, 5, 6, 7, 8]),
+            ("remove_turns(2, 3)", [1, 2, 7, 8]),
+            ("remove(speaker='assistant')", [1, 3, 5, 7]),
+            ("clear_conversation()", []),
+        ],
+    )
+    def test_remove_calls_remove_exactly_their_utterances(self, call: str, left: list[int]) -> None:
+        """remove_before_turn(4) and the others delete the seqs they name and nothing else."""
+        history = _demo()
+        assert history.query(call).operation == "remove"
+        assert _left(history) == left
+
+    def test_get_summary_reads_the_running_summary(self) -> None:
+        """get_summary() is the spec's read of the running summary, not a new summary."""
+        outcome = _demo().query("get_summary()")
+        assert outcome.operation == "retrieve" and "summary" in outcome.result and "utterances" not in outcome.result
+
+    def test_summarize_takes_its_limit_as_a_keyword(self) -> None:
+        """summarize(token_limit=100) summarizes everything within 100 tokens."""
+        outcome = _demo().query("summarize(token_limit=100)")
+        assert outcome.operation == "summarize"
+        assert outcome.result["token_limit"] == 100 and outcome.result["utterances_covered"] == 8
+
+    def test_store_and_configure_and_mark_and_stats_calls(self) -> None:
+        """Every operation has a call form, stored text kept exactly."""
+        history = _demo()
+        stored = history.query("add_utterance('Remove all, it\\'s fine', speaker=\"assistant\")")
+        assert stored.result["utterance"]["text"] == "Remove all, it's fine"
+        assert stored.result["utterance"]["speaker"] == "assistant"
+        assert _left(history) == list(range(1, 10))
+        assert history.query("set_eviction_policy(importance)").result["settings"]["eviction_policy"] == "importance"
+        assert history.query("mark_important(7)").result["utterance"]["important"] is True
+        assert history.query("stats()").result["utterance_count"] == 9
+
+    @pytest.mark.parametrize(
+        ("call", "says"),
+        [
+            ("get_last_n(5, 6)", "takes 1 positional argument"),
+            ("get_last_n(colour=5)", "no parameter 'colour'"),
+            ("get_last_n('five')", "whole number"),
+            ("remove_utterance()", "remove needs to know what to delete"),
+            ("forget_everything()", "unknown function"),
+            ("remove_utterances(3, 'x)", "not closed"),
+            ("summarize(token_limit=100, 5)", "positional argument after a keyword"),
+        ],
+    )
+    def test_a_call_that_does_not_fit_is_refused_and_changes_nothing(self, call: str, says: str) -> None:
+        """A wrong call is INVALID_ARGUMENT saying what is wrong; nothing is removed or guessed."""
+        history = _demo()
+        with pytest.raises(InvalidRequest, match=says):
+            history.query(call)
+        assert _left(history) == list(range(1, 9))

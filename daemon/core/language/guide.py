@@ -23,6 +23,9 @@ __all__ = [
     "CONFIDENCE_RULE",
     "ERRORS_RULE",
     "MAX_INSTRUCTION_CHARS",
+    "CallForm",
+    "CALLS",
+    "CALLS_RULE",
 ]
 
 # The longest instruction the rules read (issue 14). The longest documented
@@ -57,6 +60,24 @@ class OperationGuide:
     forms: tuple[str, ...]
     examples: tuple[Example, ...]
     returns: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallForm:
+    """A function-call spelling of an operation: ``get_last_n(5)``, ``summarize(token_limit=100)``.
+
+    Positional arguments fill ``positional`` in order (a name starting with
+    ``*`` takes all the rest, as a list); keyword arguments name any of the
+    operation's parameters, or ``n`` for the first positional one. ``fixed``
+    are the fields the name itself says; ``defaults`` apply when no argument
+    gives that field.
+    """
+
+    name: str
+    operation: str
+    positional: tuple[str, ...] = ()
+    fixed: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
 
 
 # (speaker, text): stored in this order with automatic turns, seqs 1-8, turns 1-4.
@@ -223,6 +244,11 @@ GUIDE: tuple[OperationGuide, ...] = (
                 {"operation": "retrieve", "seqs": [4]},
             ),
             Example("Get the last three utterances", {"operation": "retrieve", "seqs": [6, 7, 8]}),
+            Example("get_last_n(3)", {"operation": "retrieve", "seqs": [6, 7, 8]}, note="the spec's call form"),
+            Example(
+                "find_utterances(topic='Paris', limit=1)",
+                {"operation": "retrieve", "seqs": [4], "result": {"matches": 3}},
+            ),
             Example("Get utterances in turns 2 to 3", {"operation": "retrieve", "seqs": [3, 4, 5, 6]}),
             Example("Show me the user's messages since turn 3", {"operation": "retrieve", "seqs": [5, 7]}),
             Example("Get utterance 6", {"operation": "retrieve", "seqs": [6]}),
@@ -230,6 +256,10 @@ GUIDE: tuple[OperationGuide, ...] = (
                 "Get summary",
                 {"operation": "retrieve", "result": {"summary": "", "summary_through_seq": 0}},
                 note="empty until something is evicted",
+            ),
+            Example(
+                "get_summary()",
+                {"operation": "retrieve", "result": {"summary": "", "summary_through_seq": 0}},
             ),
             Example(
                 "Get context within 40 tokens",
@@ -268,6 +298,7 @@ GUIDE: tuple[OperationGuide, ...] = (
             Example("Remove oldest utterance", {"operation": "remove", "removed": [1]}),
             Example("Remove the newest two messages", {"operation": "remove", "removed": [7, 8]}),
             Example("Remove before turn 3", {"operation": "remove", "removed": [1, 2, 3, 4]}),
+            Example("remove_before_turn(3)", {"operation": "remove", "removed": [1, 2, 3, 4]}),
             Example("Delete utterances 2 and 5", {"operation": "remove", "removed": [2, 5]}),
             Example(
                 "Remove everything the assistant said after turn 2",
@@ -313,6 +344,10 @@ GUIDE: tuple[OperationGuide, ...] = (
             Example(
                 "Summarize turns 2 to 3 in 50 tokens",
                 {"operation": "summarize", "result": {"utterances_covered": 4, "token_limit": 50}},
+            ),
+            Example(
+                "summarize(token_limit=100)",
+                {"operation": "summarize", "result": {"utterances_covered": 8, "token_limit": 100}},
             ),
         ),
         "result.summary, result.tokens (never above the limit), result.token_limit, "
@@ -398,6 +433,62 @@ GUIDE: tuple[OperationGuide, ...] = (
         "oldest_seq, newest_seq, next_seq, summary_tokens, summary_segments, "
         "summary_through_seq, queue_length, queue_tokens, buffer_fill, token_fill, settings",
     ),
+)
+
+# The spec names get_last_n(5) and get_summary(); every operation has such a spelling.
+CALLS: tuple[CallForm, ...] = (
+    CallForm("add_utterance", "store", ("text", "speaker")),
+    CallForm("store", "store", ("text", "speaker")),
+    CallForm("add_user_utterance", "store", ("text",), {"speaker": "user"}),
+    CallForm("add_assistant_utterance", "store", ("text",), {"speaker": "assistant"}),
+    CallForm("add_system_utterance", "store", ("text",), {"speaker": "system"}),
+    CallForm("get_last_n", "retrieve", ("last_n",)),
+    CallForm("get_first_n", "retrieve", ("first_n",)),
+    CallForm("get_last_turns", "retrieve", ("last_turns",)),
+    CallForm("get_utterance", "retrieve", ("seq",)),
+    CallForm("get_utterances", "retrieve", ("*seqs",)),
+    CallForm("get_turns", "retrieve", ("turn_from", "turn_to")),
+    CallForm("find_utterances", "retrieve", ("topic", "limit")),
+    CallForm("search", "retrieve", ("topic", "limit")),
+    CallForm("retrieve", "retrieve"),
+    CallForm("get_summary", "retrieve", (), {"summary_only": True}),
+    CallForm("get_context", "retrieve", ("token_limit",), {"context": True}),
+    CallForm("get_archived", "retrieve", ("topic",), {"archived": True}),
+    CallForm("remove_oldest", "remove", ("oldest",), defaults={"oldest": 1}),
+    CallForm("remove_newest", "remove", ("newest",), defaults={"newest": 1}),
+    CallForm("remove_before_turn", "remove", ("before_turn",)),
+    CallForm("remove_after_turn", "remove", ("after_turn",)),
+    CallForm("remove_turns", "remove", ("turn_from", "turn_to")),
+    CallForm("remove_utterance", "remove", ("seq",)),
+    CallForm("remove_utterances", "remove", ("*seqs",)),
+    CallForm("remove", "remove"),
+    CallForm("clear_conversation", "remove", (), {"all": True}),
+    CallForm("summarize", "summarize", ("token_limit",)),
+    CallForm("summarize_turns", "summarize", ("turn_from", "turn_to", "token_limit")),
+    CallForm("configure", "configure"),
+    CallForm("get_settings", "configure"),
+    CallForm("reset_settings", "configure", (), {"reset": True}),
+    CallForm("set_buffer_size", "configure", ("buffer_size",)),
+    CallForm("set_max_tokens", "configure", ("max_tokens",)),
+    CallForm("set_token_budget", "configure", ("max_tokens",)),
+    CallForm("set_summary_token_limit", "configure", ("summary_token_limit",)),
+    CallForm("set_eviction_policy", "configure", ("eviction_policy",)),
+    CallForm("mark_important", "mark", ("seq",), {"important": True}),
+    CallForm("unmark_important", "mark", ("seq",), {"important": False}),
+    CallForm("mark", "mark", ("seq", "important")),
+    CallForm("unmark", "mark", ("seq",), {"important": False}),
+    CallForm("stats", "stats"),
+    CallForm("get_stats", "stats"),
+)
+
+CALLS_RULE = (
+    "Every operation can also be written as a function call, as the spec's get_last_n(5) and "
+    "get_summary(): positional arguments in the order shown, keyword arguments by parameter "
+    "name (or n for the first one), values as numbers, \"strings\" or 'strings', true/false, "
+    "null, or [lists]. get_last_n(5), get_last_n(n=5), summarize(token_limit=100), "
+    "remove_before_turn(4), find_utterances(topic=\"weather\", limit=3), "
+    "retrieve(speaker=\"user\", last_n=2). A call is understood whole or refused, never guessed; "
+    "a call's text is an instruction, so a long utterance is stored with 'Add utterance: <text>'."
 )
 
 SOURCES_RULE = (

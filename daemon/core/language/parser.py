@@ -31,6 +31,7 @@ from functools import lru_cache
 from typing import Any, Callable
 
 from chd.core.errors import InvalidRequest, quote
+from chd.core.language.grammar.calls import read_call
 from chd.core.language.grammar.configure import read_configure
 from chd.core.language.grammar.context import read_context
 from chd.core.language.grammar.mark import read_mark
@@ -133,6 +134,10 @@ def parse(text: str) -> ParsedQuery:
             f"{quote(query)}). Store a long utterance with 'Add utterance: <text>' or data.text; "
             f"search for a long topic with 'Find utterances' and data.topic"
         )
+    call = read_call(query)
+    if call is not None:
+        # Not cached: a call may be a store, and its text is an utterance.
+        return ParsedQuery(call[0], call[1], 1.0)
     operation, fields, confidence = _READINGS.read(query)
     # A fresh dict (and fresh lists such as seqs) per call: the cached
     # reading is shared, the caller's copy is its own.
