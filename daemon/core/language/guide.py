@@ -105,6 +105,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "last_n": "keep the newest n of the filtered utterances",
         "first_n": "keep the oldest n of the filtered utterances",
         "last_turns": "only the newest k turns present",
+        "first_turns": "only the oldest k turns present",
         "speaker": "only this speaker's utterances (metadata.speaker filters too, as in the spec)",
         "turn_from": "only turns >= this",
         "turn_to": "only turns <= this",
@@ -127,6 +128,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "turn_from": "utterances of turns >= N",
         "turn_to": "utterances of turns <= N",
         "last_turns": "utterances of the newest k turns",
+        "first_turns": "utterances of the oldest k turns",
         "seq": "one utterance (NOT_FOUND if it is gone)",
         "seqs": "these utterances",
         "speaker": "only this speaker's utterances",
@@ -137,6 +139,9 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "token_limit": "the summary's token budget (default: the conversation's summary_token_limit)",
         "turn_from": "summarize only turns >= this",
         "turn_to": "summarize only turns <= this",
+        "last_n": "summarize only the newest n utterances of the buffer",
+        "last_turns": "summarize only the newest k turns present",
+        "first_turns": "summarize only the oldest k turns present",
     },
     "configure": {
         "buffer_size": "utterances kept in the buffer",
@@ -219,6 +224,9 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Get utterances in turns 3 to 6",
             "Show everything since turn 4",
             "Get the last 2 turns",
+            "Show the first two turns",
+            "Nothing but the assistant's lines",
+            "Messages where the budget was mentioned",
             "What was said in the last 10 minutes?",
             "Get messages since 2026-01-31T14:00:00Z",
             "Get the last 3 utterances with the summary",
@@ -288,6 +296,9 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Remove everything after turn 6",
             "Remove turns 3 to 5",
             "Remove the last turn",
+            "Scrap the first two turns",
+            "Delete every turn before turn 3",
+            "Strike the entry numbered 5",
             "Remove utterance 12",
             "Delete messages 3 and 4",
             "Remove everything the assistant said",
@@ -299,6 +310,7 @@ GUIDE: tuple[OperationGuide, ...] = (
             Example("Remove the newest two messages", {"operation": "remove", "removed": [7, 8]}),
             Example("Remove before turn 3", {"operation": "remove", "removed": [1, 2, 3, 4]}),
             Example("remove_before_turn(3)", {"operation": "remove", "removed": [1, 2, 3, 4]}),
+            Example("Scrap the first two turns", {"operation": "remove", "removed": [1, 2, 3, 4]}),
             Example("Delete utterances 2 and 5", {"operation": "remove", "removed": [2, 5]}),
             Example(
                 "Remove everything the assistant said after turn 2",
@@ -334,6 +346,10 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Give me a 100-token summary",
             "Summarize turns 3 to 6",
             "Recap everything since turn 4",
+            "Summarize the last 10 messages",
+            "Give me an overview of the last 2 turns, 60 tokens max",
+            "A synopsis of the first two turns",
+            "What's the gist?",
         ),
         (
             Example(
@@ -344,6 +360,10 @@ GUIDE: tuple[OperationGuide, ...] = (
             Example(
                 "Summarize turns 2 to 3 in 50 tokens",
                 {"operation": "summarize", "result": {"utterances_covered": 4, "token_limit": 50}},
+            ),
+            Example(
+                "Summarize the last 3 messages",
+                {"operation": "summarize", "result": {"utterances_covered": 3}},
             ),
             Example(
                 "summarize(token_limit=100)",

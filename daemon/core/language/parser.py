@@ -69,6 +69,9 @@ THRESHOLDS: dict[str, float] = {
     "remove": 1.0,
 }
 _READ_ONLY_CONFIGURE = 0.8
+# Writes that may start with a remove verb ("remove the pin from utterance 3",
+# "remove the overrides") when every word is theirs.
+_WRITES = frozenset({"mark", "configure"})
 
 
 # Every documented phrasing (from daemon/core/language/guide.py), as the first parser exported it.
@@ -113,6 +116,8 @@ class Ambiguous(InvalidRequest):
 
 def threshold_for(reading: Reading) -> float:
     """A configure that only reads the settings is a read."""
+    if reading.strict:
+        return 1.0
     if reading.operation == "configure" and not reading.fields:
         return _READ_ONLY_CONFIGURE
     return THRESHOLDS[reading.operation]
@@ -151,6 +156,11 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
     if not readings:
         raise NotUnderstood(_with_forms(f"could not tell what {quote(query)} asks for", query))
     best = max(readings, key=lambda r: r.confidence)
+    removal = next((r for r in readings if r.operation == "remove"), None)
+    if removal is not None and best is not removal and (best.operation not in _WRITES or best.confidence < 1.0):
+        # It starts with a remove verb: it runs as a remove or not at all. A
+        # read here would answer as if something had been deleted.
+        best = removal
     if best.refusal is not None:
         raise Ambiguous(f"{best.refusal}. Nothing was changed.")
     needed = threshold_for(best)

@@ -90,10 +90,14 @@ class TurnSpan:
     before: int | None = None
     after: int | None = None
     last_turns: int | None = None
+    first_turns: int | None = None
 
     @property
     def given(self) -> bool:
-        return any(v is not None for v in (self.turn_from, self.turn_to, self.before, self.after, self.last_turns))
+        return any(
+            v is not None
+            for v in (self.turn_from, self.turn_to, self.before, self.after, self.last_turns, self.first_turns)
+        )
 
     def inclusive(self) -> tuple[int | None, int | None]:
         """As one inclusive range (``last_turns`` aside); raises if it is empty."""
@@ -130,7 +134,12 @@ _TURN_LAST = (
     rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:last|latest|most\s+recent|final|past|previous|newest)\s+(?:(?P<n>{NUM})\s+)?turns?\b",
     rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:last|latest|most\s+recent|newest)\s+turns?\b",
 )
-_TURN_SINGLE = rf"\b(?:(?:in|from|during|of|for|at|on)\s+)?{_turn_ref('n')}\b"
+# "the first three turns" are turns, not utterances; "the first turn" is turn 1.
+_TURN_FIRST = (
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:first|earliest|oldest|opening|initial)\s+(?P<n>{NUM})\s+turns\b",
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:first|earliest|oldest)\s+turns\b",
+)
+_TURN_SINGLE = rf"\b(?:(?:in|from|during|of|for|at|on)\s+)?(?:just\s+|only\s+)?{_turn_ref('n')}\b"
 
 
 def _first(q: Query, patterns: tuple[str, ...]) -> re.Match[str] | None:
@@ -158,6 +167,8 @@ def take_turns(q: Query) -> TurnSpan:
         span.turn_from = _turn_value(m, "n")
     if m := _first(q, _TURN_LAST):
         span.last_turns = parse_number(m.group("n")) if m.group("n") else 1
+    if m := _first(q, _TURN_FIRST):
+        span.first_turns = parse_number(m.group("n"))
     if not span.given and (m := q.take(_TURN_SINGLE)):
         span.turn_from = span.turn_to = _turn_value(m, "n")
     return span
@@ -208,10 +219,10 @@ def take_time(q: Query) -> dict[str, object]:
 
 _SEQ_NOUN = r"(?:utterances?|messages?|entries|entry|items?|seqs?|sequence\s+numbers?|records?|lines?|ids?)"
 _SEQ_LIST = (
-    rf"\b(?:the\s+)?{_SEQ_NOUN}\s*(?:number|no\.?|\#|seq|id)?\s*(?:=|:)?\s*\#?(?P<a>\d+|{NUM})"
+    rf"\b(?:the\s+)?{_SEQ_NOUN}\s*(?:numbered|number|no\.?|\#|seq|id)?\s*(?:=|:)?\s*\#?(?P<a>\d+|{NUM})"
     rf"(?P<rest>(?:\s*(?:,|and|&|or)\s*(?:and\s+)?\#?\d+)+|\s*(?:to|through|thru|-|\u2013)\s*\#?\d+)?\b"
 )
-_SEQ_HASH = r"(?<![\w])\#(?P<a>\d+)\b(?P<rest>)"
+_SEQ_HASH = r"(?<![\w])(?:\#|\bnumber\s+)(?P<a>\d+|{NUM})\b(?P<rest>)"
 
 
 def seq_fields(seqs: tuple[int, ...]) -> dict[str, object]:
@@ -292,7 +303,16 @@ _STRONG_TOPIC = (
     r"|(?:having\s+)?to\s+do\s+with|mentioning|(?:that|which|who)\s+mention(?:s|ed)?|containing"
     r"|(?:that|which)\s+contains?|with\s+the\s+(?:words?|phrase|term)|matching|referring\s+to"
     r"|(?:that|which)\s+refers?\s+to|talking\s+about|discussing|(?:that|which)\s+discuss(?:es|ed)?"
-    r"|on\s+the\s+subject|on(?!\s+(?:the\s+)?turn))\s+"
+    r"|on\s+the\s+subject|(?:that|which)\s+touch(?:es)?\s+(?:on|upon)|touching\s+(?:on|upon)"
+    r"|(?:that|which)\s+(?:deal|deals|dealt)\s+with|dealing\s+with|(?:that|which)\s+(?:cover|covers|covered)"
+    r"|covering|to\s+do\s+with|(?:that|which)\s+(?:concern|concerns|concerned)|on(?!\s+(?:the\s+)?turn))\s+"
+)
+# "messages where the budget was mentioned": the topic sits between two
+# markers, so it is bounded (80 characters) to keep the search linear.
+_WHERE_TOPIC = re.compile(
+    r"\b(?:where|in\s+which|wherever)\s+(?P<topic>[^.?!,]{1,80}?)\s+(?:was|were|is|are|got|gets|has\s+been|had\s+been)\s+"
+    r"(?:mentioned|discussed|brought\s+up|talked\s+about|raised|named|referred\s+to|covered)\b",
+    FLAGS,
 )
 # "who said X", "did anyone mention X", "did the user say X": the verb only
 # marks a topic after a subject, so "tell me the last 5" has no topic "me the last 5".
@@ -303,6 +323,14 @@ _WEAK_TOPIC = (
 )
 
 
+def _take_where_topic(q: Query) -> str | None:
+    m = q.search(_WHERE_TOPIC) if "where" in q.text.lower() or "which" in q.text.lower() else None
+    if m is None:
+        return None
+    q.text = f"{q.text[: m.start()]} {q.text[m.end():]}"
+    return q.restore(m.group("topic")).strip(" ,.?!") or None
+
+
 def split_topic(q: Query) -> tuple[Query, str | None]:
     """Cut the topic off a query: the part after 'about', 'regarding', 'mentioning'...
 
@@ -311,6 +339,8 @@ def split_topic(q: Query) -> tuple[Query, str | None]:
     trip" is not mistaken for a time filter. Returns the query without the
     topic (filters after the topic moved into it) and the topic, if any.
     """
+    if (where := _take_where_topic(q)) is not None:
+        return q, where
     for marker in (_STRONG_TOPIC, _WEAK_TOPIC):
         m = q.search(marker)
         if m is None:
@@ -337,7 +367,7 @@ _TRAILING = (
     rf"\s*,?\s*(?:in|during|from|over)\s+the\s+(?:last|latest|most\s+recent|past|previous)\s+(?:{NUM}\s+)?turns?",
     rf"\s*,?\s*(?:in|among|within|from|of)\s+the\s+(?:{_NEWEST}|{_OLDEST})\s+{NUM}(?:\s+{NOUN})?",
     rf"\s*,?\s*(?:(?:said|written|sent)\s+)?(?:from|by)\s+(?:the\s+)?{SPEAKER}",
-    rf"\s*,?\s*(?:so\s+far|please|in\s+(?:the|this)\s+(?:conversation|chat|history|buffer))",
+    rf"\s*,?\s*(?:so\s+far|thus\s+far|up\s+to\s+now|until\s+now|till\s+now|to\s+date|please|in\s+(?:the|this)\s+(?:conversation|chat|history|buffer))",
     rf"\s*,?\s*(?:with|and|plus|including)\s+(?:the\s+)?(?:running\s+)?summary",
 )
 
@@ -374,12 +404,16 @@ def _peel_filters(tail: str) -> tuple[str, str]:
 
 # --- token limit and summary ------------------------------------------------------------------
 
+_TOKENS_AFTER = r"(?:\s+(?:max(?:imum)?|at\s+most|tops|or\s+(?:less|fewer|under|below)|or\s+so))?"
+# The limit's own words first: "limit 70 tokens" must not leave "limit" behind.
 _TOKEN_LIMIT = (
-    rf"\b(?:in|within|under|to|at\s+most|max(?:imum)?|no\s+more\s+than|using|of|below|up\s+to|limited\s+to|with\s+a\s+limit\s+of|fitting\s+(?:in|into)|less\s+than)"
-    rf"\s+(?:at\s+most\s+|about\s+|roughly\s+)?(?P<n>{NUM})\s*tokens?\b",
-    rf"\b(?P<n>{NUM})[\s-]*tokens?(?=\s+(?:summary|limit|max(?:imum)?|or\s+(?:less|fewer))\b|\s*$)(?:\s+or\s+(?:less|fewer))?",
-    rf"\btoken\s+(?:limit|budget)\s*(?:of|=|:|is)?\s*(?P<n>{NUM})\b",
-    rf"\b(?:with\s+)?(?:a\s+)?(?:limit|budget|cap)\s+(?:of\s+)?(?P<n>{NUM})\s*tokens?\b",
+    rf"\btoken\s+(?:limit|budget|cap)\s*(?:of|=|:|is)?\s*(?P<n>{NUM})\b",
+    rf"\b(?:with\s+)?(?:a\s+)?(?:limit|budget|cap|maximum|max)\s*(?:of|=|:|is)?\s*(?P<n>{NUM})\s*tokens?\b{_TOKENS_AFTER}",
+    rf"\b(?:(?:stay(?:ing)?|keep(?:\s+it)?|kept|staying)\s+)?(?:in|within|under|to|at\s+most|max(?:imum)?|no\s+more\s+than|no\s+longer\s+than|not\s+more\s+than"
+    rf"|using|of|below|up\s+to|limited\s+to|capped\s+at|cap(?:ped)?\s+it\s+at|with\s+a\s+limit\s+of|fitting\s+(?:in|into)|less\s+than|fewer\s+than|into|at|around|about)"
+    rf"\s+(?:at\s+most\s+|about\s+|roughly\s+|around\s+|only\s+|just\s+)?(?P<n>{NUM})\s*tokens?\b{_TOKENS_AFTER}",
+    rf"\b(?P<n>{NUM})[\s-]*tokens?(?=\s+(?:summary|recap|synopsis|overview|digest|rundown|limit|max(?:imum)?|or\s+(?:less|fewer))\b|\s*$|\s*[,;\])])"
+    rf"{_TOKENS_AFTER}",
 )
 
 
