@@ -474,3 +474,117 @@ class TestFunctionCalls:
         with pytest.raises(InvalidRequest, match=says):
             history.query(call)
         assert _left(history) == list(range(1, 9))
+
+
+class TestBreadth:
+    """Issue 12: phrasings people use for reads, removes and summaries, judged by their effect."""
+
+    @pytest.mark.parametrize(
+        ("query", "seqs"),
+        [
+            ("nothing but the assistant's lines", [2, 4, 6, 8]),
+            ("all the user wrote up to now", [1, 3, 5, 7]),
+            ("messages where the budget was mentioned", [8, 7]),
+            ("Show message number seven", [7]),
+            ("Get the entry numbered six", [6]),
+            ("just turn 2", [3, 4]),
+            ("turns two through three", [3, 4, 5, 6]),
+            ("Show the first two turns", [1, 2, 3, 4]),
+            ("Show the final two turns", [5, 6, 7, 8]),
+        ],
+    )
+    def test_reads_return_the_right_utterances(self, query: str, seqs: list[int]) -> None:
+        """Filters, topics and number forms as people say them select the right seqs."""
+        outcome = _demo().query(query)
+        assert outcome.operation == "retrieve"
+        assert [u["seq"] for u in outcome.result["utterances"]] == seqs
+
+    @pytest.mark.parametrize(
+        ("query", "left"),
+        [
+            ("Purge the oldest message", [2, 3, 4, 5, 6, 7, 8]),
+            ("Scrap utterance 3", [1, 2, 4, 5, 6, 7, 8]),
+            ("Strike #3", [1, 2, 4, 5, 6, 7, 8]),
+            ("Throw away the newest message", [1, 2, 3, 4, 5, 6, 7]),
+            ("Delete every turn before turn 3", [5, 6, 7, 8]),
+            ("Remove whatever came before turn 3", [5, 6, 7, 8]),
+            ("Get rid of the entry numbered eleven", None),
+            ("Trash the first two turns", [5, 6, 7, 8]),
+            ("Strike the final turn", [1, 2, 3, 4, 5, 6]),
+        ],
+    )
+    def test_removes_delete_exactly_the_right_utterances(self, query: str, left: list[int] | None) -> None:
+        """Remove verbs and turn phrasings delete what they name (a missing seq is NOT_FOUND, nothing gone)."""
+        from chd.core.errors import NotFound
+
+        history = _demo()
+        if left is None:
+            with pytest.raises(NotFound):
+                history.query(query)
+            left = list(range(1, 9))
+        else:
+            assert history.query(query).operation == "remove"
+        assert _left(history) == left
+
+    @pytest.mark.parametrize(
+        ("query", "covered", "limit"),
+        [
+            ("Give me a synopsis", 8, None),
+            ("an overview of the conversation [max 80 tokens]", 8, 80),
+            ("Summarize, using no more than forty tokens", 8, 40),
+            ("a recap of 60 tokens", 8, 60),
+            ("Brief rundown, 30 tokens max", 8, 30),
+            ("Summarize the newest messages", 8, None),
+            ("Summarize the last 3 messages", 3, None),
+            ("Wrap up the last 2 turns, capped at 50 tokens", 4, 50),
+            ("What's the gist of the first two turns?", 4, None),
+        ],
+    )
+    def test_summaries_take_their_scope_and_limit_anywhere(self, query: str, covered: int, limit: int | None) -> None:
+        """Summary nouns and verbs, a limit in any form, and scopes such as 'the last 3 messages'."""
+        outcome = _demo().query(query)
+        assert outcome.operation == "summarize"
+        assert outcome.result["utterances_covered"] == covered
+        if limit is not None:
+            assert outcome.result["token_limit"] == limit
+        assert outcome.result["tokens"] <= outcome.result["token_limit"]
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "Scrap the frobnicated messages in turn 2",
+            "Strike what the assistant said about Paris in turns 2 to 3",
+            "Delete the assistant's lines, the ones that matter",
+            "Trash the user's messages in turn 2 whatsoever",
+            "Get rid of turn 2 entirely now",
+        ],
+    )
+    def test_a_remove_phrase_never_runs_as_a_read(self, query: str) -> None:
+        """A query that asks to remove is removed or refused, never answered as a retrieve."""
+        history = _demo()
+        try:
+            outcome = history.query(query)
+        except InvalidRequest:
+            assert _left(history) == list(range(1, 9))
+        else:
+            assert outcome.operation == "remove"
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "Find utterances about deleting files",
+            "Show me what the user said about scrapping the plan",
+            "Which messages mention purging the cache?",
+            "Summarize how we decided to drop the hotel",
+        ],
+    )
+    def test_a_read_never_removes(self, query: str) -> None:
+        """Remove words inside a read are its topic; nothing is deleted."""
+        history = _demo()
+        try:
+            outcome = history.query(query)
+        except InvalidRequest:
+            pass
+        else:
+            assert outcome.operation in ("retrieve", "summarize")
+        assert _left(history) == list(range(1, 9))

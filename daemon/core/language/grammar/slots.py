@@ -365,6 +365,7 @@ _TRAILING = (
     rf"\s*,?\s*(?:before|after|since|until|up\s+to|from|in|during|at|starting\s+(?:at|from))\s+{_turn_ref('x')}(?:\s+on(?:wards?)?)?",
     rf"\s*,?\s*(?:(?:in|within|during|over|from|for)\s+)?the\s+(?:last|past|previous)\s+(?:{NUM}\s*)?{_UNIT}",
     rf"\s*,?\s*(?:in|during|from|over)\s+the\s+(?:last|latest|most\s+recent|past|previous)\s+(?:{NUM}\s+)?turns?",
+    rf"\s*,?\s*(?:in|during|from|over|of)\s+the\s+(?:first|earliest|oldest|opening|initial)\s+{NUM}\s+turns",
     rf"\s*,?\s*(?:in|among|within|from|of)\s+the\s+(?:{_NEWEST}|{_OLDEST})\s+{NUM}(?:\s+{NOUN})?",
     rf"\s*,?\s*(?:(?:said|written|sent)\s+)?(?:from|by)\s+(?:the\s+)?{SPEAKER}",
     rf"\s*,?\s*(?:so\s+far|thus\s+far|up\s+to\s+now|until\s+now|till\s+now|to\s+date|please|in\s+(?:the|this)\s+(?:conversation|chat|history|buffer))",
