@@ -31,13 +31,13 @@ _VERB = (
     r"^(?P<v>get|show|find|search(?:\s+for)?|list|retrieve|fetch|give(?:\s+me)?|return|recall"
     r"|look\s+(?:up|for)|lookup|display|read|print|pull(?:\s+up)?|bring\s+up|dump|tell\s+me"
     r"|remind\s+me(?:\s+of)?|what|which|who|when|did|does|has|have|had|is|are|was|were|any|grep"
-    r"|see|view|check|query)\b"
+    r"|see|view|check|query|let\s+(?:me|us)\s+(?:see|view|read|have(?:\s+a\s+look\s+at)?|look\s+at))\b"
 )
 _SEARCH_VERBS = ("find", "search", "look", "lookup", "grep")
 _WORDS = frozenset(
     """get show find search list retrieve fetch give return recall look up lookup display read print pull
     bring dump remind see view check query happened going on talk talked discussed many back over
-    anyone anybody someone somebody ever previously earlier before recent recently latest""".split()
+    anyone anybody someone somebody ever previously earlier before recent recently latest let look""".split()
 )
 # "archived", "in the archive": the archive instead of the buffer. Read here
 # too, not only in grammar/context.py's whole-query forms, so "the last 2

@@ -150,12 +150,20 @@ def _first(q: Query, patterns: tuple[str, ...]) -> re.Match[str] | None:
     return None
 
 
+# "turns 3 and 4": two neighbouring turns are a range; "turns 3 and 5" is not
+# one, and stays unexplained (refused) rather than read as 3 to 5.
+_TURN_PAIR = re.compile(rf"\b(?:the\s+)?turns\s+(?P<a>{NUM})\s+(?:and|&)\s+(?:turn\s+)?(?P<b>{NUM})\b", FLAGS)
+
+
 def take_turns(q: Query) -> TurnSpan:
     """Turn ranges, 'before/after turn N', 'since turn N', 'the last 2 turns', 'turn 3'."""
     span = TurnSpan()
     if "turn" not in q.text.lower():
         return span
     if m := _first(q, _TURN_RANGE):
+        span.turn_from, span.turn_to = sorted((parse_number(m.group("a")), parse_number(m.group("b"))))
+    elif (m := q.search(_TURN_PAIR)) and abs(parse_number(m.group("a")) - parse_number(m.group("b"))) == 1:
+        q.take(_TURN_PAIR)
         span.turn_from, span.turn_to = sorted((parse_number(m.group("a")), parse_number(m.group("b"))))
     if m := q.take(_TURN_BEFORE):
         span.before = _turn_value(m, "n")
@@ -305,7 +313,7 @@ _STRONG_TOPIC = (
     r"|(?:that|which)\s+refers?\s+to|talking\s+about|discussing|(?:that|which)\s+discuss(?:es|ed)?"
     r"|on\s+the\s+subject|(?:that|which)\s+touch(?:es)?\s+(?:on|upon)|touching\s+(?:on|upon)"
     r"|(?:that|which)\s+(?:deal|deals|dealt)\s+with|dealing\s+with|(?:that|which)\s+(?:cover|covers|covered)"
-    r"|covering|to\s+do\s+with|(?:that|which)\s+(?:concern|concerns|concerned)|on(?!\s+(?:the\s+)?turn))\s+"
+    r"|covering|to\s+do\s+with|mentions?\s+of|references?\s+to|(?:any|anything)\s+(?:said\s+)?(?:on|about)|(?:that|which)\s+(?:concern|concerns|concerned)|on(?!\s+(?:the\s+)?turn))\s+"
 )
 # "messages where the budget was mentioned": the topic sits between two
 # markers, so it is bounded (80 characters) to keep the search linear.
@@ -405,7 +413,8 @@ def _peel_filters(tail: str) -> tuple[str, str]:
 
 # --- token limit and summary ------------------------------------------------------------------
 
-_TOKENS_AFTER = r"(?:\s+(?:max(?:imum)?|at\s+most|tops|or\s+(?:less|fewer|under|below)|or\s+so))?"
+_TOKENS_TAIL = r"\s+(?:max(?:imum)?|at\s+most|tops|or\s+(?:less|fewer|under|below)|or\s+so)"
+_TOKENS_AFTER = rf"(?:{_TOKENS_TAIL})?"
 # The limit's own words first: "limit 70 tokens" must not leave "limit" behind.
 _TOKEN_LIMIT = (
     rf"\btoken\s+(?:limit|budget|cap)\s*(?:of|=|:|is)?\s*(?P<n>{NUM})\b",
@@ -413,8 +422,8 @@ _TOKEN_LIMIT = (
     rf"\b(?:(?:stay(?:ing)?|keep(?:\s+it)?|kept|staying)\s+)?(?:in|within|under|to|at\s+most|max(?:imum)?|no\s+more\s+than|no\s+longer\s+than|not\s+more\s+than"
     rf"|using|of|below|up\s+to|limited\s+to|capped\s+at|cap(?:ped)?\s+it\s+at|with\s+a\s+limit\s+of|fitting\s+(?:in|into)|less\s+than|fewer\s+than|into|at|around|about)"
     rf"\s+(?:at\s+most\s+|about\s+|roughly\s+|around\s+|only\s+|just\s+)?(?P<n>{NUM})\s*tokens?\b{_TOKENS_AFTER}",
-    rf"\b(?P<n>{NUM})[\s-]*tokens?(?=\s+(?:summary|recap|synopsis|overview|digest|rundown|limit|max(?:imum)?|or\s+(?:less|fewer))\b|\s*$|\s*[,;\])])"
-    rf"{_TOKENS_AFTER}",
+    rf"\b(?P<n>{NUM})[\s-]*tokens?(?:{_TOKENS_TAIL}"
+    r"|(?=\s+(?:summary|recap|synopsis|overview|digest|rundown|limit)\b|\s*$|\s*[,;\])]))",
 )
 
 

@@ -39,11 +39,11 @@ _NOUN = (
     r"|summation|tl;?\s*dr|abstract|outline|sum[\s-]?up|executive\s+summary)"
 )
 _VERB = (
-    r"(?:summari[sz]e|sum\s+up|recap|condense|digest|boil\s+down|wrap\s+up|outline|distil+|abridge"
+    r"(?:summari[sz]e|sum\s+up|recap|condense|digest|boil(?:\s+down)?|wrap\s+up|outline|distil+|abridge"
     r"|run\s+(?:me\s+)?through|go\s+over|brief\s+me\s+on|fill\s+me\s+in\s+on|catch\s+me\s+up\s+on)"
 )
 _TRIGGER = (
-    rf"^(?:{_VERB}|tl;?\s*dr|{_MAKE}\s+(?:a|an|the|your)\s+{_KIND}(?:summary|{_NOUN})"
+    rf"^(?:{_VERB}|tl;?\s*dr|{_MAKE}\s+(?:a|an)\s+{_KIND}(?:summary|{_NOUN})|{_MAKE}\s+(?:the|your)\s+{_KIND}{_NOUN}"
     rf"|(?:(?:a|an)\s+)?{_KIND}{_NOUN}|(?:a|an)\s+{_KIND}summary|{_ADJECTIVE}+summary|summary\s+of"
     rf"|what(?:'s|\s+is|\s+was)\s+the\s+(?:gist|upshot|bottom\s+line|short\s+version|tl;?\s*dr)"
     rf"|(?:give|tell)\s+(?:me|us)\s+the\s+(?:gist|short\s+version|highlights|upshot|tl;?\s*dr))\b"
@@ -55,7 +55,8 @@ _WORDS = frozenset(
     summation abstract outline boil distil distill abridge shorter tight small little high level line
     paragraph rough fast executive through go over catch fill in on let have see want need like how about
     upshot bottom version highlights tokens token stay staying keep kept capped cap limit max maximum
-    until now thus date everything whole entire conversation's""".split()
+    until now thus date everything whole entire conversation's down we we've we're our us you've discussed
+    talked covered said about happened""".split()
 )
 
 
@@ -93,7 +94,7 @@ def read_summarize(text: str) -> Reading | None:
 
 def _read_scope(reading: Reading, count: Count) -> None:
     """'the last 10 messages' -> last_n; 'the newest messages' -> everything (the buffer is the newest)."""
-    if count.kind == "newest" and not count.window:
+    if count.kind == "newest":
         if count.n is not None:
             reading.fields["last_n"] = count.n
         elif not count.plural:
