@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import signal
-import socket
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -22,16 +23,16 @@ class TestHealthStates:
 
     def test_health_is_not_serving_until_the_backend_answers(self):
         """While the backend's first read is held, health answers NOT_SERVING; then SERVING."""
-        reservation = _reserved_port()
-        port = reservation.getsockname()[1]
-        cfg = config(port=port)
+        cfg = config(port=0)
         backend = GatedBackend()
         backend.gate.clear()
         started: list = []
+        listening_before = _listening_ports()
         opener = threading.Thread(target=lambda: started.append(start(cfg, backend=backend)))
         opener.start()
         try:
             assert backend.waiting.wait(10)
+            (port,) = _listening_ports() - listening_before  # start() has not returned the port yet
             with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
                 assert health_status(channel) == "NOT_SERVING"
                 assert health_status(channel, SERVICE_NAME) == "NOT_SERVING"
@@ -40,7 +41,6 @@ class TestHealthStates:
                 assert health_status(channel) == "SERVING"
                 assert health_status(channel, SERVICE_NAME) == "SERVING"
         finally:
-            reservation.close()
             backend.gate.set()
             opener.join(10)
             for server in started:
@@ -85,17 +85,23 @@ class TestHealthStates:
             process.kill()
 
 
-def _reserved_port() -> socket.socket:
-    """A port held (bound, not listening) until closed; only a SO_REUSEPORT binder, as gRPC is, may share it.
-
-    The test must know the port before ``start`` returns, so it cannot ask
-    for port 0; holding it, instead of binding and releasing it, leaves no
-    moment for another process to take it.
-    """
-    probe = socket.socket()
-    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    probe.bind(("127.0.0.1", 0))
-    return probe
+def _listening_ports() -> set[int]:
+    """TCP ports this process listens on (Linux /proc): how a test learns what port 0 became early."""
+    ours = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            ours.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in ours:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def _wait_for(condition, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
