@@ -14,6 +14,7 @@ from chd.backends.checkpointer import BACKSTOP
 from chd.backends.disk import DiskBackend, InvalidChange
 from chd.backends.records import (
     BLOCK_SIZE,
+    COUNTS_KEY,
     LONG_TEXT,
     SCHEMA_KEY,
     SCHEMA_VERSION,
@@ -168,10 +169,10 @@ class TestLayout:
         backend = DiskBackend(tmp_path)
         for _ in range(BLOCK_SIZE - 1):
             backend.transact("c", append_next("short"))
-        assert stored_keys(tmp_path) == {SCHEMA_KEY, meta_key("c")}
+        assert stored_keys(tmp_path) == {SCHEMA_KEY, COUNTS_KEY, meta_key("c")}
         assert stored_value(tmp_path, meta_key("c")).count('"text":"short"') == BLOCK_SIZE - 1
         backend.transact("c", append_next("short"))
-        assert stored_keys(tmp_path) == {SCHEMA_KEY, meta_key("c"), block_key("c", 0)}
+        assert stored_keys(tmp_path) == {SCHEMA_KEY, COUNTS_KEY, meta_key("c"), block_key("c", 0)}
         assert stored_value(tmp_path, meta_key("c")).endswith('"open":[]}')
         backend.close()
 
