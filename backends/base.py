@@ -41,6 +41,9 @@ without them (only slower at scale):
 * ``queued_conversations()`` (``QueueIndex``): streamed, sorted, the ids of
   the conversations whose ``pending`` is not empty, from an index the
   backend keeps, not by reading every conversation.
+* ``iter_sizes()`` (``Sizing``): ``(id, len(utterances), len(pending))`` of
+  every conversation with state, streamed, without loading the states (the
+  metrics gauges start from it).
 * ``transact_many(calls)`` (``Batching``): several ``transact`` calls in one
   storage transaction, each result (or exception) its own. Looked up on the
   backend's class, not through ``__getattr__``: a wrapper that checks
@@ -63,6 +66,7 @@ __all__ = [
     "Counting",
     "QueueIndex",
     "Batching",
+    "Sizing",
     "Decide",
     "Outcome",
     "apply_change",
@@ -70,6 +74,7 @@ __all__ = [
     "iter_conversations",
     "count_conversations",
     "queued_conversations",
+    "iter_sizes",
     "transact_many",
     "T",
 ]
@@ -213,6 +218,13 @@ class QueueIndex(Protocol):
 
 
 @runtime_checkable
+class Sizing(Protocol):
+    def iter_sizes(self) -> Iterator[tuple[str, int, int]]:
+        """``(id, buffer length, queue length)`` of every conversation with state, streamed."""
+        ...
+
+
+@runtime_checkable
 class Batching(Protocol):
     def transact_many(self, calls: Sequence[tuple[str, Decide]]) -> list[Outcome]:
         """``transact`` for each call, all in one storage transaction."""
@@ -241,6 +253,18 @@ def queued_conversations(backend: Backend) -> Iterator[str]:
     if callable(indexed):
         return iter(indexed())
     return (cid for cid in iter_conversations(backend) if backend.read(cid).pending)
+
+
+def iter_sizes(backend: Backend) -> Iterator[tuple[str, int, int]]:
+    """Each conversation's buffer and queue lengths: the backend's own if it can, else read."""
+    sizes = getattr(backend, "iter_sizes", None)
+    if callable(sizes):
+        return iter(sizes())
+    return (
+        (cid, len(state.utterances), len(state.pending))
+        for cid in iter_conversations(backend)
+        for state in (backend.read(cid),)
+    )
 
 
 def transact_many(backend: Backend, calls: Sequence[tuple[str, Decide]]) -> list[Outcome]:

@@ -36,6 +36,7 @@ transaction, and each call returns after that COMMIT with its own result.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import sqlite3
@@ -281,6 +282,15 @@ class DiskBackend:
         with self._storage("read"):
             return decode_counts(self._cache.get(COUNTS_KEY))
 
+    def iter_sizes(self) -> Iterator[tuple[str, int, int]]:
+        """Buffer and queue lengths from the meta records' seq runs; no utterance is read."""
+        start = len(META_PREFIX)
+        rows = self._rows(
+            META_PREFIX, "", "key, json_extract(value, '$.buffer'), json_extract(value, '$.pending')", _HAS_STATE
+        )
+        for key, buffer, pending in rows:
+            yield key[start:], _run_length(buffer), _run_length(pending)
+
     def queued_conversations(self) -> Iterator[str]:
         return self._keys(QUEUED_PREFIX, "")
 
@@ -294,20 +304,26 @@ class DiskBackend:
         return [Outcome(request.value, request.error) for request in requests]
 
     def _keys(self, prefix: str, after: str, where: str = "") -> Iterator[str]:
-        """The ids after ``prefix`` of the keys above ``prefix + after``, by keyset pages."""
+        """The ids after ``prefix`` of the keys above ``prefix + after``."""
+        start = len(prefix)
+        return (key[start:] for (key,) in self._rows(prefix, after, "key", where))
+
+    def _rows(self, prefix: str, after: str, columns: str, where: str = "") -> Iterator[tuple]:
+        """``columns`` of the rows whose keys start with ``prefix`` and sort above ``prefix + after``.
+
+        Keyset pages in key order: each page is one seek in the key index.
+        """
         # Every prefix is letters then ":"; the next character bounds the range.
         high = prefix[:-1] + chr(ord(prefix[-1]) + 1)
         low, above = prefix + after, ">" if after else ">="
-        start = len(prefix)
         while True:
             with self._storage("read"):
                 rows = self._cache._sql(  # diskcache's connection of this thread
-                    f"SELECT key FROM Cache WHERE key {above} ? AND key < ? AND raw = 1"
+                    f"SELECT {columns} FROM Cache WHERE key {above} ? AND key < ? AND raw = 1"
                     f"{' AND ' + where if where else ''} ORDER BY key LIMIT {_PAGE}",
                     (low, high),
                 ).fetchall()
-            for (key,) in rows:
-                yield key[start:]
+            yield from rows
             if len(rows) < _PAGE:
                 return
             low, above = rows[-1][0], ">"
@@ -761,6 +777,11 @@ def _stored(state: ConversationState, seq: int) -> Utterance | None:
         if i < len(utterances) and utterances[i].seq == seq:
             return utterances[i]
     return None
+
+
+def _run_length(runs: str) -> int:
+    """How many seqs a SeqRuns record such as ``[[1,20],[25,25]]`` holds."""
+    return sum(last - first + 1 for first, last in json.loads(runs))
 
 
 def _seq(utterance: Utterance) -> int:

@@ -24,6 +24,9 @@ class MemoryBackend:
         self._states: dict[str, ConversationState] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        # Conversations with state, kept as they change (issue 17): the
+        # max_conversations check reads it on every new conversation.
+        self._count = 0
 
     def _lock(self, conversation_id: str) -> threading.Lock:
         lock = self._locks.get(conversation_id)
@@ -45,11 +48,19 @@ class MemoryBackend:
             state = self.read(conversation_id)
             change, value = decide(state)
             if not change.is_empty:
-                self._states[conversation_id] = apply_change(state, change)
+                new_state = apply_change(state, change)
+                self._states[conversation_id] = new_state
+                if state.is_empty != new_state.is_empty:
+                    with self._locks_guard:
+                        self._count += 1 if state.is_empty else -1
             return value
 
     def conversations(self) -> list[str]:
         return sorted(cid for cid, s in self._states.items() if not s.is_empty)
 
+    def count_conversations(self) -> int:
+        return self._count
+
     def close(self) -> None:
         self._states.clear()
+        self._count = 0

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import grpc
 
-from chd.backends.base import Backend, Change, ConversationState, T, sizes_after
+from chd.backends.base import Backend, Change, ConversationState, T, count_conversations, sizes_after
 from chd.core.errors import InvalidRequest, TooLarge
 from chd.service.admission import arrived
 from chd.service.handlers import Behavior, Guard
@@ -58,29 +58,30 @@ class LimitedBackend(WrappedBackend):
     def __init__(self, backend: Backend, limits: Limits) -> None:
         super().__init__(backend)
         self.limits = limits
-        self._known = set(backend.conversations())
         # New conversations are created one at a time so two of them cannot
         # both take the last free place; existing ones never wait on this.
         self._creating = threading.Lock()
 
     def transact(self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]]) -> T:
-        if conversation_id in self._known:
-            return self.inner.transact(conversation_id, self._checked(decide, new=False))
+        # A conversation's first change is refused inside the transaction
+        # and tried again under the creation lock, where the backend's count
+        # (O(1), issue 17) is compared with the limit: no set of known ids
+        # to fill at start-up, and a refused store costs what a store costs.
+        try:
+            return self.inner.transact(conversation_id, self._checked(decide, creating=False))
+        except _Creating:
+            pass
         with self._creating:
-            if len(self._known) >= self.limits.max_conversations:
-                # Another process or an import may have removed some since.
-                self._known = set(self.inner.conversations())
-            value = self.inner.transact(conversation_id, self._checked(decide, new=True))
-            if not self.inner.read(conversation_id).is_empty:
-                self._known.add(conversation_id)
-            return value
+            return self.inner.transact(conversation_id, self._checked(decide, creating=True))
 
     def _checked(
-        self, decide: Callable[[ConversationState], tuple[Change, T]], new: bool
+        self, decide: Callable[[ConversationState], tuple[Change, T]], creating: bool
     ) -> Callable[[ConversationState], tuple[Change, T]]:
         limits = self.limits
 
         def checked(state: ConversationState) -> tuple[Change, T]:
+            if state.is_empty and not creating:
+                raise _Creating()
             change, value = decide(state)
             if change.is_empty:
                 return change, value
@@ -93,11 +94,13 @@ class LimitedBackend(WrappedBackend):
                     f"buffer_size {buffer_size} is above the max_utterances_per_conversation "
                     f"limit of {limits.max_utterances_per_conversation}; nothing was changed"
                 )
-            if new and state.is_empty and len(self._known) >= limits.max_conversations:
-                raise TooLarge(
-                    f"this daemon already holds {len(self._known)} conversations, the "
-                    f"max_conversations limit; conversation {state.conversation_id!r} was not created"
-                )
+            if state.is_empty:
+                held = count_conversations(self.inner)
+                if held >= limits.max_conversations:
+                    raise TooLarge(
+                        f"this daemon already holds {held} conversations, the "
+                        f"max_conversations limit; conversation {state.conversation_id!r} was not created"
+                    )
             before = len(state.utterances) + len(state.pending)
             after = sum(sizes_after(state, change))
             if after > before and after > limits.max_utterances_per_conversation:
@@ -109,6 +112,10 @@ class LimitedBackend(WrappedBackend):
             return change, value
 
         return checked
+
+
+class _Creating(Exception):
+    """A conversation's first change, refused until it holds the creation lock."""
 
 
 def deadline_guard(request_timeout: float) -> Guard:
