@@ -66,7 +66,10 @@ class Folder:
         self.settings = settings
         self.writer = writer
         self.counter = counter
-        self._locks: dict[str, threading.Lock] = {}
+        # A lock per conversation being folded, with how many callers hold
+        # or wait for it: the last one out removes it, so the dict does not
+        # keep one per conversation ever folded (issue 17).
+        self._locks: dict[str, tuple[threading.Lock, list[int]]] = {}
         self._locks_guard = threading.Lock()
 
     def fold(self, conversation_id: str, patient: bool = True, wait: float | None = None) -> FoldReport:
@@ -83,11 +86,14 @@ class Folder:
             wait: seconds to wait for a fold in progress (None: as long as it takes).
         """
         lock = self._lock(conversation_id)
-        if lock.acquire(timeout=-1 if wait is None else wait):
-            try:
-                return self._fold(conversation_id, patient, "")
-            finally:
-                lock.release()
+        try:
+            if lock.acquire(timeout=-1 if wait is None else wait):
+                try:
+                    return self._fold(conversation_id, patient, "")
+                finally:
+                    lock.release()
+        finally:
+            self._unlock(conversation_id)
         return self._fold(
             conversation_id, patient,
             f"{self.writer.name} was still busy with this conversation after {wait:g} s; "
@@ -163,8 +169,18 @@ class Folder:
         )
 
     def _lock(self, conversation_id: str) -> threading.Lock:
+        """The conversation's fold lock, counted as used until ``_unlock``."""
         with self._locks_guard:
-            return self._locks.setdefault(conversation_id, threading.Lock())
+            lock, users = self._locks.setdefault(conversation_id, (threading.Lock(), [0]))
+            users[0] += 1
+            return lock
+
+    def _unlock(self, conversation_id: str) -> None:
+        with self._locks_guard:
+            _, users = self._locks[conversation_id]
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[conversation_id]
 
 
 def _batch(pending: Sequence[Utterance], max_tokens: int) -> list[Utterance]:
