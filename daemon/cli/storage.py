@@ -19,13 +19,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
-from contextlib import nullcontext
-from typing import TextIO
+import tempfile
+import time
+from contextlib import contextmanager, nullcontext
+from typing import Iterable, Iterator, TextIO
 
 from chd.backends import ALIASES, Backend, open_backend
+from chd.backends.base import ConversationState, iter_conversations
 from chd.backends.disk import DURABILITY
-from chd.core.transfer import export_lines, import_states, parse_lines
+from chd.core.transfer import ImportCounts, check_existing, check_lines, export_lines, import_stream, iter_states
 from chd.core.errors import DaemonError
 
 __all__ = [
@@ -167,36 +171,119 @@ def run_transfer(args: argparse.Namespace) -> int:
 
 
 def _export(backend: Backend, args: argparse.Namespace) -> int:
-    ids = args.conversations or backend.conversations()
-    for conversation_id in ids:
-        if backend.read(conversation_id).is_empty:
-            print(f"chd: conversation {conversation_id!r} holds nothing to export", file=sys.stderr)
-            return EXIT_FAILED
+    ids: Iterable[str]
+    if args.conversations:
+        ids = args.conversations
+        for conversation_id in ids:
+            if backend.read(conversation_id).is_empty:
+                print(f"chd: conversation {conversation_id!r} holds nothing to export", file=sys.stderr)
+                return EXIT_FAILED
+    else:
+        # Streamed: a listing of 100,000 ids is not held, nor read twice.
+        ids = iter_conversations(backend)
+    progress = _Progress("exported")
+    counted = progress.conversations(ids)
     if args.output == "-":
-        for line in export_lines(backend, ids):
-            sys.stdout.write(line + "\n")
+        _write_lines(sys.stdout, export_lines(backend, counted), progress)
     else:
         # Written aside and renamed, so a failed export never leaves half a backup.
         partial = f"{args.output}.partial"
         with _open(partial, "w") as out:
-            for line in export_lines(backend, ids):
-                out.write(line + "\n")
+            _write_lines(out, export_lines(backend, counted), progress)
         os.replace(partial, args.output)
-    print(f"exported {len(ids)} conversation(s)", file=sys.stderr)
+    progress.end()
+    print(f"exported {progress.done} conversation(s)", file=sys.stderr)
     return 0
+
+
+def _write_lines(out: TextIO, lines: Iterator[str], progress: "_Progress") -> None:
+    write = out.write
+    for line in lines:
+        write(line)
+        write("\n")
+        if line.startswith('{"record":"utterance"'):
+            progress.utterances += 1
 
 
 def _import(backend: Backend, args: argparse.Namespace) -> int:
-    with _open(args.file, "r") as source:
-        states = parse_lines(source)
-    for state in import_states(backend, states, replace=args.replace):
-        print(
-            f"imported {state.conversation_id}: {len(state.utterances)} in the buffer, "
-            f"{len(state.pending)} queued for the summary, {len(state.archive)} archived, "
-            f"summary through #{state.summary.through_seq}",
-            file=sys.stderr,
-        )
+    with _readable(args.file) as path:
+        # A first pass checks everything before anything is written; only
+        # one conversation is held at a time (issue 17: the whole file was).
+        with _open(path, "r") as source:
+            if args.replace:
+                check_lines(source)
+            else:
+                check_existing(backend, iter_states(source))
+        progress = _Progress("imported")
+        report = progress.enabled is False
+
+        def written(batch: list[ConversationState], counts: ImportCounts) -> None:
+            progress.done, progress.utterances = counts.conversations, counts.utterances
+            progress.show()
+            if report:  # piped: one line per conversation, as before
+                for state in batch:
+                    print(
+                        f"imported {state.conversation_id}: {len(state.utterances)} in the buffer, "
+                        f"{len(state.pending)} queued for the summary, {len(state.archive)} archived, "
+                        f"summary through #{state.summary.through_seq}",
+                        file=sys.stderr,
+                    )
+
+        with _open(path, "r") as source:
+            import_stream(backend, iter_states(source), replace=args.replace, on_batch=written)
+        progress.end()
     return 0
+
+
+class _Progress:
+    """A count and a rate on one terminal line, redrawn at most 4 times a second; silent when piped."""
+
+    def __init__(self, verb: str, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.verb = verb
+        self.enabled = self.stream.isatty()
+        self.done = 0
+        self.utterances = 0
+        self._start = self._shown = time.monotonic()
+
+    def conversations(self, ids: Iterable[str]) -> Iterator[str]:
+        for conversation_id in ids:
+            yield conversation_id
+            self.done += 1
+            self.show()
+
+    def show(self) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._shown < 0.25:
+            return
+        self._shown = now
+        rate = self.utterances / max(now - self._start, 1e-9)
+        self.stream.write(
+            f"\r{self.verb} {self.done:,} conversations, {self.utterances:,} utterances ({rate:,.0f} utterances/s)"
+        )
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self.enabled and self.done:
+            self._shown = 0.0
+            self.show()
+            self.stream.write("\n")
+
+
+@contextmanager
+def _readable(path: str) -> Iterator[str]:
+    """``path``, or a spooled copy of stdin for ``-``: the import reads its input twice."""
+    if path != "-":
+        yield path
+        return
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".jsonl", delete=False) as spool:
+        shutil.copyfileobj(sys.stdin, spool)
+    try:
+        yield spool.name
+    finally:
+        os.unlink(spool.name)
 
 
 def _open(path: str, mode: str) -> TextIO:
