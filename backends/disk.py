@@ -72,6 +72,7 @@ from chd.backends.records import (
     decode_utterance,
     encode_block,
     encode_counts,
+    encode_utterances_block,
     encode_in_block,
     encode_meta,
     encode_schema,
@@ -488,6 +489,56 @@ class DiskBackend:
         self._cache.set(meta_key(conversation_id), text)
         return _Cached(text, new_meta, new_state, open_records)
 
+    def _write_new(self, conversation_id: str, new_state: ConversationState) -> _Cached:
+        """_write for a conversation with no stored record yet (an import): each block encoded once.
+
+        The general path places and encodes utterance by utterance, which
+        was half the cost of an import (issue 17); the records are the same.
+        """
+        cache = self._cache
+        lists = (new_state.utterances, new_state.pending, new_state.archive)
+        try:
+            runs = [SeqRuns.of(u.seq for u in items) for items in lists]
+        except ValueError as exc:
+            raise InvalidChange(f"refusing a change to conversation {conversation_id!r}: {exc}") from None
+        if sum(map(len, runs)) != len({u.seq for items in lists for u in items}):
+            raise InvalidChange(
+                f"refusing a change to conversation {conversation_id!r} that would leave its seqs duplicated"
+            )
+        open_block = block_of(new_state.next_seq)
+        blocks: dict[int, list[Utterance]] = {}
+        opened: list[Utterance] = []
+        for utterance in sorted((u for items in lists for u in items), key=_seq):
+            if has_own_record(utterance, 1):
+                cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
+                continue
+            number = block_of(utterance.seq)
+            if number == open_block:
+                opened.append(utterance)
+            else:
+                blocks.setdefault(number, []).append(utterance)
+        for number, content in blocks.items():
+            cache.set(block_key(conversation_id, number), encode_utterances_block(content))
+        summary = new_state.summary
+        has_summary = bool(summary.segments) or summary.through_seq > 0
+        if has_summary:
+            cache.set(summary_key(conversation_id), encode_summary(summary))
+        meta = Meta(
+            token=self._tokens.next(),
+            next_seq=new_state.next_seq,
+            last_turn=new_state.last_turn,
+            buffer=runs[0],
+            pending=runs[1],
+            archive=runs[2],
+            settings=dict(new_state.settings),
+            has_summary=has_summary,
+            open=tuple(opened),
+        )
+        open_records = {u.seq: encode_in_block(u) for u in opened}
+        text = encode_meta(meta, open_records.values())
+        cache.set(meta_key(conversation_id), text)
+        return _Cached(text, meta, new_state, open_records)
+
     def _write(
         self, conversation_id: str, current: _Cached, change: Change, new_state: ConversationState
     ) -> _Cached:
@@ -503,6 +554,8 @@ class DiskBackend:
         """
         old = current.meta or _NO_META
         state = current.state
+        if current.meta is None and not state.next_seq > 1:
+            return self._write_new(conversation_id, new_state)
         if _plain_append(change, state, new_state, old):
             return self._append(conversation_id, current, old, change.append[0], new_state)
         kept = old.buffer.without(change.remove)

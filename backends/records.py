@@ -77,6 +77,7 @@ __all__ = [
     "decode_utterance",
     "encode_in_block",
     "encode_block",
+    "encode_utterances_block",
     "decode_block",
     "encode_summary",
     "decode_summary",
@@ -267,6 +268,11 @@ def encode_in_block(utterance: Utterance) -> str:
 def encode_block(records: Iterable[str]) -> str:
     """A block record from utterances encoded with encode_in_block."""
     return '{"schema":' + str(SCHEMA_VERSION) + ',"utterances":[' + ",".join(records) + "]}"
+
+
+def encode_utterances_block(utterances: Iterable[Utterance]) -> str:
+    """``encode_block`` of these utterances, encoded in one call (a whole conversation's import)."""
+    return '{"schema":' + str(SCHEMA_VERSION) + ',"utterances":' + _dump([u.to_record() for u in utterances]) + "}"
 
 
 def decode_block(text: Any, conversation_id: str, block: int) -> dict[int, Utterance]:
