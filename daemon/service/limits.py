@@ -7,6 +7,7 @@ max_request_bytes              grpc (receive size)         RESOURCE_EXHAUSTED
 max_utterance_chars            core (``Settings``)         RESOURCE_EXHAUSTED
 max_conversations              ``LimitedBackend``          RESOURCE_EXHAUSTED
 max_utterances_per_conversation ``LimitedBackend``         RESOURCE_EXHAUSTED
+max_archived_utterances        ``LimitedBackend``          (oldest dropped, counted)
 request_timeout / deadline     ``deadline_guard``          DEADLINE_EXCEEDED
 max_concurrent_rpcs            grpc                        RESOURCE_EXHAUSTED
 =============================  ==========================  =====================
@@ -19,9 +20,10 @@ a call that started is finished (a write is never half applied).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import grpc
@@ -34,6 +36,8 @@ from chd.service.wrapped_backend import WrappedBackend
 
 __all__ = ["Limits", "LimitedBackend", "deadline_guard"]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -42,6 +46,7 @@ class Limits:
     max_request_bytes: int = 4 * 1024 * 1024
     max_conversations: int = 100_000
     max_utterances_per_conversation: int = 10_000
+    max_archived_utterances: int = 10_000
     request_timeout: float = 30.0
     max_concurrent_rpcs: int = 256
 
@@ -61,6 +66,8 @@ class LimitedBackend(WrappedBackend):
         # New conversations are created one at a time so two of them cannot
         # both take the last free place; existing ones never wait on this.
         self._creating = threading.Lock()
+        # Archived utterances dropped to keep archives within their bound.
+        self.archive_dropped = 0
 
     def transact(self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]]) -> T:
         # A conversation's first change is refused inside the transaction
@@ -101,6 +108,8 @@ class LimitedBackend(WrappedBackend):
                         f"this daemon already holds {held} conversations, the "
                         f"max_conversations limit; conversation {state.conversation_id!r} was not created"
                     )
+            if change.archive_add:
+                change = self._archive_bounded(state, change)
             before = len(state.utterances) + len(state.pending)
             after = sum(sizes_after(state, change))
             if after > before and after > limits.max_utterances_per_conversation:
@@ -112,6 +121,31 @@ class LimitedBackend(WrappedBackend):
             return change, value
 
         return checked
+
+    def _archive_bounded(self, state: ConversationState, change: Change) -> Change:
+        """``change`` dropping the oldest archived utterances past ``max_archived_utterances``.
+
+        Archives grow with every fold while ``archive_evicted`` is on; with
+        no bound one conversation's archive would grow without end (issue 17).
+        """
+        if len(state.archive) + len(change.archive_add) <= self.limits.max_archived_utterances:
+            return change  # the usual fold: well inside the bound, without a walk through the archive
+        kept = [u.seq for u in state.archive if u.seq not in change.archive_remove]
+        added = [u.seq for u in change.archive_add]
+        excess = len(kept) + len(added) - self.limits.max_archived_utterances
+        if excess <= 0:
+            return change
+        oldest = set(sorted(kept + added)[:excess])
+        log.info(
+            "conversation %s: dropping its %d oldest archived utterances (max_archived_utterances %d)",
+            state.conversation_id, excess, self.limits.max_archived_utterances,
+        )
+        self.archive_dropped += excess  # counted when decided; a retried decide counts again
+        return replace(
+            change,
+            archive_remove=change.archive_remove | (oldest & set(kept)),
+            archive_add=[u for u in change.archive_add if u.seq not in oldest],
+        )
 
 
 class _Creating(Exception):

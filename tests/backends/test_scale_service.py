@@ -43,3 +43,29 @@ class TestFullDaemon:
         assert backend.conversations() == [f"c{i}" for i in range(5)]
         assert backend.count_conversations() == 5
         backend.close()
+
+
+class TestArchiveBound:
+    """max_archived_utterances keeps an archive bounded: the oldest go, and are counted."""
+
+    @pytest.mark.parametrize("kind", ["memory", "disk"])
+    def test_folds_past_the_bound_drop_the_oldest_archived_utterances(self, kind: str, tmp_path: Path) -> None:
+        from chd.core.history import ConversationHistory
+        from chd.core.settings import Settings
+        from chd.service.limits import LimitedBackend, Limits
+        from tests.conftest import open_test_backend
+
+        backend = LimitedBackend(open_test_backend(kind, tmp_path), Limits(max_archived_utterances=6))
+        history = ConversationHistory(
+            backend, Settings(buffer_size=3, eviction_batch=2, archive_evicted=True), background=False
+        )
+        for i in range(20):
+            history.query(f"Add utterance: fact number {i}")
+            history.query("Get summary")  # folds what was evicted, into the archive
+        state = backend.read("default")
+        archived = [u.seq for u in state.archive]
+        assert len(archived) == 6
+        folded = state.summary.through_seq
+        assert archived == list(range(folded - 5, folded + 1))  # the newest six folded ones
+        assert backend.archive_dropped == folded - 6
+        backend.close()
