@@ -150,9 +150,9 @@ def iter_states(lines: Iterable[str]) -> Iterator[ConversationState]:
         yield _finished(draft, seen)
 
 
-def check_lines(lines: Iterable[str]) -> int:
-    """How many conversations the export holds, after checking all of it (nothing is kept)."""
-    return sum(1 for _ in iter_states(lines))
+def check_lines(lines: Iterable[str]) -> list[str]:
+    """The ids of the conversations in an export, after checking all of it (nothing else is kept)."""
+    return [state.conversation_id for state in iter_states(lines)]
 
 
 def parse_lines(lines: Iterable[str]) -> list[ConversationState]:

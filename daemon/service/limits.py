@@ -14,8 +14,10 @@ max_concurrent_rpcs            grpc                        RESOURCE_EXHAUSTED
 
 Counts are checked inside the backend transaction, so a refused store
 changes nothing. Deadlines are checked when a worker picks the call up: a
-call that waited past its deadline is refused before it does anything, and
-a call that started is finished (a write is never half applied).
+call that waited past its deadline is refused before it does anything. The
+deadline is then handed to the core, which checks it again at its own
+checkpoints (after the parse, before the decision, before a fold a read
+waits for); a change already decided is finished, never half applied.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import grpc
 
 from chd.backends.base import Backend, Change, ConversationState, T, count_conversations, sizes_after
 from chd.core.errors import InvalidRequest, TooLarge
-from chd.service.admission import arrived
+from chd.service.admission import arrived, note_deadline
 from chd.service.handlers import Behavior, Guard
 from chd.service.wrapped_backend import WrappedBackend
 
@@ -174,6 +176,7 @@ def deadline_guard(request_timeout: float) -> Guard:
                     f"the request waited {waited:.3f}s for a worker and its deadline passed "
                     f"(request_timeout is {request_timeout:g}s); nothing was done",
                 )
+            note_deadline(time.monotonic() + left)
             return behavior(request, context)
 
         return timed

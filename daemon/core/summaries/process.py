@@ -146,11 +146,26 @@ class ProcessSummarizer:
             raise TimeoutError(f"not ready after {self._start_timeout:g} s")
         return self._ready
 
-    def close(self) -> None:
-        """Stop the child; later calls fail (the writer's fallback takes them)."""
-        with self._lock:
-            self._closed = True
-            self._stop(kill=False)
+    def close(self, grace: float = 1.0) -> None:
+        """Stop the child; later calls fail (the writer's fallback takes them).
+
+        A summary in progress is not waited for past ``grace`` seconds: the
+        child is terminated, that call fails, and shutdown stays bounded.
+        """
+        self._closed = True
+        if self._lock.acquire(timeout=grace):
+            try:
+                self._stop(kill=False)
+            finally:
+                self._lock.release()
+            return
+        process = self._process
+        if process is not None:
+            process.terminate()  # the call in progress sees EOF and cleans up
+            try:
+                process.wait(grace)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
     def _start(self) -> Connection:
         ours, theirs = socket.socketpair()
