@@ -30,6 +30,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -63,7 +64,9 @@ class Figures:
     store_p99_ms: float = 0.0
     refused_median_ms: float = 0.0
     export_rate: float = 0.0
+    export_cpu_rate: float = 0.0
     import_rate: float = 0.0
+    import_cpu_rate: float = 0.0
     notes: list[str] = field(default_factory=list)
 
 
@@ -109,15 +112,22 @@ def _env() -> dict[str, str]:
     return env
 
 
-def chd(*args: str) -> float:
-    """Run a ``chd`` command; its wall time in seconds."""
+def chd(*args: str) -> tuple[float, float]:
+    """Run a ``chd`` command; its wall time and its CPU time (user + system) in seconds.
+
+    On a shared machine the wall time includes waiting for a CPU; the CPU
+    time is what the command itself cost.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "chd", *args], env=_env(), cwd=ROOT,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"chd {args[0]} failed: {done.stderr[-2000:]}")
-    return elapsed
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu
 
 
 def rss_mb(pid: int) -> float:
@@ -189,7 +199,8 @@ def measure(size: int, work: Path, stores: int, keep: bool) -> Figures:
     print(f"[{size}] writing {source.name} ...", file=sys.stderr, flush=True)
     utterances = write_export(source, size)
     print(f"[{size}] chd import ...", file=sys.stderr, flush=True)
-    figures.import_rate = utterances / chd("import", str(source), "--data-dir", str(data))
+    wall, cpu = chd("import", str(source), "--data-dir", str(data))
+    figures.import_rate, figures.import_cpu_rate = utterances / wall, utterances / cpu
 
     proc, target, figures.serving_s = serve(data, size)
     try:
@@ -210,10 +221,10 @@ def measure(size: int, work: Path, stores: int, keep: bool) -> Figures:
 
     print(f"[{size}] chd export ...", file=sys.stderr, flush=True)
     exported = work / f"exported-{size}.jsonl"
-    seconds = chd("export", "--data-dir", str(data), "--output", str(exported))
+    wall, cpu = chd("export", "--data-dir", str(data), "--output", str(exported))
     with exported.open(encoding="utf-8") as lines:
         count = sum(1 for line in lines if line.startswith('{"record":"utterance"'))
-    figures.export_rate = count / seconds
+    figures.export_rate, figures.export_cpu_rate = count / wall, count / cpu
     exported.unlink()
     source.unlink()
     if not keep:
@@ -229,7 +240,9 @@ ROWS = (
     ("store p99 (ms)", "store_p99_ms", "{:.2f}"),
     ("refused store at the limit, median (ms)", "refused_median_ms", "{:.2f}"),
     ("export (utterances/s)", "export_rate", "{:,.0f}"),
+    ("export (utterances/CPU-s)", "export_cpu_rate", "{:,.0f}"),
     ("import (utterances/s)", "import_rate", "{:,.0f}"),
+    ("import (utterances/CPU-s)", "import_cpu_rate", "{:,.0f}"),
 )
 
 
@@ -252,7 +265,8 @@ def report(results: list[Figures]) -> None:
     print(f"  SERVING < 1 s at {largest.size:,}: {'yes' if largest.serving_s < 1 else 'NO'} ({largest.serving_s:.2f} s)")
     ratio = largest.store_median_ms / base.store_median_ms
     print(f"  store median within 1.5x of {base.size:,}: {'yes' if ratio <= 1.5 else 'NO'} ({ratio:.2f}x)")
-    for label, name in (("export", "export_rate"), ("import", "import_rate")):
+    for label, name in (("export", "export_rate"), ("import", "import_rate"),
+                        ("export per CPU-s", "export_cpu_rate"), ("import per CPU-s", "import_cpu_rate")):
         worst = min(getattr(r, name) for r in results)
         print(f"  {label} >= 100,000 utterances/s: {'yes' if worst >= 100_000 else 'NO'} (lowest {worst:,.0f})")
     refused_ratio = largest.refused_median_ms / largest.store_median_ms
@@ -269,7 +283,9 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="chd-bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()[0]
     results = [measure(size, work, args.stores, args.keep) for size in sizes]
+    print(f"load average at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
     report(results)
     if not args.work and not args.keep:
         shutil.rmtree(work, ignore_errors=True)
