@@ -346,3 +346,14 @@ class TestStateCache:
         assert [u.text for u in backend.read("a").utterances] == ["a"] * 10
         assert list(backend._states) == ["c", "a"]
         backend.close()
+
+    def test_cache_is_bounded_by_bytes_when_texts_are_long(self, tmp_path: Path) -> None:
+        """Few utterances, long texts: the byte bound evicts first, and evicted states reload."""
+        backend = DiskBackend(tmp_path, cached_utterances=10_000, cached_bytes=60_000)
+        for cid in ("a", "b", "c", "d"):
+            for _ in range(4):
+                backend.transact(cid, append_next(cid * 5_000))
+        assert list(backend._states) == ["c", "d"]  # white box: 4 x 5,000 characters each
+        assert [u.text for u in backend.read("a").utterances] == ["a" * 5_000] * 4
+        assert list(backend._states) == ["d", "a"]
+        backend.close()
