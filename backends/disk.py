@@ -86,6 +86,7 @@ from chd.backends.records import (
 )
 from chd.backends.disk_errors import describe_open_error, is_full
 from chd.backends.group_commit import GroupCommit, Request
+from chd.backends.lazy_list import LazyList, is_unloaded
 from chd.backends.seq_runs import SeqRuns
 from chd.core.errors import StorageError, StorageFull
 from chd.core.utterance import Summary, Utterance
@@ -142,12 +143,16 @@ class _Cached:
     # added to by each commit's new utterances (never subtracted: an
     # estimate from above, made exact again by the next load).
     chars: int = 0
+    # (size, bytes) when it entered the cache: what leaves with it, even if
+    # its archive was decoded since.
+    weight: tuple[int, int] = (0, 0)
 
     @property
     def size(self) -> int:
-        """What the entry weighs in the cache: its utterances, and one for the rest."""
+        """What the entry weighs in the cache: its decoded utterances, and one for the rest."""
         state = self.state
-        return 1 + len(state.utterances) + len(state.pending) + len(state.archive)
+        archive = 0 if is_unloaded(state.archive) else len(state.archive)
+        return 1 + len(state.utterances) + len(state.pending) + archive
 
     @property
     def bytes(self) -> int:
@@ -407,8 +412,71 @@ class DiskBackend:
             pending=self._utterances(conversation_id, meta, meta.pending, blocks),
             summary=self._summary(conversation_id) if meta.has_summary else Summary(),
             settings=dict(meta.settings),
-            archive=self._utterances(conversation_id, meta, meta.archive, blocks),
+            archive=self._archive(conversation_id, meta, blocks),
         )
+
+    def _archive(
+        self, conversation_id: str, meta: Meta, blocks: dict[int, dict[int, Utterance]]
+    ) -> list[Utterance]:
+        """The archive's records, read now with the rest of the state, decoded on first use.
+
+        Reading them now keeps the snapshot one version of the records (a
+        later read could meet a newer one); decoding waits, because most
+        requests never look at the archive (issue 17: a miss decoded an
+        archive four times the buffer's size).
+        """
+        if not meta.archive:
+            return []
+        get = self._cache.get
+        texts: dict[int, str | None] = {}
+        for first, last in meta.archive.to_record():
+            first = max(first, meta.own_below)
+            for number in range(block_of(first), block_of(last) + 1) if first <= last else ():
+                if number not in blocks and number not in texts:
+                    texts[number] = get(block_key(conversation_id, number))
+        own = self._own_records(conversation_id)
+        for number, text in texts.items():
+            if text is None:  # all of its archived seqs must have their own records then
+                low, high = max(number * BLOCK_SIZE + 1, meta.own_below), (number + 1) * BLOCK_SIZE
+                missing = [seq for seq in range(low, high + 1) if seq in meta.archive and seq not in own]
+                if missing:
+                    own_key = utterance_key(conversation_id, missing[0])
+                    raise _Changed(f"{block_key(conversation_id, number)!r} (or {own_key!r})")
+        decoded = dict(blocks)
+
+        def decode() -> list[Utterance]:
+            out = []
+            for seq in meta.archive:
+                found = None
+                if seq >= meta.own_below:
+                    number = block_of(seq)
+                    block = decoded.get(number)
+                    if block is None:
+                        text = texts.get(number)
+                        block = decoded[number] = {} if text is None else decode_block(text, conversation_id, number)
+                    found = block.get(seq)
+                if found is None:
+                    text = own.get(seq)
+                    if text is None:
+                        raise StorageError(
+                            f"conversation {conversation_id!r} is damaged in {self.path}: "
+                            f"archived utterance {seq} is in no record"
+                        )
+                    found = decode_utterance(text, conversation_id, seq)
+                out.append(found)
+            return out
+
+        return LazyList(decode)
+
+    def _own_records(self, conversation_id: str) -> dict[int, str]:
+        """Every ``u:`` record of the conversation by seq, in one range query (usually none)."""
+        prefix = utterance_key(conversation_id, 0)[:-1]  # "u:<conversation>#"
+        rows = self._cache._sql(
+            "SELECT key, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1", (prefix + "0", prefix + ":")
+        ).fetchall()
+        start = len(prefix)
+        # Another conversation's id can continue this one's after the "#".
+        return {int(key[start:]): value for key, value in rows if key[start:].isdigit()}
 
     def _utterances(
         self, conversation_id: str, meta: Meta, seqs: SeqRuns, blocks: dict[int, dict[int, Utterance]]
@@ -448,17 +516,18 @@ class DiskBackend:
         with self._states_lock:
             previous = self._states.pop(conversation_id, None)
             if previous is not None:
-                self._cached_count -= previous.size
-                self._cached_bytes -= previous.bytes
+                self._cached_count -= previous.weight[0]
+                self._cached_bytes -= previous.weight[1]
+            entry.weight = (entry.size, entry.bytes)
             self._states[conversation_id] = entry
-            self._cached_count += entry.size
-            self._cached_bytes += entry.bytes
+            self._cached_count += entry.weight[0]
+            self._cached_bytes += entry.weight[1]
             while (
                 self._cached_count > self._capacity or self._cached_bytes > self._capacity_bytes
             ) and len(self._states) > 1:
                 _, oldest = self._states.popitem(last=False)
-                self._cached_count -= oldest.size
-                self._cached_bytes -= oldest.bytes
+                self._cached_count -= oldest.weight[0]
+                self._cached_bytes -= oldest.weight[1]
 
     # --- writing ---------------------------------------------------------------
 
@@ -605,9 +674,9 @@ class DiskBackend:
             pending = pending.without(change.pending_remove).with_added(u.seq for u in change.pending_add)
         if change.archive_remove or change.archive_add:
             archive = archive.without(change.archive_remove).with_added(u.seq for u in change.archive_add)
-        if (len(buffer), len(pending), len(archive)) != (
-            len(new_state.utterances), len(new_state.pending), len(new_state.archive)
-        ):
+        # An archive not decoded yet is one this change left alone: its runs stand.
+        archived = len(archive) if is_unloaded(new_state.archive) else len(new_state.archive)
+        if (len(buffer), len(pending), len(archive)) != (len(new_state.utterances), len(new_state.pending), archived):
             raise InvalidChange(
                 f"refusing a change to conversation {conversation_id!r} that would leave "
                 "its seqs duplicated"
@@ -677,11 +746,11 @@ class DiskBackend:
                 blocks.add(old_open)
                 if open_block < old_open:
                     cache.delete(block_key(conversation_id, open_block))
-            opened = tuple(_block_content(new_state, open_block, own_below))
+            opened = tuple(_block_content(new_state, open_block, own_below, archive))
             open_records = {u.seq: record(u) for u in opened}
         for number in blocks:
             if number != open_block:
-                content = _block_content(new_state, number, own_below)
+                content = _block_content(new_state, number, own_below, archive)
                 if content:
                     cache.set(block_key(conversation_id, number), encode_block(map(record, content)))
                 else:
@@ -834,13 +903,19 @@ def _open_records(current: _Cached, old: Meta) -> dict[int, str]:
     return {u.seq: encode_in_block(u) for u in old.open}
 
 
-def _block_content(state: ConversationState, block: int, own_below: int) -> list[Utterance]:
-    """The utterances of ``state`` that block ``block`` holds, in seq order."""
+def _block_content(state: ConversationState, block: int, own_below: int, archive: SeqRuns) -> list[Utterance]:
+    """The utterances of ``state`` that block ``block`` holds, in seq order.
+
+    ``archive`` is the state's archive seqs: an archive not decoded yet is
+    left so when none of its seqs is in the block (the usual block a store
+    closes holds buffer seqs only).
+    """
     first = max(block * BLOCK_SIZE + 1, own_below)
     last = (block + 1) * BLOCK_SIZE
     found: list[Utterance] = []
     sources = 0
-    for utterances in (state.utterances, state.pending, state.archive):
+    sleeping = is_unloaded(state.archive) and not any(seq in archive for seq in range(first, last + 1))
+    for utterances in (state.utterances, state.pending, [] if sleeping else state.archive):
         if not utterances or utterances[-1].seq < first:
             continue
         i = bisect_left(utterances, first, key=_seq)
@@ -865,7 +940,11 @@ def _stored(state: ConversationState, seq: int) -> Utterance | None:
 
 
 def _chars(state: ConversationState) -> int:
-    return sum(len(u.text) for items in (state.utterances, state.pending, state.archive) for u in items)
+    """The characters of the state's decoded texts (an archive not decoded yet counts none)."""
+    lists = [state.utterances, state.pending]
+    if not is_unloaded(state.archive):
+        lists.append(state.archive)
+    return sum(len(u.text) for items in lists for u in items)
 
 
 def _run_length(runs: str) -> int:

@@ -242,3 +242,56 @@ class TestRecovery:
             history.query("Get summary", {"conversation_id": f"c{i}"})
         assert list(queued_conversations(any_backend)) == []
         assert history.folder._locks == {}
+
+
+class TestArchiveDecodedWhenAsked:
+    """A cache miss decodes the buffer and the meta; the archive waits until something reads it."""
+
+    @staticmethod
+    def _archived(tmp_path: Path) -> ConversationState:
+        from chd.core.transfer import import_states
+
+        long = "a long archived text " * 40
+        state = ConversationState(
+            "c", next_seq=41, last_turn=40,
+            utterances=[utterance(s) for s in range(31, 41)],
+            archive=[utterance(s, long if s == 7 else None) for s in range(1, 31)],
+        )
+        backend = DiskBackend(tmp_path)
+        import_states(backend, [state])
+        backend.close()
+        return state
+
+    def test_a_read_leaves_the_archive_undecoded_and_a_store_keeps_it_so(self, tmp_path: Path) -> None:
+        from chd.backends.lazy_list import is_unloaded
+
+        expected = self._archived(tmp_path)
+        backend = DiskBackend(tmp_path)
+        state = backend.read("c")
+        assert state.utterances == expected.utterances and is_unloaded(state.archive)
+        for _ in range(9):  # closes a block of buffer seqs on the way
+            backend.transact("c", append_next())
+        after = backend.read("c")
+        assert is_unloaded(after.archive)
+        assert after.archive == expected.archive  # decoded now, long text and all
+        assert state.archive == expected.archive
+        backend.close()
+
+    def test_an_old_snapshot_keeps_its_archive_after_the_conversation_is_replaced(self, tmp_path: Path) -> None:
+        """The archive's records are read with the snapshot, so a later rewrite does not leak into it."""
+        from chd.core.transfer import import_states
+
+        expected = self._archived(tmp_path)
+        backend = DiskBackend(tmp_path)
+        old = backend.read("c")
+        other = DiskBackend(tmp_path)
+        replacement = ConversationState(
+            "c", next_seq=21, last_turn=20,
+            utterances=[utterance(s, f"new {s}") for s in range(11, 21)],
+            archive=[utterance(s, f"new {s}") for s in range(1, 11)],
+        )
+        import_states(other, [replacement], replace=True)
+        other.close()
+        assert old.archive == expected.archive
+        assert backend.read("c").archive == replacement.archive
+        backend.close()
