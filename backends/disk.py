@@ -163,6 +163,14 @@ class _Cached:
 _NO_META = Meta(token="")
 
 
+@dataclass(slots=True)
+class _Records:
+    """A conversation's block and own-utterance records as stored, by number, not decoded yet."""
+
+    blocks: dict[int, str]
+    own: dict[int, str]
+
+
 class _Tokens:
     """Tokens for meta records: a new one for every commit of every process.
 
@@ -404,19 +412,34 @@ class DiskBackend:
 
     def _load(self, conversation_id: str, meta: Meta) -> ConversationState:
         blocks: dict[int, dict[int, Utterance]] = {block_of(meta.next_seq): {u.seq: u for u in meta.open}}
+        # Every block and own record of the conversation in two range
+        # queries: a get per block cost more than decoding it (13 gets for a
+        # 100-utterance conversation).
+        records = _Records(
+            self._numbered(block_key(conversation_id, 0)[:-1]), self._numbered(utterance_key(conversation_id, 0)[:-1])
+        )
         return ConversationState(
             conversation_id=conversation_id,
             next_seq=meta.next_seq,
             last_turn=meta.last_turn,
-            utterances=self._utterances(conversation_id, meta, meta.buffer, blocks),
-            pending=self._utterances(conversation_id, meta, meta.pending, blocks),
+            utterances=self._utterances(conversation_id, meta, meta.buffer, blocks, records),
+            pending=self._utterances(conversation_id, meta, meta.pending, blocks, records),
             summary=self._summary(conversation_id) if meta.has_summary else Summary(),
             settings=dict(meta.settings),
-            archive=self._archive(conversation_id, meta, blocks),
+            archive=self._archive(conversation_id, meta, blocks, records),
         )
 
+    def _numbered(self, prefix: str) -> dict[int, str]:
+        """The records whose keys are ``prefix`` and digits, by that number (one range query)."""
+        rows = self._cache._sql(
+            "SELECT key, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1", (prefix + "0", prefix + ":")
+        ).fetchall()
+        start = len(prefix)
+        # Another conversation's id can continue this one's after the "#".
+        return {int(key[start:]): value for key, value in rows if key[start:].isdigit()}
+
     def _archive(
-        self, conversation_id: str, meta: Meta, blocks: dict[int, dict[int, Utterance]]
+        self, conversation_id: str, meta: Meta, blocks: dict[int, dict[int, Utterance]], records: _Records
     ) -> list[Utterance]:
         """The archive's records, read now with the rest of the state, decoded on first use.
 
@@ -427,14 +450,13 @@ class DiskBackend:
         """
         if not meta.archive:
             return []
-        get = self._cache.get
         texts: dict[int, str | None] = {}
         for first, last in meta.archive.to_record():
             first = max(first, meta.own_below)
             for number in range(block_of(first), block_of(last) + 1) if first <= last else ():
                 if number not in blocks and number not in texts:
-                    texts[number] = get(block_key(conversation_id, number))
-        own = self._own_records(conversation_id)
+                    texts[number] = records.blocks.get(number)
+        own = records.own
         for number, text in texts.items():
             if text is None:  # all of its archived seqs must have their own records then
                 low, high = max(number * BLOCK_SIZE + 1, meta.own_below), (number + 1) * BLOCK_SIZE
@@ -468,21 +490,15 @@ class DiskBackend:
 
         return LazyList(decode)
 
-    def _own_records(self, conversation_id: str) -> dict[int, str]:
-        """Every ``u:`` record of the conversation by seq, in one range query (usually none)."""
-        prefix = utterance_key(conversation_id, 0)[:-1]  # "u:<conversation>#"
-        rows = self._cache._sql(
-            "SELECT key, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1", (prefix + "0", prefix + ":")
-        ).fetchall()
-        start = len(prefix)
-        # Another conversation's id can continue this one's after the "#".
-        return {int(key[start:]): value for key, value in rows if key[start:].isdigit()}
-
     def _utterances(
-        self, conversation_id: str, meta: Meta, seqs: SeqRuns, blocks: dict[int, dict[int, Utterance]]
+        self,
+        conversation_id: str,
+        meta: Meta,
+        seqs: SeqRuns,
+        blocks: dict[int, dict[int, Utterance]],
+        records: _Records,
     ) -> list[Utterance]:
-        """The utterances ``seqs``, from their blocks (read once each) or their own records."""
-        get = self._cache.get
+        """The utterances ``seqs``, from their blocks (decoded once each) or their own records."""
         out = []
         for seq in seqs:
             found = None
@@ -490,12 +506,12 @@ class DiskBackend:
                 number = block_of(seq)
                 block = blocks.get(number)
                 if block is None:
-                    text = get(block_key(conversation_id, number))
+                    text = records.blocks.get(number)
                     block = blocks[number] = {} if text is None else decode_block(text, conversation_id, number)
                 found = block.get(seq)
             if found is None:  # a long text, or stored by schema 1
                 key = utterance_key(conversation_id, seq)
-                text = get(key)
+                text = records.own.get(seq)
                 if text is None:
                     where = repr(key)
                     if seq >= meta.own_below:
