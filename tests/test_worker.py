@@ -223,7 +223,7 @@ class TestFoldDelay:
                 calls[mode] = counted.calls
             finally:
                 history.close()
-        assert calls["each"] == 20, calls
+        assert calls["each"] >= 20, calls  # one per eviction at least; merging segments may add some
         assert calls["gathered"] < calls["each"] / 2, calls
 
     def test_a_summary_read_does_not_wait_for_the_delay(self):
