@@ -130,14 +130,16 @@ _TURN_SINCE = (
     rf"\bfrom\s+{_turn_ref('n')}\s+on(?:wards?)?\b",
     rf"\b(?:in\s+|from\s+)?{_turn_ref('n')}\s+(?:and\s+(?:later|after|newer|onwards?|beyond)|on(?:wards?)?)\b",
 )
+# "the 2 latest turns" before "the latest turns": each takes its leftmost match.
 _TURN_LAST = (
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:last|latest|most\s+recent|newest|final)\s+turns?\b",
     rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:last|latest|most\s+recent|final|past|previous|newest)\s+(?:(?P<n>{NUM})\s+)?turns?\b",
-    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:last|latest|most\s+recent|newest)\s+turns?\b",
 )
 # "the first three turns" are turns, not utterances; "the first turn" is turn 1.
 _TURN_FIRST = (
     rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:first|earliest|oldest|opening|initial)\s+(?P<n>{NUM})\s+turns\b",
     rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:first|earliest|oldest)\s+turns\b",
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:earliest|oldest)\s+turn\b",
 )
 _TURN_SINGLE = rf"\b(?:(?:in|from|during|of|for|at|on)\s+)?(?:just\s+|only\s+)?{_turn_ref('n')}\b"
 
@@ -176,7 +178,7 @@ def take_turns(q: Query) -> TurnSpan:
     if m := _first(q, _TURN_LAST):
         span.last_turns = parse_number(m.group("n")) if m.group("n") else 1
     if m := _first(q, _TURN_FIRST):
-        span.first_turns = parse_number(m.group("n"))
+        span.first_turns = parse_number(m.group("n")) if m.groupdict().get("n") else 1
     if not span.given and (m := q.take(_TURN_SINGLE)):
         span.turn_from = span.turn_to = _turn_value(m, "n")
     return span
@@ -418,6 +420,7 @@ _TOKENS_AFTER = rf"(?:{_TOKENS_TAIL})?"
 # The limit's own words first: "limit 70 tokens" must not leave "limit" behind.
 _TOKEN_LIMIT = (
     rf"\btoken\s+(?:limit|budget|cap)\s*(?:of|=|:|is)?\s*(?P<n>{NUM})\b",
+    rf"\b(?:in|within|under|with|using|inside)\s+(?:a|an|the)\s+(?P<n>{NUM})[\s-]*tokens?\s+(?:budget|limit|cap|max(?:imum)?)\b",
     rf"\b(?:with\s+)?(?:a\s+)?(?:limit|budget|cap|maximum|max)\s*(?:of|=|:|is)?\s*(?P<n>{NUM})\s*tokens?\b{_TOKENS_AFTER}",
     rf"\b(?:(?:stay(?:ing)?|keep(?:\s+it)?|kept|staying)\s+)?(?:in|within|under|to|at\s+most|max(?:imum)?|no\s+more\s+than|no\s+longer\s+than|not\s+more\s+than"
     rf"|using|of|below|up\s+to|limited\s+to|capped\s+at|cap(?:ped)?\s+it\s+at|with\s+a\s+limit\s+of|fitting\s+(?:in|into)|less\s+than|fewer\s+than|into|at|around|about)"

@@ -56,7 +56,7 @@ _WORDS = frozenset(
     paragraph rough fast executive through go over catch fill in on let have see want need like how about
     upshot bottom version highlights tokens token stay staying keep kept capped cap limit max maximum
     until now thus date everything whole entire conversation's down we we've we're our us you've discussed
-    talked covered said about happened""".split()
+    talked covered said about happened briefly shortly quickly concisely succinctly budget""".split()
 )
 
 
