@@ -131,6 +131,11 @@ def parse(text: str) -> ParsedQuery:
     query = text.strip()
     if not query:
         raise NotUnderstood(_with_forms("the query is empty", query))
+    call = read_call(query)
+    if call is not None:
+        # Before the store rules, which would read add_utterance("...") as a
+        # header and a quote; not cached: a call may store an utterance.
+        return ParsedQuery(call[0], call[1], 1.0)
     try:
         stored = read_store(query)
     except UnclearStore:
@@ -150,10 +155,6 @@ def parse(text: str) -> ParsedQuery:
             f"{quote(query)}). Store a long utterance with 'Add utterance: <text>' or data.text; "
             f"search for a long topic with 'Find utterances' and data.topic"
         )
-    call = read_call(query)
-    if call is not None:
-        # Not cached: a call may be a store, and its text is an utterance.
-        return ParsedQuery(call[0], call[1], 1.0)
     operation, fields, confidence = _READINGS.read(query)
     # A fresh dict (and fresh lists such as seqs) per call: the cached
     # reading is shared, the caller's copy is its own.
