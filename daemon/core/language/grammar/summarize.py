@@ -10,7 +10,9 @@ new summary without a verb.
 
 from __future__ import annotations
 
-from chd.core.language.grammar.query import Query
+import re
+
+from chd.core.language.grammar.query import Query, strip_politeness
 from chd.core.language.grammar.reading import Reading
 from chd.core.language.grammar.slots import (
     Count,
@@ -20,6 +22,7 @@ from chd.core.language.grammar.slots import (
     take_token_limit,
     take_turns,
 )
+from chd.core.language.grammar.vocab import FLAGS
 from chd.core.language.numbers import NUM
 
 __all__ = ["read_summarize"]
@@ -60,13 +63,16 @@ _WORDS = frozenset(
 )
 
 
+_LEAD = " ,;:()[]-\u2013\u2014"
+
+
 def read_summarize(text: str) -> Reading | None:
     q = Query(text)
-    trigger = q.search(_TRIGGER)
-    if trigger is None:
+    # The limit may come first: "using no more than 80 tokens, summarize turns 2 to 3".
+    limit = take_token_limit(q)
+    if re.search(_TRIGGER, strip_politeness(q.text.lstrip(_LEAD)), FLAGS) is None:
         return None
     fields: dict[str, object] = {}
-    limit = take_token_limit(q)
     if limit is not None:
         fields["token_limit"] = limit
     span = take_turns(q)
