@@ -17,7 +17,7 @@ import pytest
 from tests.paraphrase import OPERATIONS, SPLITS, Variant, Verdict, judged, variants
 
 # Variants judged per operation and split (a sample: the suite's time budget is small).
-SAMPLE = {"store": 250, "retrieve": 120, "remove": 120, "summarize": 60}
+SAMPLE = {"store": 200, "retrieve": 100, "remove": 100, "summarize": 50}
 
 # Share understood by effect, per operation, on the tuning split.
 FLOORS = {"store": 0.99, "retrieve": 0.90, "remove": 0.70, "summarize": 0.55}

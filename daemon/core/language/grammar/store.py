@@ -201,8 +201,10 @@ def _that_clause(q: str) -> _Split | None:
         return None
     text = q[that.end() :]
     # "note that the user told us I prefer aisle seats": whose words start where is a guess.
-    lead = read_header(" ".join(text[:HEAD_LIMIT].split()[:4]))
-    if _SEPARATOR.search(text) is not None or (lead.speech and lead.speakers):
+    first = text[:HEAD_LIMIT].split()[:4]
+    lead = read_header(" ".join(first))
+    reported = lead.speech and bool(read_header(" ".join(first[:2])).speakers)
+    if _SEPARATOR.search(text) is not None or reported:
         return None
     return _Split(text, before, q[: that.end()])
 
