@@ -7,8 +7,11 @@ import socket
 import subprocess
 import sys
 
+import grpc
+
+from chd.v1 import daemon_pb2_grpc
 from ops_support import running
-from tests.conftest import ROOT, DaemonProcess, run_chd
+from tests.conftest import ROOT, DaemonProcess, query
 
 # What a developer's shell might export: a key that would send test text to
 # the real API, an API that is down, and a backend that needs a data dir.
@@ -24,16 +27,17 @@ class TestUnderTheDevelopersEnvironment:
     """Run by the test below inside a polluted environment; each passes only if nothing leaked."""
 
     def test_a_spawned_daemon_uses_its_defaults(self):
-        """`chd serve` from a test starts on memory, buffer 20, offline summaries."""
+        """`chd serve` from a test starts on memory, with offline summaries and the buffer it is given."""
         daemon = DaemonProcess("--buffer-size", "3", "--eviction-batch", "1")
         try:
-            for n in range(4):
-                done = run_chd("query", f"Add utterance: fact {n}", "--target", daemon.target)
-                assert done.returncode == 0, done.stderr
-            summary = run_chd("query", "Get summary", "--target", daemon.target, "--json")
-            assert summary.returncode == 0, summary.stderr
-            assert '"summarizer": "extractive"' in summary.stdout
-            assert "summarizer_error" not in summary.stdout
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                for n in range(4):
+                    query(stub, f"Add utterance: fact {n}")
+                summary = query(stub, "Get summary")
+            assert summary.metadata["summarizer"] == "extractive"
+            assert "summarizer_error" not in summary.metadata
+            assert summary.metadata["summary_through_seq"] == 1
         finally:
             daemon.kill()
         assert "storage: memory backend" in daemon.log

@@ -129,7 +129,7 @@ _HEALTH_SERVICES = ("", SERVICE_NAME)
 HEALTH_WORKERS = 2
 # Seconds the shutdown gives folding and the summarizer child once the calls
 # are done: ``chd serve`` exits within shutdown_drain + shutdown_grace + 2 s.
-CLOSE_TIMEOUT = 1.5
+CLOSE_TIMEOUT = 1.0
 
 
 class Server:

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from chd.core.errors import InvalidRequest
+from chd.core.errors import InvalidRequest, quote
 from chd.core.language.grammar.store_header import Header, read_header
 
 __all__ = ["read_store", "UnclearStore", "HEAD_LIMIT"]
@@ -144,6 +144,9 @@ def _quoted(q: str, start: int, before: Header, instruction: str) -> _Split:
     return _Split(q[start + 1 : close], header.joined(_trailer(after)), f"{instruction} {after}".strip())
 
 
+# What may stand after a closing quote besides words: spaces and sentence punctuation.
+_STRAY = re.compile(r"[^\w\s.,;:!?'\"()\u2019\u201d\u2014\u2013-]")
+
 # Words that may follow a quoted utterance without saying anything about it.
 _COURTESY = frozenset(
     """please pls thanks thank you cheers thx now right away for later future reference ok okay
@@ -157,6 +160,10 @@ def _trailer(after: str) -> Header:
     "'Note' is the word" must not store "Note": words after the quote that
     neither ask for a store nor name its speaker are not instruction.
     """
+    if _STRAY.search(after):
+        # Control or other odd characters after the quote ('""\x1b'): the
+        # quotes were part of the text, not around it.
+        return Header(unclear=(quote(after),))
     header = read_header(after)
     if not header.understood or header.asks_store or header.speakers:
         return header
