@@ -235,12 +235,10 @@ def _instruction_last(q: str) -> _Split | None:
 
 
 def _unclear_message(split: _Split) -> str:
-    words = ", ".join(repr(w) for w in dict.fromkeys(split.header.unclear))
-    shown = " ".join(split.instruction.split())
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
+    words = ", ".join(quote(w, 50) for w in dict.fromkeys(split.header.unclear))
+    shown = quote(" ".join(split.instruction[: HEAD_LIMIT * 2].split()), 60)
     return (
-        f"could not fully understand the store instruction {shown!r} (not understood: {words}); "
+        f"could not fully understand the store instruction {shown} (not understood: {words}); "
         "nothing was stored. Put the utterance in quotes or after a colon "
         "(Add user utterance: \"<text>\"), or send it in data.text with the query 'Add utterance'"
     )
