@@ -106,8 +106,8 @@ def bench_store_latency(stores: int, model_ms: float, rounds: int, interval_ms: 
 def bench_offline(batches: int) -> dict[str, float]:
     offline = ExtractiveSummarizer(COUNTER)
 
-    def write(previous, utterances, limit):
-        return Summarized(offline.summarize(previous, utterances, limit), offline.name)
+    def write(previous, utterances, limit, context=None):
+        return Summarized(offline.summarize(previous, utterances, limit, context), offline.name)
 
     summary = Summary()
     per_utterance: list[float] = []

@@ -135,7 +135,8 @@ def test_remove_of_summarized_turns_says_the_summary_forgot_them() -> None:
         done = chd_query(daemon, "Remove before turn 3")
         assert done.returncode == 0, done.stderr
         assert "removed: nothing" in done.stdout
-        assert "summary segments dropped: 1" in done.stdout
+        # One segment per batch or one for both: segments follow the budget (issue 13).
+        assert "summary segments dropped: 1" in done.stdout or "summary segments dropped: 2" in done.stdout
     finally:
         daemon.kill()
 

@@ -86,14 +86,16 @@ class TestHealthStates:
 
 
 def _reserved_port() -> socket.socket:
-    """A port held (bound, not listening) until closed; only a SO_REUSEPORT binder, as gRPC is, may share it.
+    """A port held (bound, not listening) until closed, which a SO_REUSEADDR listener such as gRPC may still take.
 
     The test must know the port before ``start`` returns, so it cannot ask
     for port 0; holding it, instead of binding and releasing it, leaves no
-    moment for another process to take it.
+    moment for another process to take it. Linux lets SO_REUSEADDR sockets
+    share a port while none of them listens, so the daemon (which refuses
+    SO_REUSEPORT) can still bind it, and a second listener cannot.
     """
     probe = socket.socket()
-    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     probe.bind(("127.0.0.1", 0))
     return probe
 

@@ -141,10 +141,11 @@ class TestFoldWorker:
         worker.submit("c2")
         assert worker.idle(2) and fold.calls == ["c1", "c2"]
 
-    def test_recover_submits_only_conversations_with_queued_utterances(self, worker_factory):
+    def test_recover_submits_every_conversation_the_queue_index_names(self, worker_factory):
+        """Recovery folds what the index lists, and reads nothing else."""
         fold = _Recorder()
         worker = worker_factory(fold)
-        worker.recover(lambda: ["a", "b", "c"], lambda cid: cid != "b")
+        worker.recover(lambda: ["a", "c"])
         deadline = time.monotonic() + 2
         while len(fold.calls) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)

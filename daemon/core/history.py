@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from chd.backends.base import Backend, Change, ConversationState
+from chd.backends.base import Backend, Change, ConversationState, queued_conversations
 from chd.backends.memory import MemoryBackend
 from chd.core.language.classifier import QueryClassifier
 from chd.core.memory.configure import configure, effective_settings
@@ -21,7 +21,7 @@ from chd.core.memory.context import build_context
 from chd.core.errors import DaemonError, DeadlineExceeded, InvalidRequest, NotFound, TooLarge
 from chd.core.memory.eviction import evictions_for_store
 from chd.core.language.fields import as_str
-from chd.core.summaries.folding import FoldReport, Folder
+from chd.core.summaries.folding import FoldReport, Folder, with_pending
 from chd.core.memory.index import IndexCache
 from chd.core.language.instructions import INSTRUCTIONS, PURPOSE
 from chd.core.language.intents import (
@@ -123,7 +123,7 @@ class ConversationHistory:
         self.worker: FoldWorker | None = None
         if background:
             self.worker = FoldWorker(lambda cid: self.folder.fold(cid).done, delay=self.settings.fold_delay)
-            self.worker.recover(self.backend.conversations, lambda cid: bool(self.backend.read(cid).pending))
+            self.worker.recover(lambda: queued_conversations(self.backend))
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop folding, the summarizer and storage, within about ``timeout`` seconds.
@@ -351,6 +351,8 @@ class ConversationHistory:
             metadata["archive_evicted"] = self.settings.archive_evicted
         if wants_summary:
             result |= _summary_fields(state)
+            if report is not None and report.deferred:
+                result["summary"] = with_pending(result["summary"], state.pending)
             tokens_used += state.summary.tokens
             metadata |= self._coverage(state, report)
         metadata["tokens_used"] = tokens_used
@@ -362,7 +364,8 @@ class ConversationHistory:
         state = self.backend.read(conversation_id)
         limits = effective_settings(self.settings, state.settings)
         limit = intent.token_limit or limits.summary_token_limit + limits.max_tokens
-        context = build_context(state.summary.text, state.utterances, limit, self.counter)
+        summary = with_pending(state.summary.text, state.pending) if report.deferred else state.summary.text
+        context = build_context(summary, state.utterances, limit, self.counter)
         positions = {u.seq: i for i, u in enumerate(state.utterances)}
         return QueryResult(
             "retrieve",
@@ -508,6 +511,8 @@ class ConversationHistory:
             out["summary_fallback_segments"] = fallbacks
         if report is not None and report.error:
             out["fold_error"] = report.error
+        if report is not None and report.deferred and state.pending:
+            out["summary_pending_verbatim"] = len(state.pending)
         return out
 
     def _note_store(self, conversation_id: str, utterance: Utterance, evicted: list[Utterance]) -> None:
