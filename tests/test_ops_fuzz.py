@@ -86,12 +86,23 @@ class TestFuzz:
     def test_random_bytes_never_answer_unknown_or_internal(self, channel, payload):
         assert _code(channel, payload) not in FORBIDDEN, payload
 
-    def test_the_daemon_is_healthy_after_the_fuzzing(self, channel):
-        """Runs after the fuzz tests on the same server (module scope)."""
-        assert health_status(channel) == "SERVING"
-        assert ask(channel, "Add utterance: still here", metadata={"conversation_id": "after-fuzz"}).operation == "store"
-        got = ask(channel, "Get the last 1 utterances", metadata={"conversation_id": "after-fuzz"})
-        assert got.result["utterances"][0]["text"] == "still here"
+    def test_the_daemon_is_healthy_after_the_fuzzing(self):
+        """A server of its own takes a burst of random queries and bytes, then is healthy and stores."""
+        with running(buffer_size=5, eviction_batch=2, max_utterance_chars=200) as server, \
+                channel_to(server) as channel:
+
+            @settings(_fuzz, max_examples=150)
+            @given(query=_query, metadata=_metadata, data=_data, payload=st.binary(max_size=200))
+            def burst(query, metadata, data, payload):
+                _code(channel, request(query, metadata, data))
+                _code(channel, payload)
+
+            burst()
+            assert health_status(channel) == "SERVING"
+            stored = ask(channel, "Add utterance: still here", metadata={"conversation_id": "after-fuzz"})
+            assert stored.operation == "store"
+            got = ask(channel, "Get the last 1 utterances", metadata={"conversation_id": "after-fuzz"})
+            assert got.result["utterances"][0]["text"] == "still here"
 
 
 class TestFoundByFuzzing:

@@ -11,7 +11,7 @@ summary queue, the summary's segments or the next seq, and an import through
 dir may be exported from or imported into while a daemon serves it (SQLite
 transactions keep both consistent; the daemon sees the change on its next
 call). The memory backend lives inside its daemon process, so it can only
-be exported in-process (``backends.transfer.export_lines``).
+be exported in-process (``chd.core.transfer.export_lines``).
 """
 
 from __future__ import annotations
@@ -19,73 +19,57 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
 from contextlib import nullcontext
+from pathlib import Path
 from typing import TextIO
 
-from chd.backends import ALIASES, Backend, open_backend
-from chd.backends.disk import DURABILITY
-from chd.core.transfer import export_lines, import_states, parse_lines
+from chd.backends import ALIASES, Backend, ConversationState, open_backend
 from chd.core.errors import DaemonError
+from chd.core.transfer import export_lines, import_states, parse_lines
+from chd.service import config
 
 __all__ = [
-    "add_backend_arguments",
     "add_transfer_commands",
-    "open_backend_from_args",
     "open_storage",
     "run_transfer",
+    "STORAGE_KEYS",
     "TRANSFER_COMMANDS",
 ]
 
 log = logging.getLogger(__name__)
 
 TRANSFER_COMMANDS = ("export", "import")
+# The configuration keys the transfer tools share with `chd serve`: same
+# flags, same CHD_* variables, same checks (chd.service.config).
+STORAGE_KEYS = ("backend", "data_dir", "durability")
+# A transfer works on storage outside a daemon: a data dir, so disk by default.
+TRANSFER_DEFAULTS = {"backend": "disk"}
 EXIT_FAILED = 1
+EXIT_USAGE = 2
 
 
-def _durability_refused(value: str | None) -> bool:
-    # Checked when a transfer runs, not when the parser is built: every chd
-    # command builds it, and `chd query` must not fail on a storage variable
-    # (`chd serve` checks its own through the config table).
-    if value is not None and value not in DURABILITY:
-        print(f"chd: CHD_DURABILITY must be one of {', '.join(DURABILITY)}, got {value!r}", file=sys.stderr)
-        return True
-    return False
-
-
-def add_backend_arguments(parser: argparse.ArgumentParser, *, serving: bool) -> None:
-    """``--backend``, ``--data-dir`` and ``--durability``, defaulting to CHD_* variables.
-
-    A daemon defaults to the memory backend and NORMAL durability. The
-    transfer tools default to the disk backend and leave the data dir's
-    durability as its daemon set it. A custom backend receives ``data_dir``
-    and ``durability`` only when they were given.
-    """
-    backend_default = os.environ.get("CHD_BACKEND", "memory" if serving else "disk")
+def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--backend``, ``--data-dir`` and ``--durability``: the serve keys, with the transfer's defaults."""
     parser.add_argument(
-        "--backend",
-        default=backend_default,
-        help=f"memory, disk, or module:Class for a custom backend (CHD_BACKEND, default {backend_default})",
+        "--backend", metavar="BACKEND", default=argparse.SUPPRESS,
+        help="disk (default) or module:Class for a custom backend (CHD_BACKEND); not memory, whose "
+        "conversations live inside its daemon",
     )
     parser.add_argument(
-        "--data-dir",
-        default=os.environ.get("CHD_DATA_DIR"),
-        help="directory of the disk backend, created if missing (CHD_DATA_DIR)",
+        "--data-dir", metavar="DIR", default=argparse.SUPPRESS,
+        help="the disk backend's directory, as given to `chd serve --data-dir` (CHD_DATA_DIR)",
     )
-    # None when not given, so a custom backend only receives what the user set.
     parser.add_argument(
-        "--durability",
-        choices=tuple(DURABILITY),
-        default=os.environ.get("CHD_DURABILITY"),
-        help="disk backend: normal survives a crash of chd, full also an OS crash or power loss "
-        f"(CHD_DURABILITY, default {'normal' if serving else 'as the data dir was last served'})",
+        "--durability", metavar="{normal,full}", default=argparse.SUPPRESS,
+        help="disk backend: normal or full (CHD_DURABILITY; default: as the data dir was last served)",
     )
-    parser.set_defaults(serving=serving)
 
 
-def open_backend_from_args(args: argparse.Namespace) -> Backend | None:
-    """The backend the transfer flags name, or None after printing one line saying why not."""
-    return open_storage(args.backend, args.data_dir, args.durability, serving=args.serving)
+def _storage_config(args: argparse.Namespace) -> config.Config:
+    flags = {name: getattr(args, name) for name in STORAGE_KEYS if hasattr(args, name)}
+    return config.load_keys(STORAGE_KEYS, flags, os.environ, TRANSFER_DEFAULTS)
 
 
 def open_storage(
@@ -117,53 +101,92 @@ def open_storage(
     return None
 
 
+_TRANSFER_NOTE = """\
+export and import open a backend's storage directly, not the daemon: a disk
+data dir (even while a daemon serves it) or a custom module:Class backend.
+The memory backend's conversations live inside its daemon process, so they
+cannot be exported from outside it.
+"""
+
+
 def add_transfer_commands(commands: argparse._SubParsersAction) -> None:
-    export = commands.add_parser("export", help="write conversations as JSON Lines")
+    export = commands.add_parser(
+        "export", help="write conversations of a disk data dir as JSON Lines",
+        description="Write conversations as JSON Lines: seqs, turns, summaries and queues kept.",
+        epilog=_TRANSFER_NOTE + "\nexample:\n  chd export --data-dir ./chd-data --output backup.jsonl",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     export.add_argument(
         "--conversation", "-c", action="append", dest="conversations", metavar="ID",
         help="conversation to export (repeatable; default: all)",
     )
     export.add_argument("--output", "-o", default="-", help="file to write (default: stdout)")
-    add_backend_arguments(export, serving=False)
+    _add_storage_arguments(export)
 
-    imp = commands.add_parser("import", help="read conversations from JSON Lines")
+    imp = commands.add_parser(
+        "import", help="read conversations from JSON Lines into a disk data dir",
+        description="Read conversations written by `chd export`; a failed import changes nothing.",
+        epilog=_TRANSFER_NOTE + "\nexample:\n  chd import backup.jsonl --data-dir ./restored",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     imp.add_argument("file", nargs="?", default="-", help="file to read (default: stdin)")
     imp.add_argument("--replace", action="store_true", help="overwrite conversations that already hold data")
-    add_backend_arguments(imp, serving=False)
+    _add_storage_arguments(imp)
 
 
 def run_transfer(args: argparse.Namespace) -> int:
-    if ALIASES.get(args.backend, args.backend) == "memory":
+    try:
+        storage = _storage_config(args)
+    except config.ConfigError as exc:
+        print(f"chd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    name = ALIASES.get(storage.backend, storage.backend)
+    if name == "memory":
         print(
             "chd: the memory backend lives inside its daemon; export and import work on "
             "--backend disk (or a custom backend)",
             file=sys.stderr,
         )
         return EXIT_FAILED
-    if _durability_refused(args.durability):
-        return EXIT_FAILED
-    if (
-        args.command == "export"
-        and ALIASES.get(args.backend, args.backend) == "disk"
-        and args.data_dir is not None
-        and not os.path.isdir(os.path.expanduser(args.data_dir))
-    ):
-        # Opening would create an empty data dir: a mistyped path must not
-        # become an empty backup that reports success.
-        print(f"chd: there is no data dir at {args.data_dir}; nothing to export", file=sys.stderr)
-        return EXIT_FAILED
-    backend = open_backend_from_args(args)
-    if backend is None:
-        return EXIT_FAILED
-    try:
+    data_dir = storage.data_dir
+    fresh_dir = None
+    if name == "disk" and data_dir is not None and not os.path.isdir(os.path.expanduser(data_dir)):
         if args.command == "export":
-            return _export(backend, args)
-        return _import(backend, args)
+            # Opening would create an empty data dir: a mistyped path must not
+            # become an empty backup that reports success.
+            print(f"chd: there is no data dir at {data_dir}; nothing to export", file=sys.stderr)
+            return EXIT_FAILED
+        fresh_dir = Path(data_dir).expanduser().absolute()
+        while not fresh_dir.parent.exists():  # opening creates the missing parents too
+            fresh_dir = fresh_dir.parent
+    try:
+        # Read and checked before storage is opened: a bad file creates nothing.
+        states = _read_import(args) if args.command == "import" else None
+    except DaemonError as exc:
+        print(f"chd: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    backend = open_storage(storage.backend, data_dir, storage.durability, serving=False)
+    if backend is None:
+        _remove_fresh(fresh_dir)
+        return EXIT_FAILED
+    done = False
+    try:
+        code = _export(backend, args) if states is None else _import(backend, states, args.replace)
+        done = True
+        return code
     except DaemonError as exc:
         print(f"chd: {exc}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         backend.close()
+        if not done:
+            _remove_fresh(fresh_dir)
+
+
+def _remove_fresh(directory: Path | None) -> None:
+    """A data dir this failed import created goes again: a failure leaves nothing behind."""
+    if directory is not None and directory.is_dir():
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _export(backend: Backend, args: argparse.Namespace) -> int:
@@ -186,10 +209,13 @@ def _export(backend: Backend, args: argparse.Namespace) -> int:
     return 0
 
 
-def _import(backend: Backend, args: argparse.Namespace) -> int:
+def _read_import(args: argparse.Namespace) -> list[ConversationState]:
     with _open(args.file, "r") as source:
-        states = parse_lines(source)
-    for state in import_states(backend, states, replace=args.replace):
+        return parse_lines(source)
+
+
+def _import(backend: Backend, states: list[ConversationState], replace: bool = False) -> int:
+    for state in import_states(backend, states, replace=replace):
         print(
             f"imported {state.conversation_id}: {len(state.utterances)} in the buffer, "
             f"{len(state.pending)} queued for the summary, {len(state.archive)} archived, "

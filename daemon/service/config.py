@@ -31,6 +31,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from chd.backends import ALIASES, backend_factory
+from chd.core.errors import DaemonError
 from chd.core.settings import Settings
 from chd.core.summaries.summarizer import DEFAULT_CLAUDE_MODEL, SUMMARIZER_CHOICES
 
@@ -43,6 +45,7 @@ __all__ = [
     "OTHER_ENV",
     "add_arguments",
     "load",
+    "load_keys",
     "from_arguments",
     "render",
     "to_settings",
@@ -270,7 +273,9 @@ KEYS: tuple[Key, ...] = (
     # --- observability
     Key("log_level", Text(("debug", "info", "warning", "error")), "info",
         "log level; debug adds query text to the turn trace"),
-    Key("log_format", Text(("json", "text")), "json", "json: one JSON object per line; text: classic lines"),
+    Key("log_format", Text(("auto", "json", "text")), "auto",
+        "json: one JSON object per line (for log pipelines); text: one short line a record; "
+        "auto: text when stderr is a terminal, else json"),
     Key("metrics_port", _PORT, None, "serve Prometheus metrics on this port (0 picks one); unset: off"),
     Key("metrics_host", Text(), "127.0.0.1", "address of the metrics endpoint"),
 )
@@ -302,7 +307,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
                         help=f"TOML file of keys ({CONFIG_ENV})")
     for key in KEYS:
-        text = f"{key.help} ({key.env})"
+        # argparse formats help with %: a literal one must be doubled.
+        text = f"{key.help} ({key.env}; default {shown_default(key)})".replace("%", "%%")
         if isinstance(key.kind, Boolean):
             parser.add_argument(key.flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=text)
         else:
@@ -346,6 +352,31 @@ def load(flags: Mapping[str, Any], env: Mapping[str, str], config_file: str | No
     config = Config(values, sources, tuple(ignored))
     _check_together(config)
     return config
+
+
+def load_keys(
+    names: tuple[str, ...], flags: Mapping[str, Any], env: Mapping[str, str], defaults: Mapping[str, Any] | None = None
+) -> Config:
+    """Only the keys ``names``, from flags > their own variables > ``defaults`` (else the table's).
+
+    For commands that share a few keys with ``chd serve`` (``chd export``
+    and ``chd import`` take the storage keys): the values are parsed and
+    checked as ``load`` does, and no other variable is looked at.
+    """
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name in names:
+        key = _BY_NAME[name]
+        if name in flags:
+            sources[name], raw = f"flag {key.flag}", flags[name]
+        elif env.get(key.env):
+            sources[name], raw = f"env {key.env}", env[key.env]
+        else:
+            values[name] = (defaults or {}).get(name, key.default)
+            sources[name] = "default"
+            continue
+        values[name] = _parse(key, sources[name], raw)
+    return Config(values, sources)
 
 
 def _from_env(env: Mapping[str, str], ignored: list[str] | None = None) -> dict[str, tuple[str, Any]]:
@@ -440,11 +471,33 @@ def _check_together(config: Config) -> None:
             f"{v['host']!r} is reachable from other machines; set auth_token (or tls_client_ca) "
             "or pass --insecure to serve it unauthenticated",
         )
+    _check_storage(config)
     try:
         to_settings(config)
     except ValueError as exc:
         name = str(exc).split(" ", 1)[0]
         raise ConfigError(name, src.get(name, "default"), str(exc)) from None
+
+
+def _check_storage(config: Config) -> None:
+    """The backend can be built as configured (what opening it would refuse, short of touching storage).
+
+    Loads a ``module:Class`` backend's module, so ``chd config`` refuses what
+    ``chd serve`` would.
+    """
+    v, src = config.values, config.sources
+    name = ALIASES.get(v["backend"], v["backend"])
+    try:
+        backend_factory(name)
+    except DaemonError as exc:
+        raise ConfigError("backend", src["backend"], str(exc)) from None
+    if name == "disk" and v["data_dir"] is None:
+        raise ConfigError("data_dir", "missing", "the disk backend needs a directory: --data-dir DIR (or CHD_DATA_DIR)")
+    if name == "memory" and v["data_dir"] is not None:
+        # Accepting it silently would let a user believe their data is on disk.
+        raise ConfigError(
+            "data_dir", src["data_dir"], "the memory backend keeps nothing on disk; use --backend disk with --data-dir"
+        )
 
 
 def to_settings(config: Config) -> Settings:
@@ -455,21 +508,24 @@ def to_settings(config: Config) -> Settings:
 # --- showing it ------------------------------------------------------------------
 
 
+def shown_default(key: Key) -> str:
+    """A key's default as `--help` and the key table show it."""
+    if key.default is None:
+        return "(unset)"
+    if isinstance(key.default, bool):
+        return str(key.default).lower()
+    if isinstance(key.default, str):
+        return f'"{key.default}"'
+    return str(key.default)
+
+
 def key_table() -> str:
     """The Markdown table of every key, as docs/operations.md carries it (a test keeps them equal)."""
     rows = ["| key | flag | variable | default | meaning |", "|---|---|---|---|---|"]
     for key in KEYS:
         flag = f"--[no-]{key.flag[2:]}" if isinstance(key.kind, Boolean) else key.flag
-        if key.default is None:
-            default = "(unset)"
-        elif isinstance(key.default, bool):
-            default = str(key.default).lower()
-        elif isinstance(key.default, str):
-            default = f'"{key.default}"'
-        else:
-            default = str(key.default)
         meaning = key.help + (" (secret)" if key.secret else "")
-        rows.append(f"| `{key.name}` | `{flag}` | `{key.env}` | {default} | {meaning} |")
+        rows.append(f"| `{key.name}` | `{flag}` | `{key.env}` | {shown_default(key)} | {meaning} |")
     return "\n".join(rows)
 
 

@@ -131,12 +131,17 @@ NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset({("store", "turn_number"), (
 GUIDE: tuple[OperationGuide, ...] = (
     OperationGuide(
         "store",
-        "Append one utterance to the conversation's rolling buffer. Everything after the "
-        "header (a colon, or an opening quote) is stored verbatim, even words like 'remove' or "
-        "'summarize': a query that starts like a store is always a store. The speaker comes "
-        "from the phrase or metadata.speaker (default user). When the buffer passes "
-        "buffer_size or max_tokens, utterances are evicted (by the eviction policy) and folded "
-        "into the running summary.",
+        "Append one utterance to the conversation's rolling buffer. A quoted span or a separator "
+        "(:, -, \u2014, \u2013, ->, =>, a line break) marks where the utterance starts; it is stored "
+        "exactly as given, even words like 'remove' or 'summarize'. The instruction around it may "
+        "name the verb, the speaker, the destination and the kind of message in any order, before "
+        "or after the utterance ('Note the following from the assistant \u2014 <text>', "
+        "\"'<text>' \u2014 that's from the user, keep it\", 'note that the user told us: <text>'). "
+        "Every word of the instruction must be understood: otherwise the store is refused "
+        "(INVALID_ARGUMENT naming the unclear words), never guessed; quote the utterance or send it "
+        "in data.text. The speaker comes from the phrase or metadata.speaker (default user). When "
+        "the buffer passes buffer_size or max_tokens, utterances are evicted (by the eviction "
+        "policy) and folded into the running summary.",
         (
             "Add utterance: <text>",
             "Add user utterance: '<text>'",
@@ -146,6 +151,10 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Remember that <text>",
             "Assistant: <text>",
             "The user said \"<text>\"",
+            "Into the history, as the user: '<text>'",
+            "'<text>' \u2014 that's from the assistant, keep it",
+            "Here is the assistant's answer, '<text>', add it",
+            "what the assistant answered was: <text>",
         ),
         (
             Example(
@@ -163,6 +172,16 @@ GUIDE: tuple[OperationGuide, ...] = (
             Example(
                 "Could you store this from the assistant: Sure, done.",
                 {"operation": "store", "stored": {"speaker": "assistant", "text": "Sure, done."}},
+            ),
+            Example(
+                "Save this for later: the gate code is 4411",
+                {"operation": "store", "stored": {"speaker": "user", "text": "the gate code is 4411"}},
+                note="the instruction's words are not part of the utterance",
+            ),
+            Example(
+                "Save this for my boss: the gate code is 4411",
+                {"error": "INVALID_ARGUMENT", "left": [1, 2, 3, 4, 5, 6, 7, 8]},
+                note="'boss' is not understood, so where the utterance starts would be a guess",
             ),
         ),
         "result.utterance {seq, speaker, text, turn_number, utterance_index, timestamp, tokens, "

@@ -1,7 +1,10 @@
 """The query language: natural-language text to an operation, its fields and a confidence.
 
-Store is tried first and alone: a query that starts like a store stores its
-text verbatim, whatever words the text contains. Every other operation's
+Store is tried first and alone (grammar/store.py): a quote or a separator
+marks the utterance, which is kept exactly, whatever words it contains; an
+instruction around it that is not fully understood refuses the store
+(UnclearStore) unless another operation's rules explain every word of the
+query. Every other operation's
 rules (daemon/core/language/grammar/) read the query independently; the reading that
 explains the largest share of the query's words wins, ties going to the
 earlier operation in ``_READERS``. The share is the confidence. Below the
@@ -28,7 +31,7 @@ from chd.core.language.grammar.reading import Reading
 from chd.core.language.grammar.remove import read_remove
 from chd.core.language.grammar.retrieve import read_retrieve
 from chd.core.language.grammar.stats import read_stats
-from chd.core.language.grammar.store import read_store
+from chd.core.language.grammar.store import UnclearStore, read_store
 from chd.core.language.grammar.summarize import read_summarize
 from chd.core.language.guide import GUIDE
 from chd.core.language.numbers import parse_number
@@ -111,7 +114,15 @@ def parse(text: str) -> ParsedQuery:
     query = text.strip()
     if not query:
         raise NotUnderstood(_with_forms("the query is empty", query))
-    stored = read_store(query)
+    try:
+        stored = read_store(query)
+    except UnclearStore:
+        # A store verb in words the store rules cannot place ("Keep only the
+        # last 5 messages"): another operation may run only if its rules
+        # explain every word; otherwise the store's refusal stands.
+        if len(query) > _OTHER_READING_LIMIT or _fully_read(query) is None:
+            raise
+        stored = None
     if stored is not None:
         return ParsedQuery("store", stored, 1.0)
     operation, fields, confidence = _read(query)
@@ -148,6 +159,17 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
         )
         raise NotUnderstood(_with_forms(reason, query, best.operation), best.confidence, best)
     return best.operation, best.fields, best.confidence
+
+
+_OTHER_READING_LIMIT = 1_000
+
+
+def _fully_read(query: str) -> tuple[str, dict[str, Any], float] | None:
+    try:
+        reading = _read(query)
+    except InvalidRequest:
+        return None
+    return reading if reading[2] >= 1.0 else None
 
 
 def _quote(text: str, limit: int = 60) -> str:
