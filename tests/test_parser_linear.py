@@ -83,13 +83,17 @@ def test_entry_point_reads_every_shape_in_linear_time(entry: str) -> None:
     assert not slow, f"{entry} grows faster than linearly on {slow} (8x the text)"
 
 
-def test_a_megabyte_query_of_any_shape_costs_less_per_character_than_a_normal_query() -> None:
-    """A 1 MB query of any shape is answered or refused (never INTERNAL) at a lower cost per character than a normal query."""
+def test_a_megabyte_query_of_any_shape_costs_a_tenth_per_character_of_a_normal_query() -> None:
+    """A 1 MB query of any shape is answered or refused (never INTERNAL) at under a tenth of a normal query's cost per character.
+
+    A normal query costs ~7 us a character here, so a tenth is ~0.7 s for a
+    megabyte: only the instruction cap and payload-only store reading get there.
+    """
     normal = _seconds(_parse, NORMAL_QUERY, 20) / len(NORMAL_QUERY)
     costly = {}
     for shape in SHAPES:
         text = build(shape, 1_000_000)
         per_char = _seconds(_parse, text, 1) / len(text)
-        if per_char > normal:
-            costly[shape] = round(per_char / normal, 2)
-    assert not costly, f"per-character cost of 1 MB queries, as a multiple of a normal query's: {costly}"
+        if per_char > normal / 10:
+            costly[shape] = round(per_char / normal, 3)
+    assert not costly, f"per-character cost of 1 MB queries, as a share of a normal query's: {costly}"

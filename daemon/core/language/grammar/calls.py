@@ -14,13 +14,14 @@ import re
 from typing import Any
 
 from chd.core.errors import InvalidRequest, quote
-from chd.core.language.guide import CALLS, CallForm
+from chd.core.language.guide import CALLS, MAX_INSTRUCTION_CHARS, CallForm
 from chd.core.language.intents import field_sources
 from chd.core.language.numbers import digits_value
 
 __all__ = ["read_call", "CALL_NAMES"]
 
 CALL_NAMES: dict[str, CallForm] = {call.name: call for call in CALLS}
+_STORE_ARGUMENTS = 4
 
 # A name glued to its parenthesis and a closing one at the end: "summarize
 # (briefly) the chat" and "Summarize the chat (briefly)" stay sentences.
@@ -49,8 +50,8 @@ def _unescape(text: str) -> str:
 class _Scanner:
     """Reads the argument list of one call, left to right, once."""
 
-    def __init__(self, text: str, start: int, end: int, name: str) -> None:
-        self.text, self.pos, self.end, self.name = text, start, end, name
+    def __init__(self, text: str, start: int, end: int, name: str, most: int) -> None:
+        self.text, self.pos, self.end, self.name, self.most = text, start, end, name, most
 
     def fail(self, why: str) -> InvalidRequest:
         return InvalidRequest(f"could not read the arguments of {self.name}(): {why}")
@@ -64,6 +65,8 @@ class _Scanner:
         keywords: list[tuple[str, Any]] = []
         self.skip_spaces()
         while self.pos < self.end:
+            if len(positional) + len(keywords) >= self.most:
+                raise self.fail(f"more than {self.most} arguments")
             keyword = _KEYWORD.match(self.text, self.pos, self.end)
             if keyword:
                 self.pos = keyword.end()
@@ -157,7 +160,15 @@ def read_call(text: str) -> tuple[str, dict[str, Any]] | None:
             f"unknown function {quote(name, 40)}(); the functions are "
             + ", ".join(f"{c.name}()" for c in CALLS)
         )
-    scanner = _Scanner(query, head.end(), len(query) - 1, call.name)
+    if call.operation != "store" and len(query) > MAX_INSTRUCTION_CHARS:
+        # Only a store's text is payload; any other call is an instruction.
+        raise InvalidRequest(
+            f"{call.name}() is {len(query):,} characters; a call other than a store is read up to "
+            f"{MAX_INSTRUCTION_CHARS:,} characters (a long topic goes in data.topic)"
+        )
+    # A store takes its text and a speaker; every other call is bounded by its length.
+    most = _STORE_ARGUMENTS if call.operation == "store" else MAX_INSTRUCTION_CHARS
+    scanner = _Scanner(query, head.end(), len(query) - 1, call.name, most)
     positional, keywords = scanner.arguments()
     return call.operation, _fields(call, positional, keywords)
 
