@@ -476,6 +476,16 @@ class TestFunctionCalls:
         assert _left(history) == list(range(1, 9))
 
 
+    def test_only_a_store_call_may_be_longer_than_an_instruction(self) -> None:
+        """add_utterance("<1 MB>") stores its text; any other call past the instruction cap is refused at once."""
+        text = 'say "hi" \\ ' * 100_000
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        assert parse(f'add_utterance("{escaped}")').fields == {"text": text}
+        with pytest.raises(InvalidRequest, match="a call other than a store"):
+            parse("get_utterances(" + "1, " * 100_000 + "2)")
+        with pytest.raises(InvalidRequest, match="more than 4 arguments"):
+            parse('add_utterance("a", "user", 1, 2, 3)')
+
 class TestBreadth:
     """Issue 12: phrasings people use for reads, removes and summaries, judged by their effect."""
 
@@ -589,12 +599,3 @@ class TestBreadth:
             assert outcome.operation in ("retrieve", "summarize")
         assert _left(history) == list(range(1, 9))
 
-    def test_only_a_store_call_may_be_longer_than_an_instruction(self) -> None:
-        """add_utterance("<1 MB>") stores its text; any other call past the instruction cap is refused at once."""
-        text = 'say "hi" \\ ' * 100_000
-        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-        assert parse(f'add_utterance("{escaped}")').fields == {"text": text}
-        with pytest.raises(InvalidRequest, match="a call other than a store"):
-            parse("get_utterances(" + "1, " * 100_000 + "2)")
-        with pytest.raises(InvalidRequest, match="more than 4 arguments"):
-            parse('add_utterance("a", "user", 1, 2, 3)')
