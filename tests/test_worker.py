@@ -203,7 +203,7 @@ class TestFoldDelay:
         assert fold.calls == ["c1", "c1"]
 
     def test_gathered_evictions_take_fewer_summarizer_calls_and_lose_nothing(self):
-        """20 evictions folded as they come take 20 calls; gathered (a delay nothing outlasts), far fewer.
+        """20 evictions folded as they come take 20 calls or more; gathered (a delay nothing outlasts), far fewer.
 
         The figures with a conversation's real pace are in bench/bench_summarizer.py (fold delay).
         """
@@ -222,7 +222,9 @@ class TestFoldDelay:
                 calls[mode] = counted.calls
             finally:
                 history.close()
-        assert calls["each"] == 20, calls
+        # At least one call per fold: a fold may also condense the segment furthest
+        # over its share of the budget (issue 13), a call of its own.
+        assert calls["each"] >= 20, calls
         assert calls["gathered"] < calls["each"] / 2, calls
 
     def test_a_summary_read_does_not_wait_for_the_delay(self):
