@@ -48,6 +48,9 @@ class MemoryBackend:
         self._locks_guard = threading.Lock()
         self._bytes = 0
         self._bytes_guard = threading.Lock()
+        # Conversations with state, kept as they change (issue 17): the
+        # max_conversations check reads it on every new conversation.
+        self._count = 0
 
     @property
     def text_bytes(self) -> int:
@@ -97,6 +100,8 @@ class MemoryBackend:
                     "nothing was stored, reads and removals still work"
                 )
             self._bytes = total
+            if state.is_empty != new_state.is_empty:
+                self._count += 1 if state.is_empty else -1
             if new_state.is_empty:
                 # Nothing stored: keep no entry for it (a cleared conversation).
                 self._states.pop(conversation_id, None)
@@ -106,10 +111,14 @@ class MemoryBackend:
     def conversations(self) -> list[str]:
         return sorted(cid for cid, s in self._states.items() if not s.is_empty)
 
+    def count_conversations(self) -> int:
+        return self._count
+
     def close(self) -> None:
         self._states.clear()
         with self._bytes_guard:
             self._bytes = 0
+            self._count = 0
 
 
 def text_bytes(text: str) -> int:

@@ -133,6 +133,8 @@ def part_costs(max_size: int, cap: float) -> tuple[str, int, float]:
                 request_bytes = len(query) + sum(len(str(k)) + len(str(v)) for d in (metadata, data) for k, v in d.items())
                 try:
                     seconds = daemon.ask(query, metadata, data, cap)
+                    if seconds < cap / 4:  # the first call of a shape pays for warm-up: take the better of two
+                        seconds = min(seconds, daemon.ask(query, metadata, data, cap))
                 except TimeoutError:
                     cells.append(f"{size >> 10}k: >{cap:g}s")
                     if slowest[2] != float("inf"):
@@ -150,16 +152,16 @@ def part_costs(max_size: int, cap: float) -> tuple[str, int, float]:
     return slowest
 
 
-def _time_to_exit(daemon: Daemon, start_call: Callable[[], Any]) -> float:
+def _time_to_exit(daemon: Daemon, start_call: Callable[[], Any]) -> str:
     start_call()
-    time.sleep(0.5)  # the call is in its handler
+    time.sleep(1.0)  # the call is in its handler
     began = time.perf_counter()
     daemon.proc.send_signal(signal.SIGTERM)
     try:
-        daemon.proc.wait(120)
+        code = daemon.proc.wait(120)
     except subprocess.TimeoutExpired:
-        return float("inf")
-    return time.perf_counter() - began
+        return "still running after 120 s (killed)"
+    return f"{time.perf_counter() - began:.2f} s, exit code {code}"
 
 
 def part_exit(slowest: tuple[str, int, float]) -> None:
@@ -175,7 +177,7 @@ def part_exit(slowest: tuple[str, int, float]) -> None:
         message.data.update(data)
         try:
             took = _time_to_exit(daemon, lambda: daemon.stub.Query.future(message, timeout=120))
-            print(f"   slowest shape in flight ({name}, {size >> 10}k): {took:.2f} s")
+            print(f"   slowest shape in flight ({name}, {size >> 10}k): {took}")
         finally:
             daemon.stop()
     with FakeAnthropic(delay=300) as api:
@@ -191,7 +193,7 @@ def part_exit(slowest: tuple[str, int, float]) -> None:
             took = _time_to_exit(
                 daemon, lambda: daemon.stub.Query.future(daemon_pb2.QueryRequest(query="Get summary"), timeout=300)
             )
-            print(f"   summary read waiting on a model that does not answer: {took:.2f} s")
+            print(f"   summary read waiting on a model that does not answer: {took}")
         finally:
             daemon.stop()
 

@@ -161,6 +161,16 @@ _UTTERANCES: tuple[tuple[str, frozenset[str]], ...] = tuple(
         ("I'll take the 7:15 train", "sep"),
         ("  indented? no, trimmed", ""),
         ("Add two eggs and stir.", ""),
+        ("The user said: hello", "sep label"),
+        ("'Quoted' is how I'd put it", ""),
+        ("\u2014 as discussed, Tuesday", "sep"),
+        ("x", ""),
+        ("system: reboot at 2am", "sep label"),
+        ("Here is the plan, add it to the doc", ""),
+        ("Did the assistant say 'Paris'?", ""),
+        ("50% off -> today only", "sep"),
+        ("Thanks!! See you tomorrow :)", "sep"),
+        (" ".join(["The quick brown fox jumps over the lazy dog."] * 40), ""),
     )
 )
 

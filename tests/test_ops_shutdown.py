@@ -134,6 +134,13 @@ class TestStartingInKubernetes:
         assert (cfg.port, cfg.metrics_port) == (50051, None)
         assert len(cfg.ignored) == len(SERVICE_LINKS)
 
+    def test_a_chd_variable_unlike_any_key_is_ignored_and_listed(self):
+        from chd.service.config import load, render
+
+        cfg = load({}, {"CHD_FROBNICATOR_MODE": "on"})
+        assert cfg.ignored == ("CHD_FROBNICATOR_MODE: not a chd key",)
+        assert "# ignored CHD_FROBNICATOR_MODE: not a chd key" in render(cfg)
+
     def test_a_misspelt_key_still_stops_start_up(self):
         from chd.service.config import ConfigError, load
 

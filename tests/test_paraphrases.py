@@ -2,8 +2,7 @@
 
 A seeded sample of each operation runs through ConversationHistory. Stores
 must keep exactly the utterance or be refused, and no phrasing may run an
-operation other than the one it asks for when that would store or delete
-something nobody asked for. Each operation also has an understanding floor,
+operation other than the one it asks for. Each operation also has an understanding floor,
 set at what the rules reach today so that a regression fails; raise a floor
 when the rules get better. bench/bench_understanding.py prints the full figures.
 """
@@ -17,15 +16,12 @@ import pytest
 from tests.paraphrase import OPERATIONS, SPLITS, Variant, Verdict, judged, variants
 
 # Variants judged per operation and split (a sample: the suite's time budget is small).
-SAMPLE = {"store": 250, "retrieve": 120, "remove": 120, "summarize": 60}
+SAMPLE = {"store": 200, "retrieve": 100, "remove": 100, "summarize": 50}
 
 # Share understood by effect, per operation, on the tuning split.
-FLOORS = {"store": 0.99, "retrieve": 0.90, "remove": 0.70, "summarize": 0.55}
+FLOORS = {"store": 0.99, "retrieve": 0.95, "remove": 0.98, "summarize": 0.70}
 
-# Operations other than the one asked for, per operation: stores must have
-# none, ever. The others are ceilings at today's count (issue 12 wants zero;
-# lower them as the read, remove and summary rules widen).
-WRONG_OPERATION_CEILINGS = {"store": 0, "retrieve": 0, "remove": 0.16, "summarize": 0.05}
+# Operations other than the one asked for: none, for any operation (issue 12).
 
 
 @pytest.fixture(scope="module")
@@ -83,27 +79,16 @@ def test_no_store_keeps_any_text_but_the_utterance(verdicts, split: str) -> None
 
 
 @pytest.mark.parametrize("split", SPLITS)
-def test_no_store_runs_as_another_operation_and_none_changes_the_wrong_speaker(verdicts, split: str) -> None:  # type: ignore[no-untyped-def]
-    """A store phrasing never reads, removes or summarizes, and keeps the speaker it names."""
-    results = verdicts[("store", split)]
-    assert _failures(results, "wrong-operation") == []
-    assert _failures(results, "wrong-effect") == []
+def test_every_store_keeps_the_speaker_it_names(verdicts, split: str) -> None:  # type: ignore[no-untyped-def]
+    """A store phrasing that names the assistant or the system stores it as theirs (the user otherwise)."""
+    assert _failures(verdicts[("store", split)], "wrong-effect") == []
 
 
 @pytest.mark.parametrize("split", SPLITS)
-@pytest.mark.parametrize("operation", ["retrieve", "remove", "summarize"])
-def test_no_read_remove_or_summary_is_taken_for_a_store(verdicts, operation: str, split: str) -> None:  # type: ignore[no-untyped-def]
-    """Whatever else goes wrong with a read, remove or summary phrasing, it never stores anything."""
-    stored = [f for f in _failures(verdicts[(operation, split)], "wrong-operation") if f.split(": ran ")[1].startswith("store")]
-    assert stored == []
-
-
 @pytest.mark.parametrize("operation", OPERATIONS)
-def test_operations_other_than_the_one_asked_for_stay_under_their_ceiling(verdicts, operation: str) -> None:  # type: ignore[no-untyped-def]
-    """Wrong operations per operation stay at or below today's count (zero for stores and reads)."""
-    results = verdicts[(operation, "tuning")]
-    wrong = _failures(results, "wrong-operation")
-    assert len(wrong) <= WRONG_OPERATION_CEILINGS[operation] * len(results), wrong[:10]
+def test_no_phrasing_runs_an_operation_other_than_the_one_asked_for(verdicts, operation: str, split: str) -> None:  # type: ignore[no-untyped-def]
+    """Zero wrong operations: a read never removes, a remove never reads, nothing else becomes a store."""
+    assert _failures(verdicts[(operation, split)], "wrong-operation") == []
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)

@@ -34,6 +34,9 @@ SHAPES = [
     ("Add: 'hi' and 'bye'", "'hi' and 'bye'", None),
     ("Remember that the user prefers aisle seats", "the user prefers aisle seats", None),
     ("Please add `ls -la` as the user's message", "ls -la", "user"),
+    ("Insert this (speaker: bot) \u2014 'Ratio is 3:2 => fine'", "Ratio is 3:2 => fine", "assistant"),
+    ("Please note that the meeting moved to 10", "the meeting moved to 10", None),
+    ("remember that Did the assistant say 'Paris'?", "Did the assistant say 'Paris'?", None),
 ]
 
 
@@ -66,6 +69,8 @@ class TestRefusals:
             ("Store it in the summary: hello", "summary"),
             ("Add 'hi' to the greetings list", "greetings"),
             ("Save the gate code is 4411", "gate"),
+            ("Add this, speaker: user - hi", "speaker (at the end, before the text)"),
+            ("note that the user told us I prefer aisle seats", "prefer"),
         ],
     )
     def test_unclear_words_are_named_and_quotes_or_data_text_suggested(self, text: str, unclear: str) -> None:

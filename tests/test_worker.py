@@ -141,10 +141,11 @@ class TestFoldWorker:
         worker.submit("c2")
         assert worker.idle(2) and fold.calls == ["c1", "c2"]
 
-    def test_recover_submits_only_conversations_with_queued_utterances(self, worker_factory):
+    def test_recover_submits_every_conversation_the_queue_index_names(self, worker_factory):
+        """Recovery folds what the index lists, and reads nothing else."""
         fold = _Recorder()
         worker = worker_factory(fold)
-        worker.recover(lambda: ["a", "b", "c"], lambda cid: cid != "b")
+        worker.recover(lambda: ["a", "c"])
         deadline = time.monotonic() + 2
         while len(fold.calls) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -203,7 +204,7 @@ class TestFoldDelay:
         assert fold.calls == ["c1", "c1"]
 
     def test_gathered_evictions_take_fewer_summarizer_calls_and_lose_nothing(self):
-        """20 evictions folded as they come take 20 calls or more; gathered (a delay nothing outlasts), far fewer.
+        """20 evictions folded as they come take 20 calls; gathered (a delay nothing outlasts), far fewer.
 
         The figures with a conversation's real pace are in bench/bench_summarizer.py (fold delay).
         """
@@ -222,9 +223,7 @@ class TestFoldDelay:
                 calls[mode] = counted.calls
             finally:
                 history.close()
-        # At least one call per fold: a fold may also condense the segment furthest
-        # over its share of the budget (issue 13), a call of its own.
-        assert calls["each"] >= 20, calls
+        assert calls["each"] >= 20, calls  # one per eviction at least; merging segments may add some
         assert calls["gathered"] < calls["each"] / 2, calls
 
     def test_a_summary_read_does_not_wait_for_the_delay(self):

@@ -21,13 +21,16 @@ import logging
 import os
 import shutil
 import sys
-from contextlib import nullcontext
+import tempfile
+import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TextIO
+from typing import Iterable, Iterator, TextIO
 
 from chd.backends import ALIASES, Backend, ConversationState, open_backend
-from chd.core.errors import DaemonError
-from chd.core.transfer import export_lines, import_states, parse_lines
+from chd.backends.base import iter_conversations
+from chd.core.errors import DaemonError, InvalidRequest
+from chd.core.transfer import ImportCounts, check_lines, export_lines, import_stream, iter_states
 from chd.service import config
 
 __all__ = [
@@ -159,9 +162,17 @@ def run_transfer(args: argparse.Namespace) -> int:
         fresh_dir = Path(data_dir).expanduser().absolute()
         while not fresh_dir.parent.exists():  # opening creates the missing parents too
             fresh_dir = fresh_dir.parent
+    with _readable(args.file) if args.command == "import" else nullcontext(None) as path:
+        return _transfer(args, storage, data_dir, fresh_dir, path)
+
+
+def _transfer(
+    args: argparse.Namespace, storage: config.Config, data_dir: str | None, fresh_dir: Path | None, path: str | None
+) -> int:
     try:
-        # Read and checked before storage is opened: a bad file creates nothing.
-        states = _read_import(args) if args.command == "import" else None
+        # Checked before storage is opened: a bad file creates nothing. One
+        # conversation at a time, so the file's size does not matter (issue 17).
+        ids = _check_import(path) if path is not None else None
     except DaemonError as exc:
         print(f"chd: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -171,7 +182,10 @@ def run_transfer(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     done = False
     try:
-        code = _export(backend, args) if states is None else _import(backend, states, args.replace)
+        if path is None or ids is None:
+            code = _export(backend, args)
+        else:
+            code = _import(backend, path, ids, args.replace)
         done = True
         return code
     except DaemonError as exc:
@@ -190,39 +204,125 @@ def _remove_fresh(directory: Path | None) -> None:
 
 
 def _export(backend: Backend, args: argparse.Namespace) -> int:
-    ids = args.conversations or backend.conversations()
-    for conversation_id in ids:
-        if backend.read(conversation_id).is_empty:
-            print(f"chd: conversation {conversation_id!r} holds nothing to export", file=sys.stderr)
-            return EXIT_FAILED
+    ids: Iterable[str]
+    if args.conversations:
+        ids = args.conversations
+        for conversation_id in ids:
+            if backend.read(conversation_id).is_empty:
+                print(f"chd: conversation {conversation_id!r} holds nothing to export", file=sys.stderr)
+                return EXIT_FAILED
+    else:
+        # Streamed: a listing of 100,000 ids is not held, nor read twice.
+        ids = iter_conversations(backend)
+    progress = _Progress("exported")
+    counted = progress.conversations(ids)
     if args.output == "-":
-        for line in export_lines(backend, ids):
-            sys.stdout.write(line + "\n")
+        _write_lines(sys.stdout, export_lines(backend, counted), progress)
     else:
         # Written aside and renamed, so a failed export never leaves half a backup.
         partial = f"{args.output}.partial"
         with _open(partial, "w") as out:
-            for line in export_lines(backend, ids):
-                out.write(line + "\n")
+            _write_lines(out, export_lines(backend, counted), progress)
         os.replace(partial, args.output)
-    print(f"exported {len(ids)} conversation(s)", file=sys.stderr)
+    progress.end()
+    print(f"exported {progress.done} conversation(s)", file=sys.stderr)
     return 0
 
 
-def _read_import(args: argparse.Namespace) -> list[ConversationState]:
-    with _open(args.file, "r") as source:
-        return parse_lines(source)
+def _write_lines(out: TextIO, lines: Iterator[str], progress: "_Progress") -> None:
+    write = out.write
+    for line in lines:
+        write(line)
+        write("\n")
+        if line.startswith('{"record":"utterance"'):
+            progress.utterances += 1
 
 
-def _import(backend: Backend, states: list[ConversationState], replace: bool = False) -> int:
-    for state in import_states(backend, states, replace=replace):
-        print(
-            f"imported {state.conversation_id}: {len(state.utterances)} in the buffer, "
-            f"{len(state.pending)} queued for the summary, {len(state.archive)} archived, "
-            f"summary through #{state.summary.through_seq}",
-            file=sys.stderr,
+def _check_import(path: str) -> list[str]:
+    """The ids of the conversations in the file at ``path``, after checking all of it."""
+    with _open(path, "r") as source:
+        return check_lines(source)
+
+
+def _import(backend: Backend, path: str, ids: list[str], replace: bool = False) -> int:
+    if not replace:
+        # Before the first write, as when the whole file was held (a writer
+        # that gets in meanwhile is still refused inside its transaction).
+        for conversation_id in ids:
+            if not backend.read(conversation_id).is_empty:
+                raise InvalidRequest(
+                    f"conversation {conversation_id!r} already holds data; use --replace to overwrite it"
+                )
+    progress = _Progress("imported")
+    report = not progress.enabled
+
+    def written(batch: list[ConversationState], counts: ImportCounts) -> None:
+        progress.done, progress.utterances = counts.conversations, counts.utterances
+        progress.show()
+        if report:  # piped: one line per conversation, as before
+            for state in batch:
+                print(
+                    f"imported {state.conversation_id}: {len(state.utterances)} in the buffer, "
+                    f"{len(state.pending)} queued for the summary, {len(state.archive)} archived, "
+                    f"summary through #{state.summary.through_seq}",
+                    file=sys.stderr,
+                )
+
+    with _open(path, "r") as source:
+        import_stream(backend, iter_states(source), replace=replace, on_batch=written)
+    progress.end()
+    return 0
+
+
+class _Progress:
+    """A count and a rate on one terminal line, redrawn at most 4 times a second; silent when piped."""
+
+    def __init__(self, verb: str, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.verb = verb
+        self.enabled = self.stream.isatty()
+        self.done = 0
+        self.utterances = 0
+        self._start = self._shown = time.monotonic()
+
+    def conversations(self, ids: Iterable[str]) -> Iterator[str]:
+        for conversation_id in ids:
+            yield conversation_id
+            self.done += 1
+            self.show()
+
+    def show(self) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._shown < 0.25:
+            return
+        self._shown = now
+        rate = self.utterances / max(now - self._start, 1e-9)
+        self.stream.write(
+            f"\r{self.verb} {self.done:,} conversations, {self.utterances:,} utterances ({rate:,.0f} utterances/s)"
         )
-    return 0
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self.enabled and self.done:
+            self._shown = 0.0
+            self.show()
+            self.stream.write("\n")
+
+
+@contextmanager
+def _readable(path: str) -> Iterator[str]:
+    """``path``, or a spooled copy of stdin for ``-``: an import reads its input twice."""
+    if path != "-":
+        yield path
+        return
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".jsonl", delete=False) as spool:
+        shutil.copyfileobj(sys.stdin, spool)
+    try:
+        yield spool.name
+    finally:
+        os.unlink(spool.name)
 
 
 def _open(path: str, mode: str) -> TextIO:

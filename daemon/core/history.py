@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from chd.backends.base import Backend, Change, ConversationState
+from chd.backends.base import Backend, Change, ConversationState, queued_conversations
 from chd.backends.memory import MemoryBackend
 from chd.core.language.classifier import QueryClassifier
 from chd.core.memory.configure import configure, effective_settings
@@ -123,7 +123,7 @@ class ConversationHistory:
         self.worker: FoldWorker | None = None
         if background:
             self.worker = FoldWorker(lambda cid: self.folder.fold(cid).done, delay=self.settings.fold_delay)
-            self.worker.recover(self.backend.conversations, lambda cid: bool(self.backend.read(cid).pending))
+            self.worker.recover(lambda: queued_conversations(self.backend))
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop folding, the summarizer and storage, within about ``timeout`` seconds.

@@ -38,6 +38,7 @@ def limits_from(config: Config) -> Limits:
         max_request_bytes=config.max_request_bytes,
         max_conversations=config.max_conversations,
         max_utterances_per_conversation=config.max_utterances_per_conversation,
+        max_archived_utterances=config.max_archived_utterances,
         request_timeout=config.request_timeout,
         max_concurrent_rpcs=config.max_concurrent_rpcs,
     )

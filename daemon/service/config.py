@@ -254,6 +254,8 @@ KEYS: tuple[Key, ...] = (
     Key("max_conversations", Integer(), 100_000, "conversations one daemon holds"),
     Key("max_utterances_per_conversation", Integer(), 10_000,
         "utterances one conversation keeps in storage (buffer plus those awaiting summary)"),
+    Key("max_archived_utterances", Integer(), 10_000,
+        "folded utterances one conversation's archive keeps (archive_evicted); the oldest are dropped past it"),
     Key("request_timeout", Seconds(), 30.0, "longest a call may wait for a worker when its caller set no shorter deadline"),
     Key("max_concurrent_rpcs", Integer(1, 100_000), 256, "calls accepted at once; more are refused"),
     Key("max_memory_bytes", Integer(1024, 2**62), 1024**3,

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from chd.backends.base import Backend, Change, ConversationState, T, sizes_after
+from chd.backends.base import Backend, Change, ConversationState, T, count_conversations, iter_sizes, sizes_after
 from chd.service.observe import CallRecord, operation_of
 from chd.core.summaries.coverage import summary_coverage
 from chd.core.utterance import Utterance
@@ -146,16 +146,31 @@ class MetricsServer:
 
 
 class MeteredBackend(WrappedBackend):
-    """A Backend that keeps each conversation's buffer and queue sizes as it commits."""
+    """A Backend that keeps each conversation's buffer and queue sizes as it commits.
+
+    The sizes of conversations stored before the start are counted by a
+    background thread (the backend's ``iter_sizes``), so the port opens
+    without reading every conversation (issue 17: 27.8 s to SERVING at 10k);
+    until it is done the size gauges cover what it has counted so far.
+    """
 
     def __init__(self, backend: Backend) -> None:
         super().__init__(backend)
         self._sizes: dict[str, tuple[int, int]] = {}
         # Called with each committed summary (set by Metrics.watch_backend).
         self.on_summary: Callable[[str, Any], None] | None = None
-        for cid in backend.conversations():
-            state = backend.read(cid)
-            self._sizes[cid] = (len(state.utterances), len(state.pending))
+        self.counted = threading.Event()  # set once the stored sizes are all counted
+        threading.Thread(target=self._count_stored, name="chd-metrics-count", daemon=True).start()
+
+    def _count_stored(self) -> None:
+        try:
+            for cid, buffered, pending in iter_sizes(self.inner):
+                # A commit since the start already put the newer sizes here.
+                self._sizes.setdefault(cid, (buffered, pending))
+        except Exception:  # a backend closed under the count is not news
+            log.debug("could not count the stored conversations' sizes", exc_info=True)
+        finally:
+            self.counted.set()
 
     def transact(self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]]) -> T:
         sizes: list[tuple[int, int]] = []
@@ -176,7 +191,7 @@ class MeteredBackend(WrappedBackend):
         return value
 
     def conversation_count(self) -> float:
-        return len(self._sizes)
+        return count_conversations(self.inner)
 
     def buffered(self) -> float:
         return sum(b for b, _ in list(self._sizes.values()))

@@ -541,7 +541,11 @@ SOURCES_RULE = (
 CONFIDENCE_RULE = (
     "Every answered query's metadata carries confidence: the share of the query's words the "
     "parser understood. A read (retrieve, summarize, stats, reading settings) needs 0.8; a write "
-    "(remove, mark, configure) needs 1.0, every word understood. Below that the query is refused "
+    "(remove, mark, configure) needs 1.0, every word understood. A read needs 1.0 too when the word "
+    "it did not understand is its first (an unknown verb), a speaker, a turn or a number, or the word "
+    "after a count ('the last 3 exchanges'): those would change what it returns. A query that starts "
+    "with a remove verb (remove, delete, scrap, strike, purge...) runs as a remove or not at all. "
+    "Below that the query is refused "
     "with INVALID_ARGUMENT and the closest supported forms. If the daemon runs with the query "
     "classifier enabled and ANTHROPIC_API_KEY set, such a query is classified by Claude into the "
     "same operations instead (metadata.interpreted_by says 'classifier'); a classified remove "

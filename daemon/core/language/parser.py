@@ -1,6 +1,8 @@
 """The query language: natural-language text to an operation, its fields and a confidence.
 
-Store is tried first and alone (grammar/store.py): a quote or a separator
+A function call such as ``get_last_n(5)`` (grammar/calls.py) is read
+first; it is understood whole or refused. Store is tried next and alone
+(grammar/store.py): a quote or a separator
 marks the utterance, which is kept exactly, whatever words it contains; an
 instruction around it that is not fully understood refuses the store
 (UnclearStore) unless another operation's rules explain every word of the
@@ -10,7 +12,10 @@ explains the largest share of the query's words wins, ties going to the
 earlier operation in ``_READERS``. The share is the confidence. Below the
 operation's threshold the query is refused with the closest supported
 forms — writes (remove, mark, configure) need every word understood, reads
-tolerate a stray word. docs/query-language.md lists every form.
+tolerate a stray word, but not one that would have been a filter (a
+speaker, a turn, a number) nor an unknown first word (an unknown verb may
+mean a write). A query that starts with a remove verb runs as a remove or
+not at all. docs/query-language.md lists every form.
 
 The parser only reads; defaults, limits and conflicts between the query,
 metadata and data are intents.build_intent's job.
@@ -131,11 +136,10 @@ def parse(text: str) -> ParsedQuery:
     query = text.strip()
     if not query:
         raise NotUnderstood(_with_forms("the query is empty", query))
-    # The spec's call forms first: "add_utterance('...')" is a store whose
-    # text is the argument, quotes and escapes read as a call reads them.
     call = read_call(query)
     if call is not None:
-        # Not cached: a call may be a store, and its text is an utterance.
+        # Before the store rules, which would read add_utterance("...") as a
+        # header and a quote; not cached: a call may store an utterance.
         return ParsedQuery(call[0], call[1], 1.0)
     try:
         stored = read_store(query)
@@ -193,11 +197,10 @@ _OTHER_READING_LIMIT = 1_000
 
 def _fully_read(query: str) -> tuple[str, dict[str, Any], float] | None:
     try:
-        reading = _read(query)
+        reading = _READINGS.read(query)
     except InvalidRequest:
         return None
     return reading if reading[2] >= 1.0 else None
-
 
 
 _Outcome = tuple[str, dict[str, Any], float]

@@ -88,7 +88,10 @@ class Folder:
         self.settings = settings
         self.writer = writer
         self.counter = counter
-        self._locks: dict[str, threading.Lock] = {}
+        # A lock per conversation being folded, with how many callers hold
+        # or wait for it: the last one out removes it, so the dict does not
+        # keep one per conversation ever folded (issue 17).
+        self._locks: dict[str, tuple[threading.Lock, list[int]]] = {}
         self._locks_guard = threading.Lock()
 
     def fold(self, conversation_id: str, patient: bool = True, wait: float | None = None) -> FoldReport:
@@ -105,16 +108,19 @@ class Folder:
             wait: seconds to wait for a fold in progress (None: as long as it takes).
         """
         lock = self._lock(conversation_id)
-        if lock.acquire(timeout=-1 if wait is None else wait):
-            try:
-                report = self._fold(conversation_id, patient, "")
-            finally:
-                lock.release()
-            if report.done and patient and self.writer.keeps_originals:
-                # Outside the lock: a reader must not wait on a rewrite, and
-                # the commit checks that the summary did not change meanwhile.
-                report.done = self._rewrite(conversation_id, report)
-            return report
+        try:
+            if lock.acquire(timeout=-1 if wait is None else wait):
+                try:
+                    report = self._fold(conversation_id, patient, "")
+                finally:
+                    lock.release()
+                if report.done and patient and self.writer.keeps_originals:
+                    # Outside the lock: a reader must not wait on a rewrite, and
+                    # the commit checks that the summary did not change meanwhile.
+                    report.done = self._rewrite(conversation_id, report)
+                return report
+        finally:
+            self._unlock(conversation_id)
         if self.writer.keeps_originals:
             # The model is working on this conversation: its result must land,
             # not be overtaken by a lossy offline fold.
@@ -270,8 +276,18 @@ class Folder:
         return committed and not held
 
     def _lock(self, conversation_id: str) -> threading.Lock:
+        """The conversation's fold lock, counted as used until ``_unlock``."""
         with self._locks_guard:
-            return self._locks.setdefault(conversation_id, threading.Lock())
+            lock, users = self._locks.setdefault(conversation_id, (threading.Lock(), [0]))
+            users[0] += 1
+            return lock
+
+    def _unlock(self, conversation_id: str) -> None:
+        with self._locks_guard:
+            _, users = self._locks[conversation_id]
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[conversation_id]
 
 
 PENDING_HEADER = "Not yet summarized:"

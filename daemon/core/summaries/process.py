@@ -159,7 +159,7 @@ class ProcessSummarizer:
             raise TimeoutError(f"not ready after {self._start_timeout:g} s")
         return self._ready
 
-    def close(self, grace: float = 1.0) -> None:
+    def close(self, grace: float = 0.5) -> None:
         """Stop the child; later calls fail (the writer's fallback takes them).
 
         A summary in progress is not waited for past ``grace`` seconds: the

@@ -23,7 +23,7 @@ from chd.core.language.grammar.slots import (
     take_time,
     take_turns,
 )
-from chd.core.language.grammar.vocab import FILLERS, FLAGS, NOUNS_RE
+from chd.core.language.grammar.vocab import FILLERS, FLAGS, NOUNS_RE, SPEAKER
 
 __all__ = ["read_retrieve"]
 
@@ -63,6 +63,10 @@ def _count_fields(count: Count, topic: bool) -> dict[str, Any]:
 
 
 _FIRST_WORD = re.compile(r"[\w']+", re.UNICODE)
+# Words that would be a filter if understood: a read that leaves one of
+# them unexplained would return more than was asked ("what the assistant
+# has said" read as everything), so it needs every word understood.
+_FILTER_WORD = re.compile(rf"(?:{SPEAKER})(?:'s|s')?|turns?|\#?\d+\w*|archived?|summary", FLAGS)
 
 
 def read_retrieve(text: str) -> Reading | None:
@@ -106,5 +110,10 @@ def read_retrieve(text: str) -> Reading | None:
     if verb is None and not fields:
         return None
     unexplained = q.unexplained(_WORDS)
-    strict = verb is None and first is not None and first.group(0) in unexplained
+    strict = (
+        (verb is None and first is not None and first.group(0) in unexplained)
+        or any(_FILTER_WORD.fullmatch(word) for word in unexplained)
+        # "the last 3 exchanges": a count of something not understood might not be utterances.
+        or (count is not None and count.after is not None and count.after in unexplained)
+    )
     return Reading("retrieve", fields, unexplained, q.total_words, strict=strict)

@@ -58,7 +58,7 @@ _SPEAKER_PATTERNS = (
     # hold a whole number split a run of number words every way (issue 14:
     # "user " + "two " * 21 + "x" took 4 s, doubling with each word).
     rf"\b(?:the\s+)?(?P<s>{SPEAKER})(?:'s|s')?(?=\s+(?:(?:last|latest|newest|oldest|first|earliest|most\s+recent|recent|previous|{NUM_TOKEN})\s+){{0,4}}{NOUN}\b)",
-    rf"\b(?:the\s+)?(?P<s>{SPEAKER})\s+(?={_SAYING}\b)",
+    rf"\b(?:the\s+)?(?P<s>{SPEAKER})\s+(?=(?:(?:has|have|had|did|does|do|was|is|just|ever|already|previously|actually|also|really)\s+){{0,2}}{_SAYING}\b)",
     rf"\bof\s+the\s+(?P<s>{SPEAKER})\b",
     rf"^(?:the\s+)?(?P<s>{SPEAKER})(?:'s)?$",
 )
@@ -130,14 +130,18 @@ _TURN_SINCE = (
     rf"\bfrom\s+{_turn_ref('n')}\s+on(?:wards?)?\b",
     rf"\b(?:in\s+|from\s+)?{_turn_ref('n')}\s+(?:and\s+(?:later|after|newer|onwards?|beyond)|on(?:wards?)?)\b",
 )
+# "turns of talk" are utterances, as conversation analysts say.
+_TURNS = r"turns?\b(?!\s+of\s+(?:talk|speech))"
+# "the 2 latest turns" before "the latest turns": each takes its leftmost match.
 _TURN_LAST = (
-    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:last|latest|most\s+recent|final|past|previous|newest)\s+(?:(?P<n>{NUM})\s+)?turns?\b",
-    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:last|latest|most\s+recent|newest)\s+turns?\b",
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:last|latest|most\s+recent|newest|final)\s+{_TURNS}",
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:last|latest|most\s+recent|final|past|previous|newest)\s+(?:(?P<n>{NUM})\s+)?{_TURNS}",
 )
 # "the first three turns" are turns, not utterances; "the first turn" is turn 1.
 _TURN_FIRST = (
-    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:first|earliest|oldest|opening|initial)\s+(?P<n>{NUM})\s+turns\b",
-    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:first|earliest|oldest)\s+turns\b",
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:first|earliest|oldest|opening|initial)\s+(?P<n>{NUM})\s+{_TURNS}",
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:first|earliest|oldest)\s+{_TURNS}",
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:earliest|oldest)\s+turn\b",
 )
 _TURN_SINGLE = rf"\b(?:(?:in|from|during|of|for|at|on)\s+)?(?:just\s+|only\s+)?{_turn_ref('n')}\b"
 
@@ -176,7 +180,7 @@ def take_turns(q: Query) -> TurnSpan:
     if m := _first(q, _TURN_LAST):
         span.last_turns = parse_number(m.group("n")) if m.group("n") else 1
     if m := _first(q, _TURN_FIRST):
-        span.first_turns = parse_number(m.group("n"))
+        span.first_turns = parse_number(m.group("n")) if m.groupdict().get("n") else 1
     if not span.given and (m := q.take(_TURN_SINGLE)):
         span.turn_from = span.turn_to = _turn_value(m, "n")
     return span
@@ -270,6 +274,7 @@ class Count:
     n: int | None
     window: bool = False  # "in the last 10 utterances": a window, not a number of hits
     plural: bool | None = None  # None: no noun followed
+    after: str | None = None  # the word after a count that no noun followed
 
 
 def _plural(noun: str | None) -> bool | None:
@@ -289,6 +294,9 @@ _COUNT_PATTERNS = (
 )
 
 
+_NEXT_WORD = re.compile(r"\s*([\w']+)")
+
+
 def take_count(q: Query) -> Count | None:
     """'the last 5', 'the 3 oldest', 'the most recent message', 'top 3', '5 utterances'."""
     for form, pattern in _COUNT_PATTERNS:
@@ -297,10 +305,12 @@ def take_count(q: Query) -> Count | None:
             continue
         n = parse_number(m.group("n")) if m.group("n") else None
         noun = m.groupdict().get("noun")
+        after = _NEXT_WORD.match(q.text, m.start()) if noun is None else None
+        word = after.group(1) if after else None
         if form in ("top", "bare"):
-            return Count(form, n, plural=_plural(noun))
+            return Count(form, n, plural=_plural(noun), after=word)
         kind = "oldest" if re.fullmatch(_OLDEST, m.group("k"), FLAGS) else "newest"
-        return Count(kind, n, window=form == "window", plural=_plural(noun))
+        return Count(kind, n, window=form == "window", plural=_plural(noun), after=word)
     return None
 
 
@@ -372,7 +382,7 @@ _TRAILING = (
     rf"\s*,?\s*between\s+turns?\s*\#?{NUM}\s+and\s+(?:turn\s*\#?)?{NUM}",
     rf"\s*,?\s*(?:before|after|since|until|up\s+to|from|in|during|at|starting\s+(?:at|from))\s+{_turn_ref('x')}(?:\s+on(?:wards?)?)?",
     rf"\s*,?\s*(?:(?:in|within|during|over|from|for)\s+)?the\s+(?:last|past|previous)\s+(?:{NUM}\s*)?{_UNIT}",
-    rf"\s*,?\s*(?:in|during|from|over)\s+the\s+(?:last|latest|most\s+recent|past|previous)\s+(?:{NUM}\s+)?turns?",
+    rf"\s*,?\s*(?:in|during|from|over)\s+the\s+(?:last|latest|most\s+recent|past|previous)\s+(?:{NUM}\s+)?{_TURNS}",
     rf"\s*,?\s*(?:in|during|from|over|of)\s+the\s+(?:first|earliest|oldest|opening|initial)\s+{NUM}\s+turns",
     rf"\s*,?\s*(?:in|among|within|from|of)\s+the\s+(?:{_NEWEST}|{_OLDEST})\s+{NUM}(?:\s+{NOUN})?",
     rf"\s*,?\s*(?:(?:said|written|sent)\s+)?(?:from|by)\s+(?:the\s+)?{SPEAKER}",
@@ -418,8 +428,9 @@ _TOKENS_AFTER = rf"(?:{_TOKENS_TAIL})?"
 # The limit's own words first: "limit 70 tokens" must not leave "limit" behind.
 _TOKEN_LIMIT = (
     rf"\btoken\s+(?:limit|budget|cap)\s*(?:of|=|:|is)?\s*(?P<n>{NUM})\b",
+    rf"\b(?:in|within|under|with|using|inside)\s+(?:a|an|the)\s+(?P<n>{NUM})[\s-]*tokens?\s+(?:budget|limit|cap|max(?:imum)?)\b",
     rf"\b(?:with\s+)?(?:a\s+)?(?:limit|budget|cap|maximum|max)\s*(?:of|=|:|is)?\s*(?P<n>{NUM})\s*tokens?\b{_TOKENS_AFTER}",
-    rf"\b(?:(?:stay(?:ing)?|keep(?:\s+it)?|kept|staying)\s+)?(?:in|within|under|to|at\s+most|max(?:imum)?|no\s+more\s+than|no\s+longer\s+than|not\s+more\s+than"
+    rf"\b(?:(?:stay(?:ing)?|keep(?:\s+it)?|kept|staying)\s+)?(?:(?:using|with|in|within|at)\s+)?(?:in|within|under|to|at\s+most|max(?:imum)?|no\s+more\s+than|no\s+longer\s+than|not\s+more\s+than"
     rf"|using|of|below|up\s+to|limited\s+to|capped\s+at|cap(?:ped)?\s+it\s+at|with\s+a\s+limit\s+of|fitting\s+(?:in|into)|less\s+than|fewer\s+than|into|at|around|about)"
     rf"\s+(?:at\s+most\s+|about\s+|roughly\s+|around\s+|only\s+|just\s+)?(?P<n>{NUM})\s*tokens?\b{_TOKENS_AFTER}",
     rf"\b(?P<n>{NUM})[\s-]*tokens?(?:{_TOKENS_TAIL}"

@@ -208,8 +208,10 @@ def _that_clause(q: str) -> _Split | None:
         return None
     text = q[that.end() :]
     # "note that the user told us I prefer aisle seats": whose words start where is a guess.
-    lead = read_header(" ".join(text[:HEAD_LIMIT].split()[:4]))
-    if _SEPARATOR.search(text) is not None or (lead.speech and lead.speakers):
+    first = text[:HEAD_LIMIT].split()[:4]
+    lead = read_header(" ".join(first))
+    reported = lead.speech and bool(read_header(" ".join(first[:2])).speakers)
+    if _SEPARATOR.search(text) is not None or reported:
         return None
     return _Split(text, before, q[: that.end()])
 
@@ -233,12 +235,10 @@ def _instruction_last(q: str) -> _Split | None:
 
 
 def _unclear_message(split: _Split) -> str:
-    words = ", ".join(repr(w) for w in dict.fromkeys(split.header.unclear))
-    shown = " ".join(split.instruction.split())
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
+    words = ", ".join(quote(w, 50) for w in dict.fromkeys(split.header.unclear))
+    shown = quote(" ".join(split.instruction[: HEAD_LIMIT * 2].split()), 60)
     return (
-        f"could not fully understand the store instruction {shown!r} (not understood: {words}); "
+        f"could not fully understand the store instruction {shown} (not understood: {words}); "
         "nothing was stored. Put the utterance in quotes or after a colon "
         "(Add user utterance: \"<text>\"), or send it in data.text with the query 'Add utterance'"
     )

@@ -50,7 +50,8 @@ _NOUNS = frozenset(
     """utterance message turn line reply response statement entry note question answer text
     comment remark quote input output prompt item bit piece words word content sentence msg
     memo snippet fact reminder one thing body string phrase request instruction update
-    feedback""".split()
+    feedback complaint greeting query concern thought observation correction confirmation
+    apology objection suggestion preference info information detail details""".split()
 )
 # Pointers ("this", "the following"), courtesy ("could you please"), glue
 # ("as", "from", "on behalf of") and words that say how to keep it ("verbatim").
@@ -63,7 +64,7 @@ _OTHER = frozenset(
     if possible verbatim exactly word literally is saying reads reading side role speaker
     part behalf voice author sender source tagged labelled labeled attributed from by of
     on own safekeeping safe keeping real above more self make take set hold incoming
-    latest newest fresh long term running back over out""".split()
+    latest newest fresh long term running back over out know fyi btw way heads record""".split()
 )
 # Words an instruction cannot end with: what follows them is part of it, not the utterance.
 _DANGLING = frozenset(

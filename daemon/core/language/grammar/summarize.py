@@ -10,7 +10,9 @@ new summary without a verb.
 
 from __future__ import annotations
 
-from chd.core.language.grammar.query import Query
+import re
+
+from chd.core.language.grammar.query import Query, strip_politeness
 from chd.core.language.grammar.reading import Reading
 from chd.core.language.grammar.slots import (
     Count,
@@ -20,6 +22,7 @@ from chd.core.language.grammar.slots import (
     take_token_limit,
     take_turns,
 )
+from chd.core.language.grammar.vocab import FLAGS
 from chd.core.language.numbers import NUM
 
 __all__ = ["read_summarize"]
@@ -56,17 +59,20 @@ _WORDS = frozenset(
     paragraph rough fast executive through go over catch fill in on let have see want need like how about
     upshot bottom version highlights tokens token stay staying keep kept capped cap limit max maximum
     until now thus date everything whole entire conversation's down we we've we're our us you've discussed
-    talked covered said about happened""".split()
+    talked covered said about happened briefly shortly quickly concisely succinctly budget""".split()
 )
+
+
+_LEAD = " ,;:()[]-\u2013\u2014"
 
 
 def read_summarize(text: str) -> Reading | None:
     q = Query(text)
-    trigger = q.search(_TRIGGER)
-    if trigger is None:
+    # The limit may come first: "using no more than 80 tokens, summarize turns 2 to 3".
+    limit = take_token_limit(q)
+    if re.search(_TRIGGER, strip_politeness(q.text.lstrip(_LEAD)), FLAGS) is None:
         return None
     fields: dict[str, object] = {}
-    limit = take_token_limit(q)
     if limit is not None:
         fields["token_limit"] = limit
     span = take_turns(q)
