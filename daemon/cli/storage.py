@@ -21,7 +21,7 @@ import logging
 import os
 import sys
 from contextlib import nullcontext
-from typing import TextIO
+from typing import Any, TextIO
 
 from chd.backends import ALIASES, Backend, open_backend
 from chd.backends.disk import DURABILITY
@@ -80,16 +80,29 @@ def add_backend_arguments(parser: argparse.ArgumentParser, *, serving: bool) -> 
         help="disk backend: normal survives a crash of chd, full also an OS crash or power loss "
         f"(CHD_DURABILITY, default {'normal' if serving else 'as the data dir was last served'})",
     )
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("CHD_REDIS_URL"),
+        help="redis backend: redis://[:PASSWORD@]HOST:PORT/DB or rediss:// (CHD_REDIS_URL; "
+        "CHD_REDIS_PASSWORD when the URL has none)",
+    )
+    parser.add_argument(
+        "--redis-cluster", action=argparse.BooleanOptionalAction, default=None,
+        help="redis backend: the URL names a Redis Cluster (default: asked of the server)",
+    )
     parser.set_defaults(serving=serving)
 
 
 def open_backend_from_args(args: argparse.Namespace) -> Backend | None:
     """The backend the transfer flags name, or None after printing one line saying why not."""
-    return open_storage(args.backend, args.data_dir, args.durability, serving=args.serving)
+    redis = {"redis_url": args.redis_url, "redis_cluster": args.redis_cluster,
+             "redis_password": os.environ.get("CHD_REDIS_PASSWORD")}
+    return open_storage(args.backend, args.data_dir, args.durability, serving=args.serving,
+                        **(redis if ALIASES.get(args.backend, args.backend) == "redis" else {}))
 
 
 def open_storage(
-    backend: str, data_dir: str | None, durability: str | None, *, serving: bool
+    backend: str, data_dir: str | None, durability: str | None, *, serving: bool, **extra: Any
 ) -> Backend | None:
     """The named backend, or None after printing one line saying why not.
 
@@ -97,7 +110,7 @@ def open_storage(
     given); the transfer tools keep what the dir's daemon set.
     """
     name = ALIASES.get(backend, backend)
-    options = {"data_dir": data_dir, "durability": durability}
+    options = {"data_dir": data_dir, "durability": durability, **extra}  # extra: the redis backend's
     if name == "disk" and serving and durability is None:
         # A daemon sets the directory's durability; the tools keep it.
         options["durability"] = "normal"
