@@ -31,12 +31,13 @@ it; docs/backends.md shows how to write one):
 from __future__ import annotations
 
 from bisect import bisect_left
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from chd.core.utterance import Summary, Utterance
 
-__all__ = ["ConversationState", "Change", "Backend", "apply_change", "sizes_after", "T"]
+__all__ = ["ConversationState", "Change", "Backend", "Leases", "apply_change", "sizes_after", "T"]
 
 T = TypeVar("T")
 
@@ -142,6 +143,21 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release files and connections; the backend is unusable afterwards."""
         ...
+
+
+@runtime_checkable
+class Leases(Protocol):
+    """An optional capability: a backend shared by several daemons leases folds.
+
+    ``lease(conversation_id)`` is a context manager yielding True while this
+    process holds the conversation's fold lease, False if another holds it.
+    A lease expires by itself, so a daemon that dies holding one blocks the
+    others for a bounded time; folds stay correct without it (their commit
+    checks what they read), the lease only keeps replicas from summarizing
+    the same queue twice. The folder looks it up once, with ``getattr``.
+    """
+
+    def lease(self, conversation_id: str) -> AbstractContextManager[bool]: ...
 
 
 def _without(items: list[Utterance], seqs: set[int]) -> list[Utterance]:

@@ -68,6 +68,9 @@ class Folder:
         self.counter = counter
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        # A backend shared by replicas may lease a conversation's fold to one
+        # of them (backends.base.Leases); others fold under the lock alone.
+        self._lease = getattr(backend, "lease", None)
 
     def fold(self, conversation_id: str, patient: bool = True, wait: float | None = None) -> FoldReport:
         """Fold everything queued for the conversation.
@@ -85,14 +88,22 @@ class Folder:
         lock = self._lock(conversation_id)
         if lock.acquire(timeout=-1 if wait is None else wait):
             try:
-                return self._fold(conversation_id, patient, "")
+                if self._lease is None:
+                    return self._fold(conversation_id, patient, "")
+                try:
+                    with self._lease(conversation_id) as held:
+                        if held:
+                            return self._fold(conversation_id, patient, "")
+                except StorageError as exc:
+                    return FoldReport(done=False, error=f"{type(exc).__name__}: {exc}")
+                if wait is None:  # the worker retries later; the leaseholder folds meanwhile
+                    return FoldReport(done=False, error="another replica is folding this conversation")
             finally:
                 lock.release()
-        return self._fold(
-            conversation_id, patient,
-            f"{self.writer.name} was still busy with this conversation after {wait:g} s; "
-            "folded offline so the answer is current",
-        )
+            because = "another replica was folding this conversation"
+        else:
+            because = f"{self.writer.name} was still busy with this conversation after {wait:g} s"
+        return self._fold(conversation_id, patient, because + "; folded offline so the answer is current")
 
     def _fold(self, conversation_id: str, patient: bool, offline_because: str) -> FoldReport:
         report = FoldReport(done=False)
