@@ -152,14 +152,14 @@ def start_cluster(directory: Path, masters: int = 3) -> RedisCluster:
         with servers[0].client() as first:
             for server in servers[1:]:
                 first.execute_command("CLUSTER MEET", "127.0.0.1", server.port)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             states = []
             for server in servers:
                 with server.client() as client:
                     info = client.execute_command("CLUSTER INFO")
-                    text = info.decode() if isinstance(info, bytes) else str(info)
-                    states.append("cluster_state:ok" in text and f"cluster_known_nodes:{masters}" in text)
+                    states.append(info.get("cluster_state") == "ok"
+                                  and int(info.get("cluster_known_nodes", 0)) == masters)
             if all(states):
                 return RedisCluster(servers)
             time.sleep(0.1)
@@ -200,10 +200,34 @@ def shared_redis_url(directory: Path) -> str:
     return f"redis://127.0.0.1:{_shared.port}/{db}"
 
 
+# A cluster has only database 0: each new test directory empties it instead.
+_shared_cluster: RedisCluster | None = None
+_cluster_directory: Path | None = None
+
+
+def shared_cluster_url(directory: Path) -> str:
+    global _shared_cluster, _cluster_directory
+    if _shared_cluster is None:
+        import tempfile
+
+        _shared_cluster = start_cluster(Path(tempfile.mkdtemp(prefix="chd-redis-cluster-")))
+    if directory != _cluster_directory:
+        for server in _shared_cluster.servers:
+            with server.client() as client:
+                client.flushall()
+        _cluster_directory = directory
+    return _shared_cluster.url
+
+
 def stop_shared_redis() -> None:
-    global _shared
+    global _shared, _shared_cluster, _cluster_directory
     if _shared is not None:
         _shared.stop()
         shutil.rmtree(_shared.directory, ignore_errors=True)
         _shared = None
         _databases.clear()
+    if _shared_cluster is not None:
+        _shared_cluster.stop()
+        shutil.rmtree(_shared_cluster.servers[0].directory.parent, ignore_errors=True)
+        _shared_cluster = None
+        _cluster_directory = None
