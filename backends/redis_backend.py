@@ -75,7 +75,7 @@ META_SCHEMA = 1
 _MAX_ATTEMPTS = 200
 
 # KEYS: meta, utterances. ARGV: expected commit id, this commit's id, meta
-# record, summary record ('' unchanged), idle ttl in ms ('0' none), number of
+# record ('' for an empty state: delete the conversation), summary record ('' unchanged), idle ttl in ms ('0' none), number of
 # utterance records to set, then seq/record pairs, then seqs to delete.
 # The first write is the meta HSET: under maxmemory Redis refuses a script's
 # first write that needs memory and nothing is written (later writes of a
@@ -85,6 +85,12 @@ local c = redis.call('HGET', KEYS[1], 'c') or ''
 if c ~= ARGV[1] then
   if c == ARGV[2] then return {1} end
   return {0, c, redis.call('HGET', KEYS[1], 'm') or ''}
+end
+if ARGV[3] == '' then
+  -- Back to an empty state (settings cleared before any store): no keys,
+  -- so conversations() does not list it.
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return {1}
 end
 redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3])
 redis.call('HINCRBY', KEYS[1], 'v', 1)
@@ -491,10 +497,14 @@ class RedisBackend:
         for seq, u in writes.items():
             args += (seq, encode_utterance(u))
         args += sorted(gone - writes.keys())
+        if new_state.is_empty:
+            args[1:3] = [commit, ""]
         reply = self._commit(
             keys=[conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u")], args=args
         )
         if reply[0]:
+            if new_state.is_empty:
+                return _Snapshot("", _Meta(conversation_id), new_state)
             return _Snapshot(commit, meta, new_state)
         return _text(reply[1]), _text(reply[2])
 

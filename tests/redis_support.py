@@ -88,6 +88,8 @@ class RedisServer:
                 try:
                     if client.ping():
                         return True
+                except redis.AuthenticationError:  # --requirepass: it answers, so it is up
+                    return True
                 except (redis.ConnectionError, redis.BusyLoadingError):
                     time.sleep(0.02)
         finally:

@@ -12,12 +12,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chd.backends import open_backend
+from chd.backends.base import Change
 from chd.backends.redis_backend import RedisBackend, conversation_key, mask_url
 from chd.core.errors import StorageError, StorageFull
 from chd.v1 import daemon_pb2_grpc
 from tests.backends.backend_kinds import append_next
 from tests.conftest import DaemonProcess, query, run_chd
-from tests.redis_support import RedisCluster, RedisServer, running_redis
+from tests.redis_support import RedisCluster, RedisServer, running_redis, start_redis
 
 AWKWARD_IDS = ["{", "}", "{tag}", "a}b{c", "with:colon", "with space", "%7B", "%", "", "日本語 🙂", "chd:{x}:m"]
 
@@ -65,6 +66,19 @@ class TestKeys:
                     slots = {client.execute_command("CLUSTER KEYSLOT", conversation_key(conversation_id, part))
                              for part in ("m", "u", "lease")}
                     assert len(slots) == 1, conversation_id
+        finally:
+            backend.close()
+
+    def test_a_conversation_back_to_an_empty_state_leaves_no_keys(self, redis_server: RedisServer) -> None:
+        """Settings set and cleared before any store: nothing stored, nothing listed."""
+        backend = RedisBackend(redis_server.url)
+        try:
+            backend.transact("c", lambda s: (Change(settings={"buffer_size": 5}), None))
+            assert backend.conversations() == ["c"]
+            backend.transact("c", lambda s: (Change(settings={}), None))
+            assert backend.conversations() == []
+            assert backend.read("c").is_empty
+            assert backend.transact("c", append_next()) == 1
         finally:
             backend.close()
 
@@ -121,6 +135,22 @@ class TestFailures:
         assert len(lines) == 1
         assert lines[0].startswith("chd: cannot use Redis at redis://:***@127.0.0.1:1/0: ")
         assert "hunter2" not in done.stderr
+
+    def test_a_password_from_the_url_or_redis_password_is_used_and_never_shown(self, tmp_path: Path) -> None:
+        """requirepass: the URL's password or redis_password (CHD_REDIS_PASSWORD) works; a wrong one is a masked StorageError."""
+        server = start_redis(tmp_path / "locked", "--requirepass", "s3cret")
+        try:
+            port = server.port
+            for backend in (RedisBackend(f"redis://:s3cret@127.0.0.1:{port}/0"),
+                            RedisBackend(f"redis://127.0.0.1:{port}/0", redis_password="s3cret")):
+                backend.transact("c", append_next())
+                backend.close()
+            with pytest.raises(StorageError) as refused:
+                RedisBackend(f"redis://:wrong@127.0.0.1:{port}/0")
+            assert f"redis://:***@127.0.0.1:{port}/0" in str(refused.value)
+            assert "wrong" not in str(refused.value)
+        finally:
+            server.stop()
 
     def test_redis_killed_and_restarted_under_a_daemon(self, redis_server: RedisServer) -> None:
         """UNAVAILABLE and NOT_SERVING while Redis is down, SERVING after, every acknowledged store kept (AOF)."""
