@@ -527,11 +527,8 @@ class RedisBackend:
                 self._cached -= dropped.size
 
     def _lock(self, conversation_id: str) -> threading.Lock:
-        lock = self._locks.get(conversation_id)
-        if lock is None:
-            with self._locks_guard:
-                lock = self._locks.setdefault(conversation_id, threading.Lock())
-        return lock
+        with self._locks_guard:
+            return self._locks.setdefault(conversation_id, threading.Lock())
 
     def _nodes(self) -> list[Any]:
         if self.cluster:
