@@ -34,6 +34,7 @@ the search index, which syncs to the state it is given, follows.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import random
@@ -150,6 +151,8 @@ def mask_url(url: str) -> str:
         return url
     user = parts.username or ""
     host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
@@ -186,8 +189,6 @@ class _Meta:
 
     @classmethod
     def decode(cls, text: str, conversation_id: str) -> _Meta:
-        import json
-
         what = f"the meta record of conversation {conversation_id!r} in Redis"
         try:
             record = json.loads(text)
