@@ -19,8 +19,12 @@ change only if the conversation's last commit id is still the one the
 decision was made on (compare-and-set), so nothing is half-written and two
 replicas never both commit on the same state. A lost race returns the
 current meta record in the same reply; the replica fetches the utterances
-it lacks, decides again and retries. Threads of one process also take a
-per-conversation lock first, only to spare each other those retries.
+it lacks, decides again and retries. Concurrent writes of one process are
+group-committed (backends/group_commit.py): the leading thread decides every
+queued call and sends their scripts in one pipeline, one round trip for the
+batch (each script still checks its own conversation; a pipeline is not a
+transaction). On Redis Cluster, whose pipelines span nodes, each write goes
+alone under a per-conversation lock.
 
 Every replica caches states beside the commit id they were read at. A
 ``transact`` decides on the cached state and lets the script's check catch
@@ -53,6 +57,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from chd.backends.base import Change, ConversationState, T, apply_change
+from chd.backends.group_commit import GroupCommit, Request
 from chd.backends.records import (
     _dump,
     decode_summary,
@@ -282,6 +287,9 @@ class RedisBackend:
         self._capacity = cached_utterances
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        # Concurrent writes of this process share round trips (one pipeline
+        # per batch); on a cluster a pipeline spans nodes, so each writes alone.
+        self._group = None if self.cluster else GroupCommit(self._commit_batch)
 
     def _connect(self, url: str, cluster: bool | None, options: dict[str, Any]) -> Any:
         retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), 2)
@@ -308,6 +316,9 @@ class RedisBackend:
         conversation_id: str,
         decide: Callable[[ConversationState], tuple[Change, T]],
     ) -> T:
+        if self._group is not None:
+            with _translated():
+                return self._group.run(conversation_id, decide)
         with self._lock(conversation_id), _translated():
             snapshot = self._cached_snapshot(conversation_id)
             verified = False
@@ -452,6 +463,12 @@ class RedisBackend:
 
     def _apply(self, snapshot: _Snapshot, change: Change) -> _Snapshot | tuple[str, str]:
         """Commit ``change`` on ``snapshot``: the new snapshot, or the (commit, meta) that overtook it."""
+        keys, args, after = self._prepare(snapshot, change)
+        reply = self._commit(keys=keys, args=args)
+        return after if reply[0] else (_text(reply[1]), _text(reply[2]))
+
+    def _prepare(self, snapshot: _Snapshot, change: Change) -> tuple[list[str], list[Any], _Snapshot]:
+        """The commit script's keys and arguments for ``change`` on ``snapshot``, and the snapshot it makes."""
         state, old = snapshot.state, snapshot.meta
         conversation_id = state.conversation_id
         commit = self._ids.next()
@@ -498,16 +515,114 @@ class RedisBackend:
         for seq, u in writes.items():
             args += (seq, encode_utterance(u))
         args += sorted(gone - writes.keys())
+        keys = [conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u")]
         if new_state.is_empty:
-            args[1:3] = [commit, ""]
-        reply = self._commit(
-            keys=[conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u")], args=args
-        )
-        if reply[0]:
-            if new_state.is_empty:
-                return _Snapshot("", _Meta(conversation_id), new_state)
-            return _Snapshot(commit, meta, new_state)
-        return _text(reply[1]), _text(reply[2])
+            args[2] = ""
+            return keys, args, _Snapshot("", _Meta(conversation_id), new_state)
+        return keys, args, _Snapshot(commit, meta, new_state)
+
+    def _commit_batch(self, batch: list[Request]) -> None:
+        """Decide and commit the queued calls of this process with one pipeline per round (GroupCommit).
+
+        Calls on one conversation decide in order, each on the state the
+        previous one makes. Each commit is its own script with its own check,
+        so a pipeline is one round trip for the batch and not a transaction:
+        a commit that lost a race (and the later ones of its conversation,
+        decided on what it would have made) decide again in the next round,
+        on the state Redis has.
+        """
+        # conversation -> (snapshot, verified): verified means read from (or
+        # committed to) Redis during this batch, so a refusal or a no-op may
+        # be answered from it.
+        working: dict[str, tuple[_Snapshot, bool]] = {}
+        waiting = list(batch)
+        for attempt in range(_MAX_ATTEMPTS):
+            sent: list[tuple[Request, Any, _Snapshot]] = []
+            calls: list[tuple[list[str], list[Any]]] = []
+            later: list[Request] = []
+            speculative: set[str] = set()  # decided on a commit not yet acknowledged
+            for request in waiting:
+                cid = request.conversation_id
+                if cid not in working:
+                    cached = self._cached_snapshot(cid)
+                    working[cid] = (cached, False) if cached is not None else (self._current(cid), True)
+                snapshot, verified = working[cid]
+                try:
+                    change, value = request.decide(snapshot.state)
+                except Exception as exc:
+                    if verified and cid not in speculative:
+                        request.error, request.done = exc, True
+                    else:
+                        later.append(request)
+                        speculative.add(cid)  # nothing more for it this round
+                        if not any(r.conversation_id == cid for r, _, _ in sent):
+                            working[cid] = (self._current(cid), True)
+                    continue
+                if change.is_empty:
+                    if verified and cid not in speculative:
+                        request.value, request.done = value, True
+                    else:
+                        later.append(request)
+                        speculative.add(cid)
+                        if not any(r.conversation_id == cid for r, _, _ in sent):
+                            working[cid] = (self._current(cid), True)
+                    continue
+                keys, args, after = self._prepare(snapshot, change)
+                sent.append((request, value, after))
+                calls.append((keys, args))
+                working[cid] = (after, False)
+                speculative.add(cid)
+            replies = self._send(calls)
+            lost: dict[str, tuple[str, str] | None] = {}
+            for (request, value, after), reply in zip(sent, replies):
+                cid = request.conversation_id
+                if cid in lost:
+                    later.append(request)  # decided on a state that was never committed
+                elif isinstance(reply, Exception):
+                    if not _is_oom(reply):
+                        raise reply
+                    request.error = StorageFull(
+                        f"Redis refused the write: out of memory (maxmemory): {_reason(reply)}"
+                    )
+                    request.done = True
+                    lost[cid] = None
+                elif reply[0]:
+                    request.value, request.done = value, True
+                    working[cid] = (after, True)
+                    self._remember(after)
+                else:
+                    later.append(request)
+                    lost[cid] = (_text(reply[1]), _text(reply[2]))
+            for cid, overtaking in lost.items():
+                old = working[cid][0]
+                try:
+                    if overtaking is None:
+                        raise _Conflict
+                    fresh = self._refreshed(cid, overtaking[0], overtaking[1], old)
+                except _Conflict:
+                    fresh = self._current(cid)
+                working[cid] = (fresh, True)
+            if not later:
+                return
+            waiting = sorted(later, key=batch.index)
+            if attempt >= 3:
+                time.sleep(random.uniform(0, 0.002 * min(attempt, 20)))
+        raise StorageError(f"{len(waiting)} writes kept losing to other replicas in {_MAX_ATTEMPTS} attempts")
+
+    def _send(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run commit scripts in one round trip; each reply, or the exception of its call."""
+        if not calls:
+            return []
+        if len(calls) == 1:
+            keys, args = calls[0]
+            try:
+                return [self._commit(keys=keys, args=args)]
+            except redis.ResponseError as exc:
+                return [exc]
+        pipe = self._client.pipeline(transaction=False)
+        for keys, args in calls:
+            self._commit(keys=keys, args=args, client=pipe)
+        return pipe.execute(raise_on_error=False)
 
     # --- the cache and locks ------------------------------------------------------------
 

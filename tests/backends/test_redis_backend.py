@@ -82,6 +82,27 @@ class TestKeys:
         finally:
             backend.close()
 
+    def test_a_replica_with_a_stale_cache_never_refuses_or_skips_on_it(self, redis_server: RedisServer) -> None:
+        """A decide that refuses, or changes nothing, on a cached state another replica overtook runs again on the current one."""
+        first, second = RedisBackend(redis_server.url), RedisBackend(redis_server.url)
+        try:
+            first.transact("c", append_next("one"))
+            first.read("c")  # cached at seq 1
+            second.transact("c", append_next("two"))
+
+            def remove_two(state):
+                if not any(u.seq == 2 for u in state.utterances):
+                    raise KeyError("no utterance 2")
+                return Change(remove={2}), "removed"
+
+            assert first.transact("c", remove_two) == "removed"
+            second.transact("c", append_next("three"))
+            assert first.transact("c", lambda s: (Change(), s.next_seq)) == 4
+            assert [u.text for u in second.read("c").utterances] == ["one", "three"]
+        finally:
+            first.close()
+            second.close()
+
     def test_a_password_is_masked_wherever_the_url_is_shown(self) -> None:
         """The URL in messages keeps user, host, port and db, never the password."""
         assert mask_url("redis://user:s3cret@db.example:6380/2") == "redis://user:***@db.example:6380/2"
