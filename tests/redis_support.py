@@ -13,12 +13,12 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 import redis
 
-__all__ = ["RedisServer", "RedisCluster", "redis_binary", "start_redis", "start_cluster"]
+__all__ = ["RedisServer", "RedisCluster", "redis_binary", "start_redis", "start_cluster", "wait_for"]
 
 _START_TIMEOUT = 15.0
 
@@ -170,6 +170,15 @@ def start_cluster(directory: Path, masters: int = 3) -> RedisCluster:
         for server in servers:
             server.stop()
         raise
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Polls until ``condition`` holds; a bound on waiting, not a timed assertion."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting: {what}")
+        time.sleep(0.05)
 
 
 def running_redis(directory: Path, *args: str) -> Iterator[RedisServer]:

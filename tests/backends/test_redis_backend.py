@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import grpc
 import pytest
@@ -18,7 +17,7 @@ from chd.core.errors import StorageError, StorageFull
 from chd.v1 import daemon_pb2_grpc
 from tests.backends.backend_kinds import append_next
 from tests.conftest import DaemonProcess, query, run_chd
-from tests.redis_support import RedisCluster, RedisServer, running_redis, start_redis
+from tests.redis_support import RedisCluster, RedisServer, running_redis, start_redis, wait_for
 
 AWKWARD_IDS = ["{", "}", "{tag}", "a}b{c", "with:colon", "with space", "%7B", "%", "", "日本語 🙂", "chd:{x}:m"]
 
@@ -36,15 +35,6 @@ def cluster(tmp_path: Path) -> RedisCluster:
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     yield from running_redis(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Polls until ``condition`` holds; a bound on waiting, not a timed assertion."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting: {what}")
-        time.sleep(0.05)
 
 
 class TestKeys:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import threading
-import time
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Callable, Iterator
 
 import grpc
@@ -16,7 +14,7 @@ from chd.backends.redis_backend import RedisBackend, conversation_key
 from chd.v1 import daemon_pb2_grpc
 from tests.conftest import DaemonProcess, query
 from tests.fake_anthropic import FakeAnthropic
-from tests.redis_support import RedisServer, running_redis
+from tests.redis_support import RedisServer, running_redis, wait_for
 
 # Every replica keeps the whole conversation in its buffer unless a test says otherwise.
 ROOMY = ("--buffer-size", "2000", "--max-tokens", "1000000")
@@ -75,15 +73,6 @@ def stubs(daemons: list[DaemonProcess], stack: ExitStack) -> list[daemon_pb2_grp
 def store(stub: daemon_pb2_grpc.DaemonStub, conversation_id: str, text: str) -> int:
     reply = query(stub, f"Add user utterance: '{text}'", {"conversation_id": conversation_id})
     return int(reply.result["utterance"]["seq"])
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Polls until ``condition`` holds; a bound on waiting, not a timed assertion."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting: {what}")
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("count", [2, 3])
@@ -190,7 +179,8 @@ def test_the_fold_lease_is_held_by_one_replica_at_a_time_and_expires(redis_serve
         assert abandoned.__enter__()
         with second.lease("c") as during:
             assert not during
-        wait_for(lambda: redis_server.client().exists(conversation_key("c", "lease")) == 0, "the lease to expire")
+        with redis_server.client() as client:
+            wait_for(lambda: client.exists(conversation_key("c", "lease")) == 0, "the lease to expire")
         with second.lease("c") as expired:
             assert expired
     finally:
