@@ -406,14 +406,15 @@ class RedisBackend:
     def _current(self, conversation_id: str) -> _Snapshot:
         """The conversation as of its last commit: one round trip when the cache is current."""
         while True:
+            before = self._cached_snapshot(conversation_id)
             commit, meta_text = self._client.hmget(conversation_key(conversation_id, "m"), ["c", "m"])
             try:
-                snapshot = self._refreshed(
-                    conversation_id, _text(commit), _text(meta_text), self._cached_snapshot(conversation_id)
-                )
+                snapshot = self._refreshed(conversation_id, _text(commit), _text(meta_text), before)
             except _Conflict:
                 continue
-            self._remember(snapshot)
+            # A commit of this process may have cached a newer state while
+            # this read was on the wire: never put an older one over it.
+            self._remember(snapshot, replacing=before)
             return snapshot
 
     def _refreshed(self, conversation_id: str, commit: str, meta_text: str, old: _Snapshot | None) -> _Snapshot:
@@ -630,9 +631,12 @@ class RedisBackend:
         with self._cache_lock:
             return self._cache.get(conversation_id)
 
-    def _remember(self, snapshot: _Snapshot) -> None:
+    def _remember(self, snapshot: _Snapshot, replacing: _Snapshot | None | bool = True) -> None:
+        """Cache ``snapshot``; with ``replacing`` only if the cache still holds that (None: nothing)."""
         conversation_id = snapshot.state.conversation_id
         with self._cache_lock:
+            if replacing is not True and self._cache.get(conversation_id) is not replacing:
+                return
             old = self._cache.pop(conversation_id, None)
             if old is not None:
                 self._cached -= old.size
