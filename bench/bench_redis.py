@@ -15,9 +15,9 @@ do-nothing servicer ceiling measured in the same round. The targets:
   stores through every replica, as behind a load balancer.
 
 Round trips per store and per retrieve are counted by Redis itself, with
-MONITOR, in a separate untimed run with one client thread (commands a Lua
+MONITOR, in a separate untimed run with one client thread per replica (commands a Lua
 script runs are marked as the script's and not counted; neither are health
-checks' PINGs). With one client no two stores of a replica share a
+checks' PINGs). With one client per replica no two stores of a replica share a
 pipeline, so each command is one round trip; under concurrency a replica's
 stores are group-committed and share them.
 """
@@ -155,9 +155,10 @@ def main() -> int:
         for name in trips:
             for phase in ("store", "retrieve"):
                 requests = _requests(phase, min(args.requests, 300), 10_000 + names.index(name))
-                # One client at a time: no batch shares a pipeline, so every
-                # command is a round trip of its own.
-                trips[name].append(_round_trips(server, [t.address for t in targets[name]], requests, 1))
+                # One client per replica: no two stores of a replica share a
+                # pipeline, so every command is a round trip of its own.
+                addresses = [t.address for t in targets[name]]
+                trips[name].append(_round_trips(server, addresses, requests, len(addresses)))
     finally:
         for started in targets.values():
             for target in started:
@@ -171,7 +172,7 @@ def main() -> int:
           f"CPU steal during the run {steal}")
     print("median requests/s; the share of the ceiling is the median of each round's ratio to the ceiling")
     print("of that round, its 95 % interval in parentheses; Redis round trips per store and per retrieve")
-    print("(counted with MONITOR in a separate, untimed run with one client; concurrent stores of a replica")
+    print("(counted with MONITOR in a separate, untimed run with one client per replica; concurrent stores of a replica")
     print("share pipelines, so under load a store costs fewer)")
     print(f"{'target':<10} {'store/s':>8} {'ceiling':>16} {'retrieve/s':>11} {'ceiling':>16} {'trips/store':>12} {'/retrieve':>10}")
     for name in groups:
