@@ -21,6 +21,7 @@ __all__ = [
     "apply_change",
     "ALIASES",
     "BACKENDS",
+    "backend_factory",
     "open_backend",
 ]
 
@@ -60,6 +61,28 @@ BACKENDS: dict[str, Callable[..., Backend]] = {"memory": _memory, "disk": _disk,
 ALIASES = {"in-memory": "memory", "durable": "disk"}
 
 
+def backend_factory(name: str) -> Callable[..., Backend]:
+    """What builds the backend ``name`` (a registered name, alias or ``module:Class``).
+
+    Raises:
+        InvalidRequest: Unknown name, or a class that cannot be loaded.
+    """
+    name = ALIASES.get(name, name)
+    factory = BACKENDS.get(name)
+    if factory is not None:
+        return factory
+    if ":" not in name:
+        raise InvalidRequest(
+            f"unknown backend {name!r}; use one of {', '.join(sorted(BACKENDS))} "
+            "or module:Class for a custom one"
+        )
+    module_name, _, class_name = name.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise InvalidRequest(f"cannot load backend {name!r}: {exc}") from None
+
+
 def open_backend(name: str, **options: Any) -> Backend:
     """A backend by registered name, alias or ``module:Class`` path.
 
@@ -73,18 +96,7 @@ def open_backend(name: str, **options: Any) -> Backend:
     """
     name = ALIASES.get(name, name)
     options = {key: value for key, value in options.items() if value is not None}
-    factory = BACKENDS.get(name)
-    if factory is None:
-        if ":" not in name:
-            raise InvalidRequest(
-                f"unknown backend {name!r}; use one of {', '.join(sorted(BACKENDS))} "
-                "or module:Class for a custom one"
-            )
-        module_name, _, class_name = name.partition(":")
-        try:
-            factory = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError) as exc:
-            raise InvalidRequest(f"cannot load backend {name!r}: {exc}") from None
+    factory = backend_factory(name)
     try:
         backend = factory(**options)
     except TypeError as exc:

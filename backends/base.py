@@ -26,6 +26,28 @@ it; docs/backends.md shows how to write one):
   (``not ConversationState.is_empty``).
 * Storage failures are raised as ``daemon.errors.StorageError``, or
   ``StorageFull`` when out of space (reads should still work then).
+
+Optional capabilities (issue 17). A backend that holds many conversations
+may also offer any of these; the functions below use them when present and
+fall back to the four methods otherwise, so a custom backend keeps working
+without them (only slower at scale):
+
+* ``iter_conversations(after="")`` (``Listing``): the ids ``conversations``
+  would list, above ``after``, streamed in sorted order without holding
+  them all.
+* ``count_conversations()`` (``Counting``): ``len(conversations())`` in
+  O(1), kept in the same transactions as the data. Called inside ``decide``
+  it must count the changes committed before it in the same transaction.
+* ``queued_conversations()`` (``QueueIndex``): streamed, sorted, the ids of
+  the conversations whose ``pending`` is not empty, from an index the
+  backend keeps, not by reading every conversation.
+* ``iter_sizes()`` (``Sizing``): ``(id, len(utterances), len(pending))`` of
+  every conversation with state, streamed, without loading the states (the
+  metrics gauges start from it).
+* ``transact_many(calls)`` (``Batching``): several ``transact`` calls in one
+  storage transaction, each result (or exception) its own. Looked up on the
+  backend's class, not through ``__getattr__``: a wrapper that checks
+  ``transact`` (limits) must not hand its callers an unchecked path.
 """
 
 from __future__ import annotations
@@ -33,11 +55,31 @@ from __future__ import annotations
 from bisect import bisect_left
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, runtime_checkable
 
 from chd.core.utterance import Summary, Utterance
 
-__all__ = ["ConversationState", "Change", "Backend", "Leases", "apply_change", "sizes_after", "T"]
+__all__ = [
+    "ConversationState",
+    "Change",
+    "Backend",
+    "Listing",
+    "Counting",
+    "QueueIndex",
+    "Batching",
+    "Leases",
+    "Sizing",
+    "Decide",
+    "Outcome",
+    "apply_change",
+    "sizes_after",
+    "iter_conversations",
+    "count_conversations",
+    "queued_conversations",
+    "iter_sizes",
+    "transact_many",
+    "T",
+]
 
 T = TypeVar("T")
 
@@ -158,6 +200,100 @@ class Leases(Protocol):
     """
 
     def lease(self, conversation_id: str) -> AbstractContextManager[bool]: ...
+Decide = Callable[[ConversationState], tuple[Change, Any]]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """One call of a ``transact_many`` batch: its value, or the exception its decide raised."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+@runtime_checkable
+class Listing(Protocol):
+    def iter_conversations(self, after: str = "") -> Iterator[str]:
+        """Ids of every conversation with stored state above ``after``, sorted, streamed."""
+        ...
+
+
+@runtime_checkable
+class Counting(Protocol):
+    def count_conversations(self) -> int:
+        """How many conversations have stored state, in O(1)."""
+        ...
+
+
+@runtime_checkable
+class QueueIndex(Protocol):
+    def queued_conversations(self) -> Iterator[str]:
+        """Ids of the conversations with a non-empty summary queue, sorted, from an index."""
+        ...
+
+
+@runtime_checkable
+class Sizing(Protocol):
+    def iter_sizes(self) -> Iterator[tuple[str, int, int]]:
+        """``(id, buffer length, queue length)`` of every conversation with state, streamed."""
+        ...
+
+
+@runtime_checkable
+class Batching(Protocol):
+    def transact_many(self, calls: Sequence[tuple[str, Decide]]) -> list[Outcome]:
+        """``transact`` for each call, all in one storage transaction."""
+        ...
+
+
+def iter_conversations(backend: Backend, after: str = "") -> Iterator[str]:
+    """The backend's conversations above ``after``, streamed when it can (else listed once)."""
+    stream = getattr(backend, "iter_conversations", None)
+    if callable(stream):
+        return iter(stream(after))
+    return iter([cid for cid in backend.conversations() if cid > after])
+
+
+def count_conversations(backend: Backend) -> int:
+    """How many conversations the backend holds: its counter if it keeps one."""
+    count = getattr(backend, "count_conversations", None)
+    if callable(count):
+        return int(count())
+    return len(backend.conversations())
+
+
+def queued_conversations(backend: Backend) -> Iterator[str]:
+    """Conversations with queued utterances: the backend's index, else a read of each."""
+    indexed = getattr(backend, "queued_conversations", None)
+    if callable(indexed):
+        return iter(indexed())
+    return (cid for cid in iter_conversations(backend) if backend.read(cid).pending)
+
+
+def iter_sizes(backend: Backend) -> Iterator[tuple[str, int, int]]:
+    """Each conversation's buffer and queue lengths: the backend's own if it can, else read."""
+    sizes = getattr(backend, "iter_sizes", None)
+    if callable(sizes):
+        return iter(sizes())
+    return (
+        (cid, len(state.utterances), len(state.pending))
+        for cid in iter_conversations(backend)
+        for state in (backend.read(cid),)
+    )
+
+
+def transact_many(backend: Backend, calls: Sequence[tuple[str, Decide]]) -> list[Outcome]:
+    """Each call's outcome; one storage transaction when the backend's class offers it."""
+    batched = getattr(type(backend), "transact_many", None)
+    if batched is not None:
+        return batched(backend, calls)  # type: ignore[no-any-return]
+    outcomes = []
+    for conversation_id, decide in calls:
+        try:
+            outcomes.append(Outcome(value=backend.transact(conversation_id, decide)))
+        except Exception as exc:  # the caller's to see, like transact's own
+            outcomes.append(Outcome(error=exc))
+    return outcomes
 
 
 def _without(items: list[Utterance], seqs: set[int]) -> list[Utterance]:

@@ -36,6 +36,7 @@ transaction, and each call returns after that COMMIT with its own result.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import sqlite3
@@ -50,22 +51,28 @@ from typing import Callable, Iterator, NoReturn
 import diskcache
 import diskcache.core
 
-from chd.backends.base import Change, ConversationState, T, apply_change
+from chd.backends.base import Change, ConversationState, Decide, Outcome, T, apply_change
 from chd.backends.checkpointer import BACKSTOP, Checkpointer
 from chd.backends.records import (
     BLOCK_SIZE,
+    COUNTS_KEY,
     META_PREFIX,
+    QUEUED_PREFIX,
+    QUEUED_RECORD,
     SCHEMA_KEY,
     SCHEMA_VERSION,
     Meta,
     block_key,
     block_of,
     decode_block,
+    decode_counts,
     decode_meta,
     decode_schema,
     decode_summary,
     decode_utterance,
     encode_block,
+    encode_counts,
+    encode_utterances_block,
     encode_in_block,
     encode_meta,
     encode_schema,
@@ -73,11 +80,13 @@ from chd.backends.records import (
     encode_utterance,
     has_own_record,
     meta_key,
+    queued_key,
     summary_key,
     utterance_key,
 )
 from chd.backends.disk_errors import describe_open_error, is_full
 from chd.backends.group_commit import GroupCommit, Request
+from chd.backends.lazy_list import LazyList, is_unloaded
 from chd.backends.seq_runs import SeqRuns
 from chd.core.errors import StorageError, StorageFull
 from chd.core.utterance import Summary, Utterance
@@ -95,6 +104,21 @@ _STORAGE_ERRORS = (diskcache.Timeout, sqlite3.Error, OSError)
 # Optimistic reads retry when a writer commits between their key reads; past
 # this many tries they read inside a transaction instead.
 _READ_ATTEMPTS = 5
+
+# Keys per listing query: a page is one index seek, so the listing is linear
+# whatever its length (diskcache's iterkeys re-scanned the index from its
+# start on every page of 100: 5.9 s at 10k conversations, ~566 s at 100k).
+_PAGE = 1000
+
+# A meta record with state: ConversationState.is_empty, read by SQLite's JSON
+# functions so a listing decodes no record in Python.
+_HAS_STATE = "(json_extract(value, '$.next_seq') > 1 OR json_extract(value, '$.settings') <> '{}')"
+
+
+# What one cached utterance costs in memory besides its text's characters:
+# the Utterance object and its other strings (measured with tracemalloc on
+# decoded blocks: 330-370 bytes).
+_UTTERANCE_BYTES = 350
 
 
 class InvalidChange(StorageError):
@@ -115,15 +139,36 @@ class _Cached:
     meta: Meta | None
     state: ConversationState
     open_records: dict[int, str] | None = None
+    # The characters of the state's texts, counted when it was loaded and
+    # added to by each commit's new utterances (never subtracted: an
+    # estimate from above, made exact again by the next load).
+    chars: int = 0
+    # (size, bytes) when it entered the cache: what leaves with it, even if
+    # its archive was decoded since.
+    weight: tuple[int, int] = (0, 0)
 
     @property
     def size(self) -> int:
-        """What the entry weighs in the cache: its utterances, and one for the rest."""
+        """What the entry weighs in the cache: its decoded utterances, and one for the rest."""
         state = self.state
-        return 1 + len(state.utterances) + len(state.pending) + len(state.archive)
+        archive = 0 if is_unloaded(state.archive) else len(state.archive)
+        return 1 + len(state.utterances) + len(state.pending) + archive
+
+    @property
+    def bytes(self) -> int:
+        """Roughly what the entry's utterances take in memory."""
+        return self.size * _UTTERANCE_BYTES + self.chars
 
 
 _NO_META = Meta(token="")
+
+
+@dataclass(slots=True)
+class _Records:
+    """A conversation's block and own-utterance records as stored, by number, not decoded yet."""
+
+    blocks: dict[int, str]
+    own: dict[int, str]
 
 
 class _Tokens:
@@ -162,6 +207,9 @@ class DiskBackend:
         cached_utterances: How many utterances the in-memory cache of states
             may hold (least recently used conversations leave first); the
             conversation last used always stays.
+        cached_bytes: Roughly how many bytes those utterances may take
+            (``_UTTERANCE_BYTES`` each plus their text), whichever limit is
+            reached first: a cache of long texts stays bounded too.
 
     Raises:
         StorageError: The directory cannot be created, opened or written, holds
@@ -176,6 +224,7 @@ class DiskBackend:
         durability: str | None = None,
         timeout: float = 15.0,
         cached_utterances: int = 200_000,
+        cached_bytes: int = 128 * 2**20,
     ) -> None:
         self.path = Path(data_dir).expanduser()
         settings: dict[str, object] = {
@@ -195,7 +244,9 @@ class DiskBackend:
         self._states: OrderedDict[str, _Cached] = OrderedDict()
         self._states_lock = threading.Lock()
         self._capacity = cached_utterances
+        self._capacity_bytes = cached_bytes
         self._cached_count = 0
+        self._cached_bytes = 0
         # Orders this process's writers; SQLite's own write lock is what keeps
         # writers from different processes apart.
         self._group = GroupCommit(self._commit)
@@ -235,7 +286,7 @@ class DiskBackend:
                 # The same meta record after the reads means no commit came
                 # between them: every key was read from one version.
                 if self._meta_text(conversation_id) == text:
-                    self._remember(conversation_id, _Cached(text, meta, state))
+                    self._remember(conversation_id, _Cached(text, meta, state, chars=_chars(state)))
                     return state
             with self._group.lock, self._cache.transact():
                 return self._current(conversation_id, self._meta_text(conversation_id)).state
@@ -250,21 +301,67 @@ class DiskBackend:
         return self._group.run(conversation_id, decide)
 
     def conversations(self) -> list[str]:
-        found = []
+        return list(self.iter_conversations())
+
+    # --- optional capabilities (backends/base.py) -------------------------------
+
+    def iter_conversations(self, after: str = "") -> Iterator[str]:
+        """Every conversation with state above ``after``, sorted, a page at a time.
+
+        Each page is its own read, so a listing that runs while others write
+        sees every conversation that had state throughout, in order.
+        """
+        return self._keys(META_PREFIX, after, _HAS_STATE)
+
+    def count_conversations(self) -> int:
         with self._storage("read"):
-            # Keys iterate in SQLite's order; every meta key sorts after
-            # "chd:schema" and before the "s:" and "u:" keys.
-            for key in self._cache.iterkeys():
-                if not isinstance(key, str) or key < META_PREFIX:
-                    continue
-                if not key.startswith(META_PREFIX):
-                    break
-                conversation_id = key[len(META_PREFIX) :]
-                text = self._meta_text(conversation_id)
-                meta = None if text is None else decode_meta(text, conversation_id)
-                if meta is not None and (meta.next_seq > 1 or meta.settings):
-                    found.append(conversation_id)
-        return found
+            return decode_counts(self._cache.get(COUNTS_KEY))
+
+    def iter_sizes(self) -> Iterator[tuple[str, int, int]]:
+        """Buffer and queue lengths from the meta records' seq runs; no utterance is read."""
+        start = len(META_PREFIX)
+        rows = self._rows(
+            META_PREFIX, "", "key, json_extract(value, '$.buffer'), json_extract(value, '$.pending')", _HAS_STATE
+        )
+        for key, buffer, pending in rows:
+            yield key[start:], _run_length(buffer), _run_length(pending)
+
+    def queued_conversations(self) -> Iterator[str]:
+        return self._keys(QUEUED_PREFIX, "")
+
+    def transact_many(self, calls: list[tuple[str, Decide]]) -> list[Outcome]:
+        """The calls in one SQLite transaction (an import's batch); each outcome its own."""
+        if self._closed:
+            raise StorageError("the disk backend is closed")
+        requests = [Request(cid, decide) for cid, decide in calls]
+        with self._group.lock:
+            self._commit(requests)
+        return [Outcome(request.value, request.error) for request in requests]
+
+    def _keys(self, prefix: str, after: str, where: str = "") -> Iterator[str]:
+        """The ids after ``prefix`` of the keys above ``prefix + after``."""
+        start = len(prefix)
+        return (key[start:] for (key,) in self._rows(prefix, after, "key", where))
+
+    def _rows(self, prefix: str, after: str, columns: str, where: str = "") -> Iterator[tuple]:
+        """``columns`` of the rows whose keys start with ``prefix`` and sort above ``prefix + after``.
+
+        Keyset pages in key order: each page is one seek in the key index.
+        """
+        # Every prefix is letters then ":"; the next character bounds the range.
+        high = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        low, above = prefix + after, ">" if after else ">="
+        while True:
+            with self._storage("read"):
+                rows = self._cache._sql(  # diskcache's connection of this thread
+                    f"SELECT {columns} FROM Cache WHERE key {above} ? AND key < ? AND raw = 1"
+                    f"{' AND ' + where if where else ''} ORDER BY key LIMIT {_PAGE}",
+                    (low, high),
+                ).fetchall()
+            yield from rows
+            if len(rows) < _PAGE:
+                return
+            low, above = rows[-1][0], ">"
 
     def close(self) -> None:
         if self._closed:
@@ -273,6 +370,7 @@ class DiskBackend:
         with self._states_lock:
             self._states.clear()
             self._cached_count = 0
+            self._cached_bytes = 0
         self._checkpointer.close()
         # Closes this thread's connection; those of other threads close as
         # their threads end.
@@ -308,28 +406,99 @@ class DiskBackend:
                 f"conversation {conversation_id!r} is damaged in {self.path}: "
                 f"its record {missing.args[0]} is missing"
             ) from None
-        entry = _Cached(text, meta, state)
+        entry = _Cached(text, meta, state, chars=_chars(state))
         self._remember(conversation_id, entry)
         return entry
 
     def _load(self, conversation_id: str, meta: Meta) -> ConversationState:
         blocks: dict[int, dict[int, Utterance]] = {block_of(meta.next_seq): {u.seq: u for u in meta.open}}
+        # Every block and own record of the conversation in two range
+        # queries: a get per block cost more than decoding it (13 gets for a
+        # 100-utterance conversation).
+        records = _Records(
+            self._numbered(block_key(conversation_id, 0)[:-1]), self._numbered(utterance_key(conversation_id, 0)[:-1])
+        )
         return ConversationState(
             conversation_id=conversation_id,
             next_seq=meta.next_seq,
             last_turn=meta.last_turn,
-            utterances=self._utterances(conversation_id, meta, meta.buffer, blocks),
-            pending=self._utterances(conversation_id, meta, meta.pending, blocks),
+            utterances=self._utterances(conversation_id, meta, meta.buffer, blocks, records),
+            pending=self._utterances(conversation_id, meta, meta.pending, blocks, records),
             summary=self._summary(conversation_id) if meta.has_summary else Summary(),
             settings=dict(meta.settings),
-            archive=self._utterances(conversation_id, meta, meta.archive, blocks),
+            archive=self._archive(conversation_id, meta, blocks, records),
         )
 
-    def _utterances(
-        self, conversation_id: str, meta: Meta, seqs: SeqRuns, blocks: dict[int, dict[int, Utterance]]
+    def _numbered(self, prefix: str) -> dict[int, str]:
+        """The records whose keys are ``prefix`` and digits, by that number (one range query)."""
+        rows = self._cache._sql(
+            "SELECT key, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1", (prefix + "0", prefix + ":")
+        ).fetchall()
+        start = len(prefix)
+        # Another conversation's id can continue this one's after the "#".
+        return {int(key[start:]): value for key, value in rows if key[start:].isdigit()}
+
+    def _archive(
+        self, conversation_id: str, meta: Meta, blocks: dict[int, dict[int, Utterance]], records: _Records
     ) -> list[Utterance]:
-        """The utterances ``seqs``, from their blocks (read once each) or their own records."""
-        get = self._cache.get
+        """The archive's records, read now with the rest of the state, decoded on first use.
+
+        Reading them now keeps the snapshot one version of the records (a
+        later read could meet a newer one); decoding waits, because most
+        requests never look at the archive (issue 17: a miss decoded an
+        archive four times the buffer's size).
+        """
+        if not meta.archive:
+            return []
+        texts: dict[int, str | None] = {}
+        for first, last in meta.archive.to_record():
+            first = max(first, meta.own_below)
+            for number in range(block_of(first), block_of(last) + 1) if first <= last else ():
+                if number not in blocks and number not in texts:
+                    texts[number] = records.blocks.get(number)
+        own = records.own
+        for number, text in texts.items():
+            if text is None:  # all of its archived seqs must have their own records then
+                low, high = max(number * BLOCK_SIZE + 1, meta.own_below), (number + 1) * BLOCK_SIZE
+                missing = [seq for seq in range(low, high + 1) if seq in meta.archive and seq not in own]
+                if missing:
+                    own_key = utterance_key(conversation_id, missing[0])
+                    raise _Changed(f"{block_key(conversation_id, number)!r} (or {own_key!r})")
+        decoded = dict(blocks)
+
+        def decode() -> list[Utterance]:
+            out = []
+            for seq in meta.archive:
+                found = None
+                if seq >= meta.own_below:
+                    number = block_of(seq)
+                    block = decoded.get(number)
+                    if block is None:
+                        text = texts.get(number)
+                        block = decoded[number] = {} if text is None else decode_block(text, conversation_id, number)
+                    found = block.get(seq)
+                if found is None:
+                    text = own.get(seq)
+                    if text is None:
+                        raise StorageError(
+                            f"conversation {conversation_id!r} is damaged in {self.path}: "
+                            f"archived utterance {seq} is in no record"
+                        )
+                    found = decode_utterance(text, conversation_id, seq)
+                out.append(found)
+            return out
+
+        return LazyList(decode)
+
+    def _utterances(
+        self,
+        conversation_id: str,
+        meta: Meta,
+        seqs: SeqRuns,
+        blocks: dict[int, dict[int, Utterance]],
+        records: _Records,
+    ) -> list[Utterance]:
+        """The utterances ``seqs``, from their blocks (decoded once each) or their own records."""
         out = []
         for seq in seqs:
             found = None
@@ -337,12 +506,12 @@ class DiskBackend:
                 number = block_of(seq)
                 block = blocks.get(number)
                 if block is None:
-                    text = get(block_key(conversation_id, number))
+                    text = records.blocks.get(number)
                     block = blocks[number] = {} if text is None else decode_block(text, conversation_id, number)
                 found = block.get(seq)
             if found is None:  # a long text, or stored by schema 1
                 key = utterance_key(conversation_id, seq)
-                text = get(key)
+                text = records.own.get(seq)
                 if text is None:
                     where = repr(key)
                     if seq >= meta.own_below:
@@ -363,12 +532,18 @@ class DiskBackend:
         with self._states_lock:
             previous = self._states.pop(conversation_id, None)
             if previous is not None:
-                self._cached_count -= previous.size
+                self._cached_count -= previous.weight[0]
+                self._cached_bytes -= previous.weight[1]
+            entry.weight = (entry.size, entry.bytes)
             self._states[conversation_id] = entry
-            self._cached_count += entry.size
-            while self._cached_count > self._capacity and len(self._states) > 1:
+            self._cached_count += entry.weight[0]
+            self._cached_bytes += entry.weight[1]
+            while (
+                self._cached_count > self._capacity or self._cached_bytes > self._capacity_bytes
+            ) and len(self._states) > 1:
                 _, oldest = self._states.popitem(last=False)
-                self._cached_count -= oldest.size
+                self._cached_count -= oldest.weight[0]
+                self._cached_bytes -= oldest.weight[1]
 
     # --- writing ---------------------------------------------------------------
 
@@ -393,9 +568,16 @@ class DiskBackend:
                         continue
                     new_state = apply_change(current.state, change)
                     try:
-                        staged[cid] = self._write(cid, current, change, new_state)
+                        entry = self._write(cid, current, change, new_state)
                     except InvalidChange as exc:  # raised before anything is written
                         request.error = exc
+                        continue
+                    added = change.append
+                    if current.meta is None:  # a new conversation: everything it holds is new
+                        added = [*change.append, *change.pending_add, *change.archive_add]
+                    entry.chars = current.chars + sum(len(u.text) for u in added)
+                    staged[cid] = entry
+                    self._index(cid, current.state, new_state)
         except _STORAGE_ERRORS as exc:
             self._failed(exc, "write")
         self._checkpointer.note_commit()
@@ -424,6 +606,56 @@ class DiskBackend:
         self._cache.set(meta_key(conversation_id), text)
         return _Cached(text, new_meta, new_state, open_records)
 
+    def _write_new(self, conversation_id: str, new_state: ConversationState) -> _Cached:
+        """_write for a conversation with no stored record yet (an import): each block encoded once.
+
+        The general path places and encodes utterance by utterance, which
+        was half the cost of an import (issue 17); the records are the same.
+        """
+        cache = self._cache
+        lists = (new_state.utterances, new_state.pending, new_state.archive)
+        try:
+            runs = [SeqRuns.of(u.seq for u in items) for items in lists]
+        except ValueError as exc:
+            raise InvalidChange(f"refusing a change to conversation {conversation_id!r}: {exc}") from None
+        if sum(map(len, runs)) != len({u.seq for items in lists for u in items}):
+            raise InvalidChange(
+                f"refusing a change to conversation {conversation_id!r} that would leave its seqs duplicated"
+            )
+        open_block = block_of(new_state.next_seq)
+        blocks: dict[int, list[Utterance]] = {}
+        opened: list[Utterance] = []
+        for utterance in sorted((u for items in lists for u in items), key=_seq):
+            if has_own_record(utterance, 1):
+                cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
+                continue
+            number = block_of(utterance.seq)
+            if number == open_block:
+                opened.append(utterance)
+            else:
+                blocks.setdefault(number, []).append(utterance)
+        for number, content in blocks.items():
+            cache.set(block_key(conversation_id, number), encode_utterances_block(content))
+        summary = new_state.summary
+        has_summary = bool(summary.segments) or summary.through_seq > 0
+        if has_summary:
+            cache.set(summary_key(conversation_id), encode_summary(summary))
+        meta = Meta(
+            token=self._tokens.next(),
+            next_seq=new_state.next_seq,
+            last_turn=new_state.last_turn,
+            buffer=runs[0],
+            pending=runs[1],
+            archive=runs[2],
+            settings=dict(new_state.settings),
+            has_summary=has_summary,
+            open=tuple(opened),
+        )
+        open_records = {u.seq: encode_in_block(u) for u in opened}
+        text = encode_meta(meta, open_records.values())
+        cache.set(meta_key(conversation_id), text)
+        return _Cached(text, meta, new_state, open_records)
+
     def _write(
         self, conversation_id: str, current: _Cached, change: Change, new_state: ConversationState
     ) -> _Cached:
@@ -439,6 +671,8 @@ class DiskBackend:
         """
         old = current.meta or _NO_META
         state = current.state
+        if current.meta is None and not state.next_seq > 1:
+            return self._write_new(conversation_id, new_state)
         if _plain_append(change, state, new_state, old):
             return self._append(conversation_id, current, old, change.append[0], new_state)
         kept = old.buffer.without(change.remove)
@@ -456,9 +690,9 @@ class DiskBackend:
             pending = pending.without(change.pending_remove).with_added(u.seq for u in change.pending_add)
         if change.archive_remove or change.archive_add:
             archive = archive.without(change.archive_remove).with_added(u.seq for u in change.archive_add)
-        if (len(buffer), len(pending), len(archive)) != (
-            len(new_state.utterances), len(new_state.pending), len(new_state.archive)
-        ):
+        # An archive not decoded yet is one this change left alone: its runs stand.
+        archived = len(archive) if is_unloaded(new_state.archive) else len(new_state.archive)
+        if (len(buffer), len(pending), len(archive)) != (len(new_state.utterances), len(new_state.pending), archived):
             raise InvalidChange(
                 f"refusing a change to conversation {conversation_id!r} that would leave "
                 "its seqs duplicated"
@@ -528,11 +762,11 @@ class DiskBackend:
                 blocks.add(old_open)
                 if open_block < old_open:
                     cache.delete(block_key(conversation_id, open_block))
-            opened = tuple(_block_content(new_state, open_block, own_below))
+            opened = tuple(_block_content(new_state, open_block, own_below, archive))
             open_records = {u.seq: record(u) for u in opened}
         for number in blocks:
             if number != open_block:
-                content = _block_content(new_state, number, own_below)
+                content = _block_content(new_state, number, own_below, archive)
                 if content:
                     cache.set(block_key(conversation_id, number), encode_block(map(record, content)))
                 else:
@@ -560,6 +794,23 @@ class DiskBackend:
         cache.set(meta_key(conversation_id), text)
         return _Cached(text, new_meta, new_state, open_records)
 
+    def _index(self, conversation_id: str, old: ConversationState, new: ConversationState) -> None:
+        """Keep chd:counts and the q: index in the transaction that changed the state.
+
+        Only a conversation's first store (or an import) and the first
+        eviction into an empty queue (or the fold that empties it) touch
+        them; the usual store writes nothing here.
+        """
+        cache = self._cache
+        if old.is_empty != new.is_empty:
+            count = decode_counts(cache.get(COUNTS_KEY)) + (1 if old.is_empty else -1)
+            cache.set(COUNTS_KEY, encode_counts(count))
+        if bool(old.pending) != bool(new.pending):
+            if new.pending:
+                cache.set(queued_key(conversation_id), QUEUED_RECORD)
+            else:
+                cache.delete(queued_key(conversation_id))
+
     # --- start-up and errors ---------------------------------------------------
 
     def _check_schema(self) -> None:
@@ -567,7 +818,8 @@ class DiskBackend:
 
         A directory from an older schema is marked with this one, because this
         chd writes records an older one cannot read (it would refuse them one
-        conversation at a time); its old records stay as they are.
+        conversation at a time); its old records stay as they are, and the
+        counts and queue index schema 3 added are built from them once.
         """
         found = self._cache.get(SCHEMA_KEY)
         if found is not None and decode_schema(found) == SCHEMA_VERSION:
@@ -577,6 +829,7 @@ class DiskBackend:
             if found is not None:
                 old = decode_schema(found)
                 if old < SCHEMA_VERSION:
+                    self._build_index(old)
                     self._cache.set(
                         SCHEMA_KEY, encode_schema(f"chd storage schema {SCHEMA_VERSION}, upgraded from {old}")
                     )
@@ -587,6 +840,28 @@ class DiskBackend:
                     "use an empty or new directory"
                 )
             self._cache.set(SCHEMA_KEY, encode_schema(f"chd storage schema {SCHEMA_VERSION}"))
+            self._cache.set(COUNTS_KEY, encode_counts(0))
+
+    def _build_index(self, old: int) -> None:
+        """chd:counts and the q: index of a schema 1 or 2 dir, inside the upgrade's transaction."""
+        log.info(
+            "data dir %s has storage schema %d: counting its conversations and indexing their "
+            "summary queues once, for schema %d", self.path, old, SCHEMA_VERSION,
+        )
+        count, queued = 0, []
+        rows = self._cache._sql(
+            "SELECT key, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1", (META_PREFIX, "m;")
+        )
+        for key, text in rows:
+            conversation_id = key[len(META_PREFIX) :]
+            meta = decode_meta(text, conversation_id)
+            count += meta.next_seq > 1 or bool(meta.settings)
+            if meta.pending:
+                queued.append(conversation_id)
+        for conversation_id in queued:
+            self._cache.set(queued_key(conversation_id), QUEUED_RECORD)
+        self._cache.set(COUNTS_KEY, encode_counts(count))
+        log.info("data dir %s: %d conversations, %d with queued utterances", self.path, count, len(queued))
 
     @contextmanager
     def _storage(self, doing: str) -> Iterator[None]:
@@ -644,13 +919,19 @@ def _open_records(current: _Cached, old: Meta) -> dict[int, str]:
     return {u.seq: encode_in_block(u) for u in old.open}
 
 
-def _block_content(state: ConversationState, block: int, own_below: int) -> list[Utterance]:
-    """The utterances of ``state`` that block ``block`` holds, in seq order."""
+def _block_content(state: ConversationState, block: int, own_below: int, archive: SeqRuns) -> list[Utterance]:
+    """The utterances of ``state`` that block ``block`` holds, in seq order.
+
+    ``archive`` is the state's archive seqs: an archive not decoded yet is
+    left so when none of its seqs is in the block (the usual block a store
+    closes holds buffer seqs only).
+    """
     first = max(block * BLOCK_SIZE + 1, own_below)
     last = (block + 1) * BLOCK_SIZE
     found: list[Utterance] = []
     sources = 0
-    for utterances in (state.utterances, state.pending, state.archive):
+    sleeping = is_unloaded(state.archive) and not any(seq in archive for seq in range(first, last + 1))
+    for utterances in (state.utterances, state.pending, [] if sleeping else state.archive):
         if not utterances or utterances[-1].seq < first:
             continue
         i = bisect_left(utterances, first, key=_seq)
@@ -672,6 +953,19 @@ def _stored(state: ConversationState, seq: int) -> Utterance | None:
         if i < len(utterances) and utterances[i].seq == seq:
             return utterances[i]
     return None
+
+
+def _chars(state: ConversationState) -> int:
+    """The characters of the state's decoded texts (an archive not decoded yet counts none)."""
+    lists = [state.utterances, state.pending]
+    if not is_unloaded(state.archive):
+        lists.append(state.archive)
+    return sum(len(u.text) for items in lists for u in items)
+
+
+def _run_length(runs: str) -> int:
+    """How many seqs a SeqRuns record such as ``[[1,20],[25,25]]`` holds."""
+    return sum(last - first + 1 for first, last in json.loads(runs))
 
 
 def _seq(utterance: Utterance) -> int:

@@ -11,11 +11,15 @@ Keys (all text, so they sort by code point in SQLite):
                         (those still stored, in the buffer, the summary
                         queue or the archive), once the conversation's seqs
                         have moved past the block
+    chd:counts          how many conversations hold state (schema 3), kept
+                        in the transaction that creates or empties one
     chd:schema          the data dir's schema record, written at creation
     m:<conversation>    meta: counters, which seqs are in the buffer, the
                         summary queue and the archive (as SeqRuns),
                         per-conversation settings, and the open block: the
                         utterances of the block the next seq falls in
+    q:<conversation>    present while the conversation's summary queue is
+                        not empty (schema 3): the index start-up recovery reads
     s:<conversation>    the running summary (written only when it changes)
     u:<conversation>#<seq>  one utterance on its own: a text longer than
                         LONG_TEXT characters, or one stored by schema 1
@@ -31,6 +35,10 @@ SQLite work of a store and the pages it adds to the WAL (issue 3).
 Schema 1 kept every utterance under ``u:``; a schema-1 meta record reads as
 ``own_below = next_seq`` (everything stored so far is on its own), so old
 data dirs are read as they are and only new utterances go into blocks.
+
+Schema 3 added ``chd:counts`` and the ``q:`` index (issue 17), so start-up
+and the ``max_conversations`` check need not read every conversation. The
+first open of an older data dir builds both, once, from the meta records.
 """
 
 from __future__ import annotations
@@ -46,7 +54,13 @@ from chd.core.utterance import Summary, Utterance
 __all__ = [
     "SCHEMA_VERSION",
     "SCHEMA_KEY",
+    "COUNTS_KEY",
     "META_PREFIX",
+    "QUEUED_PREFIX",
+    "queued_key",
+    "QUEUED_RECORD",
+    "encode_counts",
+    "decode_counts",
     "Meta",
     "NewerSchema",
     "meta_key",
@@ -63,6 +77,7 @@ __all__ = [
     "decode_utterance",
     "encode_in_block",
     "encode_block",
+    "encode_utterances_block",
     "decode_block",
     "encode_summary",
     "decode_summary",
@@ -71,10 +86,12 @@ __all__ = [
 ]
 
 # Bump when a record's layout changes, and teach decode_* to read the old one.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_KEY = "chd:schema"
+COUNTS_KEY = "chd:counts"
 T = TypeVar("T")
 META_PREFIX = "m:"
+QUEUED_PREFIX = "q:"
 # Seqs per block. The open block rides in the meta record, which every store
 # rewrites: 8 short utterances keep it well inside one 4 KiB SQLite page.
 BLOCK_SIZE = 8
@@ -89,6 +106,10 @@ class NewerSchema(StorageError):
 
 def meta_key(conversation_id: str) -> str:
     return META_PREFIX + conversation_id
+
+
+def queued_key(conversation_id: str) -> str:
+    return QUEUED_PREFIX + conversation_id
 
 
 def summary_key(conversation_id: str) -> str:
@@ -174,6 +195,18 @@ def decode_schema(text: Any) -> int:
     return int(_load(text, "the data dir's schema record")["schema"])
 
 
+# The value of a q: key: the key is the information.
+QUEUED_RECORD = '{"schema":%d}' % SCHEMA_VERSION
+
+
+def encode_counts(conversations: int) -> str:
+    return _dump({"schema": SCHEMA_VERSION, "conversations": conversations})
+
+
+def decode_counts(text: Any) -> int:
+    return _parse(text, "the data dir's counts record", lambda record: int(record["conversations"]))
+
+
 def encode_meta(meta: Meta, open_records: Iterable[str]) -> str:
     """The meta record; ``open_records`` are ``meta.open`` already encoded with encode_in_block.
 
@@ -235,6 +268,11 @@ def encode_in_block(utterance: Utterance) -> str:
 def encode_block(records: Iterable[str]) -> str:
     """A block record from utterances encoded with encode_in_block."""
     return '{"schema":' + str(SCHEMA_VERSION) + ',"utterances":[' + ",".join(records) + "]}"
+
+
+def encode_utterances_block(utterances: Iterable[Utterance]) -> str:
+    """``encode_block`` of these utterances, encoded in one call (a whole conversation's import)."""
+    return '{"schema":' + str(SCHEMA_VERSION) + ',"utterances":' + _dump([u.to_record() for u in utterances]) + "}"
 
 
 def decode_block(text: Any, conversation_id: str, block: int) -> dict[int, Utterance]:

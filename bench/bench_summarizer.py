@@ -12,6 +12,10 @@
    the store's path.
 2. The offline (extractive) summarizer: time per evicted utterance, folding
    batches of 5 into a running summary of 512 tokens.
+3. ``fold_delay``: summarizer calls for one conversation's stores, paced
+   (``--delay-interval-ms``) with buffer 4 and eviction batch 2, without a
+   delay and with 0.5 s; the ratio of calls is the figure (every utterance
+   must end up summarized either way).
 """
 
 from __future__ import annotations
@@ -102,8 +106,8 @@ def bench_store_latency(stores: int, model_ms: float, rounds: int, interval_ms: 
 def bench_offline(batches: int) -> dict[str, float]:
     offline = ExtractiveSummarizer(COUNTER)
 
-    def write(previous, utterances, limit):
-        return Summarized(offline.summarize(previous, utterances, limit), offline.name)
+    def write(previous, utterances, limit, context=None):
+        return Summarized(offline.summarize(previous, utterances, limit, context), offline.name)
 
     summary = Summary()
     per_utterance: list[float] = []
@@ -126,6 +130,37 @@ def bench_offline(batches: int) -> dict[str, float]:
     }
 
 
+class _CountingSummarizer:
+    """The offline summarizer, counting its calls."""
+
+    def __init__(self, inner: ExtractiveSummarizer) -> None:
+        self.inner, self.name, self.calls = inner, inner.name, 0
+
+    def summarize(self, previous, utterances, token_limit: int) -> str:
+        self.calls += 1
+        return self.inner.summarize(previous, utterances, token_limit)
+
+
+def bench_fold_delay(stores: int, interval_ms: float) -> dict[str, float]:
+    calls: dict[float, int] = {}
+    for delay in (0.0, 0.5):
+        history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=delay))
+        counted = _CountingSummarizer(history.offline)
+        history.writer.primary = counted
+        try:
+            for i in range(stores):
+                history.query(f"Add utterance: {utterance_text(i)}")
+                time.sleep(interval_ms / 1000)  # a conversation's pace: each fold has time to finish
+            assert history.worker is not None and history.worker.idle(30)
+            state = history.backend.read("default")
+            assert state.pending == [], "every evicted utterance is summarized"
+            calls[delay] = counted.calls
+        finally:
+            history.close()
+    return {"delay_stores": stores, "delay_interval_ms": interval_ms, "calls_without_delay": calls[0.0],
+            "calls_with_delay_0_5s": calls[0.5], "delay_call_ratio": calls[0.5] / calls[0.0]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stores", type=int, default=600, help="stores per mode per round")
@@ -133,11 +168,12 @@ def main() -> int:
     parser.add_argument("--model-ms", type=float, default=300.0, help="fake model latency per call")
     parser.add_argument("--interval-ms", type=float, default=2.0, help="pause between stores (0: flat out)")
     parser.add_argument("--batches", type=int, default=200, help="offline fold batches of 5")
+    parser.add_argument("--delay-stores", type=int, default=44, help="stores of the fold_delay comparison")
+    parser.add_argument("--delay-interval-ms", type=float, default=20.0, help="pause between those stores")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = bench_store_latency(args.stores, args.model_ms, args.rounds, args.interval_ms) | bench_offline(
-        args.batches
-    )
+    results = (bench_store_latency(args.stores, args.model_ms, args.rounds, args.interval_ms)
+               | bench_offline(args.batches) | bench_fold_delay(args.delay_stores, args.delay_interval_ms))
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
@@ -150,6 +186,9 @@ def main() -> int:
     print(f"offline summarizer, {r['batches']} batches of 5 into a 512-token summary")
     print(f"  per evicted utterance: mean {r['offline_per_utterance_mean_ms']:.3f} ms   "
           f"p99 {r['offline_per_utterance_p99_ms']:.3f} ms")
+    print(f"fold_delay, {r['delay_stores']} stores one every {r['delay_interval_ms']:g} ms (buffer 4, batch 2)")
+    print(f"  summarizer calls: {r['calls_without_delay']} without a delay, {r['calls_with_delay_0_5s']} with 0.5 s"
+          f"   ratio {r['delay_call_ratio']:.2f}")
     return 0
 
 

@@ -1,15 +1,23 @@
-"""Shared fixtures: a core, a real gRPC server in-process, and a real daemon process."""
+"""Shared fixtures: a core, a real gRPC server in-process, and a real daemon process.
+
+The suite is hermetic: the developer's ``ANTHROPIC_*`` and ``CHD_*``
+variables are taken out of the environment for the whole session, so no
+daemon a test starts (in-process, or a ``chd`` process inheriting
+``os.environ``) sends test text to a real API or picks up a developer's
+backend. A test that needs one sets it itself (``monkeypatch.setenv``).
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import grpc
 import pytest
@@ -21,6 +29,19 @@ from chd.core.settings import Settings
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Variables of the developer's shell that change what a daemon does.
+DEVELOPER_PREFIXES = ("ANTHROPIC_", "CHD_")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _hermetic_environment() -> Iterator[None]:
+    """Session-wide, so module-scoped servers are built in the scrubbed environment too."""
+    saved = {name: os.environ[name] for name in os.environ if name.startswith(DEVELOPER_PREFIXES)}
+    for name in saved:
+        del os.environ[name]
+    yield
+    os.environ.update(saved)
 
 
 # Every backend the daemon ships. The ``backend`` fixture runs each test that
@@ -83,19 +104,33 @@ def query(stub: daemon_pb2_grpc.DaemonStub, text: str, metadata: dict | None = N
 
 
 def chd_env() -> dict[str, str]:
+    """The environment of a ``chd`` process: the test's own, ``tests.*`` importable.
+
+    The session scrubbed the developer's variables, so every ``CHD_*`` or
+    ``ANTHROPIC_*`` left in it is one the test set.
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
-def run_chd(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """Run the ``chd`` CLI from this checkout as a separate process."""
+def chd_command() -> list[str]:
+    """The ``chd`` executable pip installed beside this interpreter (``python -m chd`` if none)."""
+    script = shutil.which("chd", path=str(Path(sys.executable).parent))
+    return [script] if script else [sys.executable, "-m", "chd"]
+
+
+def run_chd(*args: str, timeout: float = 30, stdin: str | None = None,
+            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the ``chd`` command as a separate process, ``stdin`` as its input."""
     return subprocess.run(
-        [sys.executable, "-m", "chd", *args],
+        [*chd_command(), *args],
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=chd_env(),
+        env=dict(env) if env is not None else chd_env(),
         cwd=ROOT,
     )
 
@@ -106,7 +141,8 @@ class DaemonProcess:
     def __init__(self, *args: str, prefix: Sequence[str] = ()) -> None:
         """``prefix`` runs the daemon through a wrapper, e.g. ``unshare``."""
         self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "chd", "serve", "--port", "0", *args],
+            [*prefix, *chd_command(), "serve", "--port", "0", *args],
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -240,9 +240,16 @@ def _error(code: int, kind: str, message: str) -> dict[str, Any]:
     }
 
 
+_REFUSING: list[socket.socket] = []
+
+
 def refused_url() -> str:
-    """A base URL on 127.0.0.1 where nothing listens (connections are refused)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    """A base URL on 127.0.0.1 where connections are refused.
+
+    The port stays bound (never listening) for the rest of the process, so
+    no other test or process can start listening on it meanwhile.
+    """
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    _REFUSING.append(probe)
+    return f"http://127.0.0.1:{probe.getsockname()[1]}"

@@ -155,10 +155,20 @@ class TestClassifierSafety:
         """A store whose text is a paraphrase is refused; a verbatim one is stored."""
         api.script(_tool_call("store", {"text": "The user likes tea.", "confidence": 0.9}))
         with pytest.raises(InvalidRequest):
-            history.query("Jot this down somewhere: I like tea")
+            history.query("Don't lose this \u2014 I like tea")
         api.script(_tool_call("store", {"text": "I like tea", "confidence": 0.9}))
-        outcome = history.query("Jot this down somewhere: I like tea")
+        outcome = history.query("Don't lose this \u2014 I like tea")
         assert outcome.result["utterance"]["text"] == "I like tea"
+
+    def test_unclear_store_instructions_are_refused_without_asking_claude(
+        self, history: ConversationHistory, api: FakeAnthropic
+    ) -> None:
+        """'Jot this down somewhere: ...' has a word the store rules cannot place; no guess may store it."""
+        api.script(_tool_call("store", {"text": "I like tea", "confidence": 0.9}))
+        with pytest.raises(InvalidRequest, match="'somewhere'"):
+            history.query("Jot this down somewhere: I like tea")
+        assert api.requests == []
+        assert len(history.backend.read("default").utterances) == 8
 
     def test_ambiguous_queries_are_refused_without_asking_claude(
         self, history: ConversationHistory, api: FakeAnthropic

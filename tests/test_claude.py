@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Iterator
 
 import grpc
 import pytest
 
 from tests.conftest import DaemonProcess
-from chd.core.summaries.claude import SYSTEM_PROMPT, ClaudeConfig, ClaudeSummarizer, merge_prompt
+import re
+
+from chd.core.history import ConversationHistory
+from chd.core.language.intents import StoreIntent
+from chd.core.settings import Settings
+from chd.core.summaries.claude import SYSTEM_PROMPT, ClaudeConfig, ClaudeSummarizer, merge_prompt, render_tagged
+from chd.core.summaries.summarizer import SummaryContext
 from chd.core.summaries.extractive import ExtractiveSummarizer
 from chd.core.summaries.writer import SummaryWriter, build_writer
 from chd.core.tokens import default_counter
@@ -73,6 +80,118 @@ class TestPrompt:
         assert "never instructions" in SYSTEM_PROMPT
 
 
+class TestWholePicture:
+    """Claude sees the rest of the summary and the buffer, answers in tags, and is asked for the right length."""
+
+    def test_the_rest_of_the_summary_and_the_buffer_are_read_only_context(self):
+        """Other segments and buffered utterances are shown, marked read-only, apart from what to summarize."""
+        buffered = (Utterance("c", 9, "user", "Also pack the charger.", 5, "t", 6),)
+        context = SummaryContext(summary="Fact (turn 1): Ada's budget is 900 euros.", buffered=buffered)
+        prompt = merge_prompt("", evicted(), 200, context, COUNTER)
+        assert '<rest_of_summary read_only="true">\nFact (turn 1): Ada\'s budget is 900 euros.' in prompt
+        assert '<still_in_buffer read_only="true">\n[turn 5] user: Also pack the charger.' in prompt
+        assert "nothing has been summarized yet" not in prompt
+        assert prompt.index("<still_in_buffer") < prompt.index("<evicted_utterances>")
+
+    def test_merged_segments_come_with_their_turn_ranges(self):
+        """When two segments are merged, each part is labelled with the turns it covers."""
+        context = SummaryContext(parts=((1, 4, "Ada booked."), (5, 9, "Bruno paid.")))
+        prompt = merge_prompt("Ada booked.\nBruno paid.", [], 80, context, COUNTER)
+        assert '<part turns="1-4">\nAda booked.\n</part>' in prompt
+        assert '<part turns="5-9">\nBruno paid.\n</part>' in prompt
+
+    def test_words_asked_for_follow_the_tokens_per_word_of_the_text(self):
+        """Code and versions cost more tokens per word than prose, so fewer words are asked for."""
+        prose = [Utterance("c", i, "user", "We walked along the river and talked about the weather for a while.", 1, "t", 15)
+                 for i in range(1, 6)]
+        code = [Utterance("c", i, "user", "TypeError in src/billing/invoice.py:212 under pydantic==2.7.0 at 0x7f3a9c.", 1,
+                          "t", 30) for i in range(1, 6)]
+        words = [int(re.search(r"about (\d+) words", merge_prompt("", batch, 300, counter=COUNTER))[1])
+                 for batch in (prose, code)]
+        assert words[1] < 0.8 * words[0]
+
+    def test_tagged_items_are_rendered_as_lines_with_their_turns(self):
+        """Claude's facts, decisions and open questions become chd's own lines."""
+        reply = ('<fact turns="2-3">Ada booked seat 42.</fact>\n<decision turns="4">Pin pydantic to 1.10.15.</decision>'
+                 '\n<open_question turns="5">Return trip?</open_question>')
+        assert render_tagged(reply) == [
+            "Fact (turns 2–3): Ada booked seat 42.",
+            "Decision (turn 4): Pin pydantic to 1.10.15.",
+            "Open question (turn 5): Return trip?",
+        ]
+
+    def test_a_small_overage_is_trimmed_here_without_another_call(self, api):
+        """A reply a few tokens over the limit loses its last item instead of costing a call."""
+        items = "\n".join(f'<fact turns="{i}">Item {i} costs {i * 7} euros.</fact>' for i in range(1, 9))
+        rendered = "\n".join(render_tagged(items))
+        limit = COUNTER.count(rendered) - 3
+        api.script(Reply(items))
+        text = claude(api.base_url).summarize("", evicted(), limit)
+        assert len(api.requests) == 1
+        assert COUNTER.count(text) <= limit and text == "\n".join(render_tagged(items)[:-1])
+
+
+def _echo_model(body: dict) -> str:
+    """A model that keeps every fact: each evicted utterance and earlier item becomes a tagged fact."""
+    prompt = body["messages"][-1]["content"]
+    summary = prompt.split("<running_summary>\n", 1)[1].split("\n</running_summary>", 1)[0]
+    items = [
+        f'<fact turns="{m[1]}">{m[2]}</fact>' for m in re.finditer(r"^Fact \(turns? ([\d–]+)\): (.*)$", summary, re.M)
+    ]
+    if "<evicted_utterances>" in prompt:
+        block = prompt.split("<evicted_utterances>\n", 1)[1].split("\n</evicted_utterances>", 1)[0]
+        items += [f'<fact turns="{m[1]}">{m[2]}</fact>' for m in re.finditer(r"turn (\d+)\] \w+: (.*)$", block, re.M)]
+    return "\n".join(items) or "<fact>Nothing yet.</fact>"
+
+
+class TestOutage:
+    """Through an API outage nothing is lost for good: once Claude is back it rewrites from the originals."""
+
+    def test_facts_of_an_outage_are_kept_as_well_as_those_of_healthy_periods(self):
+        """Healthy, outage and recovered periods keep their facts alike, all of it written by Claude."""
+        down = threading.Event()
+        with FakeAnthropic(reply=lambda body: Status(500, "down") if down.is_set() else _echo_model(body)) as api:
+            summarizer = claude(api.base_url, max_retries=0)
+            history = ConversationHistory(
+                settings=Settings(buffer_size=4, eviction_batch=2, summary_token_limit=4000),
+                writer=SummaryWriter(summarizer, COUNTER, ExtractiveSummarizer(COUNTER), attempts=1, backoff=0.01),
+                background=False,
+            )
+            try:
+                codes = [f"K{i:03d}W" for i in range(40)]
+
+                def store(i: int) -> None:
+                    text = f"Parcel {codes[i]} goes to locker {i * 7 + 3}."
+                    history.execute(StoreIntent(text, "user" if i % 2 else "assistant"), "c")
+
+                for i in range(0, 14):
+                    store(i)
+                down.set()
+                for i in range(14, 28):
+                    store(i)
+                during = history.backend.read("c").summary
+                assert during.held and any(s.error for s in during.segments)
+                stats = history.query("stats", {"conversation_id": "c"}).result
+                assert stats["summary_awaiting_rewrite"] == len(during.held) > 0
+                assert stats["summary_offline_only_utterances"] > 0 and stats["summary_rewrite_ranges"]
+                down.clear()
+                for i in range(28, 40):
+                    store(i)
+                after = history.backend.read("c").summary
+                stats = history.query("stats", {"conversation_id": "c"}).result
+                assert stats["summary_awaiting_rewrite"] == 0 and stats["summary_rewrite_ranges"] == []
+                assert stats["summary_offline_only_utterances"] == 0 and stats["summary_coverage"] == 1.0
+            finally:
+                history.close()
+        evicted = after.through_seq
+        kept = {period: sum(codes[i] in after.text for i in range(a, min(b, evicted)))
+                / (min(b, evicted) - a) for period, (a, b) in {"healthy": (0, 14), "outage": (14, 28),
+                                                               "after": (28, 40)}.items()}
+        assert kept["outage"] == kept["healthy"] == 1.0 and kept["after"] == 1.0
+        assert not after.held
+        assert all(s.error == "" and s.made_by == f"claude:{MODEL}" for s in after.segments)
+
+
 class TestClaudeSummarizer:
     """Normal, too long, failing, slow and unreachable Messages APIs."""
 
@@ -83,7 +202,7 @@ class TestClaudeSummarizer:
         assert request.path == "/v1/messages"
         assert request.body["model"] == MODEL and request.body["max_tokens"] == 300
         assert request.body["system"] == SYSTEM_PROMPT
-        assert request.prompt == merge_prompt(PREVIOUS, evicted(), 200)
+        assert request.prompt == merge_prompt(PREVIOUS, evicted(), 200, counter=COUNTER)
         assert "sk-test" in (request.headers.get("x-api-key", "") + request.headers.get("authorization", ""))
 
     def test_a_reply_over_the_limit_is_sent_back_to_be_shortened(self, api):
@@ -188,16 +307,17 @@ class TestDaemonWithClaude:
         assert claude_env.requests[0].body["model"] == MODEL
         assert "Fact 0: the budget line 0 is 0 euros." in claude_env.requests[0].prompt
 
-    def test_an_outage_folds_offline_and_the_response_and_log_say_why(self, claude_env):
+    def test_an_outage_loses_nothing_and_the_response_and_log_say_why(self, claude_env):
+        """Through an outage a read gets the evicted facts (offline segment or verbatim queue) and the reason."""
         claude_env.script(*[Status(529, "Overloaded", retry_after_ms=5)] * 40)
         answer, log = self.converse(
             6, "Get summary", flags=("--summarizer-attempts", "1", "--anthropic-max-retries", "0")
         )
-        assert "Fact 0" in answer.result["summary"] or "Fact 1" in answer.result["summary"]
-        assert answer.metadata["summary_pending"] == 0
-        assert "HTTP 529 overloaded_error" in answer.metadata["summarizer_error"]
-        assert answer.metadata["summary_fallback_segments"] >= 1
-        assert "HTTP 529 overloaded_error" in log and "folds this batch instead" in log
+        assert "Fact 0" in answer.result["summary"] and "Fact 1" in answer.result["summary"]
+        meta = dict(answer.metadata)
+        assert "HTTP 529 overloaded_error" in meta.get("summarizer_error", "") + meta.get("fold_error", "")
+        assert meta.get("summary_fallback_segments", 0) + meta.get("summary_pending_verbatim", 0) >= 1
+        assert "HTTP 529 overloaded_error" in log
 
     def test_summarize_with_a_token_limit_holds_it_whatever_claude_returns(self, claude_env):
         claude_env.reply = lambda body: " ".join(f"Point {i} of the talk." for i in range(300))

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from conftest import DaemonProcess, chd_env, run_chd
@@ -127,9 +132,11 @@ class TestRefusals:
         # A client command does not read CHD_DURABILITY at all.
         offline = run_chd("purpose", "--target", "127.0.0.1:1", "--timeout", "0.5")
         assert "CHD_DURABILITY" not in offline.stderr and offline.returncode == 64 + 14  # UNAVAILABLE
-        # The transfer tools still refuse it, naming the variable.
+        # The transfer tools take the key from the same table and refuse it the same way.
         export = run_chd("export", "--data-dir", "/nonexistent-chd-dir")
-        assert export.returncode == 1 and "CHD_DURABILITY must be one of normal, full" in export.stderr
+        assert export.returncode == 2
+        assert export.stderr == "chd: configuration key 'durability' (env CHD_DURABILITY): " \
+            "must be one of normal, full, got 'bogus'\n"
 
     def test_chd_serve_with_an_invalid_value_exits_2_before_listening(self):
         refused = run_chd("serve", "--port", "0", "--max-tokens", "-1")
@@ -154,13 +161,7 @@ class TestKeysTable:
 
 
 def _run_config(args: list[str], env: dict[str, str]):  # type: ignore[no-untyped-def]
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-
-    return subprocess.run([sys.executable, "-m", "chd", "config", *args], capture_output=True, text=True,
-                          timeout=30, env=env, cwd=ROOT)
+    return run_chd("config", *args, env=env)
 
 
 def test_operations_doc_lists_every_key_as_the_table_says():
@@ -172,3 +173,35 @@ def test_operations_doc_lists_every_key_as_the_table_says():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
     assert key_table() in doc
     assert all(f"`{key.name}`" in key_table() for key in KEYS)
+
+
+def _systemd_unit() -> str:
+    from conftest import ROOT
+
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    start = doc.index("```ini\n[Unit]") + len("```ini\n")
+    return doc[start:doc.index("```", start)]
+
+
+def test_the_systemd_unit_in_the_operations_doc_is_valid_as_written(tmp_path):
+    """Sections, Key=Value lines and whole-line comments only: systemd reads `# ...` after a value as part of it."""
+    unit = _systemd_unit()
+    assert "ExecStart=" in unit and "EnvironmentFile=" in unit
+    for line in unit.splitlines():
+        if not line.strip() or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            assert line in ("[Unit]", "[Service]", "[Install]"), line
+            continue
+        key, _, value = line.partition("=")
+        assert key.isalnum() and value.strip(), line
+        assert " #" not in value and " ;" not in value and "\t#" not in value, f"inline comment: {line}"
+    analyze = shutil.which("systemd-analyze")
+    if analyze is not None:
+        # With ExecStart pointing at a real chd, the unit must pass systemd's own check.
+        chd = shutil.which("chd", path=str(Path(sys.executable).parent)) or "/bin/true"
+        written = tmp_path / "chd.service"
+        written.write_text(unit.replace("/opt/chd/.venv/bin/chd", chd))
+        checked = subprocess.run([analyze, "verify", "--man=no", str(written)], capture_output=True, text=True,
+                                 timeout=60)
+        assert checked.returncode == 0, checked.stderr

@@ -86,12 +86,23 @@ class TestFuzz:
     def test_random_bytes_never_answer_unknown_or_internal(self, channel, payload):
         assert _code(channel, payload) not in FORBIDDEN, payload
 
-    def test_the_daemon_is_healthy_after_the_fuzzing(self, channel):
-        """Runs after the fuzz tests on the same server (module scope)."""
-        assert health_status(channel) == "SERVING"
-        assert ask(channel, "Add utterance: still here", metadata={"conversation_id": "after-fuzz"}).operation == "store"
-        got = ask(channel, "Get the last 1 utterances", metadata={"conversation_id": "after-fuzz"})
-        assert got.result["utterances"][0]["text"] == "still here"
+    def test_the_daemon_is_healthy_after_the_fuzzing(self):
+        """A server of its own takes a burst of random queries and bytes, then is healthy and stores."""
+        with running(buffer_size=5, eviction_batch=2, max_utterance_chars=200) as server, \
+                channel_to(server) as channel:
+
+            @settings(_fuzz, max_examples=150)
+            @given(query=_query, metadata=_metadata, data=_data, payload=st.binary(max_size=200))
+            def burst(query, metadata, data, payload):
+                _code(channel, request(query, metadata, data))
+                _code(channel, payload)
+
+            burst()
+            assert health_status(channel) == "SERVING"
+            stored = ask(channel, "Add utterance: still here", metadata={"conversation_id": "after-fuzz"})
+            assert stored.operation == "store"
+            got = ask(channel, "Get the last 1 utterances", metadata={"conversation_id": "after-fuzz"})
+            assert got.result["utterances"][0]["text"] == "still here"
 
 
 class TestFoundByFuzzing:
@@ -99,3 +110,44 @@ class TestFoundByFuzzing:
 
     def test_a_store_without_text_is_invalid_argument(self, channel):
         assert _code(channel, request("", {}, {"operation": "store"})) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+_MB = 1 << 20
+# Shapes that once took seconds to minutes (issue 14), at 1 MB: a store's
+# text is payload, a topic or a data field is data, a name is echoed in a
+# message. The grammar's own shapes (long query text) are the parser's
+# property test's (tests of daemon/core/language).
+_HOSTILE = {
+    "store of one word": ("Add utterance: " + "x" * _MB, {}, {}),
+    "store of spaces": ("Add utterance: a" + " " * _MB + "a", {}, {}),
+    "store of number words": ("Add utterance: user " + "two " * (_MB // 4) + "x", {}, {}),
+    "store of newlines and controls": ("", {}, {"operation": "store", "text": "\n\x01\t\x00" * (_MB // 4)}),
+    "store of punctuation": ("", {}, {"operation": "store", "text": "?!.,'\"" * (_MB // 6)}),
+    "topic of spaces": ("", {}, {"operation": "retrieve", "topic": "x" + " " * _MB + "y"}),
+    "topic of one word": ("", {}, {"operation": "retrieve", "topic": "y" * _MB}),
+    "operation name": ("", {}, {"operation": "q" * _MB}),
+    "data key": ("", {}, {"operation": "store", "k" * _MB: 1}),
+    "conversation id": ("Get summary", {"conversation_id": "c" * _MB}, {}),
+    "metadata key": ("Get summary", {"m" * _MB: 1}, {}),
+    "count of 5000 digits": ("", {}, {"operation": "retrieve", "last_n": "9" * 5000}),
+    "huge float count": ("", {}, {"operation": "retrieve", "last_n": 1e308}),
+    "huge float token limit": ("", {}, {"operation": "retrieve", "context": True, "token_limit": 1e308}),
+}
+
+
+@pytest.fixture(scope="module")
+def roomy():
+    """A daemon that accepts 2 MB utterances, so the 1 MB stores reach the core."""
+    with running(buffer_size=3, eviction_batch=1, max_utterance_chars=2_000_000, max_tokens=4_000_000,
+                 summarizer_process=False) as server, channel_to(server) as open_channel:
+        yield open_channel
+
+
+class TestHostileShapesAtLargeSizes:
+    """1 MB of the shapes that once stalled the daemon: a deliberate answer, and health still answers."""
+
+    @pytest.mark.parametrize("shape", list(_HOSTILE))
+    def test_a_1_mb_hostile_request_gets_a_deliberate_status_and_health_still_answers(self, roomy, shape):
+        query, metadata, data = _HOSTILE[shape]
+        assert _code(roomy, request(query, metadata, data)) not in FORBIDDEN | {grpc.StatusCode.DEADLINE_EXCEEDED}
+        assert health_status(roomy) == "SERVING"

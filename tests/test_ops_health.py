@@ -22,7 +22,8 @@ class TestHealthStates:
 
     def test_health_is_not_serving_until_the_backend_answers(self):
         """While the backend's first read is held, health answers NOT_SERVING; then SERVING."""
-        port = _free_port()
+        reservation = _reserved_port()
+        port = reservation.getsockname()[1]
         cfg = config(port=port)
         backend = GatedBackend()
         backend.gate.clear()
@@ -39,6 +40,7 @@ class TestHealthStates:
                 assert health_status(channel) == "SERVING"
                 assert health_status(channel, SERVICE_NAME) == "SERVING"
         finally:
+            reservation.close()
             backend.gate.set()
             opener.join(10)
             for server in started:
@@ -83,10 +85,19 @@ class TestHealthStates:
             process.kill()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def _reserved_port() -> socket.socket:
+    """A port held (bound, not listening) until closed, which a SO_REUSEADDR listener such as gRPC may still take.
+
+    The test must know the port before ``start`` returns, so it cannot ask
+    for port 0; holding it, instead of binding and releasing it, leaves no
+    moment for another process to take it. Linux lets SO_REUSEADDR sockets
+    share a port while none of them listens, so the daemon (which refuses
+    SO_REUSEPORT) can still bind it, and a second listener cannot.
+    """
+    probe = socket.socket()
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    probe.bind(("127.0.0.1", 0))
+    return probe
 
 
 def _wait_for(condition, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]

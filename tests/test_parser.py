@@ -21,7 +21,6 @@ class TestStore:
             ("Store: buy milk", {"text": "buy milk"}),
             ("Record assistant message: Tomorrow will be sunny.", {"text": "Tomorrow will be sunny.", "speaker": "assistant"}),
             ("Remember that the meeting is at 5", {"text": "the meeting is at 5"}),
-            ("Remember the meeting: 5pm", {"text": "the meeting: 5pm"}),
             ("add utterance:   spaced out  ", {"text": "spaced out"}),
         ],
     )
@@ -40,6 +39,11 @@ class TestStore:
         parsed = parse(f"Add utterance: {text}")
         assert parsed.operation == "store"
         assert parsed.fields["text"] == text
+
+    def test_unexplained_words_before_the_colon_are_refused_not_stored(self) -> None:
+        """'Remember the meeting: 5pm' is refused: 'the meeting' is neither instruction nor surely text."""
+        with pytest.raises(InvalidRequest, match="'meeting'"):
+            parse("Remember the meeting: 5pm")
 
     def test_multiline_text_is_kept_whole(self) -> None:
         """Newlines inside the utterance survive."""

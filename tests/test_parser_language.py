@@ -256,3 +256,335 @@ class TestSources:
             history.query(f"Add utterance: paris {i}")
         outcome = history.query("Find utterances about Paris", {}, {"limit": 2})
         assert len(outcome.result["utterances"]) == 2
+
+
+class TestHostileInput:
+    """Issue 14: any query is answered or refused with INVALID_ARGUMENT, in bounded time and memory."""
+
+    @pytest.mark.parametrize(
+        ("text", "metadata", "data"),
+        [
+            ("Get the last " + "9" * 5000 + " utterances", {}, {}),
+            ("Get context within " + "9" * 400 + "k tokens", {}, {}),
+            ("Remove utterance " + "9" * 40, {}, {}),
+            ("Get utterances 1, " + "9" * 5000, {}, {}),
+            ("Summarize turns 1 to " + "9" * 30 + " in 50 tokens", {}, {}),
+            ("Get the " + "9" * 30 + "th turn", {}, {}),
+            ("Set the buffer size to " + "9" * 5000, {}, {}),
+            ("Get the last utterances", {}, {"last_n": 1e308}),
+            ("Add utterance: hi", {"turn_number": 1e300}, {}),
+            ("Get utterances", {}, {"seqs": [1, 1e300]}),
+            ("Summarize conversation", {}, {"token_limit": -1e300}),
+        ],
+    )
+    def test_any_number_in_any_field_is_invalid_argument(self, text: str, metadata: dict, data: dict) -> None:
+        """A number too large for int() or float() is refused as a bad argument, not an internal error."""
+        from chd.service.server import status_for
+
+        history = ConversationHistory()
+        with pytest.raises(InvalidRequest) as refused:
+            history.query(text, metadata, data)
+        assert status_for(refused.value).name == "INVALID_ARGUMENT"
+        assert len(str(refused.value)) < 600
+
+    def test_a_huge_int_is_described_without_converting_it_to_text(self) -> None:
+        """An int past Python's digit limit is named by its size in an error message."""
+        from chd.core.language.fields import as_int
+
+        with pytest.raises(InvalidRequest, match="at most 10, got a number of about 5001 digits"):
+            as_int("n", 10**5000, maximum=10)
+
+    @pytest.mark.parametrize(
+        ("metadata", "data"),
+        [
+            ({}, {"operation": "x" * 20_000}),
+            ({}, {"operation": "store", "text": "hi", "k" * 20_000: 1}),
+            ({}, {"operation": "retrieve", "topic": "y" * 20_000, "last_n": "z" * 20_000}),
+            ({"speaker": "q" * 20_000}, {"operation": "store", "text": "hi"}),
+        ],
+    )
+    def test_errors_quote_only_a_short_prefix_of_the_callers_text(self, metadata: dict, data: dict) -> None:
+        """A 20 kB field in a refused request yields a short message (gRPC headers stop at 16 KiB)."""
+        with pytest.raises(InvalidRequest) as refused:
+            ConversationHistory().query("", metadata, data)
+        assert len(str(refused.value)) < 400
+
+    def test_a_refused_long_query_quotes_a_prefix(self) -> None:
+        """The refusal of a 1,900-character query is a few hundred characters long."""
+        with pytest.raises(NotUnderstood) as refused:
+            parse("frobnicate " * 170)
+        assert len(str(refused.value)) < 800
+        assert "frobnicate frobnicate" in str(refused.value)
+
+    def test_an_instruction_over_the_limit_is_refused_saying_what_to_do(self) -> None:
+        """A non-store query past MAX_INSTRUCTION_CHARS is refused at once, pointing at data.topic and data.text."""
+        from chd.core.language.parser import MAX_INSTRUCTION_CHARS
+
+        with pytest.raises(InvalidRequest) as refused:
+            parse("Find utterances about " + "Paris " * (MAX_INSTRUCTION_CHARS // 6))
+        assert not isinstance(refused.value, NotUnderstood)  # never sent to the classifier
+        assert "data.topic" in str(refused.value) and "data.text" in str(refused.value)
+        assert len(str(refused.value)) < 600
+
+    def test_a_megabyte_utterance_is_still_stored_verbatim(self) -> None:
+        """The cap is on instructions: a store's utterance is payload of any length."""
+        text = "hello world. " * 80_000
+        parsed = parse("Add utterance: " + text)
+        assert parsed.operation == "store" and parsed.fields["text"] == text.strip()
+
+    def test_a_long_topic_goes_in_data(self) -> None:
+        """'Find utterances' with a data.topic of any length searches for it."""
+        history = ConversationHistory()
+        history.query("Add utterance: the hotel in Paris is booked")
+        outcome = history.query("Find utterances", {}, {"topic": "hotel " + "x" * 50_000})
+        assert [u["seq"] for u in outcome.result["utterances"]] == [1]
+
+    def test_runs_of_whitespace_and_control_characters_read_as_one_space(self) -> None:
+        """'Get  the last\\n\\n5\\x00 utterances' reads as 'Get the last 5 utterances'."""
+        assert parse("Get  the last\n\n5\x00 utterances\t").fields == {"last_n": 5}
+        assert parse("Find utterances about  the   hotel").fields == {"topic": "the hotel"}
+
+    def test_closest_forms_read_a_bounded_prefix(self) -> None:
+        """The suggestions for a 1 MB query are those for its first words."""
+        head = "Get the latest frobnications "
+        assert closest_forms(head + "x" * 1_000_000) == closest_forms(head + "x" * 500)
+
+    def test_the_parse_cache_is_bounded_in_bytes(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Many distinct long queries never hold more than the cache's byte budget, and it stays in use."""
+        from chd.core.language import parser
+
+        cache = parser._ReadingCache(budget=64 * 1024)
+        monkeypatch.setattr(parser, "_READINGS", cache)
+        for i in range(120):
+            try:
+                parse(f"Find utterances about {i} " + "hotel " * 200)
+            except InvalidRequest:
+                pass
+        assert 32 * 1024 < cache.used <= cache.budget
+
+    def test_a_refused_query_is_read_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Reading the same refused query again (for the trace, the metrics) reuses the first reading."""
+        from chd.core.language import parser
+
+        calls = []
+        real = parser._read
+        monkeypatch.setattr(parser, "_read", lambda query: calls.append(query) or real(query))
+        parser._READINGS.clear()
+        for _ in range(3):
+            with pytest.raises(NotUnderstood) as refused:
+                parse("frobnicate the widgets thoroughly")
+        assert len(calls) == 1
+        assert "frobnicate" in str(refused.value)
+
+
+def _demo() -> ConversationHistory:
+    from tests.demo_conversation import seed_demo
+
+    history = ConversationHistory()
+    seed_demo(history)
+    return history
+
+
+def _left(history: ConversationHistory) -> list[int]:
+    return [u.seq for u in history.backend.read("default").utterances]
+
+
+class TestFunctionCalls:
+    """Issue 12: the spec's function-call forms, judged by their effect on the demo conversation."""
+
+    @pytest.mark.parametrize(
+        ("call", "seqs"),
+        [
+            ("get_last_n(5)", [4, 5, 6, 7, 8]),
+            ("get_last_n(n=2)", [7, 8]),
+            ("get_first_n(2);", [1, 2]),
+            ("get_last_turns(1)", [7, 8]),
+            ("get_utterance(6)", [6]),
+            ("get_utterances(2, 5)", [2, 5]),
+            ("get_utterances([2, 5])", [2, 5]),
+            ("get_turns(2, 3)", [3, 4, 5, 6]),
+            ("retrieve(speaker='user', last_n=2)", [5, 7]),
+            ('find_utterances(topic="weather")', [1]),
+            ("search('budget', limit=1)", [8]),
+        ],
+    )
+    def test_read_calls_return_the_right_utterances(self, call: str, seqs: list[int]) -> None:
+        """get_last_n(5), find_utterances(topic="weather")... return what their sentence forms return."""
+        outcome = _demo().query(call)
+        assert outcome.operation == "retrieve"
+        assert [u["seq"] for u in outcome.result["utterances"]] == seqs
+
+    @pytest.mark.parametrize(
+        ("call", "left"),
+        [
+            ("remove_before_turn(4)", [7, 8]),
+            ("remove_after_turn(2)", [1, 2, 3, 4]),
+            ("remove_oldest()", [2, 3, 4, 5, 6, 7, 8]),
+            ("remove_newest(n=3)", [1, 2, 3, 4, 5]),
+            ("remove_utterance(3)", [1, 2, 4, 5, 6, 7, 8]),
+            ("remove_utterances(3, 4)", [1, 2, 5, 6, 7, 8]),
+            ("remove_turns(2, 3)", [1, 2, 7, 8]),
+            ("remove(speaker='assistant')", [1, 3, 5, 7]),
+            ("clear_conversation()", []),
+        ],
+    )
+    def test_remove_calls_remove_exactly_their_utterances(self, call: str, left: list[int]) -> None:
+        """remove_before_turn(4) and the others delete the seqs they name and nothing else."""
+        history = _demo()
+        assert history.query(call).operation == "remove"
+        assert _left(history) == left
+
+    def test_get_summary_reads_the_running_summary(self) -> None:
+        """get_summary() is the spec's read of the running summary, not a new summary."""
+        outcome = _demo().query("get_summary()")
+        assert outcome.operation == "retrieve" and "summary" in outcome.result and "utterances" not in outcome.result
+
+    def test_summarize_takes_its_limit_as_a_keyword(self) -> None:
+        """summarize(token_limit=100) summarizes everything within 100 tokens."""
+        outcome = _demo().query("summarize(token_limit=100)")
+        assert outcome.operation == "summarize"
+        assert outcome.result["token_limit"] == 100 and outcome.result["utterances_covered"] == 8
+
+    def test_store_and_configure_and_mark_and_stats_calls(self) -> None:
+        """Every operation has a call form, stored text kept exactly."""
+        history = _demo()
+        stored = history.query("add_utterance('Remove all, it\\'s fine', speaker=\"assistant\")")
+        assert stored.result["utterance"]["text"] == "Remove all, it's fine"
+        assert stored.result["utterance"]["speaker"] == "assistant"
+        assert _left(history) == list(range(1, 10))
+        assert history.query("set_eviction_policy(importance)").result["settings"]["eviction_policy"] == "importance"
+        assert history.query("mark_important(7)").result["utterance"]["important"] is True
+        assert history.query("stats()").result["utterance_count"] == 9
+
+    @pytest.mark.parametrize(
+        ("call", "says"),
+        [
+            ("get_last_n(5, 6)", "takes 1 positional argument"),
+            ("get_last_n(colour=5)", "no parameter 'colour'"),
+            ("get_last_n('five')", "whole number"),
+            ("remove_utterance()", "remove needs to know what to delete"),
+            ("forget_everything()", "unknown function"),
+            ("remove_utterances(3, 'x)", "not closed"),
+            ("summarize(token_limit=100, 5)", "positional argument after a keyword"),
+        ],
+    )
+    def test_a_call_that_does_not_fit_is_refused_and_changes_nothing(self, call: str, says: str) -> None:
+        """A wrong call is INVALID_ARGUMENT saying what is wrong; nothing is removed or guessed."""
+        history = _demo()
+        with pytest.raises(InvalidRequest, match=says):
+            history.query(call)
+        assert _left(history) == list(range(1, 9))
+
+
+class TestBreadth:
+    """Issue 12: phrasings people use for reads, removes and summaries, judged by their effect."""
+
+    @pytest.mark.parametrize(
+        ("query", "seqs"),
+        [
+            ("nothing but the assistant's lines", [2, 4, 6, 8]),
+            ("all the user wrote up to now", [1, 3, 5, 7]),
+            ("messages where the budget was mentioned", [8, 7]),
+            ("Show message number seven", [7]),
+            ("Get the entry numbered six", [6]),
+            ("just turn 2", [3, 4]),
+            ("turns two through three", [3, 4, 5, 6]),
+            ("Show the first two turns", [1, 2, 3, 4]),
+            ("Show the final two turns", [5, 6, 7, 8]),
+        ],
+    )
+    def test_reads_return_the_right_utterances(self, query: str, seqs: list[int]) -> None:
+        """Filters, topics and number forms as people say them select the right seqs."""
+        outcome = _demo().query(query)
+        assert outcome.operation == "retrieve"
+        assert [u["seq"] for u in outcome.result["utterances"]] == seqs
+
+    @pytest.mark.parametrize(
+        ("query", "left"),
+        [
+            ("Purge the oldest message", [2, 3, 4, 5, 6, 7, 8]),
+            ("Scrap utterance 3", [1, 2, 4, 5, 6, 7, 8]),
+            ("Strike #3", [1, 2, 4, 5, 6, 7, 8]),
+            ("Throw away the newest message", [1, 2, 3, 4, 5, 6, 7]),
+            ("Delete every turn before turn 3", [5, 6, 7, 8]),
+            ("Remove whatever came before turn 3", [5, 6, 7, 8]),
+            ("Get rid of the entry numbered eleven", None),
+            ("Trash the first two turns", [5, 6, 7, 8]),
+            ("Strike the final turn", [1, 2, 3, 4, 5, 6]),
+        ],
+    )
+    def test_removes_delete_exactly_the_right_utterances(self, query: str, left: list[int] | None) -> None:
+        """Remove verbs and turn phrasings delete what they name (a missing seq is NOT_FOUND, nothing gone)."""
+        from chd.core.errors import NotFound
+
+        history = _demo()
+        if left is None:
+            with pytest.raises(NotFound):
+                history.query(query)
+            left = list(range(1, 9))
+        else:
+            assert history.query(query).operation == "remove"
+        assert _left(history) == left
+
+    @pytest.mark.parametrize(
+        ("query", "covered", "limit"),
+        [
+            ("Give me a synopsis", 8, None),
+            ("an overview of the conversation [max 80 tokens]", 8, 80),
+            ("Summarize, using no more than forty tokens", 8, 40),
+            ("a recap of 60 tokens", 8, 60),
+            ("Brief rundown, 30 tokens max", 8, 30),
+            ("Summarize the newest messages", 8, None),
+            ("Summarize the last 3 messages", 3, None),
+            ("Wrap up the last 2 turns, capped at 50 tokens", 4, 50),
+            ("What's the gist of the first two turns?", 4, None),
+        ],
+    )
+    def test_summaries_take_their_scope_and_limit_anywhere(self, query: str, covered: int, limit: int | None) -> None:
+        """Summary nouns and verbs, a limit in any form, and scopes such as 'the last 3 messages'."""
+        outcome = _demo().query(query)
+        assert outcome.operation == "summarize"
+        assert outcome.result["utterances_covered"] == covered
+        if limit is not None:
+            assert outcome.result["token_limit"] == limit
+        assert outcome.result["tokens"] <= outcome.result["token_limit"]
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "Scrap the frobnicated messages in turn 2",
+            "Strike what the assistant said about Paris in turns 2 to 3",
+            "Delete the assistant's lines, the ones that matter",
+            "Trash the user's messages in turn 2 whatsoever",
+            "Get rid of turn 2 entirely now",
+        ],
+    )
+    def test_a_remove_phrase_never_runs_as_a_read(self, query: str) -> None:
+        """A query that asks to remove is removed or refused, never answered as a retrieve."""
+        history = _demo()
+        try:
+            outcome = history.query(query)
+        except InvalidRequest:
+            assert _left(history) == list(range(1, 9))
+        else:
+            assert outcome.operation == "remove"
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "Find utterances about deleting files",
+            "Show me what the user said about scrapping the plan",
+            "Which messages mention purging the cache?",
+            "Summarize how we decided to drop the hotel",
+        ],
+    )
+    def test_a_read_never_removes(self, query: str) -> None:
+        """Remove words inside a read are its topic; nothing is deleted."""
+        history = _demo()
+        try:
+            outcome = history.query(query)
+        except InvalidRequest:
+            pass
+        else:
+            assert outcome.operation in ("retrieve", "summarize")
+        assert _left(history) == list(range(1, 9))

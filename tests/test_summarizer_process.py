@@ -42,7 +42,7 @@ def failing_summarizer() -> ExtractiveSummarizer:
     """A factory for the child whose summarizer always raises."""
 
     class Failing(ExtractiveSummarizer):
-        def summarize(self, previous, utterances, token_limit):  # type: ignore[no-untyped-def]
+        def summarize(self, previous, utterances, token_limit, context=None):  # type: ignore[no-untyped-def]
             raise ValueError("no summary today")
 
     return Failing(default_counter())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from hypothesis import given, settings
@@ -18,7 +19,7 @@ COUNTER = default_counter()
 OFFLINE = ExtractiveSummarizer(COUNTER)
 
 
-def offline_write(previous: str, utterances: Sequence[Utterance], limit: int) -> Summarized:
+def offline_write(previous: str, utterances: Sequence[Utterance], limit: int, context=None) -> Summarized:
     return Summarized(OFFLINE.summarize(previous, utterances, limit), OFFLINE.name)
 
 
@@ -57,12 +58,54 @@ class TestFoldingBatches:
         assert [(s.seq_from, s.seq_to) for s in summary.segments] == [(1, 5), (6, 10)]
         assert summary.segments[0] == full.segments[0]
 
-    def test_a_small_newest_segment_is_extended_by_the_next_batch(self):
-        small = Summary((segment(1, 5, 1, 3, "Turns 1–3: the user said “Alice books a tram.”"),), 5, 15)
-        summary, _ = fold_into(small, batch(6), limit=512, max_segments=4, write=offline_write, counter=COUNTER)
+    def test_a_batch_too_small_for_a_segment_of_its_own_extends_the_newest(self):
+        """A batch whose fair share is under MIN_SEGMENT_TOKENS is written into the newest segment."""
+        text = "Turns 1–20: the user said “Alice books a tram.”; facts: " + "; ".join(f"A{i}" for i in range(24))
+        assert 85 <= COUNTER.count(text) <= 100
+        full = Summary((segment(1, 40, 1, 20, text),), 40, COUNTER.count(text))
+        summary, _ = fold_into(full, batch(41), limit=100, max_segments=4, write=offline_write, counter=COUNTER)
         ((seq_from, seq_to, turn_from),) = [(s.seq_from, s.seq_to, s.turn_from) for s in summary.segments]
-        assert (seq_from, seq_to, turn_from) == (1, 10, 1)
-        assert "Alice books a tram" in summary.text
+        assert (seq_from, seq_to, turn_from) == (1, 45, 1)
+        assert "A0" in summary.text and "Rome" in summary.text  # the old segment and the batch
+
+    def test_a_batch_gets_all_the_room_the_other_segments_leave(self):
+        """No fixed share per call: a first batch may fill the whole budget."""
+        long = [
+            ("user" if i % 2 else "assistant", f"Order {1000 + i} ships to warehouse W{i} on day {i}.", i)
+            for i in range(1, 41)
+        ]
+        utterances = [Utterance("c", i, sp, t, turn, "t", COUNTER.count(t)) for i, (sp, t, turn) in enumerate(long, 1)]
+        summary, _ = fold_into(Summary(), utterances, limit=400, max_segments=4, write=offline_write, counter=COUNTER)
+        assert 0.9 * 400 <= summary.tokens <= 400
+
+    def test_no_part_of_the_conversation_is_emptied_to_make_room(self):
+        """After many folds every segment keeps a share in proportion to the utterances it stands for."""
+        summary = fold_many(40, limit=512, size=5)
+        shares = [s.tokens / (s.seq_to - s.seq_from + 1) for s in summary.segments]
+        assert min(shares) > 0.4 * max(shares)
+        assert summary.tokens > 0.9 * 512
+
+    def test_the_least_informative_neighbours_are_merged_whatever_their_age(self):
+        """The two neighbours holding the least text merge, not the two oldest."""
+        parts = (
+            segment(1, 10, 1, 5, "Turns 1–5: facts: " + "; ".join(f"A{i}" for i in range(40))),
+            segment(11, 20, 6, 10, "Turns 6–10: facts: " + "; ".join(f"B{i}" for i in range(40))),
+            segment(21, 25, 11, 12, "Turns 11–12: facts: C1"),
+            segment(26, 30, 13, 14, "Turns 13–14: facts: D1"),
+        )
+        full = Summary(parts, 30, COUNTER.count("\n".join(p.text for p in parts)))
+        summary, _ = fold_into(full, batch(31, size=20), limit=512, max_segments=4, write=offline_write, counter=COUNTER)
+        assert [(s.seq_from, s.seq_to) for s in summary.segments][:3] == [(1, 10), (11, 20), (21, 30)]
+
+    def test_a_fallback_mark_survives_merging_and_condensing(self):
+        """Content lost by an offline fold stays marked whoever rewrites its summary later."""
+        marked = replace(segment(1, 10, 1, 5, "Turns 1–5: facts: " + "; ".join(f"A{i}" for i in range(60))),
+                         error="claude failed: HTTP 500")
+        summary = Summary((marked,), 10, marked.tokens)
+        for i in range(6):
+            summary, _ = fold_into(summary, batch(11 + 10 * i, size=10), limit=160, max_segments=2,
+                                   write=offline_write, counter=COUNTER)
+        assert summary.segments[0].error == "claude failed: HTTP 500"
 
     def test_segments_never_outnumber_the_setting_the_oldest_are_merged(self):
         summary = fold_many(12, size=8)
@@ -98,7 +141,7 @@ class TestFoldingBatches:
             assert summary.tokens <= limit
 
     def test_a_summarizer_ignoring_the_limit_is_still_held_to_it(self):
-        def verbose(previous, utterances, limit):
+        def verbose(previous, utterances, limit, context=None):
             return Summarized("Everything. " * 500, "verbose")
 
         summary = Summary()
@@ -108,7 +151,7 @@ class TestFoldingBatches:
         assert COUNTER.count(summary.text) <= 100
 
     def test_a_fallback_is_recorded_on_the_segment_it_wrote(self):
-        def degraded(previous, utterances, limit):
+        def degraded(previous, utterances, limit, context=None):
             outcome = offline_write(previous, utterances, limit)
             return Summarized(outcome.text, outcome.made_by, "claude failed: HTTP 529")
 

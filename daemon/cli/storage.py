@@ -11,7 +11,7 @@ summary queue, the summary's segments or the next seq, and an import through
 dir may be exported from or imported into while a daemon serves it (SQLite
 transactions keep both consistent; the daemon sees the change on its next
 call). The memory backend lives inside its daemon process, so it can only
-be exported in-process (``backends.transfer.export_lines``).
+be exported in-process (``chd.core.transfer.export_lines``).
 """
 
 from __future__ import annotations
@@ -19,86 +19,69 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
-from contextlib import nullcontext
-from typing import Any, TextIO
+import tempfile
+import time
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any, Iterable, Iterator, TextIO
 
-from chd.backends import ALIASES, Backend, open_backend
-from chd.backends.disk import DURABILITY
-from chd.core.transfer import export_lines, import_states, parse_lines
-from chd.core.errors import DaemonError
+from chd.backends import ALIASES, Backend, ConversationState, open_backend
+from chd.backends.base import iter_conversations
+from chd.core.errors import DaemonError, InvalidRequest
+from chd.core.transfer import ImportCounts, check_lines, export_lines, import_stream, iter_states
+from chd.service import config
 
 __all__ = [
-    "add_backend_arguments",
     "add_transfer_commands",
-    "open_backend_from_args",
     "open_storage",
     "run_transfer",
+    "STORAGE_KEYS",
     "TRANSFER_COMMANDS",
 ]
 
 log = logging.getLogger(__name__)
 
 TRANSFER_COMMANDS = ("export", "import")
+# The configuration keys the transfer tools share with `chd serve`: same
+# flags, same CHD_* variables, same checks (chd.service.config).
+STORAGE_KEYS = ("backend", "data_dir", "durability", "redis_url", "redis_password", "redis_cluster")
+# A transfer works on storage outside a daemon: a data dir, so disk by default.
+TRANSFER_DEFAULTS = {"backend": "disk"}
 EXIT_FAILED = 1
+EXIT_USAGE = 2
 
 
-def _durability_refused(value: str | None) -> bool:
-    # Checked when a transfer runs, not when the parser is built: every chd
-    # command builds it, and `chd query` must not fail on a storage variable
-    # (`chd serve` checks its own through the config table).
-    if value is not None and value not in DURABILITY:
-        print(f"chd: CHD_DURABILITY must be one of {', '.join(DURABILITY)}, got {value!r}", file=sys.stderr)
-        return True
-    return False
-
-
-def add_backend_arguments(parser: argparse.ArgumentParser, *, serving: bool) -> None:
-    """``--backend``, ``--data-dir`` and ``--durability``, defaulting to CHD_* variables.
-
-    A daemon defaults to the memory backend and NORMAL durability. The
-    transfer tools default to the disk backend and leave the data dir's
-    durability as its daemon set it. A custom backend receives ``data_dir``
-    and ``durability`` only when they were given.
-    """
-    backend_default = os.environ.get("CHD_BACKEND", "memory" if serving else "disk")
+def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--backend``, ``--data-dir`` and ``--durability``: the serve keys, with the transfer's defaults."""
     parser.add_argument(
-        "--backend",
-        default=backend_default,
-        help=f"memory, disk, or module:Class for a custom backend (CHD_BACKEND, default {backend_default})",
+        "--backend", metavar="BACKEND", default=argparse.SUPPRESS,
+        help="disk (default) or module:Class for a custom backend (CHD_BACKEND); not memory, whose "
+        "conversations live inside its daemon",
     )
     parser.add_argument(
-        "--data-dir",
-        default=os.environ.get("CHD_DATA_DIR"),
-        help="directory of the disk backend, created if missing (CHD_DATA_DIR)",
-    )
-    # None when not given, so a custom backend only receives what the user set.
-    parser.add_argument(
-        "--durability",
-        choices=tuple(DURABILITY),
-        default=os.environ.get("CHD_DURABILITY"),
-        help="disk backend: normal survives a crash of chd, full also an OS crash or power loss "
-        f"(CHD_DURABILITY, default {'normal' if serving else 'as the data dir was last served'})",
+        "--data-dir", metavar="DIR", default=argparse.SUPPRESS,
+        help="the disk backend's directory, as given to `chd serve --data-dir` (CHD_DATA_DIR)",
     )
     parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("CHD_REDIS_URL"),
+        "--durability", metavar="{normal,full}", default=argparse.SUPPRESS,
+        help="disk backend: normal or full (CHD_DURABILITY; default: as the data dir was last served)",
+    )
+    parser.add_argument(
+        "--redis-url", metavar="URL", default=argparse.SUPPRESS,
         help="redis backend: redis://[:PASSWORD@]HOST:PORT/DB or rediss:// (CHD_REDIS_URL; "
         "CHD_REDIS_PASSWORD when the URL has none)",
     )
     parser.add_argument(
-        "--redis-cluster", action=argparse.BooleanOptionalAction, default=None,
-        help="redis backend: the URL names a Redis Cluster (default: asked of the server)",
+        "--redis-cluster", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+        help="redis backend: the URL names a Redis Cluster (CHD_REDIS_CLUSTER; default: asked of the server)",
     )
-    parser.set_defaults(serving=serving)
 
 
-def open_backend_from_args(args: argparse.Namespace) -> Backend | None:
-    """The backend the transfer flags name, or None after printing one line saying why not."""
-    redis = {"redis_url": args.redis_url, "redis_cluster": args.redis_cluster,
-             "redis_password": os.environ.get("CHD_REDIS_PASSWORD")}
-    return open_storage(args.backend, args.data_dir, args.durability, serving=args.serving,
-                        **(redis if ALIASES.get(args.backend, args.backend) == "redis" else {}))
+def _storage_config(args: argparse.Namespace) -> config.Config:
+    flags = {name: getattr(args, name) for name in STORAGE_KEYS if hasattr(args, name)}
+    return config.load_keys(STORAGE_KEYS, flags, os.environ, TRANSFER_DEFAULTS)
 
 
 def open_storage(
@@ -130,86 +113,226 @@ def open_storage(
     return None
 
 
+_TRANSFER_NOTE = """\
+export and import open a backend's storage directly, not the daemon: a disk
+data dir (even while a daemon serves it) or a custom module:Class backend.
+The memory backend's conversations live inside its daemon process, so they
+cannot be exported from outside it.
+"""
+
+
 def add_transfer_commands(commands: argparse._SubParsersAction) -> None:
-    export = commands.add_parser("export", help="write conversations as JSON Lines")
+    export = commands.add_parser(
+        "export", help="write conversations of a disk data dir as JSON Lines",
+        description="Write conversations as JSON Lines: seqs, turns, summaries and queues kept.",
+        epilog=_TRANSFER_NOTE + "\nexample:\n  chd export --data-dir ./chd-data --output backup.jsonl",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     export.add_argument(
         "--conversation", "-c", action="append", dest="conversations", metavar="ID",
         help="conversation to export (repeatable; default: all)",
     )
     export.add_argument("--output", "-o", default="-", help="file to write (default: stdout)")
-    add_backend_arguments(export, serving=False)
+    _add_storage_arguments(export)
 
-    imp = commands.add_parser("import", help="read conversations from JSON Lines")
+    imp = commands.add_parser(
+        "import", help="read conversations from JSON Lines into a disk data dir",
+        description="Read conversations written by `chd export`; a failed import changes nothing.",
+        epilog=_TRANSFER_NOTE + "\nexample:\n  chd import backup.jsonl --data-dir ./restored",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     imp.add_argument("file", nargs="?", default="-", help="file to read (default: stdin)")
     imp.add_argument("--replace", action="store_true", help="overwrite conversations that already hold data")
-    add_backend_arguments(imp, serving=False)
+    _add_storage_arguments(imp)
 
 
 def run_transfer(args: argparse.Namespace) -> int:
-    if ALIASES.get(args.backend, args.backend) == "memory":
+    try:
+        storage = _storage_config(args)
+    except config.ConfigError as exc:
+        print(f"chd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    name = ALIASES.get(storage.backend, storage.backend)
+    if name == "memory":
         print(
             "chd: the memory backend lives inside its daemon; export and import work on "
             "--backend disk (or a custom backend)",
             file=sys.stderr,
         )
         return EXIT_FAILED
-    if _durability_refused(args.durability):
-        return EXIT_FAILED
-    if (
-        args.command == "export"
-        and ALIASES.get(args.backend, args.backend) == "disk"
-        and args.data_dir is not None
-        and not os.path.isdir(os.path.expanduser(args.data_dir))
-    ):
-        # Opening would create an empty data dir: a mistyped path must not
-        # become an empty backup that reports success.
-        print(f"chd: there is no data dir at {args.data_dir}; nothing to export", file=sys.stderr)
-        return EXIT_FAILED
-    backend = open_backend_from_args(args)
-    if backend is None:
-        return EXIT_FAILED
-    try:
+    data_dir = storage.data_dir
+    fresh_dir = None
+    if name == "disk" and data_dir is not None and not os.path.isdir(os.path.expanduser(data_dir)):
         if args.command == "export":
-            return _export(backend, args)
-        return _import(backend, args)
+            # Opening would create an empty data dir: a mistyped path must not
+            # become an empty backup that reports success.
+            print(f"chd: there is no data dir at {data_dir}; nothing to export", file=sys.stderr)
+            return EXIT_FAILED
+        fresh_dir = Path(data_dir).expanduser().absolute()
+        while not fresh_dir.parent.exists():  # opening creates the missing parents too
+            fresh_dir = fresh_dir.parent
+    with _readable(args.file) if args.command == "import" else nullcontext(None) as path:
+        return _transfer(args, storage, data_dir, fresh_dir, path)
+
+
+def _transfer(
+    args: argparse.Namespace, storage: config.Config, data_dir: str | None, fresh_dir: Path | None, path: str | None
+) -> int:
+    try:
+        # Checked before storage is opened: a bad file creates nothing. One
+        # conversation at a time, so the file's size does not matter (issue 17).
+        ids = _check_import(path) if path is not None else None
+    except DaemonError as exc:
+        print(f"chd: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    backend = open_storage(storage.backend, data_dir, storage.durability, serving=False,
+                           **config.backend_options(storage))
+    if backend is None:
+        _remove_fresh(fresh_dir)
+        return EXIT_FAILED
+    done = False
+    try:
+        if path is None or ids is None:
+            code = _export(backend, args)
+        else:
+            code = _import(backend, path, ids, args.replace)
+        done = True
+        return code
     except DaemonError as exc:
         print(f"chd: {exc}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         backend.close()
+        if not done:
+            _remove_fresh(fresh_dir)
+
+
+def _remove_fresh(directory: Path | None) -> None:
+    """A data dir this failed import created goes again: a failure leaves nothing behind."""
+    if directory is not None and directory.is_dir():
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _export(backend: Backend, args: argparse.Namespace) -> int:
-    ids = args.conversations or backend.conversations()
-    for conversation_id in ids:
-        if backend.read(conversation_id).is_empty:
-            print(f"chd: conversation {conversation_id!r} holds nothing to export", file=sys.stderr)
-            return EXIT_FAILED
+    ids: Iterable[str]
+    if args.conversations:
+        ids = args.conversations
+        for conversation_id in ids:
+            if backend.read(conversation_id).is_empty:
+                print(f"chd: conversation {conversation_id!r} holds nothing to export", file=sys.stderr)
+                return EXIT_FAILED
+    else:
+        # Streamed: a listing of 100,000 ids is not held, nor read twice.
+        ids = iter_conversations(backend)
+    progress = _Progress("exported")
+    counted = progress.conversations(ids)
     if args.output == "-":
-        for line in export_lines(backend, ids):
-            sys.stdout.write(line + "\n")
+        _write_lines(sys.stdout, export_lines(backend, counted), progress)
     else:
         # Written aside and renamed, so a failed export never leaves half a backup.
         partial = f"{args.output}.partial"
         with _open(partial, "w") as out:
-            for line in export_lines(backend, ids):
-                out.write(line + "\n")
+            _write_lines(out, export_lines(backend, counted), progress)
         os.replace(partial, args.output)
-    print(f"exported {len(ids)} conversation(s)", file=sys.stderr)
+    progress.end()
+    print(f"exported {progress.done} conversation(s)", file=sys.stderr)
     return 0
 
 
-def _import(backend: Backend, args: argparse.Namespace) -> int:
-    with _open(args.file, "r") as source:
-        states = parse_lines(source)
-    for state in import_states(backend, states, replace=args.replace):
-        print(
-            f"imported {state.conversation_id}: {len(state.utterances)} in the buffer, "
-            f"{len(state.pending)} queued for the summary, {len(state.archive)} archived, "
-            f"summary through #{state.summary.through_seq}",
-            file=sys.stderr,
+def _write_lines(out: TextIO, lines: Iterator[str], progress: "_Progress") -> None:
+    write = out.write
+    for line in lines:
+        write(line)
+        write("\n")
+        if line.startswith('{"record":"utterance"'):
+            progress.utterances += 1
+
+
+def _check_import(path: str) -> list[str]:
+    """The ids of the conversations in the file at ``path``, after checking all of it."""
+    with _open(path, "r") as source:
+        return check_lines(source)
+
+
+def _import(backend: Backend, path: str, ids: list[str], replace: bool = False) -> int:
+    if not replace:
+        # Before the first write, as when the whole file was held (a writer
+        # that gets in meanwhile is still refused inside its transaction).
+        for conversation_id in ids:
+            if not backend.read(conversation_id).is_empty:
+                raise InvalidRequest(
+                    f"conversation {conversation_id!r} already holds data; use --replace to overwrite it"
+                )
+    progress = _Progress("imported")
+    report = not progress.enabled
+
+    def written(batch: list[ConversationState], counts: ImportCounts) -> None:
+        progress.done, progress.utterances = counts.conversations, counts.utterances
+        progress.show()
+        if report:  # piped: one line per conversation, as before
+            for state in batch:
+                print(
+                    f"imported {state.conversation_id}: {len(state.utterances)} in the buffer, "
+                    f"{len(state.pending)} queued for the summary, {len(state.archive)} archived, "
+                    f"summary through #{state.summary.through_seq}",
+                    file=sys.stderr,
+                )
+
+    with _open(path, "r") as source:
+        import_stream(backend, iter_states(source), replace=replace, on_batch=written)
+    progress.end()
+    return 0
+
+
+class _Progress:
+    """A count and a rate on one terminal line, redrawn at most 4 times a second; silent when piped."""
+
+    def __init__(self, verb: str, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.verb = verb
+        self.enabled = self.stream.isatty()
+        self.done = 0
+        self.utterances = 0
+        self._start = self._shown = time.monotonic()
+
+    def conversations(self, ids: Iterable[str]) -> Iterator[str]:
+        for conversation_id in ids:
+            yield conversation_id
+            self.done += 1
+            self.show()
+
+    def show(self) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._shown < 0.25:
+            return
+        self._shown = now
+        rate = self.utterances / max(now - self._start, 1e-9)
+        self.stream.write(
+            f"\r{self.verb} {self.done:,} conversations, {self.utterances:,} utterances ({rate:,.0f} utterances/s)"
         )
-    return 0
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self.enabled and self.done:
+            self._shown = 0.0
+            self.show()
+            self.stream.write("\n")
+
+
+@contextmanager
+def _readable(path: str) -> Iterator[str]:
+    """``path``, or a spooled copy of stdin for ``-``: an import reads its input twice."""
+    if path != "-":
+        yield path
+        return
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".jsonl", delete=False) as spool:
+        shutil.copyfileobj(sys.stdin, spool)
+    try:
+        yield spool.name
+    finally:
+        os.unlink(spool.name)
 
 
 def _open(path: str, mode: str) -> TextIO:

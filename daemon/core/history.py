@@ -13,15 +13,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from chd.backends.base import Backend, Change, ConversationState
+from chd.backends.base import Backend, Change, ConversationState, queued_conversations
 from chd.backends.memory import MemoryBackend
 from chd.core.language.classifier import QueryClassifier
 from chd.core.memory.configure import configure, effective_settings
 from chd.core.memory.context import build_context
-from chd.core.errors import InvalidRequest, NotFound, TooLarge
+from chd.core.errors import DaemonError, DeadlineExceeded, InvalidRequest, NotFound, TooLarge
 from chd.core.memory.eviction import evictions_for_store
 from chd.core.language.fields import as_str
-from chd.core.summaries.folding import FoldReport, Folder
+from chd.core.summaries.folding import FoldReport, Folder, with_pending
 from chd.core.memory.index import IndexCache
 from chd.core.language.instructions import INSTRUCTIONS, PURPOSE
 from chd.core.language.intents import (
@@ -30,6 +30,7 @@ from chd.core.language.intents import (
     MarkIntent,
     RemoveIntent,
     RetrieveIntent,
+    OPERATIONS,
     StatsIntent,
     StoreIntent,
     SummarizeIntent,
@@ -65,6 +66,16 @@ MAX_CONVERSATION_ID = 256
 # Seconds a read waits for a background fold of its conversation before it
 # folds offline itself: a healthy model call ends well within it.
 READ_WAIT = 10.0
+
+_OPERATION_OF: dict[type, str] = {
+    StoreIntent: "store",
+    RetrieveIntent: "retrieve",
+    RemoveIntent: "remove",
+    SummarizeIntent: "summarize",
+    ConfigureIntent: "configure",
+    MarkIntent: "mark",
+    StatsIntent: "stats",
+}
 
 
 @dataclass(slots=True)
@@ -112,16 +123,44 @@ class ConversationHistory:
         self.worker: FoldWorker | None = None
         if background:
             self.worker = FoldWorker(lambda cid: self.folder.fold(cid).done, delay=self.settings.fold_delay)
-            self.worker.recover(self.backend.conversations, lambda cid: bool(self.backend.read(cid).pending))
+            self.worker.recover(lambda: queued_conversations(self.backend))
 
-    def close(self) -> None:
-        """Stop the background worker (queues stay in the backend), then close storage."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop folding, the summarizer and storage, within about ``timeout`` seconds.
+
+        Queued folds stay in the backend for the next start; a memory backend
+        has no next start, so what it still had queued is reported as lost.
+        """
+        until = time.monotonic() + timeout
         if self.worker is not None:
-            self.worker.stop()
+            self.worker.stop(timeout=0)  # takes no more work; a fold in progress goes on
         closer = getattr(self.summarizer, "close", None)
         if callable(closer):
-            closer()  # the Claude client's HTTP connections
+            # The Claude client's HTTP connections, or the summarizer child
+            # (terminated after a short grace): a fold waiting on it fails now.
+            closer()
+        if self.worker is not None:
+            self.worker.stop(timeout=max(0.0, until - time.monotonic()))
+        self._report_queued()
         self.backend.close()
+
+    def _report_queued(self) -> None:
+        try:
+            queued = {cid: len(self.backend.read(cid).pending) for cid in self.backend.conversations()}
+        except Exception:  # a backend failing now says so itself; this is only a report
+            return
+        queued = {cid: n for cid, n in queued.items() if n}
+        if not queued:
+            return
+        total = sum(queued.values())
+        if getattr(self.backend, "name", "") == "memory":
+            log.warning(
+                "%d evicted utterance(s) of %d conversation(s) were waiting to be summarized and are lost "
+                "with the memory backend", total, len(queued),
+            )
+        else:
+            log.info("%d evicted utterance(s) of %d conversation(s) stay queued for summary at the next start",
+                     total, len(queued))
 
     # --- the Daemon Interface ------------------------------------------------
 
@@ -136,27 +175,45 @@ class ConversationHistory:
         text: str,
         metadata: Mapping[str, Any] | None = None,
         data: Mapping[str, Any] | None = None,
+        deadline: float | None = None,
     ) -> QueryResult:
-        """Parse and run one query; raise a DaemonError before changing anything."""
+        """Parse and run one query; raise a DaemonError before changing anything.
+
+        ``deadline`` is a ``time.monotonic()`` instant (None: no deadline).
+        Past it, the query stops at its next checkpoint (after the parse,
+        before the decision, before a fold a read waits for) with
+        DeadlineExceeded; a change already decided is finished, never cut
+        in half. The raised error carries ``operation`` (what the query tried
+        to do, or ``unknown``), so nobody has to parse the query again.
+        """
         metadata = metadata or {}
         data = data or {}
-        conversation_id = self._conversation_id(metadata)
-        understood = understand(text, metadata, data, self.classifier)
-        outcome = self.execute(understood.intent, conversation_id)
+        operation = "unknown"
+        try:
+            operation = _named_operation(data)
+            conversation_id = self._conversation_id(metadata)
+            understood = understand(text, metadata, data, self.classifier)
+            operation = _OPERATION_OF.get(type(understood.intent), operation)
+            _check_deadline(deadline, "once the query was read")
+            outcome = self.execute(understood.intent, conversation_id, deadline)
+        except DaemonError as error:
+            if error.operation is None:
+                error.operation = operation
+            raise
         outcome.metadata["confidence"] = understood.confidence
         if understood.interpreted_by != "rules":
             outcome.metadata["interpreted_by"] = understood.interpreted_by
         return outcome
 
-    def execute(self, intent: Intent, conversation_id: str) -> QueryResult:
+    def execute(self, intent: Intent, conversation_id: str, deadline: float | None = None) -> QueryResult:
         if isinstance(intent, StoreIntent):
-            return self._store(intent, conversation_id)
+            return self._store(intent, conversation_id, deadline)
         if isinstance(intent, RetrieveIntent):
-            return self._retrieve(intent, conversation_id)
+            return self._retrieve(intent, conversation_id, deadline)
         if isinstance(intent, RemoveIntent):
-            return self._remove(intent, conversation_id)
+            return self._remove(intent, conversation_id, deadline)
         if isinstance(intent, SummarizeIntent):
-            return self._summarize(intent, conversation_id)
+            return self._summarize(intent, conversation_id, deadline)
         if isinstance(intent, ConfigureIntent):
             return QueryResult("configure", *configure(self.backend, self.settings, self._fold_now, intent, conversation_id))
         if isinstance(intent, MarkIntent):
@@ -194,7 +251,7 @@ class ConversationHistory:
         assert isinstance(intent, StoreIntent)
         return self._store(intent, conversation_id).result
 
-    def _store(self, intent: StoreIntent, conversation_id: str) -> QueryResult:
+    def _store(self, intent: StoreIntent, conversation_id: str, deadline: float | None = None) -> QueryResult:
         settings = self.settings
         if len(intent.text) > settings.max_utterance_chars:
             raise TooLarge(
@@ -205,6 +262,8 @@ class ConversationHistory:
         timestamp = now_rfc3339()
 
         def decide(state: ConversationState) -> tuple[Change, tuple[Utterance, list[Utterance], int]]:
+            # Checked again here: waiting for the conversation's lock counts too.
+            _check_deadline(deadline, "before the store was decided")
             limits = effective_settings(settings, state.settings)
             if tokens > limits.max_tokens:
                 raise TooLarge(
@@ -262,11 +321,11 @@ class ConversationHistory:
             },
         )
 
-    def _retrieve(self, intent: RetrieveIntent, conversation_id: str) -> QueryResult:
+    def _retrieve(self, intent: RetrieveIntent, conversation_id: str, deadline: float | None = None) -> QueryResult:
         if intent.context:
-            return self._context(intent, conversation_id)
+            return self._context(intent, conversation_id, deadline)
         wants_summary = intent.include_summary or intent.summary_only
-        report = self._fold_now(conversation_id) if wants_summary else None
+        report = self._fold_now(conversation_id, deadline) if wants_summary else None
         state = self.backend.read(conversation_id)
         result: dict[str, Any] = {}
         tokens_used = 0
@@ -292,18 +351,21 @@ class ConversationHistory:
             metadata["archive_evicted"] = self.settings.archive_evicted
         if wants_summary:
             result |= _summary_fields(state)
+            if report is not None and report.deferred:
+                result["summary"] = with_pending(result["summary"], state.pending)
             tokens_used += state.summary.tokens
             metadata |= self._coverage(state, report)
         metadata["tokens_used"] = tokens_used
         return QueryResult("retrieve", result, metadata)
 
-    def _context(self, intent: RetrieveIntent, conversation_id: str) -> QueryResult:
+    def _context(self, intent: RetrieveIntent, conversation_id: str, deadline: float | None = None) -> QueryResult:
         """The summary plus the newest utterances that fit, ready to paste into a prompt."""
-        report = self._fold_now(conversation_id)
+        report = self._fold_now(conversation_id, deadline)
         state = self.backend.read(conversation_id)
         limits = effective_settings(self.settings, state.settings)
         limit = intent.token_limit or limits.summary_token_limit + limits.max_tokens
-        context = build_context(state.summary.text, state.utterances, limit, self.counter)
+        summary = with_pending(state.summary.text, state.pending) if report.deferred else state.summary.text
+        context = build_context(summary, state.utterances, limit, self.counter)
         positions = {u.seq: i for i, u in enumerate(state.utterances)}
         return QueryResult(
             "retrieve",
@@ -324,8 +386,9 @@ class ConversationHistory:
             | self._coverage(state, report),
         )
 
-    def _remove(self, intent: RemoveIntent, conversation_id: str) -> QueryResult:
+    def _remove(self, intent: RemoveIntent, conversation_id: str, deadline: float | None = None) -> QueryResult:
         def decide(state: ConversationState) -> tuple[Change, tuple[list[Utterance], Forgotten]]:
+            _check_deadline(deadline, "before the removal was decided")
             victims = remove_victims(state, intent)
             archived = archived_victims(state, intent)
             check_at_most(sorted([*victims, *archived], key=lambda u: u.seq), intent)
@@ -372,8 +435,8 @@ class ConversationHistory:
             },
         )
 
-    def _summarize(self, intent: SummarizeIntent, conversation_id: str) -> QueryResult:
-        report = self._fold_now(conversation_id)
+    def _summarize(self, intent: SummarizeIntent, conversation_id: str, deadline: float | None = None) -> QueryResult:
+        report = self._fold_now(conversation_id, deadline)
         state = self.backend.read(conversation_id)
         limit = intent.token_limit or effective_settings(self.settings, state.settings).summary_token_limit
         previous, covered = summarize_scope(state, intent)
@@ -381,6 +444,7 @@ class ConversationHistory:
         if not covered and self.counter.count(previous) <= limit:
             text = previous  # nothing to add: no need to call a model
         else:
+            _check_deadline(deadline, "before the summary was written")
             written = self.writer.write(previous, covered, limit, patient=False)
             text = written.text
         tokens = self.counter.count(text)
@@ -410,14 +474,20 @@ class ConversationHistory:
         """
         return self.folder.fold(conversation_id).done
 
-    def _fold_now(self, conversation_id: str) -> FoldReport:
+    def _fold_now(self, conversation_id: str, deadline: float | None = None) -> FoldReport:
         """Fold what is queued before answering with the summary, so it is never stale.
 
         The caller is waiting: it waits for a fold in progress at most
-        READ_WAIT seconds, and tries the configured summarizer once (not at
-        all just after it failed) before the offline fallback.
+        READ_WAIT seconds (no longer than its deadline leaves), and tries the
+        configured summarizer once (not at all just after it failed) before
+        the offline fallback. A fold is committed whole or not at all, so one
+        that ends after the deadline is kept; only the answer is refused.
         """
-        return self.folder.fold(conversation_id, patient=False, wait=READ_WAIT)
+        _check_deadline(deadline, "before the summary was brought up to date")
+        wait = READ_WAIT if deadline is None else max(0.0, min(READ_WAIT, deadline - time.monotonic()))
+        report = self.folder.fold(conversation_id, patient=False, wait=wait)
+        _check_deadline(deadline, "while the summary was brought up to date")
+        return report
 
     def _rebuild(self, survivors: Sequence[Utterance], limit: int) -> Summarized:
         # Inside a remove's transaction: the offline summarizer is fast and
@@ -441,6 +511,8 @@ class ConversationHistory:
             out["summary_fallback_segments"] = fallbacks
         if report is not None and report.error:
             out["fold_error"] = report.error
+        if report is not None and report.deferred and state.pending:
+            out["summary_pending_verbatim"] = len(state.pending)
         return out
 
     def _note_store(self, conversation_id: str, utterance: Utterance, evicted: list[Utterance]) -> None:
@@ -465,6 +537,20 @@ class ConversationHistory:
                 f"the limit is {MAX_CONVERSATION_ID}"
             )
         return value
+
+
+def _named_operation(data: Mapping[str, Any]) -> str:
+    """The operation ``data.operation`` names, if it is one (a metrics label: bounded)."""
+    named = data.get("operation")
+    if isinstance(named, str) and named.strip().lower() in OPERATIONS:
+        return named.strip().lower()
+    return "unknown"
+
+
+def _check_deadline(deadline: float | None, stage: str) -> None:
+    """Raise DeadlineExceeded when ``deadline`` (``time.monotonic``) has passed."""
+    if deadline is not None and time.monotonic() >= deadline:
+        raise DeadlineExceeded(f"the call's deadline passed {stage}; the query was not carried out")
 
 
 def _as_buffer(state: ConversationState, utterances: list[Utterance]) -> ConversationState:

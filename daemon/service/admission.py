@@ -19,9 +19,10 @@ import grpc
 
 from chd.service.handlers import Behavior
 
-__all__ = ["ArrivalInterceptor", "arrived", "note_refusal", "refuse_noted"]
+__all__ = ["ArrivalInterceptor", "arrived", "call_deadline", "note_deadline", "note_refusal", "refuse_noted"]
 
 _ARRIVED: ContextVar[float] = ContextVar("chd_arrived")
+_DEADLINE: ContextVar[float | None] = ContextVar("chd_deadline", default=None)
 _REFUSED: ContextVar[tuple[grpc.StatusCode, str] | None] = ContextVar("chd_refused", default=None)
 
 
@@ -32,6 +33,16 @@ def arrived() -> float:
     directly) counts from now.
     """
     return _ARRIVED.get(time.perf_counter())
+
+
+def note_deadline(deadline: float) -> None:
+    """Note when the current call must have its answer, on the ``time.monotonic`` clock."""
+    _DEADLINE.set(deadline)
+
+
+def call_deadline() -> float | None:
+    """The current call's deadline (``time.monotonic``), if a guard noted one."""
+    return _DEADLINE.get()
 
 
 def note_refusal(code: grpc.StatusCode, details: str) -> None:

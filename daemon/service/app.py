@@ -38,6 +38,7 @@ def limits_from(config: Config) -> Limits:
         max_request_bytes=config.max_request_bytes,
         max_conversations=config.max_conversations,
         max_utterances_per_conversation=config.max_utterances_per_conversation,
+        max_archived_utterances=config.max_archived_utterances,
         request_timeout=config.request_timeout,
         max_concurrent_rpcs=config.max_concurrent_rpcs,
     )
@@ -75,8 +76,14 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
     before the core is built over them, so every part of the core that holds
     a reference to them goes through the wrappers.
     """
+    for note in config.ignored:
+        log.warning("ignored environment variable %s", note)
     limits = limits_from(config)
-    store: Backend = LimitedBackend(backend if backend is not None else MemoryBackend(), limits)
+    if backend is None:
+        backend = MemoryBackend()
+    if isinstance(backend, MemoryBackend) and backend.max_bytes is None:
+        backend.max_bytes = config.max_memory_bytes
+    store: Backend = LimitedBackend(backend, limits)
     sinks: list[CallSink] = []
     trace = TraceLog()
     # Decided once: the level does not change while serving, and a call

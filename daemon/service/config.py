@@ -4,9 +4,16 @@ Every key is one row of ``KEYS`` (name, kind, default, help); its flag
 (``--buffer-size``) and variable (``CHD_BUFFER_SIZE``) follow from the name,
 so adding a key is adding a row. The first source that sets a key wins:
 command-line flag, then environment, then the file named by ``--config`` or
-``CHD_CONFIG``, then the default. Unknown keys (in the file, or ``CHD_*``
-variables no key or client owns) and invalid values stop start-up with a
-message naming the key and where its value came from.
+``CHD_CONFIG``, then the default. Unknown keys in the file, ``CHD_*``
+variables that look like a misspelt key, and invalid values stop start-up
+with a message naming the key and where its value came from.
+
+Kubernetes gives every pod variables for each Service in its namespace: a
+Service named ``chd`` brings ``CHD_SERVICE_HOST``, ``CHD_PORT=tcp://...``,
+``CHD_PORT_50051_TCP_ADDR`` and more. Those (any name of that shape, or a
+``tcp://`` value, even in a variable a key owns) are service links: ignored,
+never read as a port, and listed in ``Config.ignored`` for the daemon to log.
+Other ``CHD_*`` variables unlike any key are ignored the same way.
 
 ``daemon.settings.Settings`` stays the core's view: ``to_settings`` fills it
 from the keys whose names are its fields.
@@ -18,11 +25,14 @@ import argparse
 import difflib
 import ipaddress
 import math
+import re
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from chd.backends import ALIASES, backend_factory
+from chd.core.errors import DaemonError
 from chd.core.settings import Settings
 from chd.core.summaries.summarizer import DEFAULT_CLAUDE_MODEL, SUMMARIZER_CHOICES
 
@@ -36,6 +46,7 @@ __all__ = [
     "add_arguments",
     "backend_options",
     "load",
+    "load_keys",
     "from_arguments",
     "render",
     "to_settings",
@@ -50,6 +61,14 @@ CONFIG_ENV = "CHD_CONFIG"
 CLIENT_ENV = frozenset(
     {"CHD_TARGET", "CHD_TLS_CA", "CHD_TLS_SERVER_NAME", "CHD_CLIENT_TLS_CERT", "CHD_CLIENT_TLS_KEY"}
 )
+# Names Kubernetes gives a Service's link variables (docs: "Environment
+# variables" of Services): <NAME>_SERVICE_HOST, <NAME>_SERVICE_PORT[_<port
+# name>], <NAME>_PORT and <NAME>_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR].
+_SERVICE_LINK_NAME = re.compile(
+    r"CHD_(?:[A-Z0-9_]+_)?(?:SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9_]+)?|PORT_[0-9]+_(?:TCP|UDP|SCTP)(?:_PROTO|_PORT|_ADDR)?)"
+)
+# The value of <NAME>_PORT: tcp://10.0.0.5:50051, never a port number.
+_SERVICE_LINK_VALUE = re.compile(r"(?:tcp|udp|sctp)://", re.IGNORECASE)
 # Variables of serve flags declared outside this table: none today; a new
 # flag's variable goes here until it becomes a row of KEYS.
 OTHER_ENV: frozenset[str] = frozenset()
@@ -248,9 +267,15 @@ KEYS: tuple[Key, ...] = (
     Key("max_conversations", Integer(), 100_000, "conversations one daemon holds"),
     Key("max_utterances_per_conversation", Integer(), 10_000,
         "utterances one conversation keeps in storage (buffer plus those awaiting summary)"),
+    Key("max_archived_utterances", Integer(), 10_000,
+        "folded utterances one conversation's archive keeps (archive_evicted); the oldest are dropped past it"),
     Key("request_timeout", Seconds(), 30.0, "longest a call may wait for a worker when its caller set no shorter deadline"),
     Key("max_concurrent_rpcs", Integer(1, 100_000), 256, "calls accepted at once; more are refused"),
-    Key("shutdown_grace", Seconds(), 10.0, "seconds in-flight calls get to finish at shutdown"),
+    Key("max_memory_bytes", Integer(1024, 2**62), 1024**3,
+        "memory backend: bytes of utterance text (UTF-8) the process keeps; stores beyond it are refused "
+        "with RESOURCE_EXHAUSTED"),
+    Key("shutdown_grace", Seconds(), 10.0,
+        "seconds in-flight calls get to finish at shutdown, after the drain; then the process exits regardless"),
     Key("shutdown_drain", Seconds(), 0.0,
         "seconds health says NOT_SERVING, still answering, before the server stops (for load balancers)"),
     # --- security
@@ -263,7 +288,9 @@ KEYS: tuple[Key, ...] = (
     # --- observability
     Key("log_level", Text(("debug", "info", "warning", "error")), "info",
         "log level; debug adds query text to the turn trace"),
-    Key("log_format", Text(("json", "text")), "json", "json: one JSON object per line; text: classic lines"),
+    Key("log_format", Text(("auto", "json", "text")), "auto",
+        "json: one JSON object per line (for log pipelines); text: one short line a record; "
+        "auto: text when stderr is a terminal, else json"),
     Key("metrics_port", _PORT, None, "serve Prometheus metrics on this port (0 picks one); unset: off"),
     Key("metrics_host", Text(), "127.0.0.1", "address of the metrics endpoint"),
 )
@@ -277,6 +304,8 @@ class Config:
 
     values: Mapping[str, Any]
     sources: Mapping[str, str]
+    # Environment variables left alone, each with why (service links...).
+    ignored: tuple[str, ...] = field(default=())
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -293,7 +322,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
                         help=f"TOML file of keys ({CONFIG_ENV})")
     for key in KEYS:
-        text = f"{key.help} ({key.env})"
+        # argparse formats help with %: a literal one must be doubled.
+        text = f"{key.help} ({key.env}; default {shown_default(key)})".replace("%", "%%")
         if isinstance(key.kind, Boolean):
             parser.add_argument(key.flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=text)
         else:
@@ -315,9 +345,10 @@ def from_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
 
 def load(flags: Mapping[str, Any], env: Mapping[str, str], config_file: str | None = None) -> Config:
     """Merge the sources (flags > env > file > defaults), check every value, or raise ConfigError."""
+    ignored: list[str] = []
     layers: list[tuple[str, dict[str, tuple[str, Any]]]] = [
         ("flag", {name: (f"flag {_BY_NAME[name].flag}", value) for name, value in flags.items()}),
-        ("env", _from_env(env)),
+        ("env", _from_env(env, ignored)),
     ]
     if config_file:
         layers.append(("file", _from_file(config_file)))
@@ -333,20 +364,55 @@ def load(flags: Mapping[str, Any], env: Mapping[str, str], config_file: str | No
         else:
             values[key.name] = key.default
             sources[key.name] = "default"
-    config = Config(values, sources)
+    config = Config(values, sources, tuple(ignored))
     _check_together(config)
     return config
 
 
-def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, Any]]:
+def load_keys(
+    names: tuple[str, ...], flags: Mapping[str, Any], env: Mapping[str, str], defaults: Mapping[str, Any] | None = None
+) -> Config:
+    """Only the keys ``names``, from flags > their own variables > ``defaults`` (else the table's).
+
+    For commands that share a few keys with ``chd serve`` (``chd export``
+    and ``chd import`` take the storage keys): the values are parsed and
+    checked as ``load`` does, and no other variable is looked at.
+    """
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name in names:
+        key = _BY_NAME[name]
+        if name in flags:
+            sources[name], raw = f"flag {key.flag}", flags[name]
+        elif env.get(key.env):
+            sources[name], raw = f"env {key.env}", env[key.env]
+        else:
+            values[name] = (defaults or {}).get(name, key.default)
+            sources[name] = "default"
+            continue
+        values[name] = _parse(key, sources[name], raw)
+    return Config(values, sources)
+
+
+def _from_env(env: Mapping[str, str], ignored: list[str] | None = None) -> dict[str, tuple[str, Any]]:
+    """The keys set by ``CHD_*`` variables; what is left alone goes to ``ignored``, saying why."""
     by_env = {key.env: key for key in KEYS}
     found: dict[str, tuple[str, Any]] = {}
-    for variable, raw in env.items():
+    skipped = ignored if ignored is not None else []
+    for variable, raw in sorted(env.items()):
         if not variable.startswith(ENV_PREFIX) or variable in CLIENT_ENV | OTHER_ENV or variable == CONFIG_ENV:
             continue
         key = by_env.get(variable)
+        if _SERVICE_LINK_VALUE.match(raw.strip()) or (key is None and _SERVICE_LINK_NAME.fullmatch(variable)):
+            what = f"set {key.name} with {key.flag} or in the config file" if key is not None else "not a chd key"
+            skipped.append(f"{variable}: a Kubernetes service link, not configuration ({what})")
+            continue
         if key is None:
-            raise ConfigError(variable, f"environment variable {variable}", _unknown(variable[len(ENV_PREFIX):].lower()))
+            name = variable[len(ENV_PREFIX):].lower()
+            if _close_keys(name):  # a misspelt key must not pass unnoticed
+                raise ConfigError(variable, f"environment variable {variable}", _unknown(name))
+            skipped.append(f"{variable}: not a chd key")
+            continue
         if raw == "" and key.default is None:
             continue  # an empty variable leaves an optional key unset
         found[key.name] = (f"env {variable}", raw)
@@ -369,8 +435,12 @@ def _from_file(path: str) -> dict[str, tuple[str, Any]]:
     return found
 
 
+def _close_keys(name: str) -> list[str]:
+    return difflib.get_close_matches(name, list(_BY_NAME), n=2)
+
+
 def _unknown(name: str) -> str:
-    close = difflib.get_close_matches(name, list(_BY_NAME), n=2)
+    close = _close_keys(name)
     hint = f"; did you mean {' or '.join(close)}?" if close else "; `chd config --help` lists the keys"
     return f"no such key{hint}"
 
@@ -416,11 +486,33 @@ def _check_together(config: Config) -> None:
             f"{v['host']!r} is reachable from other machines; set auth_token (or tls_client_ca) "
             "or pass --insecure to serve it unauthenticated",
         )
+    _check_storage(config)
     try:
         to_settings(config)
     except ValueError as exc:
         name = str(exc).split(" ", 1)[0]
         raise ConfigError(name, src.get(name, "default"), str(exc)) from None
+
+
+def _check_storage(config: Config) -> None:
+    """The backend can be built as configured (what opening it would refuse, short of touching storage).
+
+    Loads a ``module:Class`` backend's module, so ``chd config`` refuses what
+    ``chd serve`` would.
+    """
+    v, src = config.values, config.sources
+    name = ALIASES.get(v["backend"], v["backend"])
+    try:
+        backend_factory(name)
+    except DaemonError as exc:
+        raise ConfigError("backend", src["backend"], str(exc)) from None
+    if name == "disk" and v["data_dir"] is None:
+        raise ConfigError("data_dir", "missing", "the disk backend needs a directory: --data-dir DIR (or CHD_DATA_DIR)")
+    if name == "memory" and v["data_dir"] is not None:
+        # Accepting it silently would let a user believe their data is on disk.
+        raise ConfigError(
+            "data_dir", src["data_dir"], "the memory backend keeps nothing on disk; use --backend disk with --data-dir"
+        )
 
 
 def to_settings(config: Config) -> Settings:
@@ -431,21 +523,24 @@ def to_settings(config: Config) -> Settings:
 # --- showing it ------------------------------------------------------------------
 
 
+def shown_default(key: Key) -> str:
+    """A key's default as `--help` and the key table show it."""
+    if key.default is None:
+        return "(unset)"
+    if isinstance(key.default, bool):
+        return str(key.default).lower()
+    if isinstance(key.default, str):
+        return f'"{key.default}"'
+    return str(key.default)
+
+
 def key_table() -> str:
     """The Markdown table of every key, as docs/operations.md carries it (a test keeps them equal)."""
     rows = ["| key | flag | variable | default | meaning |", "|---|---|---|---|---|"]
     for key in KEYS:
         flag = f"--[no-]{key.flag[2:]}" if isinstance(key.kind, Boolean) else key.flag
-        if key.default is None:
-            default = "(unset)"
-        elif isinstance(key.default, bool):
-            default = str(key.default).lower()
-        elif isinstance(key.default, str):
-            default = f'"{key.default}"'
-        else:
-            default = str(key.default)
         meaning = key.help + (" (secret)" if key.secret else "")
-        rows.append(f"| `{key.name}` | `{flag}` | `{key.env}` | {default} | {meaning} |")
+        rows.append(f"| `{key.name}` | `{flag}` | `{key.env}` | {shown_default(key)} | {meaning} |")
     return "\n".join(rows)
 
 
@@ -460,6 +555,7 @@ def render(config: Config) -> str:
             continue
         shown = '"********"' if key.secret else _toml(value)
         lines.append(f"{key.name:<{width}} = {shown}  # {source}")
+    lines.extend(f"# ignored {note}" for note in config.ignored)
     return "\n".join(lines)
 
 
@@ -476,10 +572,6 @@ def backend_options(config: Config) -> dict[str, Any]:
     """The options of ``config.backend`` beyond data_dir and durability (for open_backend)."""
     if config.backend != "redis":
         return {}
-    return {
-        "redis_url": config.redis_url,
-        "redis_password": config.redis_password,
-        "redis_cluster": config.redis_cluster,
-        "conversation_ttl": config.conversation_ttl,
-        "fold_lease": config.fold_lease,
-    }
+    # The transfer tools load only some keys (load_keys): the rest keep the backend's defaults.
+    names = ("redis_url", "redis_password", "redis_cluster", "conversation_ttl", "fold_lease")
+    return {name: config.values[name] for name in names if name in config.values}

@@ -28,6 +28,7 @@ __all__ = [
     "HEALTH_PREFIX",
     "daemon_handlers",
     "is_daemon_method",
+    "in_own_pool",
     "refusing",
     "rewrap",
 ]
@@ -86,6 +87,32 @@ class _Recorder:
 
     def add_registered_method_handlers(self, _service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         self.handlers = dict(handlers)
+
+
+def in_own_pool(
+    add_servicer: Callable[[Any, Any], None], servicer: Any, methods: Sequence[str], pool: Any
+) -> dict[str, grpc.RpcMethodHandler]:
+    """The handlers ``add_servicer`` registers, with ``methods`` run on ``pool`` instead of the server's.
+
+    grpcio runs a behaviour carrying an ``experimental_thread_pool``
+    attribute on that pool (``grpc._server._select_thread_pool_for_behavior``):
+    a health check answers even while every worker is busy with slow calls.
+    """
+    recorder = _Recorder()
+    add_servicer(servicer, recorder)
+    out = dict(recorder.handlers)
+    for name in methods:
+        handler = out[name]
+
+        def own(behavior: Behavior) -> Behavior:
+            def pooled(request: Any, context: grpc.ServicerContext) -> Any:
+                return behavior(request, context)
+
+            pooled.experimental_thread_pool = pool  # type: ignore[attr-defined]
+            return pooled
+
+        out[name] = rewrap(handler, own)
+    return out
 
 
 def daemon_handlers(

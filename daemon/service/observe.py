@@ -3,25 +3,35 @@
 One guard times each call from its arrival, captures its status code and
 hands a ``CallRecord`` to every ``CallSink`` (``daemon.tracelog``,
 ``daemon.metrics``), so the two always agree on what happened.
+
+A failed query's operation comes from the core, which read the query once
+and noted what it tried (``note_operation``); the record is taken after all
+the work, so its latency is what the caller waited.
 """
 
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 import grpc
 
-from chd.service.decoding import Undecodable
 from chd.service.admission import arrived
 from chd.service.handlers import Behavior, Guard
-from chd.core.language.intents import OPERATIONS
-from chd.core.language.parser import parse
 
-__all__ = ["CallRecord", "CallSink", "observing", "operation_of"]
+__all__ = ["CallRecord", "CallSink", "note_operation", "observing", "operation_of"]
 
 _OPERATIONS = {"GetPurpose": "get_purpose", "GetInstructions": "get_instructions"}
+# What the current call tried to do, noted by whoever decided it (the
+# servicer, from the core's error); read by the guard in the same context.
+_ATTEMPTED: ContextVar[str | None] = ContextVar("chd_attempted_operation", default=None)
+
+
+def note_operation(operation: str) -> None:
+    """Note the operation the current call performed or tried (a bounded name)."""
+    _ATTEMPTED.set(operation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +44,7 @@ class CallRecord:
     request: Any
     response: Any = None
     details: str = ""
+    attempted: str | None = None
 
 
 def operation_of(call: CallRecord) -> str:
@@ -42,19 +53,8 @@ def operation_of(call: CallRecord) -> str:
         return _OPERATIONS[call.method]
     if call.response is not None and getattr(call.response, "operation", ""):
         return str(call.response.operation)
-    # A failed query: say what it tried to do when that can be told.
-    request = call.request
-    if request is None or isinstance(request, Undecodable):
-        return "unknown"
-    data = request.data.fields
-    if "operation" in data:
-        named = data["operation"].string_value.strip().lower()
-        # Bounded to known names: this becomes a metrics label.
-        return named if named in OPERATIONS else "unknown"
-    try:
-        return parse(request.query).operation
-    except Exception:
-        return "unknown"
+    # A failed query: what the core noted it tried (a refused call never reached it).
+    return call.attempted or "unknown"
 
 
 class CallSink(Protocol):
@@ -78,6 +78,7 @@ def observing(sinks: Sequence[CallSink]) -> Guard:
             return behavior
 
         def observed(request: Any, context: grpc.ServicerContext) -> Any:
+            _ATTEMPTED.set(None)
             for sink in sinks:
                 sink.begin(method)
             response = None
@@ -97,6 +98,7 @@ def observing(sinks: Sequence[CallSink]) -> Guard:
                     request,
                     response,
                     details.decode("utf-8", "replace") if isinstance(details, bytes) else details,
+                    _ATTEMPTED.get(),
                 )
                 for sink in sinks:
                     sink.record(call)

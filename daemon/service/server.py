@@ -7,7 +7,10 @@ status codes; all behaviour lives in ConversationHistory.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
+import sys
 import threading
 import time
 from concurrent import futures
@@ -17,18 +20,20 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from chd.service.admission import refuse_noted
+from chd.service.admission import call_deadline, refuse_noted
 from chd.core.history import ConversationHistory, QueryResult
 from chd.service.decoding import refuse_undecodable, tolerant
 from chd.core.errors import (
     DaemonError,
+    DeadlineExceeded,
     InvalidRequest,
     NotFound,
     StorageError,
     StorageFull,
     TooLarge,
 )
-from chd.service.handlers import Guard, daemon_handlers
+from chd.service.handlers import Guard, daemon_handlers, in_own_pool
+from chd.service.observe import note_operation
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
 from chd.service.wire import fill_struct, struct_to_dict
 
@@ -43,6 +48,7 @@ _STATUS: tuple[tuple[type[DaemonError], grpc.StatusCode], ...] = (
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (TooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
     (StorageFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StorageError, grpc.StatusCode.UNAVAILABLE),
 )
@@ -67,6 +73,7 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
                 request.query,
                 struct_to_dict(request.metadata),
                 struct_to_dict(request.data),
+                deadline=call_deadline(),
             )
             response = daemon_pb2.QueryResponse(operation=outcome.operation)
             fill_struct(response.result, outcome.result)
@@ -84,27 +91,60 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
         return daemon_pb2.GetInstructionsResponse(instructions=self.history.get_instructions())
 
 
+# gRPC sends the status message in a header, and the default header limit
+# is 16 KiB: a longer message reaches the caller as the transport's
+# RESOURCE_EXHAUSTED instead of the daemon's answer. Messages quote caller
+# strings through chd.core.errors.quote; this cut is the backstop.
+MAX_DETAILS = 2000  # characters: at most 8 kB of UTF-8
+
+
 def _answer(context: grpc.ServicerContext, run: Callable[[], Any]) -> Any:
     try:
         return run()
     except DaemonError as error:
-        context.abort(status_for(error), str(error))
+        if error.operation is not None:
+            note_operation(error.operation)
+        context.abort(status_for(error), bounded_details(str(error)))
     except Exception:
         # A bug, not the caller's fault: log the trace here, send no trace out.
         log.exception("internal error while answering a query")
         context.abort(grpc.StatusCode.INTERNAL, "internal error; see the daemon's log")
 
 
+def bounded_details(message: str, limit: int = MAX_DETAILS) -> str:
+    """``message`` cut to about ``limit`` characters in its middle, where a quoted caller string sits.
+
+    The start (what is wrong) and the end (what is expected) both stay.
+    """
+    if len(message) <= limit:
+        return message
+    keep = (limit - 40) // 2
+    return f"{message[:keep]}... ({len(message) - 2 * keep} characters cut) ...{message[-keep:]}"
+
+
 # Read at start-up to prove the backend answers before health says SERVING.
 _PROBE_CONVERSATION = "chd-health-probe"
 _HEALTH_SERVICES = ("", SERVICE_NAME)
+# Threads answering health checks only (see build_server).
+HEALTH_WORKERS = 2
+# Seconds the shutdown gives folding and the summarizer child once the calls
+# are done: ``chd serve`` exits within shutdown_drain + shutdown_grace + 2 s.
+CLOSE_TIMEOUT = 1.0
 
 
 class Server:
     """A running gRPC server with health and reflection, stoppable once."""
 
-    def __init__(self, server: grpc.Server, port: int, health_servicer: health.HealthServicer, history: ConversationHistory) -> None:
+    def __init__(
+        self,
+        server: grpc.Server,
+        port: int,
+        health_servicer: health.HealthServicer,
+        history: ConversationHistory,
+        pools: Sequence[futures.ThreadPoolExecutor] = (),
+    ) -> None:
         self.grpc_server = server
+        self.pools = tuple(pools)
         self.port = port
         self.health = health_servicer
         self.history = history
@@ -118,7 +158,11 @@ class Server:
 
         For ``drain`` seconds the server still answers while health says
         NOT_SERVING, so load balancers that poll health route elsewhere
-        before the port stops accepting calls.
+        before the port stops accepting calls. Then the port closes and the
+        calls in flight get ``grace`` seconds; grpc cancels those still
+        running after it, and this does not wait for their handlers to
+        return (a cancelled handler runs on until its next checkpoint or
+        its end): the rest of the shutdown is bounded by ``CLOSE_TIMEOUT``.
         """
         if self._stopped.is_set():
             return
@@ -126,8 +170,12 @@ class Server:
         self.health.enter_graceful_shutdown()
         if drain > 0:
             time.sleep(drain)
-        self.grpc_server.stop(grace).wait()
-        self.history.close()
+        stopped = self.grpc_server.stop(grace)
+        if not stopped.wait(grace + 0.1):
+            log.warning("calls were still running %gs after shutdown began (shutdown_grace); not waiting for them", grace)
+        for pool in self.pools:
+            pool.shutdown(wait=False, cancel_futures=True)
+        self.history.close(timeout=CLOSE_TIMEOUT)
         for hook in self.on_stop:
             try:
                 hook()
@@ -161,10 +209,14 @@ def build_server(
     Health answers NOT_SERVING until the backend has answered a read, then
     SERVING; ``Server.stop`` turns it back to NOT_SERVING for good.
     """
+    workers = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chd-worker")
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers),
+        workers,
         interceptors=tuple(interceptors),
-        options=tuple(options),
+        # grpcio sets SO_REUSEPORT by default: a second daemon on the same
+        # port would start without complaint and the kernel would split the
+        # calls between two independent stores.
+        options=(*options, ("grpc.so_reuseport", 0)),
         maximum_concurrent_rpcs=maximum_concurrent_rpcs,
     )
     guards = (*observers, refuse_noted, refuse_undecodable, *checks)
@@ -174,19 +226,36 @@ def build_server(
     health_servicer = health.HealthServicer()
     for service in _HEALTH_SERVICES:
         health_servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    # Health checks have threads of their own: with every worker busy (slow
+    # calls, a queue of them) a probe still answers, and the orchestrator
+    # does not restart a daemon that is merely loaded.
+    health_pool = futures.ThreadPoolExecutor(max_workers=HEALTH_WORKERS, thread_name_prefix="chd-health")
+    health_handlers = in_own_pool(health_pb2_grpc.add_HealthServicer_to_server, health_servicer, ("Check",), health_pool)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(health.SERVICE_NAME, health_handlers),))
+    server.add_registered_method_handlers(health.SERVICE_NAME, health_handlers)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    if credentials is None:
-        bound = server.add_insecure_port(address)
-    else:
-        bound = server.add_secure_port(address, credentials)
+    try:
+        check_port_free(host, port)
+    except OSError:
+        for pool in (workers, health_pool):
+            pool.shutdown(wait=False)
+        raise
+    try:
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
+    except RuntimeError:
+        bound = 0  # grpcio says "Failed to bind", without the reason
     if bound == 0:
-        raise OSError(f"cannot listen on {address}")
+        for pool in (workers, health_pool):
+            pool.shutdown(wait=False)
+        raise OSError(f"grpc could not bind {address}")
     server.start()
-    running = Server(server, bound, health_servicer, history)
+    running = Server(server, bound, health_servicer, history, (workers, health_pool))
     try:
         history.backend.read(_PROBE_CONVERSATION)
     except Exception:
@@ -220,6 +289,30 @@ def _follow_backend(running: Server, available: Callable[[], bool]) -> None:
             serving = now
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Raise OSError (saying why, in one line) when ``port`` on ``host`` cannot be listened on.
+
+    grpcio only says "Failed to bind" (and logs the reason itself); asking
+    the kernel first gives the caller the reason: another daemon holds the
+    port, or the address is not this machine's.
+    """
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise OSError(f"cannot resolve {host!r}: {exc.strerror}") from None
+    with socket.socket(family, kind, proto) as probe:
+        # As grpc does: a port whose old connections linger in TIME_WAIT is
+        # free; one with a listener is not (no SO_REUSEPORT, see build_server).
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(where)
+            probe.listen(1)
+        except OSError as exc:
+            raise OSError(f"port {port} is in use or cannot be bound ({exc.strerror})") from None
+
+
 def stop_signals() -> threading.Event:
     """An event set by SIGTERM or SIGINT, from now on.
 
@@ -241,9 +334,30 @@ def stop_signals() -> threading.Event:
 def serve_forever(
     server: Server, grace: float = 10.0, drain: float = 0.0, done: threading.Event | None = None
 ) -> None:
-    """Block until SIGTERM or SIGINT (``done``, from ``stop_signals``), then stop gracefully."""
+    """Block until SIGTERM or SIGINT (``done``, from ``stop_signals``), then stop within bounds.
+
+    ``Server.stop`` does not wait for handlers that outlived ``grace``, but
+    Python joins every worker thread of a ``ThreadPoolExecutor`` at exit,
+    however long that takes. So when such threads remain this ends the
+    process itself, once the logs are flushed: the storage is already closed
+    and nothing acknowledged is lost.
+    """
     if done is None:
         done = stop_signals()
     while not done.wait(0.5):
         pass
     server.stop(grace, drain)
+    stuck = [t.name for t in threading.enumerate() if t.name.startswith("chd-worker") and t.is_alive()]
+    if stuck:
+        log.warning("exiting with %d worker thread(s) still running, abandoned after shutdown_grace", len(stuck))
+        _exit_now()
+
+
+def _exit_now(code: int = 0) -> None:
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

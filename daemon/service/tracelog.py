@@ -6,8 +6,9 @@ query (and so of any utterance in it) and error details (which may quote it)
 appear only when the ``chd.trace`` logger is at DEBUG: a trace is shipped to
 log stores with other retention and access rules than the conversations.
 
-``configure_logging`` sets level and format (``json``: every record one JSON
-object, ``text``: classic lines) for the whole process.
+``configure_logging`` sets level and format for the whole process: ``json``
+(every record one JSON object, for log pipelines), ``text`` (one short line a
+record, for a person), or ``auto``: text on an interactive terminal, else json.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, TextIO
 from chd.core.history import DEFAULT_CONVERSATION, MAX_CONVERSATION_ID
 from chd.service.observe import CallRecord, operation_of
 
-__all__ = ["TraceLog", "JsonFormatter", "configure_logging", "TRACE_LOGGER"]
+__all__ = ["TraceLog", "JsonFormatter", "TextFormatter", "configure_logging", "TRACE_LOGGER"]
 
 TRACE_LOGGER = "chd.trace"
 
@@ -117,13 +118,41 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False)
 
 
-def configure_logging(level: str = "INFO", fmt: str = "json", stream: TextIO | None = None) -> None:
-    """Route every logger to ``stream`` (stderr) at ``level`` in format ``json`` or ``text``."""
-    handler = logging.StreamHandler(stream or sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+class TextFormatter(logging.Formatter):
+    """One short line a record; a trace line reads ``12:01:05 store · demo · 1 item · 7 tokens · 0.95 ms · OK``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        clock = time.strftime("%H:%M:%S", time.localtime(record.created))
+        trace = getattr(record, "chd_trace", None)
+        if trace is None:
+            line = f"{clock} {record.levelname} {record.name}: {record.getMessage()}"
+            if record.exc_info:
+                line += "\n" + self.formatException(record.exc_info)
+            return line
+        parts = [
+            trace["operation"],
+            str(trace["conversation"]),
+            _count(trace["items"], "item"),
+            _count(trace["tokens"], "token"),
+            f"{trace['latency_ms']:g} ms",
+            trace["outcome"],
+        ]
+        parts.extend(json.dumps(trace[extra], ensure_ascii=False) for extra in ("query", "error") if extra in trace)
+        return f"{clock} " + " · ".join(parts)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | None = None) -> None:
+    """Route every logger to ``stream`` (stderr) at ``level`` in format ``json``, ``text`` or ``auto``."""
+    stream = stream or sys.stderr
+    if fmt == "auto":
+        # A person at a terminal reads lines; a service manager or pipe feeds a log store.
+        fmt = "text" if stream.isatty() else "json"
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

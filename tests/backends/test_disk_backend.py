@@ -14,6 +14,7 @@ from chd.backends.checkpointer import BACKSTOP
 from chd.backends.disk import DiskBackend, InvalidChange
 from chd.backends.records import (
     BLOCK_SIZE,
+    COUNTS_KEY,
     LONG_TEXT,
     SCHEMA_KEY,
     SCHEMA_VERSION,
@@ -168,10 +169,10 @@ class TestLayout:
         backend = DiskBackend(tmp_path)
         for _ in range(BLOCK_SIZE - 1):
             backend.transact("c", append_next("short"))
-        assert stored_keys(tmp_path) == {SCHEMA_KEY, meta_key("c")}
+        assert stored_keys(tmp_path) == {SCHEMA_KEY, COUNTS_KEY, meta_key("c")}
         assert stored_value(tmp_path, meta_key("c")).count('"text":"short"') == BLOCK_SIZE - 1
         backend.transact("c", append_next("short"))
-        assert stored_keys(tmp_path) == {SCHEMA_KEY, meta_key("c"), block_key("c", 0)}
+        assert stored_keys(tmp_path) == {SCHEMA_KEY, COUNTS_KEY, meta_key("c"), block_key("c", 0)}
         assert stored_value(tmp_path, meta_key("c")).endswith('"open":[]}')
         backend.close()
 
@@ -344,4 +345,15 @@ class TestStateCache:
         assert list(backend._states) == ["b", "c"]  # white box: "a" left first
         assert [u.text for u in backend.read("a").utterances] == ["a"] * 10
         assert list(backend._states) == ["c", "a"]
+        backend.close()
+
+    def test_cache_is_bounded_by_bytes_when_texts_are_long(self, tmp_path: Path) -> None:
+        """Few utterances, long texts: the byte bound evicts first, and evicted states reload."""
+        backend = DiskBackend(tmp_path, cached_utterances=10_000, cached_bytes=60_000)
+        for cid in ("a", "b", "c", "d"):
+            for _ in range(4):
+                backend.transact(cid, append_next(cid * 5_000))
+        assert list(backend._states) == ["c", "d"]  # white box: 4 x 5,000 characters each
+        assert [u.text for u in backend.read("a").utterances] == ["a" * 5_000] * 4
+        assert list(backend._states) == ["d", "a"]
         backend.close()

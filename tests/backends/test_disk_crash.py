@@ -125,8 +125,9 @@ class TestKilledMidTransaction:
 
     With a buffer of 4 and batches of 2, the 8th store closes block 0 (seqs
     1-8) and so writes two records, the block and the meta; the 9th store
-    writes the meta and evicts seqs 5 and 6, and its fold then writes block 0
-    without them, the summary and the meta.
+    writes the meta and evicts seqs 5 and 6 into the empty queue (so it also
+    writes the queue index), and its fold then writes block 0 without them,
+    the summary and the meta (and deletes the index entry).
     """
 
     @staticmethod
@@ -161,13 +162,22 @@ class TestKilledMidTransaction:
         assert after.read("default") == old
         after.close()
 
-    def test_a_store_that_evicts_writes_one_record_and_its_fold_three(self, tmp_path: Path) -> None:
+    def test_a_store_that_evicts_writes_two_records_and_its_fold_three(self, tmp_path: Path) -> None:
         self._prepare(tmp_path, 8)
         done = self._run(tmp_path, 0)
         assert done.returncode == 0, done.stderr
-        assert done.stdout.split() == ["finished", "4"]
+        assert done.stdout.split() == ["finished", "5"]
 
-    @pytest.mark.parametrize("kill_at_set", [2, 3, 4])
+    def test_kill_between_the_evicting_store_and_its_queue_index_leaves_neither(self, tmp_path: Path) -> None:
+        """The meta record and the queue index entry commit together or not at all."""
+        self._prepare(tmp_path, 8)
+        assert self._run(tmp_path, 2).returncode == -9
+        after = DiskBackend(tmp_path)
+        assert after.read("default").pending == []
+        assert list(after.queued_conversations()) == []
+        after.close()
+
+    @pytest.mark.parametrize("kill_at_set", [3, 4, 5])
     def test_kill_inside_the_fold_keeps_the_store_and_its_queue(self, tmp_path: Path, kill_at_set: int) -> None:
         """The store committed; the fold did not: the evicted two wait in the queue."""
         self._prepare(tmp_path, 8)
@@ -177,6 +187,7 @@ class TestKilledMidTransaction:
         assert [u.seq for u in state.utterances] == [7, 8, 9]
         assert [u.seq for u in state.pending] == [5, 6]
         assert state.summary.through_seq == 4
+        assert list(after.queued_conversations()) == ["default"]
         # The next read that wants the summary folds the queue.
         assert ConversationHistory(after, background=False).get_summary()["summary_through_seq"] == 6
         after.close()

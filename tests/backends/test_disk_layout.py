@@ -21,6 +21,7 @@ from chd.backends.base import Change, ConversationState, apply_change
 from chd.backends.disk import DiskBackend
 from chd.backends.records import (
     BLOCK_SIZE,
+    COUNTS_KEY,
     LONG_TEXT,
     SCHEMA_KEY,
     SCHEMA_VERSION,
@@ -28,6 +29,7 @@ from chd.backends.records import (
     block_of,
     has_own_record,
     meta_key,
+    queued_key,
     summary_key,
     utterance_key,
 )
@@ -46,7 +48,9 @@ def stored_keys(directory: Path) -> set[str]:
 def expected_keys(state: ConversationState, own_below: int) -> set[str]:
     """The keys the layout calls for (backends/records.py) to hold ``state``, once written."""
     cid = state.conversation_id
-    keys = {SCHEMA_KEY, meta_key(cid)}
+    keys = {SCHEMA_KEY, COUNTS_KEY, meta_key(cid)}
+    if state.pending:
+        keys.add(queued_key(cid))
     if state.summary.segments or state.summary.through_seq:
         keys.add(summary_key(cid))
     open_block = block_of(state.next_seq)
@@ -150,8 +154,11 @@ def test_disk_holds_exactly_the_state_after_any_sequence(start: str, tmp_path_fa
                 written = True
             if written:
                 assert stored_keys(directory) == expected_keys(model, own_below), operation
+            assert backend.count_conversations() == (0 if model.is_empty else 1), operation
+            assert list(backend.queued_conversations()) == (["c"] if model.pending else []), operation
         fresh = DiskBackend(directory)
         assert fresh.read("c") == model
+        assert fresh.conversations() == ([] if model.is_empty else ["c"])
         fresh.close()
     finally:
         backend.close()

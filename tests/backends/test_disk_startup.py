@@ -54,13 +54,13 @@ def read_only(directory: Path) -> list[str]:
     return ["unshare", "-rm", "sh", "-c", script, str(directory)]
 
 
-def serve_fails(*args: str, prefix: Sequence[str] = ()) -> str:
-    """Run `chd serve` expecting it to refuse; its one line of stderr."""
+def serve_fails(*args: str, prefix: Sequence[str] = (), code: int = 1) -> str:
+    """Run `chd serve` expecting it to refuse with ``code`` (2: a configuration mistake); its one line of stderr."""
     done = subprocess.run(
         [*prefix, sys.executable, "-m", "chd", "serve", "--port", "0", *args],
         capture_output=True, text=True, timeout=60, env=chd_env(), cwd=ROOT,
     )
-    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.returncode == code, (done.stdout, done.stderr)
     assert "listening" not in done.stdout
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -125,14 +125,14 @@ class TestChoosingABackend:
             "data_dir": "/srv/chd", "durability": "full"}
 
     def test_unknown_backend_is_refused(self) -> None:
-        assert "unknown backend 'floppy'" in serve_fails("--backend", "floppy")
+        assert "unknown backend 'floppy'" in serve_fails("--backend", "floppy", code=2)
 
     def test_disk_without_a_data_dir_is_refused(self) -> None:
-        assert "--data-dir" in serve_fails("--backend", "disk")
+        assert "--data-dir" in serve_fails("--backend", "disk", code=2)
 
     def test_memory_with_a_data_dir_is_refused(self, tmp_path: Path) -> None:
         """Otherwise a user could believe their conversations are on disk."""
-        assert "keeps nothing on disk" in serve_fails("--data-dir", str(tmp_path))
+        assert "keeps nothing on disk" in serve_fails("--data-dir", str(tmp_path), code=2)
 
     def test_bad_durability_is_a_usage_error(self) -> None:
         done = run_chd("serve", "--durability", "maybe")

@@ -213,8 +213,7 @@ class TestFailures:
                 with grpc.insecure_channel(daemon.target) as channel:
                     stub = daemon_pb2_grpc.DaemonStub(channel)
                     with pytest.raises(grpc.RpcError) as refused:
-                        query(stub, "Add user utterance: 'one more'", {"conversation_id": "big"},
-                              {"text": "y" * 20_000})
+                        query(stub, f"Add user utterance: '{'y' * 20_000}'", {"conversation_id": "big"})
                     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             finally:
                 daemon.terminate()

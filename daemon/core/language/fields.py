@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from chd.core.errors import InvalidRequest
+from chd.core.errors import InvalidRequest, quote
 from chd.core.utterance import SPEAKERS, Speaker
 
 __all__ = ["as_int", "as_bool", "as_str", "as_speaker", "describe"]
@@ -23,11 +23,13 @@ def describe(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
+    if isinstance(value, int) and value.bit_length() > 64:
+        # repr() of an int over 4,300 digits raises ValueError (issue 14).
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
     if isinstance(value, (int, float)):
         return f"the number {value!r}"
     if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
-        return f"the string {shown!r}"
+        return f"the string {quote(value, 40)}"
     if isinstance(value, (list, tuple)):
         return "a list"
     if isinstance(value, dict):
@@ -44,9 +46,9 @@ def as_int(name: str, value: Any, *, minimum: int = 0, maximum: int = 2**53) -> 
             raise InvalidRequest(f"{name} must be a whole number, got {describe(value)}")
         value = int(value)
     if value < minimum:
-        raise InvalidRequest(f"{name} must be at least {minimum}, got {value}")
+        raise InvalidRequest(f"{name} must be at least {minimum}, got {describe(value)}")
     if value > maximum:
-        raise InvalidRequest(f"{name} must be at most {maximum}, got {value}")
+        raise InvalidRequest(f"{name} must be at most {maximum}, got {describe(value)}")
     return value
 
 

@@ -22,7 +22,18 @@ __all__ = [
     "SOURCES_RULE",
     "CONFIDENCE_RULE",
     "ERRORS_RULE",
+    "MAX_INSTRUCTION_CHARS",
+    "CallForm",
+    "CALLS",
+    "CALLS_RULE",
 ]
+
+# The longest instruction the rules read (issue 14). The longest documented
+# form is under 80 characters, and a search topic of a few sentences still
+# fits. Past this a query that is not a store is refused before any rule
+# runs: an utterance of any length is stored through a store phrasing or
+# data.text, and a long topic is given as data.topic.
+MAX_INSTRUCTION_CHARS = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +62,24 @@ class OperationGuide:
     returns: str
 
 
+@dataclass(frozen=True, slots=True)
+class CallForm:
+    """A function-call spelling of an operation: ``get_last_n(5)``, ``summarize(token_limit=100)``.
+
+    Positional arguments fill ``positional`` in order (a name starting with
+    ``*`` takes all the rest, as a list); keyword arguments name any of the
+    operation's parameters, or ``n`` for the first positional one. ``fixed``
+    are the fields the name itself says; ``defaults`` apply when no argument
+    gives that field.
+    """
+
+    name: str
+    operation: str
+    positional: tuple[str, ...] = ()
+    fixed: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+
 # (speaker, text): stored in this order with automatic turns, seqs 1-8, turns 1-4.
 DEMO_CONVERSATION: tuple[tuple[str, str], ...] = (
     ("user", "What's the weather in Paris today?"),
@@ -76,6 +105,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "last_n": "keep the newest n of the filtered utterances",
         "first_n": "keep the oldest n of the filtered utterances",
         "last_turns": "only the newest k turns present",
+        "first_turns": "only the oldest k turns present",
         "speaker": "only this speaker's utterances (metadata.speaker filters too, as in the spec)",
         "turn_from": "only turns >= this",
         "turn_to": "only turns <= this",
@@ -98,6 +128,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "turn_from": "utterances of turns >= N",
         "turn_to": "utterances of turns <= N",
         "last_turns": "utterances of the newest k turns",
+        "first_turns": "utterances of the oldest k turns",
         "seq": "one utterance (NOT_FOUND if it is gone)",
         "seqs": "these utterances",
         "speaker": "only this speaker's utterances",
@@ -108,6 +139,9 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "token_limit": "the summary's token budget (default: the conversation's summary_token_limit)",
         "turn_from": "summarize only turns >= this",
         "turn_to": "summarize only turns <= this",
+        "last_n": "summarize only the newest n utterances of the buffer",
+        "last_turns": "summarize only the newest k turns present",
+        "first_turns": "summarize only the oldest k turns present",
     },
     "configure": {
         "buffer_size": "utterances kept in the buffer",
@@ -131,12 +165,17 @@ NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset({("store", "turn_number"), (
 GUIDE: tuple[OperationGuide, ...] = (
     OperationGuide(
         "store",
-        "Append one utterance to the conversation's rolling buffer. Everything after the "
-        "header (a colon, or an opening quote) is stored verbatim, even words like 'remove' or "
-        "'summarize': a query that starts like a store is always a store. The speaker comes "
-        "from the phrase or metadata.speaker (default user). When the buffer passes "
-        "buffer_size or max_tokens, utterances are evicted (by the eviction policy) and folded "
-        "into the running summary.",
+        "Append one utterance to the conversation's rolling buffer. A quoted span or a separator "
+        "(:, -, \u2014, \u2013, ->, =>, a line break) marks where the utterance starts; it is stored "
+        "exactly as given, even words like 'remove' or 'summarize'. The instruction around it may "
+        "name the verb, the speaker, the destination and the kind of message in any order, before "
+        "or after the utterance ('Note the following from the assistant \u2014 <text>', "
+        "\"'<text>' \u2014 that's from the user, keep it\", 'note that the user told us: <text>'). "
+        "Every word of the instruction must be understood: otherwise the store is refused "
+        "(INVALID_ARGUMENT naming the unclear words), never guessed; quote the utterance or send it "
+        "in data.text. The speaker comes from the phrase or metadata.speaker (default user). When "
+        "the buffer passes buffer_size or max_tokens, utterances are evicted (by the eviction "
+        "policy) and folded into the running summary.",
         (
             "Add utterance: <text>",
             "Add user utterance: '<text>'",
@@ -146,6 +185,10 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Remember that <text>",
             "Assistant: <text>",
             "The user said \"<text>\"",
+            "Into the history, as the user: '<text>'",
+            "'<text>' \u2014 that's from the assistant, keep it",
+            "Here is the assistant's answer, '<text>', add it",
+            "what the assistant answered was: <text>",
         ),
         (
             Example(
@@ -163,6 +206,16 @@ GUIDE: tuple[OperationGuide, ...] = (
             Example(
                 "Could you store this from the assistant: Sure, done.",
                 {"operation": "store", "stored": {"speaker": "assistant", "text": "Sure, done."}},
+            ),
+            Example(
+                "Save this for later: the gate code is 4411",
+                {"operation": "store", "stored": {"speaker": "user", "text": "the gate code is 4411"}},
+                note="the instruction's words are not part of the utterance",
+            ),
+            Example(
+                "Save this for my boss: the gate code is 4411",
+                {"error": "INVALID_ARGUMENT", "left": [1, 2, 3, 4, 5, 6, 7, 8]},
+                note="'boss' is not understood, so where the utterance starts would be a guess",
             ),
         ),
         "result.utterance {seq, speaker, text, turn_number, utterance_index, timestamp, tokens, "
@@ -190,6 +243,9 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Get utterances in turns 3 to 6",
             "Show everything since turn 4",
             "Get the last 2 turns",
+            "Show the first two turns",
+            "Nothing but the assistant's lines",
+            "Messages where the budget was mentioned",
             "What was said in the last 10 minutes?",
             "Get messages since 2026-01-31T14:00:00Z",
             "Get the last 3 utterances with the summary",
@@ -215,6 +271,11 @@ GUIDE: tuple[OperationGuide, ...] = (
                 {"operation": "retrieve", "seqs": [4]},
             ),
             Example("Get the last three utterances", {"operation": "retrieve", "seqs": [6, 7, 8]}),
+            Example("get_last_n(3)", {"operation": "retrieve", "seqs": [6, 7, 8]}, note="the spec's call form"),
+            Example(
+                "find_utterances(topic='Paris', limit=1)",
+                {"operation": "retrieve", "seqs": [4], "result": {"matches": 3}},
+            ),
             Example("Get utterances in turns 2 to 3", {"operation": "retrieve", "seqs": [3, 4, 5, 6]}),
             Example("Show me the user's messages since turn 3", {"operation": "retrieve", "seqs": [5, 7]}),
             Example("Get utterance 6", {"operation": "retrieve", "seqs": [6]}),
@@ -222,6 +283,10 @@ GUIDE: tuple[OperationGuide, ...] = (
                 "Get summary",
                 {"operation": "retrieve", "result": {"summary": "", "summary_through_seq": 0}},
                 note="empty until something is evicted",
+            ),
+            Example(
+                "get_summary()",
+                {"operation": "retrieve", "result": {"summary": "", "summary_through_seq": 0}},
             ),
             Example(
                 "Get context within 40 tokens",
@@ -250,6 +315,9 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Remove everything after turn 6",
             "Remove turns 3 to 5",
             "Remove the last turn",
+            "Scrap the first two turns",
+            "Delete every turn before turn 3",
+            "Strike the entry numbered 5",
             "Remove utterance 12",
             "Delete messages 3 and 4",
             "Remove everything the assistant said",
@@ -260,6 +328,8 @@ GUIDE: tuple[OperationGuide, ...] = (
             Example("Remove oldest utterance", {"operation": "remove", "removed": [1]}),
             Example("Remove the newest two messages", {"operation": "remove", "removed": [7, 8]}),
             Example("Remove before turn 3", {"operation": "remove", "removed": [1, 2, 3, 4]}),
+            Example("remove_before_turn(3)", {"operation": "remove", "removed": [1, 2, 3, 4]}),
+            Example("Scrap the first two turns", {"operation": "remove", "removed": [1, 2, 3, 4]}),
             Example("Delete utterances 2 and 5", {"operation": "remove", "removed": [2, 5]}),
             Example(
                 "Remove everything the assistant said after turn 2",
@@ -295,6 +365,10 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Give me a 100-token summary",
             "Summarize turns 3 to 6",
             "Recap everything since turn 4",
+            "Summarize the last 10 messages",
+            "Give me an overview of the last 2 turns, 60 tokens max",
+            "A synopsis of the first two turns",
+            "What's the gist?",
         ),
         (
             Example(
@@ -305,6 +379,14 @@ GUIDE: tuple[OperationGuide, ...] = (
             Example(
                 "Summarize turns 2 to 3 in 50 tokens",
                 {"operation": "summarize", "result": {"utterances_covered": 4, "token_limit": 50}},
+            ),
+            Example(
+                "Summarize the last 3 messages",
+                {"operation": "summarize", "result": {"utterances_covered": 3}},
+            ),
+            Example(
+                "summarize(token_limit=100)",
+                {"operation": "summarize", "result": {"utterances_covered": 8, "token_limit": 100}},
             ),
         ),
         "result.summary, result.tokens (never above the limit), result.token_limit, "
@@ -392,6 +474,62 @@ GUIDE: tuple[OperationGuide, ...] = (
     ),
 )
 
+# The spec names get_last_n(5) and get_summary(); every operation has such a spelling.
+CALLS: tuple[CallForm, ...] = (
+    CallForm("add_utterance", "store", ("text", "speaker")),
+    CallForm("store", "store", ("text", "speaker")),
+    CallForm("add_user_utterance", "store", ("text",), {"speaker": "user"}),
+    CallForm("add_assistant_utterance", "store", ("text",), {"speaker": "assistant"}),
+    CallForm("add_system_utterance", "store", ("text",), {"speaker": "system"}),
+    CallForm("get_last_n", "retrieve", ("last_n",)),
+    CallForm("get_first_n", "retrieve", ("first_n",)),
+    CallForm("get_last_turns", "retrieve", ("last_turns",)),
+    CallForm("get_utterance", "retrieve", ("seq",)),
+    CallForm("get_utterances", "retrieve", ("*seqs",)),
+    CallForm("get_turns", "retrieve", ("turn_from", "turn_to")),
+    CallForm("find_utterances", "retrieve", ("topic", "limit")),
+    CallForm("search", "retrieve", ("topic", "limit")),
+    CallForm("retrieve", "retrieve"),
+    CallForm("get_summary", "retrieve", (), {"summary_only": True}),
+    CallForm("get_context", "retrieve", ("token_limit",), {"context": True}),
+    CallForm("get_archived", "retrieve", ("topic",), {"archived": True}),
+    CallForm("remove_oldest", "remove", ("oldest",), defaults={"oldest": 1}),
+    CallForm("remove_newest", "remove", ("newest",), defaults={"newest": 1}),
+    CallForm("remove_before_turn", "remove", ("before_turn",)),
+    CallForm("remove_after_turn", "remove", ("after_turn",)),
+    CallForm("remove_turns", "remove", ("turn_from", "turn_to")),
+    CallForm("remove_utterance", "remove", ("seq",)),
+    CallForm("remove_utterances", "remove", ("*seqs",)),
+    CallForm("remove", "remove"),
+    CallForm("clear_conversation", "remove", (), {"all": True}),
+    CallForm("summarize", "summarize", ("token_limit",)),
+    CallForm("summarize_turns", "summarize", ("turn_from", "turn_to", "token_limit")),
+    CallForm("configure", "configure"),
+    CallForm("get_settings", "configure"),
+    CallForm("reset_settings", "configure", (), {"reset": True}),
+    CallForm("set_buffer_size", "configure", ("buffer_size",)),
+    CallForm("set_max_tokens", "configure", ("max_tokens",)),
+    CallForm("set_token_budget", "configure", ("max_tokens",)),
+    CallForm("set_summary_token_limit", "configure", ("summary_token_limit",)),
+    CallForm("set_eviction_policy", "configure", ("eviction_policy",)),
+    CallForm("mark_important", "mark", ("seq",), {"important": True}),
+    CallForm("unmark_important", "mark", ("seq",), {"important": False}),
+    CallForm("mark", "mark", ("seq", "important")),
+    CallForm("unmark", "mark", ("seq",), {"important": False}),
+    CallForm("stats", "stats"),
+    CallForm("get_stats", "stats"),
+)
+
+CALLS_RULE = (
+    "Every operation can also be written as a function call, as the spec's get_last_n(5) and "
+    "get_summary(): positional arguments in the order shown, keyword arguments by parameter "
+    "name (or n for the first one), values as numbers, \"strings\" or 'strings', true/false, "
+    "null, or [lists]. get_last_n(5), get_last_n(n=5), summarize(token_limit=100), "
+    "remove_before_turn(4), find_utterances(topic=\"weather\", limit=3), "
+    "retrieve(speaker=\"user\", last_n=2). A call is understood whole or refused, never guessed; "
+    "a call's text is an instruction, so a long utterance is stored with 'Add utterance: <text>'."
+)
+
 SOURCES_RULE = (
     "A parameter may come from the query text, from metadata or from data (each operation's "
     "table says which). When two sources give different values the query is refused with "
@@ -403,7 +541,11 @@ SOURCES_RULE = (
 CONFIDENCE_RULE = (
     "Every answered query's metadata carries confidence: the share of the query's words the "
     "parser understood. A read (retrieve, summarize, stats, reading settings) needs 0.8; a write "
-    "(remove, mark, configure) needs 1.0, every word understood. Below that the query is refused "
+    "(remove, mark, configure) needs 1.0, every word understood. A read needs 1.0 too when the word "
+    "it did not understand is its first (an unknown verb), a speaker, a turn or a number, or the word "
+    "after a count ('the last 3 exchanges'): those would change what it returns. A query that starts "
+    "with a remove verb (remove, delete, scrap, strike, purge...) runs as a remove or not at all. "
+    "Below that the query is refused "
     "with INVALID_ARGUMENT and the closest supported forms. If the daemon runs with the query "
     "classifier enabled and ANTHROPIC_API_KEY set, such a query is classified by Claude into the "
     "same operations instead (metadata.interpreted_by says 'classifier'); a classified remove "
@@ -412,5 +554,10 @@ CONFIDENCE_RULE = (
 ERRORS_RULE = (
     "Errors: INVALID_ARGUMENT for a query that is not understood, ambiguous, or has a bad field "
     "(the message says which and what to write instead); NOT_FOUND for a seq that is not in the "
-    "buffer; RESOURCE_EXHAUSTED for an utterance over the size limits. A failed query changes nothing."
+    "buffer; RESOURCE_EXHAUSTED for an utterance over the size limits. A failed query changes nothing. "
+    f"A query other than a store is read up to {MAX_INSTRUCTION_CHARS:,} characters and refused "
+    "(INVALID_ARGUMENT) past that: a store's utterance may be of any length, and a longer topic goes "
+    "in data.topic ('Find utterances' with data.topic). Outside quotes, a run of whitespace or "
+    "control characters reads as one space. Error messages quote at most the first 60 characters "
+    "of what the caller sent."
 )

@@ -12,6 +12,8 @@ import json
 from typing import Any
 
 from chd.core.language.guide import (
+    CALLS,
+    CALLS_RULE,
     CONFIDENCE_RULE,
     DEMO_CONVERSATION,
     ERRORS_RULE,
@@ -75,9 +77,21 @@ def _call(example: Example) -> str:
     return f"query({', '.join(args)})"
 
 
+def _signatures(operation: str) -> list[str]:
+    """The function-call spellings of ``operation``: ``get_last_n(last_n)``..."""
+    out = []
+    for call in CALLS:
+        if call.operation != operation:
+            continue
+        fixed = ", ".join(f"{k}={json.dumps(v)}" for k, v in call.fixed.items())
+        out.append(f"{call.name}({', '.join(call.positional)})" + (f" [{fixed}]" if fixed else ""))
+    return out
+
+
 def _operation_text(guide: OperationGuide) -> list[str]:
     lines = [f"{guide.operation.upper()}: {guide.what}", "  Forms:"]
     lines += [f"    {form}" for form in guide.forms]
+    lines.append("  Calls: " + "; ".join(_signatures(guide.operation)))
     params = PARAMETERS[guide.operation]
     if params:
         lines.append("  Parameters (where from):")
@@ -104,7 +118,7 @@ def _demo_lines() -> list[str]:
 def render_instructions() -> str:
     """The GetInstructions text."""
     lines = [f"chd, the Conversation History Daemon: {PURPOSE}.", "", _INTRO, "", SOURCES_RULE, "",
-             CONFIDENCE_RULE, ""]
+             CONFIDENCE_RULE, "", CALLS_RULE, ""]
     for guide in GUIDE:
         lines += _operation_text(guide)
         lines.append("")
@@ -131,6 +145,10 @@ def render_markdown() -> str:
         "",
         CONFIDENCE_RULE,
         "",
+        "## Function calls",
+        "",
+        CALLS_RULE,
+        "",
         "## The demo conversation",
         "",
         "Every example below runs on a fresh conversation holding these utterances "
@@ -144,6 +162,7 @@ def render_markdown() -> str:
     for guide in GUIDE:
         out += [f"## {guide.operation}", "", guide.what, "", "Phrasings:", ""]
         out += [f"- `{form}`" for form in guide.forms]
+        out += ["", "Calls: " + ", ".join(f"`{sig}`" for sig in _signatures(guide.operation))]
         params = PARAMETERS[guide.operation]
         if params:
             out += ["", "| parameter | from | meaning |", "|---|---|---|"]

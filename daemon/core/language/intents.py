@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Union
 
-from chd.core.errors import InvalidRequest
+from chd.core.errors import InvalidRequest, quote
 from chd.core.memory.eviction import POLICIES
 from chd.core.language.fields import as_bool, as_int, as_speaker, as_str, describe
 from chd.core.utterance import Speaker
@@ -64,6 +64,7 @@ class RetrieveIntent:
     last_n: int | None = None
     first_n: int | None = None
     last_turns: int | None = None
+    first_turns: int | None = None
     topic: str | None = None
     limit: int | None = None
     speaker: Speaker | None = None
@@ -99,6 +100,7 @@ class RemoveIntent:
     turn_from: int | None = None
     turn_to: int | None = None
     last_turns: int | None = None
+    first_turns: int | None = None
     seq: int | None = None
     seqs: tuple[int, ...] = ()
     speaker: Speaker | None = None
@@ -118,11 +120,18 @@ class RemoveIntent:
 
 @dataclass(frozen=True, slots=True)
 class SummarizeIntent:
-    """Summarize the conversation (summary so far plus the buffer), or a turn range."""
+    """Summarize the conversation (summary so far plus the buffer), a turn range, or the newest utterances.
+
+    ``last_turns``/``first_turns`` narrow to the newest/oldest k turns present;
+    ``last_n`` summarizes only the newest n utterances of the buffer.
+    """
 
     token_limit: int | None = None
     turn_from: int | None = None
     turn_to: int | None = None
+    last_n: int | None = None
+    last_turns: int | None = None
+    first_turns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +249,7 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "last_n": (_index, _D),
             "first_n": (_index, _D),
             "last_turns": (_count, _D),
+            "first_turns": (_count, _D),
             "topic": (_topic, _D),
             "limit": (_count, _D),
             "speaker": (as_speaker, _RETRIEVE_SPEAKER),
@@ -266,6 +276,7 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "turn_from": (_index, _D),
             "turn_to": (_index, _D),
             "last_turns": (_count, _D),
+            "first_turns": (_count, _D),
             "seq": (_count, _D),
             "seqs": (_seqs, _D),
             "speaker": (as_speaker, _D),
@@ -279,6 +290,9 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "token_limit": (_count, _D),
             "turn_from": (_index, _D),
             "turn_to": (_index, _D),
+            "last_n": (_count, _D),
+            "last_turns": (_count, _D),
+            "first_turns": (_count, _D),
         },
     ),
     "configure": (
@@ -335,14 +349,14 @@ def build_intent(
     """Merge the three sources into one checked intent, or raise InvalidRequest."""
     if operation not in _FIELDS:
         raise InvalidRequest(
-            f"unknown operation {operation!r}; expected one of {', '.join(OPERATIONS)}"
+            f"unknown operation {quote(operation, 40)}; expected one of {', '.join(OPERATIONS)}"
         )
     cls, spec = _FIELDS[operation]
     accepted, required = _field_sets(operation)
     unknown = sorted(set(data) - accepted - _DATA_CONTROL)
     if unknown:
         raise InvalidRequest(
-            f"data.{unknown[0]} is not a parameter of {operation}; "
+            f"data.{unknown[0] if len(unknown[0]) <= 40 else quote(unknown[0], 40)} is not a parameter of {operation}; "
             f"it accepts {', '.join(sorted(accepted)) or 'none'}"
         )
     values: dict[str, Any] = {}
@@ -381,7 +395,9 @@ def build_intent(
 
 
 def _shown(value: Any) -> str:
-    return value.isoformat() if isinstance(value, datetime) else repr(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return quote(value) if isinstance(value, str) else repr(value)
 
 
 def _check_turn_range(low: int | None, high: int | None, what: str = "turn_from") -> None:
@@ -405,11 +421,13 @@ def _check_consistent(intent: Intent) -> None:
             raise InvalidRequest("summary_only returns the summary alone; drop topic/include_summary")
     elif isinstance(intent, SummarizeIntent):
         _check_turn_range(intent.turn_from, intent.turn_to)
+        if intent.last_turns is not None and intent.first_turns is not None:
+            raise InvalidRequest("summarize takes last_turns or first_turns, not both")
 
 
 _REMOVE_SELECTORS = (
     "oldest", "newest", "before_turn", "after_turn", "turn_from", "turn_to",
-    "last_turns", "seq", "seqs", "speaker", "all",
+    "last_turns", "first_turns", "seq", "seqs", "speaker", "all",
 )  # fmt: skip
 
 

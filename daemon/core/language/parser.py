@@ -1,26 +1,45 @@
 """The query language: natural-language text to an operation, its fields and a confidence.
 
-Store is tried first and alone: a query that starts like a store stores its
-text verbatim, whatever words the text contains. Every other operation's
+A function call such as ``get_last_n(5)`` (grammar/calls.py) is read
+first; it is understood whole or refused. Store is tried next and alone
+(grammar/store.py): a quote or a separator
+marks the utterance, which is kept exactly, whatever words it contains; an
+instruction around it that is not fully understood refuses the store
+(UnclearStore) unless another operation's rules explain every word of the
+query. Every other operation's
 rules (daemon/core/language/grammar/) read the query independently; the reading that
 explains the largest share of the query's words wins, ties going to the
 earlier operation in ``_READERS``. The share is the confidence. Below the
 operation's threshold the query is refused with the closest supported
 forms — writes (remove, mark, configure) need every word understood, reads
-tolerate a stray word. docs/query-language.md lists every form.
+tolerate a stray word, but not one that would have been a filter (a
+speaker, a turn, a number) nor an unknown first word (an unknown verb may
+mean a write). A query that starts with a remove verb runs as a remove or
+not at all. docs/query-language.md lists every form.
 
 The parser only reads; defaults, limits and conflicts between the query,
 metadata and data are intents.build_intent's job.
+
+Every request is read in time linear in its size (issue 14). A store's
+utterance is payload: grammar/store.py finds where it starts and the rest
+of the grammar never reads it. Any other query is an instruction, and the
+rules read at most ``MAX_INSTRUCTION_CHARS`` of it; a longer one is refused
+at once (a long topic goes in data.topic). Within that, every pattern is
+linear, and the closest-form suggestions compare a short prefix.
 """
 
 from __future__ import annotations
 
 import difflib
+import sys
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable
 
-from chd.core.errors import InvalidRequest
+from chd.core.errors import InvalidRequest, quote
+from chd.core.language.grammar.calls import read_call
 from chd.core.language.grammar.configure import read_configure
 from chd.core.language.grammar.context import read_context
 from chd.core.language.grammar.mark import read_mark
@@ -28,9 +47,9 @@ from chd.core.language.grammar.reading import Reading
 from chd.core.language.grammar.remove import read_remove
 from chd.core.language.grammar.retrieve import read_retrieve
 from chd.core.language.grammar.stats import read_stats
-from chd.core.language.grammar.store import read_store
+from chd.core.language.grammar.store import UnclearStore, read_store
 from chd.core.language.grammar.summarize import read_summarize
-from chd.core.language.guide import GUIDE
+from chd.core.language.guide import GUIDE, MAX_INSTRUCTION_CHARS
 from chd.core.language.numbers import parse_number
 
 __all__ = [
@@ -43,6 +62,7 @@ __all__ = [
     "THRESHOLDS",
     "threshold_for",
     "closest_forms",
+    "MAX_INSTRUCTION_CHARS",
 ]
 
 # Confidence a reading needs, by operation. Reads may ignore a stray word
@@ -57,6 +77,9 @@ THRESHOLDS: dict[str, float] = {
     "remove": 1.0,
 }
 _READ_ONLY_CONFIGURE = 0.8
+# Writes that may start with a remove verb ("remove the pin from utterance 3",
+# "remove the overrides") when every word is theirs.
+_WRITES = frozenset({"mark", "configure"})
 
 
 # Every documented phrasing (from daemon/core/language/guide.py), as the first parser exported it.
@@ -101,6 +124,8 @@ class Ambiguous(InvalidRequest):
 
 def threshold_for(reading: Reading) -> float:
     """A configure that only reads the settings is a read."""
+    if reading.strict:
+        return 1.0
     if reading.operation == "configure" and not reading.fields:
         return _READ_ONLY_CONFIGURE
     return THRESHOLDS[reading.operation]
@@ -111,10 +136,31 @@ def parse(text: str) -> ParsedQuery:
     query = text.strip()
     if not query:
         raise NotUnderstood(_with_forms("the query is empty", query))
-    stored = read_store(query)
+    call = read_call(query)
+    if call is not None:
+        # Before the store rules, which would read add_utterance("...") as a
+        # header and a quote; not cached: a call may store an utterance.
+        return ParsedQuery(call[0], call[1], 1.0)
+    try:
+        stored = read_store(query)
+    except UnclearStore:
+        # A store verb in words the store rules cannot place ("Keep only the
+        # last 5 messages"): another operation may run only if its rules
+        # explain every word; otherwise the store's refusal stands.
+        if len(query) > _OTHER_READING_LIMIT or _fully_read(query) is None:
+            raise
+        stored = None
     if stored is not None:
         return ParsedQuery("store", stored, 1.0)
-    operation, fields, confidence = _read(query)
+    if len(query) > MAX_INSTRUCTION_CHARS:
+        # Not NotUnderstood: the classifier is not sent a query this long either.
+        raise InvalidRequest(
+            f"the query is {len(query):,} characters and not a store; the query language reads "
+            f"instructions of up to {MAX_INSTRUCTION_CHARS:,} characters (it begins "
+            f"{quote(query)}). Store a long utterance with 'Add utterance: <text>' or data.text; "
+            f"search for a long topic with 'Find utterances' and data.topic"
+        )
+    operation, fields, confidence = _READINGS.read(query)
     # A fresh dict (and fresh lists such as seqs) per call: the cached
     # reading is shared, the caller's copy is its own.
     return ParsedQuery(
@@ -122,27 +168,23 @@ def parse(text: str) -> ParsedQuery:
     )
 
 
-# Reading a non-store query runs every operation's rules: ~220 us for "Get
-# the last 5 utterances", about half of a retrieve's time in the daemon
-# (py-spy of bench/bench_backends.py). The rules are pure functions of the
-# text, and clients repeat the same few queries, so readings are cached by
-# text. Stores are not (every utterance is new, and a cache must not keep
-# the text of an utterance after it is removed); refusals are not either
-# (lru_cache never caches an exception), and they are rare. What it does
-# keep, up to 1,024 queries, is query text such as a search's topic.
-@lru_cache(maxsize=1024)
 def _read(query: str) -> tuple[str, dict[str, Any], float]:
     readings = [r for r in (read(query) for read in _READERS) if r is not None]
     if not readings:
-        raise NotUnderstood(_with_forms(f"could not tell what {_quote(query)} asks for", query))
+        raise NotUnderstood(_with_forms(f"could not tell what {quote(query)} asks for", query))
     best = max(readings, key=lambda r: r.confidence)
+    removal = next((r for r in readings if r.operation == "remove"), None)
+    if removal is not None and best is not removal and (best.operation not in _WRITES or best.confidence < 1.0):
+        # It starts with a remove verb: it runs as a remove or not at all. A
+        # read here would answer as if something had been deleted.
+        best = removal
     if best.refusal is not None:
         raise Ambiguous(f"{best.refusal}. Nothing was changed.")
     needed = threshold_for(best)
     if best.confidence < needed:
-        words = ", ".join(repr(w) for w in best.unexplained[:5])
+        words = ", ".join(quote(w, 30) for w in best.unexplained[:5])
         reason = (
-            f"could not fully understand {_quote(query)} as a {best.operation} "
+            f"could not fully understand {quote(query)} as a {best.operation} "
             f"(confidence {best.confidence:.2f}, a {best.operation} needs {needed:.2f}; "
             f"not understood: {words})"
         )
@@ -150,21 +192,118 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
     return best.operation, best.fields, best.confidence
 
 
-def _quote(text: str, limit: int = 60) -> str:
-    text = " ".join(text.split())
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+_OTHER_READING_LIMIT = 1_000
+
+
+def _fully_read(query: str) -> tuple[str, dict[str, Any], float] | None:
+    try:
+        reading = _READINGS.read(query)
+    except InvalidRequest:
+        return None
+    return reading if reading[2] >= 1.0 else None
+
+
+_Outcome = tuple[str, dict[str, Any], float]
+
+
+class _ReadingCache:
+    """Readings and refusals of recent queries, least recently used first out, bounded in bytes.
+
+    Reading a non-store query runs every operation's rules: ~220 us for "Get
+    the last 5 utterances", about half of a retrieve's time in the daemon
+    (py-spy of bench/bench_backends.py), and clients repeat the same few
+    queries. Refusals are kept too, so a refused query that is sent again
+    (or looked at again for the metrics) costs nothing. Stores never get
+    here: every utterance is new, and no cache may keep an utterance's text
+    after it is removed. Counting entries was not enough: 1,024 queries of
+    100 kB held 193 MiB (issue 14); the budget is in bytes of query text
+    and readings, and no query over MAX_INSTRUCTION_CHARS gets here.
+    """
+
+    _ENTRY_OVERHEAD = 600  # the key's slot, the tuple, a small fields dict
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+        self._entries: OrderedDict[str, tuple[_Outcome | InvalidRequest, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def read(self, query: str) -> _Outcome:
+        with self._lock:
+            entry = self._entries.get(query)
+            if entry is not None:
+                self._entries.move_to_end(query)
+        if entry is None:
+            try:
+                outcome: _Outcome | InvalidRequest = _read(query)
+            except InvalidRequest as refusal:
+                outcome = refusal
+            entry = (outcome, self._size(query, outcome))
+            self._keep(query, entry)
+        outcome = entry[0]
+        if isinstance(outcome, InvalidRequest):
+            raise _fresh(outcome)
+        return outcome
+
+    def _keep(self, query: str, entry: tuple[_Outcome | InvalidRequest, int]) -> None:
+        with self._lock:
+            if query in self._entries:
+                return
+            self._entries[query] = entry
+            self.used += entry[1]
+            while self.used > self.budget and self._entries:
+                _, (_, size) = self._entries.popitem(last=False)
+                self.used -= size
+
+    def _size(self, query: str, outcome: _Outcome | InvalidRequest) -> int:
+        if isinstance(outcome, InvalidRequest):
+            extra = sum(len(str(arg)) for arg in outcome.args)
+        else:
+            extra = sum(sys.getsizeof(v) for v in outcome[1].values())
+        return sys.getsizeof(query) + extra + self._ENTRY_OVERHEAD
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.used = 0
+
+
+def _fresh(refusal: InvalidRequest) -> InvalidRequest:
+    """A new exception like the cached one (re-raising one object would chain tracebacks)."""
+    if isinstance(refusal, NotUnderstood):
+        return NotUnderstood(str(refusal), refusal.confidence, refusal.best)
+    return type(refusal)(*refusal.args)
+
+
+# 2 MiB: a few thousand typical queries, or a thousand of the longest.
+_READINGS = _ReadingCache(budget=2 * 1024 * 1024)
+
+
+# Suggestions compare this much of the refused query with each example:
+# difflib is quadratic, and comparing whole queries took 100+ s at 1 MB
+# (issue 14). The first words tell the operation a caller was after.
+_LIKENESS_PREFIX = 120
 
 
 def closest_forms(query: str, operation: str | None = None, count: int = 3) -> list[str]:
     """The supported example phrasings most like ``query`` (its operation's first)."""
-    lowered = query.lower()
+    prefix = " ".join(query[: _LIKENESS_PREFIX * 2].split())[:_LIKENESS_PREFIX].lower()
+    return list(_closest(prefix, operation, count))
+
+
+@lru_cache(maxsize=256)  # keys are at most _LIKENESS_PREFIX characters
+def _closest(prefix: str, operation: str | None, count: int) -> tuple[str, ...]:
+    matcher = difflib.SequenceMatcher(None, b=prefix)
 
     def likeness(form: str) -> float:
-        return difflib.SequenceMatcher(None, lowered, form.lower()).ratio()
+        matcher.set_seq1(form.lower())
+        return matcher.ratio()
 
-    pool = [(g.operation, form) for g in GUIDE for form in g.forms]
-    ranked = sorted(pool, key=lambda item: (item[0] != operation, -likeness(item[1])))
-    return [form for _, form in ranked[:count]]
+    ranked = sorted(_POOL, key=lambda item: (item[0] != operation, -likeness(item[1])))
+    return tuple(form for _, form in ranked[:count])
+
+
+_POOL = tuple((g.operation, form) for g in GUIDE for form in g.forms)
 
 
 def _with_forms(reason: str, query: str, operation: str | None = None) -> str:

@@ -110,6 +110,18 @@ def first_of_last_turns(utterances: Sequence[Utterance], count: int) -> int | No
     return min(kept) if kept else None
 
 
+def last_of_first_turns(utterances: Sequence[Utterance], count: int) -> int | None:
+    """The highest turn among the ``count`` lowest turns present (None if empty)."""
+    kept = sorted({u.turn_number for u in utterances})[:count]
+    return max(kept) if kept else None
+
+
+def _cap(high: int | None, ceiling: int | None) -> int | None:
+    """``high`` lowered to ``ceiling``; an empty buffer (None) leaves no turn (-1)."""
+    ceiling = -1 if ceiling is None else ceiling
+    return ceiling if high is None else min(high, ceiling)
+
+
 def _seq_set(seq: int | None, seqs: tuple[int, ...]) -> frozenset[int] | None:
     chosen = set(seqs)
     if seq is not None:
@@ -132,6 +144,8 @@ def retrieve_filters(state: ConversationState, intent: RetrieveIntent, now: floa
     low, high = intent.turn_from, intent.turn_to
     if intent.last_turns is not None:
         low, high = _narrow(low, high, first_of_last_turns(state.utterances, intent.last_turns))
+    if intent.first_turns is not None:
+        high = _cap(high, last_of_first_turns(state.utterances, intent.first_turns))
     after: float | None = None
     if intent.since is not None:
         after = intent.since.timestamp()
@@ -171,6 +185,8 @@ def _remove_filters(state: ConversationState, intent: RemoveIntent) -> Filters:
         # turn), never no turn filter at all, which would select everything
         # queued, archived and summarized.
         low, high = _narrow(low, high, state.last_turn + 1 if first is None else first)
+    if intent.first_turns is not None:
+        high = _cap(high, last_of_first_turns(state.utterances, intent.first_turns))
     return Filters(intent.speaker, low, high, _seq_set(intent.seq, intent.seqs))
 
 
@@ -249,6 +265,14 @@ def summarize_scope(state: ConversationState, intent: SummarizeIntent) -> tuple[
     inside it; otherwise the whole summary and the whole buffer.
     """
     low, high = intent.turn_from, intent.turn_to
+    if intent.last_turns is not None:
+        low, high = _narrow(low, high, first_of_last_turns(state.utterances, intent.last_turns))
+    if intent.first_turns is not None:
+        high = _cap(high, last_of_first_turns(state.utterances, intent.first_turns))
+    if intent.last_n is not None:
+        # The newest n utterances alone: what the summary holds is older.
+        chosen = [u for u in state.utterances if Filters(turn_from=low, turn_to=high).admits(u)]
+        return "", chosen[-intent.last_n :]
     if low is None and high is None:
         return state.summary.text, list(state.utterances)
     filters = Filters(turn_from=low, turn_to=high)

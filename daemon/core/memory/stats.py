@@ -8,6 +8,7 @@ from typing import Any
 from chd.backends.base import ConversationState
 from chd.core.memory.configure import settings_view
 from chd.core.settings import Settings
+from chd.core.summaries.coverage import summary_coverage
 
 __all__ = ["conversation_stats"]
 
@@ -36,9 +37,22 @@ def conversation_stats(state: ConversationState, settings: Settings) -> dict[str
         "summary_tokens": state.summary.tokens,
         "summary_segments": len(state.summary.segments),
         "summary_through_seq": state.summary.through_seq,
+        **_coverage(state),
         "queue_length": len(state.pending),
         "queue_tokens": sum(u.tokens for u in state.pending),
         "buffer_fill": round(len(buffer) / settings.buffer_size, 4),
         "token_fill": round(tokens / settings.max_tokens, 4),
         "settings": settings_view(settings),
+    }
+
+
+def _coverage(state: ConversationState) -> dict[str, Any]:
+    """What the summary still holds of the evicted utterances, and what awaits Claude (issue 13)."""
+    coverage = summary_coverage(state.summary)
+    return {
+        "summary_coverage": coverage.share,
+        "summary_offline_only_utterances": coverage.offline_only,
+        "summary_awaiting_rewrite": coverage.awaiting_rewrite,
+        "summary_rewrite_ranges": [list(r) for r in coverage.rewrite_ranges],
+        "summary_originals_dropped": coverage.originals_dropped,
     }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["terms", "term_counts"]
+__all__ = ["cached_bytes", "terms", "term_counts"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOP = frozenset(
@@ -27,20 +27,39 @@ def _stem(word: str) -> str:
 
 
 # word -> its term ("" for a stopword). Memoised because tokenizing is most
-# of an index update (bench/bench_search.py); bounded so odd input cannot
-# grow it without limit.
+# of an index update (bench/bench_search.py). Bounded in bytes, not entries:
+# a word is any run of letters, and 400 searches for distinct 1 MB topics
+# once kept 400 MiB here. Long words are not kept at all (they are rare in
+# speech, and stemming one is cheap next to reading it), so the budget holds
+# many short ones. The count is approximate under threads (no lock on the
+# hot path); it only decides when to start over.
 _TERMS: dict[str, str] = {w: "" for w in _STOP}
-_TERMS_LIMIT = 200_000
+_CACHED_WORD_MAX = 40  # characters
+_ENTRY_OVERHEAD = 120  # bytes of a dict slot and two small str objects, about
+_TERMS_BUDGET = 24 * 1024 * 1024  # bytes: about the old 200,000 short words
+_terms_bytes = 0
 
 
 def _term(word: str) -> str:
+    global _terms_bytes
     term = _TERMS.get(word)
-    if term is None:
-        if len(_TERMS) > _TERMS_LIMIT:
-            _TERMS.clear()
-            _TERMS.update((w, "") for w in _STOP)
-        term = _TERMS[word] = _stem(word)
+    if term is not None:
+        return term
+    term = _stem(word)
+    if len(word) > _CACHED_WORD_MAX:
+        return term
+    if _terms_bytes > _TERMS_BUDGET:
+        _TERMS.clear()
+        _TERMS.update((w, "") for w in _STOP)
+        _terms_bytes = 0
+    _TERMS[word] = term
+    _terms_bytes += _ENTRY_OVERHEAD + len(word) + len(term)
     return term
+
+
+def cached_bytes() -> int:
+    """About how many bytes the word cache holds (bounded by ``_TERMS_BUDGET``)."""
+    return _terms_bytes
 
 
 def terms(text: str) -> list[str]:

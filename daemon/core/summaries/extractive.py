@@ -1,135 +1,564 @@
-"""The offline summarizer: deterministic extractive summaries within a token budget.
+"""The offline summarizer: deterministic extractive summaries that use their budget.
 
 No model and no network, so it is the default without an API key and the
-fallback when Claude fails. It keeps the most informative sentences (rare
-content words, numbers, names, questions, decisions) of the previous summary
-and the new utterances, drops small talk and near-repeats, and writes one
-line per block of turns saying who said what::
+fallback when Claude fails. It writes one line per block of turns, quoting
+the sentences worth reading whole and listing the facts of the others::
 
-    Turns 1–3, about weather and tomorrow: the user asked “What's the weather
-    today?” and “How about tomorrow?”; the assistant said “Tomorrow will be
-    sunny with a high of 24.”
+    Turns 1–6, about Lisbon and Maya: the user said “I'm planning a trip to
+    Lisbon with Maya from March 3 to March 5.”; the assistant said “Flight
+    LT1200 leaves Frankfurt at 6:00.”; facts: 4 hours; XMBFVZ; 1700 euros
 
-A later fold re-reads its own lines (head, speaker, quotes), so attribution
-survives any number of merges; lines in another format (a Claude summary
-before a fallback) are kept as plain sentences.
+How it chooses (issue 13, measured by bench/bench_retention.py):
+
+* When every informative sentence fits, every one is quoted: a budget with
+  room is used, not capped.
+* Otherwise the facts come first (names, numbers, dates, codes, versions,
+  paths, addresses: see sentences.py), as a list, cheapest per weight
+  first; the rest of the budget turns the best sentences back into quotes.
+  A fact list packs three to five times more facts per token than quotes.
+* Weights are inverse document frequencies over everything the call can
+  see: the previous summary, the new utterances and, when the caller passes
+  one, the rest of the conversation (``SummaryContext``). A word every
+  episode repeats weighs little wherever it appears.
+* Two sentences are near-repeats only when they state the same facts with
+  nearly the same words: sentences that differ in a name, a number or a
+  rare word are both kept. A sentence that corrects an earlier one
+  ("actually", "instead", "correction") replaces it.
+* Topic words in a line's head come from what the line kept, and only when
+  they fit.
+
+A later fold re-reads its own lines (head, quotes, fact list), so
+attribution and facts survive any number of merges; lines in another format
+(a Claude summary before a fallback) are kept as plain sentences.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
 
+from chd.core.summaries.sentences import (
+    MAX_SENTENCE,
+    STOPWORDS,
+    facts_in,
+    name_words,
+    split_sentences,
+    words_of,
+)
+from chd.core.summaries.summarizer import SummaryContext
 from chd.core.tokens import TokenCounter
 from chd.core.utterance import Utterance
 
-__all__ = ["ExtractiveSummarizer"]
+__all__ = ["ExtractiveSummarizer", "FACTS_LABEL"]
 
-_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+|$)")
-_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d[\d.,:]*")
-_STOPWORDS = frozenset(
-    """a about above after again all also am an and any are as at be because been
-    before being below between both but by can could did do does doing down during
-    each few for from further had has have having he her here hers him his how i if
-    in into is it its itself just let me more most my no nor not now of off ok okay
-    on once only or other our ours out over own please same she should so some such
-    than thank thanks that the their theirs them then there these they this those
-    through to too under until up very was we were what when where which while who
-    whom why will with would yes you your yours sure right well oh hi hello i'm
-    i'll i've i'd it's that's you're let's can't don't isn't get got go going know
-    like maybe much many one really think want yeah great good fine cool per ask
-    asking asked glad welcome anything else something help""".split()
-)
+# Anchored and with one unbounded run whose failure ends the match: linear.
+_HEAD = re.compile(r"Turns? (\d+)(?:–(\d+))?(?:, about [A-Za-z' ,\-]+)?: ")
+_SPEAKER_START = re.compile(r"(?:^|; )the (user|assistant|system) (?=(?:asked|said|noted) “)")
+_QUOTE = re.compile(r"“([^“”]*)”")
+FACTS_LABEL = "facts: "
 _DECISION = re.compile(
     r"\b(?:decided|agreed|will|must|need|plan|deadline|budget|prefer|chose|confirmed|"
-    r"remember|important|don't|never|always)\b",
+    r"remember|important|never|always)\b",
     re.IGNORECASE,
 )
-# Lines this summarizer writes, read back on the next fold.
-_LINE = re.compile(r"^(?P<head>Turns? \d+(?:–\d+)?(?:, about [A-Za-z' ,\-]+)?): (?P<body>.+)$")
-# "; the user asked “" can only start a phrase: quoted text holds no curly quotes.
-_SPEAKER_START = re.compile(r"(?:^|; )the (user|assistant|system) (?=(?:asked|said|noted) “)")
-_QUOTE = re.compile(r"“([^”]*)”")
-# What the new material may take of the summary, in tokens of its own, even
-# when the budget would allow all of it: otherwise it is a transcript, not a
-# summary. About 60 % of a short batch, tending to 40 % of a long one, and
-# never under two typical sentences, so a small batch keeps more than one.
-def _keep(tokens: int) -> float:
-    return max(min(0.6 * tokens, 24 + 0.4 * tokens), 40)
-
-
-# Sentences scoring under this share of the best one are small talk.
+_CORRECTION = frozenset({"actually", "correction", "instead", "sorry", "rather", "changed", "update", "updated"})
+# Sentences scoring under this share of the best one, and stating no fact, are small talk.
 _MIN_RELATIVE_SCORE = 0.25
-# Tokens a quoted sentence costs beyond its own: quote marks, a joining word,
-# now and then "the user said". An estimate for the greedy pass; the
-# rendered text is counted exactly afterwards.
-_UNIT_OVERHEAD = 4
-_HEAD_OVERHEAD = 2
 _ELLIPSIS = "…"
+# A line per this many tokens of budget at most: each head costs tokens that
+# a fact could use, so old blocks are joined into longer turn ranges.
+_TOKENS_PER_BLOCK = 96
 
 
-@dataclass(frozen=True, slots=True)
-class _Unit:
-    """One sentence that may go into the summary."""
+@dataclass(slots=True)
+class _Block:
+    turn_from: int | None  # None: plain text of another summarizer
+    turn_to: int | None
 
+    def head(self, topics: Sequence[str] = ()) -> str:
+        assert self.turn_from is not None and self.turn_to is not None
+        if self.turn_from == self.turn_to:
+            head = f"Turn {self.turn_from}"
+        else:
+            head = f"Turns {self.turn_from}–{self.turn_to}"
+        if topics:
+            head += ", about " + (
+                topics[0] if len(topics) == 1 else ", ".join(topics[:-1]) + " and " + topics[-1]
+            )
+        return head
+
+
+@dataclass(slots=True)
+class _Sentence:
     order: int
     block: int
-    speaker: str  # "" for a plain sentence of an earlier summary
+    speaker: str  # "" for a plain sentence of another summary
     text: str
-    new: bool
+    facts: tuple[str, ...]
     score: float = 0.0
+    words: frozenset[str] = frozenset()
 
 
-def _content_words(text: str) -> list[str]:
-    return _content(_WORD.findall(text))
+@dataclass(slots=True)
+class _Fact:
+    text: str
+    block: int
+    order: int
+    weight: float
+    cost: int = 0
 
 
-def _content(tokens: list[str]) -> list[str]:
-    """The lower-cased tokens that are not stopwords."""
-    lowered = [t.lower() for t in tokens]
-    return [w for w in lowered if w not in _STOPWORDS]
+@dataclass(slots=True)
+class _Plan:
+    """What goes into the summary: quoted sentences and listed facts."""
+
+    quoted: list[_Sentence] = field(default_factory=list)
+    listed: list[_Fact] = field(default_factory=list)
 
 
-def _clean(sentence: str) -> str:
-    # Curly quotes delimit sentences in the output; inside one they would end it.
-    return " ".join(sentence.replace("“", '"').replace("”", '"').split())
+class _ShortCounts:
+    """Token counts of facts, words and sentences, remembered: a fold re-counts the same ones."""
+
+    def __init__(self, counter: TokenCounter, most: int = 4096) -> None:
+        self._counter = counter
+        self._known: dict[str, int] = {}
+        self._most = most
+
+    def __call__(self, text: str) -> int:
+        known = self._known.get(text)
+        if known is None:
+            known = self._counter.count(text)
+            if len(text) <= MAX_SENTENCE:
+                if len(self._known) >= self._most:
+                    self._known.clear()  # a crude bound; refilled by the next folds
+                self._known[text] = known
+        return known
+
+    def count(self, text: str) -> int:
+        return self(text)
 
 
-def _sentences(text: str) -> list[str]:
-    return [s for m in _SENTENCE.finditer(text) if (s := _clean(m.group(0)))]
+class ExtractiveSummarizer:
+    """Deterministic, offline extractive summaries (the ``Summarizer`` protocol)."""
+
+    name = "extractive"
+    reads_context = True
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self._counter = counter
+        self._count = _ShortCounts(counter)
+
+    def summarize(
+        self,
+        previous: str,
+        utterances: Sequence[Utterance],
+        token_limit: int,
+        context: SummaryContext | None = None,
+    ) -> str:
+        blocks, sentences, listed = _read(previous, utterances, self._count)
+        if not sentences and not listed:
+            return ""
+        _join_blocks(blocks, sentences, listed, max(1, token_limit // _TOKENS_PER_BLOCK))
+        weights = _weights(sentences, listed, context)
+        _score(sentences, weights)
+        sentences = _distinct(sentences)
+        facts = _facts(sentences, listed, weights)
+        if context is not None and context.summary:
+            # Said elsewhere in the summary already: a copy here adds little.
+            for fact in facts:
+                if fact.text in context.summary:
+                    fact.weight *= 0.2
+        for fact in facts:
+            fact.cost = self._count(fact.text) + 1
+        plan = self._plan(blocks, sentences, facts, token_limit)
+        text = _render(blocks, plan, with_topics=True, weights=weights)
+        if self._counter.count(text) > token_limit:
+            text = _render(blocks, plan, with_topics=False, weights=weights)
+        if not text or self._counter.count(text) > token_limit:
+            best = max(sentences, key=lambda s: (s.score, -s.order), default=None)
+            if best is None:
+                return self._counter.fit("; ".join(f.text for f in facts), token_limit)
+            clipped = self._clip(best.text, token_limit)
+            return clipped if self._counter.count(clipped) <= token_limit else ""
+        return text
+
+    # --- choosing --------------------------------------------------------------
+
+    def _plan(
+        self, blocks: list[_Block], sentences: list[_Sentence], facts: list[_Fact], limit: int
+    ) -> _Plan:
+        floor = _MIN_RELATIVE_SCORE * max((s.score for s in sentences), default=0.0)
+        worth = [s for s in sentences if s.facts or (s.score > 0 and s.score >= floor)]
+        in_worth = _quoted_facts(worth)
+        everything = _Plan(quoted=list(worth), listed=[f for f in facts if f.text not in in_worth])
+        if self._fits(blocks, everything, limit):
+            return everything
+        # Facts first, the most weight per token first.
+        plan = _Plan()
+        budget = limit - self._overhead(blocks, {f.block for f in facts})
+        used = 0
+        for fact in sorted(facts, key=lambda f: (-f.weight / f.cost, f.order)):
+            if used + fact.cost <= budget:
+                plan.listed.append(fact)
+                used += fact.cost
+        # Then quotes, where the room left allows: a quote replaces the
+        # facts it holds, so it costs only its extra words.
+        listed = {f.text: f for f in plan.listed}
+        counted: dict[int, int] = {}
+        ranked = sorted(worth, key=lambda s: (-s.score, s.order))
+        for sentence in ranked:
+            if sentence.order not in counted:
+                counted[sentence.order] = self._count(sentence.text) + 4
+            cost = counted[sentence.order]
+            covered = [listed[t] for t in dict.fromkeys(sentence.facts) if t in listed]
+            extra = cost - sum(f.cost for f in covered)
+            if extra <= budget - used:
+                plan.quoted.append(sentence)
+                for fact in covered:
+                    del listed[fact.text]
+                used += extra
+        plan.listed = list(listed.values())
+        # The estimate is a sum of parts; the rendered text is what must fit.
+        # Each round drops about as much as the text is over, so the rounds
+        # stay few whatever the input (issue 14: no call may be quadratic).
+        while plan.quoted or plan.listed:
+            over = self._counter.count(_render(blocks, plan, with_topics=False)) - limit
+            if over <= 0:
+                break
+            _drop_weakest(plan, facts, over, counted)
+        if not plan.quoted and worth:
+            # No sentence fits whole: the start of the best one tells what the facts are about.
+            room = limit - self._counter.count(_render(blocks, plan, with_topics=False)) - 8
+            best = max(worth, key=lambda s: (s.score, -s.order))
+            clipped = self._clip(best.text, room) if room >= 8 else ""
+            if clipped:
+                trial = _Plan([_replace_text(best, clipped)], plan.listed)
+                if self._fits(blocks, trial, limit):
+                    return trial
+        return plan
+
+    def _fits(self, blocks: list[_Block], plan: _Plan, limit: int) -> bool:
+        return self._counter.count(_render(blocks, plan, with_topics=False)) <= limit
+
+    def _overhead(self, blocks: list[_Block], used: set[int]) -> int:
+        return sum(
+            self._counter.count(blocks[b].head() + ": " + FACTS_LABEL) + 1
+            for b in used
+            if blocks[b].turn_from is not None
+        )
+
+    def _clip(self, text: str, limit: int) -> str:
+        cut = self._counter.truncate(text, max(limit - 1, 0)).rstrip()
+        return cut + _ELLIPSIS if cut else ""
 
 
-def _score(text: str, frequency: dict[str, int], documents: int, tokens: list[str], words: list[str]) -> float:
-    """``tokens`` is ``_WORD.findall(text)`` and ``words`` their ``_content``: the caller has both."""
-    if not words:
-        return 0.0
-    # Rare words carry more of what makes a sentence worth keeping. Summed in
-    # sorted order: float addition in set order would depend on
-    # PYTHONHASHSEED, and a tie would then break differently per process.
-    weight = sum(math.log(1 + documents / frequency.get(w, 1)) for w in sorted(set(words)))
-    if any(t[0].isdigit() for t in tokens):
-        weight *= 1.3
-    if any(t[0].isupper() for t in tokens[1:]):
-        weight *= 1.2
-    if text.endswith("?") or _DECISION.search(text):
-        weight *= 1.3
-    # Divide by sqrt(length) so long rambling sentences do not win by size
-    # alone; below six words, so a terse "Booked." does not win by brevity.
-    return weight / math.sqrt(max(len(tokens), 6))
+# --- reading -------------------------------------------------------------------
 
 
-def _likeness_words(text: str) -> frozenset[str]:
-    """The words _alike compares: content words that are not numbers."""
-    return frozenset(w for w in _content_words(text) if not w[0].isdigit())
+def _read(
+    previous: str, utterances: Sequence[Utterance], counter: _ShortCounts
+) -> tuple[list[_Block], list[_Sentence], list[_Fact]]:
+    """The blocks, sentences and listed facts of the previous summary and the new utterances."""
+    blocks: list[_Block] = []
+    raw: list[tuple[int, str, str]] = []  # block, speaker, sentence
+    listed: list[tuple[int, str]] = []
+    for line in previous.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        parsed = _parse_line(line)
+        if parsed is None:
+            blocks.append(_Block(None, None))
+            raw.extend((len(blocks) - 1, "", s) for s in split_sentences(line))
+            continue
+        first, last, phrases, facts = parsed
+        blocks.append(_Block(first, last))
+        raw.extend((len(blocks) - 1, speaker, quote) for speaker, quote in phrases)
+        listed.extend((len(blocks) - 1, fact) for fact in facts)
+    if utterances:
+        blocks.append(
+            _Block(min(u.turn_number for u in utterances), max(u.turn_number for u in utterances))
+        )
+        for u in utterances:
+            raw.extend((len(blocks) - 1, u.speaker, s) for s in split_sentences(u.text))
+    names = name_words(s for _, _, s in raw)
+    rare = _rare_words((s for _, _, s in raw), counter)
+    sentences = [
+        _Sentence(order, block, speaker, text, facts_in(text, names, rare))
+        for order, (block, speaker, text) in enumerate(raw)
+    ]
+    offset = len(sentences)
+    facts = [_Fact(text, block, offset + i, 0.0) for i, (block, text) in enumerate(listed)]
+    return blocks, sentences, facts
 
 
-def _alike(wa: frozenset[str], wb: frozenset[str]) -> bool:
-    """Near-repeats ("Message 6 about X", "Message 7 about X") add nothing new."""
-    if not wa or not wb:
-        return False
-    return len(wa & wb) / len(wa | wb) >= 0.7
+def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> set[str]:
+    """Lower-case words the tokenizer does not know as one word: "pydantic", "mypy", "release-prep".
+
+    cl100k_base has a single token for every common English word (" refund",
+    " mistake"); a word it must split is a name, a tool, an identifier.
+    """
+    words = {w for s in sentences for w in words_of(s) if w.islower() and len(w) >= 4}
+    return {w for w in words if w not in STOPWORDS and counter(" " + w) >= 2}
+
+
+def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[str]] | None:
+    """A line this summarizer wrote: its turn range, (speaker, quote) pairs and listed facts."""
+    head = _HEAD.match(line)
+    if head is None:
+        return None
+    first = int(head.group(1))
+    last = int(head.group(2) or first)
+    body = line[head.end():]
+    close = body.rfind("”")
+    quoted, tail = (body[: close + 1], body[close + 1:]) if close >= 0 else ("", body)
+    facts: list[str] = []
+    if tail.startswith("; " + FACTS_LABEL):
+        facts = [f for f in tail.split(FACTS_LABEL, 1)[1].split("; ") if f]
+    elif close < 0 and not _SPEAKER_START.match(body):
+        facts = [f for f in body.split("; ") if f]  # a line of facts alone
+    elif tail.strip():
+        return None
+    phrases: list[tuple[str, str]] = []
+    if quoted:
+        pieces = _SPEAKER_START.split(quoted)
+        if len(pieces) < 3 or pieces[0].strip():
+            return None
+        for speaker, chunk in zip(pieces[1::2], pieces[2::2]):
+            phrases.extend((speaker, quote) for quote in _QUOTE.findall(chunk))
+    if not phrases and not facts:
+        return None
+    return first, last, phrases, facts
+
+
+def _join_blocks(
+    blocks: list[_Block], sentences: list[_Sentence], facts: list[_Fact], most: int
+) -> None:
+    """Join neighbouring headed blocks, the two with the least content first, down to ``most``."""
+    size = [0] * len(blocks)
+    for item in [*sentences, *facts]:
+        size[item.block] += 1
+    alive = [i for i in range(len(blocks))]
+    while sum(1 for b in alive if blocks[b].turn_from is not None) > most:
+        pairs = [
+            (size[a] + size[b], k)
+            for k, (a, b) in enumerate(zip(alive, alive[1:]))
+            if blocks[a].turn_from is not None and blocks[b].turn_from is not None
+        ]
+        if not pairs:
+            return
+        _, k = min(pairs)
+        a, b = alive[k], alive[k + 1]
+        blocks[a] = _Block(
+            min(blocks[a].turn_from, blocks[b].turn_from),  # type: ignore[type-var]
+            max(blocks[a].turn_to, blocks[b].turn_to),  # type: ignore[type-var]
+        )
+        for item in [*sentences, *facts]:
+            if item.block == b:
+                item.block = a
+        size[a] += size[b]
+        alive.pop(k + 1)
+
+
+def _weights(
+    sentences: list[_Sentence], facts: list[_Fact], context: SummaryContext | None
+) -> dict[str, float]:
+    """Inverse document frequency of each lower-cased word over all the call can see."""
+    documents: list[str] = [s.text for s in sentences] + [f.text for f in facts]
+    if context is not None:
+        for line in context.summary.splitlines():
+            documents.extend(split_sentences(line))
+        for u in context.buffered:
+            documents.extend(split_sentences(u.text))
+    frequency: dict[str, int] = {}
+    for document in documents:
+        for word in {w.lower() for w in words_of(document)}:
+            frequency[word] = frequency.get(word, 0) + 1
+    total = len(documents)
+    return {w: math.log(1 + total / n) for w, n in frequency.items()}
+
+
+def _score(sentences: list[_Sentence], weights: dict[str, float]) -> None:
+    for sentence in sentences:
+        tokens = words_of(sentence.text)
+        content = sorted({t.lower() for t in tokens} - STOPWORDS)
+        sentence.words = frozenset(w for w in content if not w[0].isdigit())
+        if not content:
+            continue
+        # Summed in sorted order so that a tie breaks the same in every process.
+        weight = sum(weights.get(w, 1.0) for w in content)
+        if sentence.facts:
+            weight *= 1.0 + 0.15 * len(sentence.facts)
+        if sentence.text.endswith("?") or _DECISION.search(sentence.text):
+            weight *= 1.3
+        sentence.score = weight / math.sqrt(max(len(tokens), 6))
+
+
+# Near-repeats are looked for among this many earlier sentences with the same
+# facts (and corrections among as many before it): a bound, so that a batch of
+# thousands of tiny sentences costs linear time.
+_WINDOW = 48
+
+
+def _distinct(sentences: list[_Sentence]) -> list[_Sentence]:
+    """Without repeats: same facts and nearly the same words; a correction replaces what it corrects."""
+    kept: dict[int, _Sentence] = {}  # by order, in order
+    exact: dict[tuple[str, frozenset[str], frozenset[str]], int] = {}
+    by_facts: dict[frozenset[str], list[int]] = {}
+    recent: list[int] = []
+    for sentence in sentences:
+        facts = frozenset(sentence.facts)
+        key = (sentence.speaker, facts, sentence.words)
+        twin = exact.get(key)
+        if twin is None:
+            correcting = bool(sentence.words & _CORRECTION)
+            for order in reversed(by_facts.get(facts, [])[-_WINDOW:]):
+                earlier = kept.get(order)
+                if earlier is not None and earlier.speaker == sentence.speaker and (
+                    _jaccard(earlier.words, sentence.words) >= 0.8
+                ):
+                    twin = order
+                    break
+            if twin is None and correcting:
+                for order in reversed(recent[-_WINDOW:]):
+                    earlier = kept.get(order)
+                    if earlier is not None and earlier.facts and _jaccard(earlier.words, sentence.words) >= 0.5:
+                        twin = order
+                        break
+        if twin is not None and twin in kept:
+            del kept[twin]  # the newer wording
+        kept[sentence.order] = sentence
+        exact[key] = sentence.order
+        by_facts.setdefault(facts, []).append(sentence.order)
+        recent.append(sentence.order)
+    return sorted(kept.values(), key=lambda s: s.order)
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return 1.0 if a == b else 0.0
+    return len(a & b) / len(a | b)
+
+
+def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, float]) -> list[_Fact]:
+    """Every distinct fact once, in the block where it was last stated, weighted by its rarity."""
+    where: dict[str, _Fact] = {}
+    candidates = [
+        _Fact(text, s.block, s.order, 0.0) for s in sentences for text in s.facts
+    ] + listed
+    for fact in sorted(candidates, key=lambda f: f.order):
+        where.pop(fact.text, None)
+        where[fact.text] = fact
+    # "TCK-48601" is kept verbatim inside "Ticket TCK-48601": one of them is enough.
+    inside: set[str] = set()
+    for text in where:
+        words = text.split(" ")
+        for i in range(len(words)):
+            for j in range(i + 1, min(len(words), i + 8) + 1):
+                if j - i < len(words):
+                    inside.add(" ".join(words[i:j]))
+    for text in inside & set(where):
+        del where[text]
+    for fact in where.values():
+        words = [w.lower() for w in words_of(fact.text)] or [fact.text.lower()]
+        fact.weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
+        if fact.text.islower() and fact.text.replace("-", "").replace(" ", "").isalpha():
+            fact.weight *= 0.5  # a rare word: maybe a name, maybe just an unusual word
+    return sorted(where.values(), key=lambda f: f.order)
+
+
+def _quoted_facts(quoted: Sequence[_Sentence]) -> set[str]:
+    return {t for s in quoted for t in s.facts}
+
+
+def _replace_text(sentence: _Sentence, text: str) -> _Sentence:
+    return _Sentence(sentence.order, sentence.block, sentence.speaker, text, sentence.facts, sentence.score)
+
+
+def _drop_weakest(plan: _Plan, facts: Sequence[_Fact], over: int, counted: dict[int, int]) -> None:
+    """Facts before prose: unquote the weakest sentences (listing their facts), else drop the weakest facts.
+
+    Drops items worth about ``over`` tokens at once.
+    """
+    if plan.quoted:
+        plan.quoted.sort(key=lambda s: (s.score, -s.order))
+        freed = 0
+        dropped: list[_Sentence] = []
+        while plan.quoted and freed < over:
+            weakest = plan.quoted.pop(0)
+            dropped.append(weakest)
+            freed += counted.get(weakest.order, len(weakest.text) // 4 + 4)
+        still = _quoted_facts(plan.quoted)
+        listed = {f.text for f in plan.listed}
+        wanted = {t for s in dropped for t in s.facts} - still - listed
+        plan.listed.extend(f for f in facts if f.text in wanted)
+        return
+    plan.listed.sort(key=lambda f: (f.weight / f.cost, -f.order))
+    freed = 0
+    cut = 0
+    while cut < len(plan.listed) and (freed < over or cut == 0):
+        freed += plan.listed[cut].cost
+        cut += 1
+    del plan.listed[:cut]
+
+
+# --- writing ---------------------------------------------------------------------
+
+
+def _render(
+    blocks: list[_Block], plan: _Plan, *, with_topics: bool, weights: dict[str, float] | None = None
+) -> str:
+    lines: list[str] = []
+    quoted = sorted(plan.quoted, key=lambda s: s.order)
+    listed = sorted(plan.listed, key=lambda f: f.order)
+    for b in sorted({s.block for s in quoted} | {f.block for f in listed}):
+        sentences = [s for s in quoted if s.block == b]
+        facts = [f.text for f in listed if f.block == b]
+        block = blocks[b]
+        if block.turn_from is None:
+            parts = [s.text for s in sentences]
+            if facts:
+                parts.append("Facts: " + "; ".join(facts))
+            lines.append(" ".join(parts))
+            continue
+        phrases: list[str] = []
+        run: list[_Sentence] = []
+        for sentence in sentences:
+            if run and sentence.speaker != run[0].speaker:
+                phrases.append(_phrase(run))
+                run = []
+            run.append(sentence)
+        if run:
+            phrases.append(_phrase(run))
+        if facts:
+            # Labelled only after quotes: a line of facts alone needs no label.
+            phrases.append((FACTS_LABEL if phrases else "") + "; ".join(facts))
+        # A fact list names its own topics; a head's topics help read quotes.
+        topics = _topics(sentences, weights or {}) if with_topics and sentences else []
+        lines.append(f"{block.head(topics)}: " + "; ".join(phrases))
+    return "\n".join(lines)
+
+
+def _topics(sentences: Sequence[_Sentence], weights: dict[str, float], most: int = 3) -> list[str]:
+    """The words of what a line kept that weigh most: said at least twice, names first."""
+    counts: dict[str, int] = {}
+    shown: dict[str, str] = {}
+    common: set[str] = set()  # also seen in lower case: a word, not a name
+    for text in (s.text for s in sentences):
+        for word in words_of(text):
+            key = word.lower()
+            if len(key) < 4 or not key.isalpha() or key in STOPWORDS:
+                continue
+            counts[key] = counts.get(key, 0) + 1
+            shown.setdefault(key, word)
+            if word[0].islower():
+                common.add(key)
+    names = {k for k, w in shown.items() if w[0].isupper() and k not in common}
+    repeated = [w for w, n in counts.items() if n >= 2]
+    repeated.sort(key=lambda w: (w not in names, -counts[w] * weights.get(w, 1.0), w))
+    return [w if w in common else shown[w] for w in repeated[:most]]
 
 
 def _verb(speaker: str, text: str) -> str:
@@ -145,237 +574,17 @@ def _join_quotes(texts: list[str]) -> str:
     return ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
-def _head(utterances: Sequence[Utterance], sentences: Sequence[list[str]]) -> str:
-    """``sentences``: the tokens of each sentence of ``utterances``, in order."""
-    first = min(u.turn_number for u in utterances)
-    last = max(u.turn_number for u in utterances)
-    head = f"Turn {first}" if first == last else f"Turns {first}–{last}"
-    topics = _topics(sentences)
-    if topics:
-        head += ", about " + (
-            topics[0] if len(topics) == 1 else ", ".join(topics[:-1]) + " and " + topics[-1]
-        )
-    return head
-
-
-def _topics(sentences: Sequence[list[str]], most: int = 3) -> list[str]:
-    """Content words said at least twice in the block: most frequent, then names, first."""
-    counts: dict[str, int] = {}
-    first_seen: dict[str, int] = {}
-    names: dict[str, str] = {}
-    common: set[str] = set()  # also seen in lower case: a word, not a name
-    for tokens in sentences:
-        for position, word in enumerate(tokens):
-            key = word.lower()
-            if len(key) < 4 or not key.isalpha() or key in _STOPWORDS:
-                continue
-            counts[key] = counts.get(key, 0) + 1
-            first_seen.setdefault(key, len(first_seen))
-            if word[0].islower():
-                common.add(key)
-            elif position:
-                names[key] = word  # capitalised mid-sentence: a name
-    names = {k: v for k, v in names.items() if k not in common}
-    repeated = [w for w, n in counts.items() if n >= 2]
-    repeated.sort(key=lambda w: (-counts[w], w not in names, first_seen[w]))
-    return [names.get(w, w) for w in repeated[:most]]
-
-
-class ExtractiveSummarizer:
-    """Deterministic, offline extractive summaries (the ``Summarizer`` protocol)."""
-
-    name = "extractive"
-
-    def __init__(self, counter: TokenCounter) -> None:
-        self._counter = counter
-
-    def summarize(self, previous: str, utterances: Sequence[Utterance], token_limit: int) -> str:
-        heads, units = self._units(previous, utterances)
-        if not units:
-            return ""
-        chosen = self._select(heads, units, token_limit)
-        if not chosen:
-            # Not even a head fits: the best sentence alone, cut to the limit.
-            best = max(units, key=lambda u: (u.new, u.score, -u.order))
-            return self._counter.fit(best.text, token_limit)
-        text = self._render(heads, chosen)
-        if self._counter.count(text) > token_limit:
-            text = self._counter.fit(text, token_limit)
-        return text
-
-    # --- reading ---------------------------------------------------------------
-
-    def _units(
-        self, previous: str, utterances: Sequence[Utterance]
-    ) -> tuple[list[str | None], list[_Unit]]:
-        heads: list[str | None] = []
-        raw: list[tuple[int, str, str, bool]] = []  # block, speaker, sentence, new
-        for line in previous.splitlines():
-            line = line.strip()
-            if not line:
-                continue
-            block = len(heads)
-            match = _LINE.match(line)
-            phrases = _phrases(match.group("body")) if match else []
-            if phrases:
-                assert match is not None
-                heads.append(match.group("head"))
-                raw.extend((block, speaker, quote, False) for speaker, quote in phrases)
-            else:
-                heads.append(None)
-                raw.extend((block, "", s, False) for s in _sentences(line))
-        earlier = len(raw)
-        if utterances:
-            block = len(heads)
-            for u in utterances:
-                raw.extend((block, u.speaker, s, True) for s in _sentences(u.text))
-        # Each sentence's tokens once: the head's topics, the content words
-        # and the score each found them again, per fold.
-        tokens = [_WORD.findall(sentence) for _, _, sentence, _ in raw]
-        if utterances:
-            heads.append(_head(utterances, tokens[earlier:]))
-        words = [_content(t) for t in tokens]
-        frequency: dict[str, int] = {}
-        for content in words:
-            for word in set(content):
-                frequency[word] = frequency.get(word, 0) + 1
-        seen: set[str] = set()
-        units: list[_Unit] = []
-        for order, (block, speaker, sentence, new) in enumerate(raw):
-            key = " ".join(words[order]) or sentence.lower()
-            if key in seen:
-                continue
-            seen.add(key)
-            score = _score(sentence, frequency, len(raw), tokens[order], words[order])
-            units.append(_Unit(order, block, speaker, sentence, new, score))
-        return heads, units
-
-    # --- choosing --------------------------------------------------------------
-
-    def _select(self, heads: list[str | None], units: list[_Unit], limit: int) -> list[_Unit]:
-        ranked = sorted(units, key=lambda u: (-u.score, u.order))
-        # The best new sentence goes in first: a full summary must still take
-        # in what was just evicted instead of only keeping its old lines.
-        best_new = next((u for u in ranked if u.new), None)
-        if best_new is not None:
-            ranked.remove(best_new)
-            ranked.insert(0, best_new)
-        # Each text's tokens and likeness words once per call: comparing every
-        # candidate with every chosen unit recomputed them, and that loop was
-        # a third of a fold (py-spy of bench/bench_backends.py, default scenario).
-        counted: dict[str, int] = {}
-        likeness: dict[str, frozenset[str]] = {}
-
-        def tokens(text: str) -> int:
-            if text not in counted:
-                counted[text] = self._counter.count(text)
-            return counted[text]
-
-        def words(text: str) -> frozenset[str]:
-            if text not in likeness:
-                likeness[text] = _likeness_words(text)
-            return likeness[text]
-
-        new_tokens = sum(tokens(u.text) for u in units if u.new)
-        new_cap = _keep(new_tokens)
-        floor = _MIN_RELATIVE_SCORE * max((u.score for u in units), default=0.0)
-        chosen: list[_Unit] = []
-        blocks: set[int] = set()
-        cost = new_cost = 0
-        for unit in ranked:
-            if chosen and (unit.score <= 0 or unit.score < floor):
-                continue  # small talk: "Thanks!", "Sure."
-            mine = words(unit.text)
-            twin = next((c for c in chosen if _alike(mine, words(c.text))), None)
-            if twin is not None:
-                # A near-repeat: keep the newer wording ("the budget is now
-                # 1500 euros" corrects "the budget is 1200 euros").
-                if unit.order > twin.order and twin is not best_new:
-                    chosen[chosen.index(twin)] = unit
-                    blocks.add(unit.block)
-                continue
-            size = tokens(unit.text) + _UNIT_OVERHEAD
-            if chosen and unit.new and new_cost + size > new_cap:
-                continue
-            extra = size
-            head = heads[unit.block]
-            if unit.block not in blocks and head is not None:
-                extra += tokens(head) + _HEAD_OVERHEAD
-            if cost + extra > limit:
-                if not chosen:
-                    # Nothing fits whole: keep the start of the best sentence.
-                    room = max(limit - (extra - tokens(unit.text)), 1)
-                    clipped = self._clip(unit.text, room)
-                    if clipped:
-                        chosen.append(_replace_text(unit, clipped))
-                        blocks.add(unit.block)
-                        cost = limit
-                continue
-            chosen.append(unit)
-            blocks.add(unit.block)
-            cost += extra
-            new_cost += size if unit.new else 0
-        chosen.sort(key=lambda u: u.order)
-        # The greedy pass estimated; the rendered text is what must fit.
-        while len(chosen) > 1 and self._counter.count(self._render(heads, chosen)) > limit:
-            weakest = min(
-                (u for u in chosen if u is not best_new), key=lambda u: (u.score, -u.order)
-            )
-            chosen.remove(weakest)
-        return chosen
-
-    def _clip(self, text: str, limit: int) -> str:
-        cut = self._counter.truncate(text, max(limit - 1, 0)).rstrip()
-        return cut + _ELLIPSIS if cut else ""
-
-    # --- writing ---------------------------------------------------------------
-
-    def _render(self, heads: list[str | None], chosen: list[_Unit]) -> str:
-        lines: list[str] = []
-        for block in sorted({u.block for u in chosen}):
-            units = [u for u in chosen if u.block == block]
-            head = heads[block]
-            if head is None:
-                lines.append(" ".join(u.text for u in units))
-                continue
-            phrases: list[str] = []
-            run: list[_Unit] = []
-            for unit in units:
-                if run and unit.speaker != run[0].speaker:
-                    phrases.append(_phrase(run))
-                    run = []
-                run.append(unit)
-            phrases.append(_phrase(run))
-            lines.append(f"{head}: " + "; ".join(phrases))
-        return "\n".join(lines)
-
-
-
-def _phrase(run: list[_Unit]) -> str:
+def _phrase(run: list[_Sentence]) -> str:
     """What one speaker said in a row: 'the user said “A” and asked “B”'."""
-    speaker = run[0].speaker
+    speaker = run[0].speaker or "user"
     parts: list[str] = []
     texts: list[str] = []
     verb = _verb(speaker, run[0].text)
-    for unit in run:
-        if _verb(speaker, unit.text) != verb:
+    for sentence in run:
+        if _verb(speaker, sentence.text) != verb:
             parts.append(f"{verb} {_join_quotes(texts)}")
-            verb, texts = _verb(speaker, unit.text), []
-        texts.append(unit.text)
+            verb, texts = _verb(speaker, sentence.text), []
+        texts.append(sentence.text)
     parts.append(f"{verb} {_join_quotes(texts)}")
     return f"the {speaker} " + " and ".join(parts)
 
-
-def _phrases(body: str) -> list[tuple[str, str]]:
-    """(speaker, sentence) pairs of a line this summarizer wrote; [] for other text."""
-    pieces = _SPEAKER_START.split(body)
-    if len(pieces) < 3 or pieces[0].strip():
-        return []
-    out: list[tuple[str, str]] = []
-    for speaker, chunk in zip(pieces[1::2], pieces[2::2]):
-        out.extend((speaker, quote) for quote in _QUOTE.findall(chunk))
-    return out
-
-
-def _replace_text(unit: _Unit, text: str) -> _Unit:
-    return _Unit(unit.order, unit.block, unit.speaker, text, unit.new, unit.score)

@@ -6,26 +6,39 @@ any transaction (it may take seconds), then commits the new summary and takes
 the batch off the queue in the same transaction, and only if nothing changed
 meanwhile: a remove that raced the summarizer is never undone by a summary of
 what it deleted, and a crash before the commit leaves the batch queued.
+
+No permanent loss when Claude fails (issue 13). While Claude is the
+configured summarizer:
+
+* a batch the offline fallback folded keeps its originals in the summary
+  (``Summary.held``, at most ``HELD_MAX_TOKENS`` per conversation, oldest
+  dropped first and counted);
+* once Claude answers again, a patient fold rewrites every segment holding
+  such originals from them and clears its fallback mark (unless originals
+  of its range were dropped); until then the worker keeps retrying;
+* a reader that cannot wait never commits an offline fold: it answers with
+  the summary plus the queued utterances verbatim (``FoldReport.deferred``),
+  and the model's result lands when it comes.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from chd.backends.base import Backend, Change, ConversationState
 from chd.core.errors import StorageError
-from chd.core.summaries.segments import compact, fold_into
+from chd.core.summaries.segments import allocations, assemble, compact, fold_into
 from chd.core.memory.configure import effective_settings
 from chd.core.settings import Settings
-from chd.core.summaries.summarizer import Summarized
+from chd.core.summaries.summarizer import Summarized, SummaryContext
 from chd.core.summaries.writer import SummaryWriter
 from chd.core.tokens import TokenCounter
 from chd.core.utterance import Summary, Utterance
 
-__all__ = ["FOLD_BATCH_TOKENS", "FoldReport", "Folder"]
+__all__ = ["FOLD_BATCH_TOKENS", "HELD_MAX_TOKENS", "PENDING_HEADER", "FoldReport", "Folder", "with_pending"]
 
 log = logging.getLogger(__name__)
 
@@ -35,21 +48,30 @@ FOLD_BATCH_TOKENS = 6000
 # A fold that keeps losing the commit to concurrent removes stops after this
 # many tries; the batch stays queued for the next fold.
 _COMMIT_ATTEMPTS = 3
+# Originals kept per conversation for a Claude rewrite, in tokens: about four
+# full default buffers, an outage of a few hundred utterances.
+HELD_MAX_TOKENS = 32_000
 
 
 @dataclass(slots=True)
 class FoldReport:
     """What one ``Folder.fold`` call did.
 
-    ``done``: the queue was empty when it returned. ``written``: the texts
-    the summarizer produced, in order (their ``error`` says whether the
-    offline fallback wrote them). ``error``: why folding stopped early.
+    ``done``: the queue was empty (and no originals await a Claude rewrite)
+    when it returned. ``written``: the texts the summarizer produced, in
+    order (their ``error`` says whether the offline fallback wrote them).
+    ``error``: why folding stopped early. ``deferred``: a waiting reader was
+    answered without folding. ``rewritten``: segments Claude rewrote from
+    their originals.
     """
 
     done: bool
     folded: int = 0
     written: list[Summarized] = field(default_factory=list)
     error: str = ""
+    # True when a waiting reader got no fold: it answers with the queue verbatim.
+    deferred: bool = False
+    rewritten: int = 0
 
 
 class Folder:
@@ -66,7 +88,10 @@ class Folder:
         self.settings = settings
         self.writer = writer
         self.counter = counter
-        self._locks: dict[str, threading.Lock] = {}
+        # A lock per conversation being folded, with how many callers hold
+        # or wait for it: the last one out removes it, so the dict does not
+        # keep one per conversation ever folded (issue 17).
+        self._locks: dict[str, tuple[threading.Lock, list[int]]] = {}
         self._locks_guard = threading.Lock()
         # A backend shared by replicas may lease a conversation's fold to one
         # of them (backends.base.Leases); others fold under the lock alone.
@@ -86,24 +111,52 @@ class Folder:
             wait: seconds to wait for a fold in progress (None: as long as it takes).
         """
         lock = self._lock(conversation_id)
-        if lock.acquire(timeout=-1 if wait is None else wait):
-            try:
-                if self._lease is None:
-                    return self._fold(conversation_id, patient, "")
+        try:
+            if lock.acquire(timeout=-1 if wait is None else wait):
                 try:
-                    with self._lease(conversation_id) as held:
-                        if held:
-                            return self._fold(conversation_id, patient, "")
-                except StorageError as exc:
-                    return FoldReport(done=False, error=f"{type(exc).__name__}: {exc}")
-                if wait is None:  # the worker retries later; the leaseholder folds meanwhile
-                    return FoldReport(done=False, error="another replica is folding this conversation")
-            finally:
-                lock.release()
-            because = "another replica was folding this conversation"
-        else:
-            because = f"{self.writer.name} was still busy with this conversation after {wait:g} s"
-        return self._fold(conversation_id, patient, because + "; folded offline so the answer is current")
+                    leased = self._leased(conversation_id, patient, wait)
+                finally:
+                    lock.release()
+                if leased is not None:
+                    report = leased
+                    if report.done and patient and self.writer.keeps_originals:
+                        # Outside the lock: a reader must not wait on a rewrite, and
+                        # the commit checks that the summary did not change meanwhile.
+                        report.done = self._rewrite(conversation_id, report)
+                    return report
+                # Another replica holds the lease and a reader is waiting: as a busy lock.
+        finally:
+            self._unlock(conversation_id)
+        if self.writer.keeps_originals:
+            # The model is working on this conversation: its result must land,
+            # not be overtaken by a lossy offline fold.
+            return FoldReport(
+                done=False, deferred=True,
+                error=f"{self.writer.name} was still busy with this conversation after {wait:g} s; "
+                "the utterances not yet summarized are given verbatim",
+            )
+        return self._fold(
+            conversation_id, patient,
+            f"{self.writer.name} was still busy with this conversation after {wait:g} s; "
+            "folded offline so the answer is current",
+        )
+
+    def _leased(self, conversation_id: str, patient: bool, wait: float | None) -> FoldReport | None:
+        """Fold under this replica's lease if the backend leases folds (backends.base.Leases).
+
+        None: another replica holds the lease and the caller is a waiting reader.
+        """
+        if self._lease is None:
+            return self._fold(conversation_id, patient, "")
+        try:
+            with self._lease(conversation_id) as held:
+                if held:
+                    return self._fold(conversation_id, patient, "")
+        except StorageError as exc:
+            return FoldReport(done=False, error=f"{type(exc).__name__}: {exc}")
+        if wait is None:  # the worker retries later; the leaseholder folds meanwhile
+            return FoldReport(done=False, error="another replica is folding this conversation")
+        return None
 
     def _fold(self, conversation_id: str, patient: bool, offline_because: str) -> FoldReport:
         report = FoldReport(done=False)
@@ -117,13 +170,23 @@ class Folder:
                 report.done = True
                 return report
             try:
-                summary, written = self._merge(state.summary, batch, limit, patient, offline_because)
+                summary, written = self._merge(
+                    state.summary, batch, limit, patient, offline_because,
+                    SummaryContext(buffered=tuple(state.utterances)),
+                )
             except Exception as exc:
                 # Offline fallback failed too: the batch stays queued.
                 log.exception("folding conversation %s failed", conversation_id)
                 report.error = f"{type(exc).__name__}: {exc}"
                 return report
+            fell_back = self.writer.keeps_originals and any(w.error for w in written)
+            if fell_back and not patient:
+                # A reader does not commit what the worker can still give Claude.
+                report.deferred = True
+                report.error = next(w.error for w in written if w.error)
+                return report
             report.written.extend(written)
+            summary = _holding(state.summary, summary, batch if fell_back else ())
             try:
                 committed = self.backend.transact(
                     conversation_id, _commit(state, batch, summary, self.settings.archive_evicted)
@@ -151,9 +214,12 @@ class Folder:
         limit: int,
         patient: bool,
         offline_because: str,
+        context: SummaryContext = SummaryContext(),
     ) -> tuple[Summary, list[Summarized]]:
-        def write(previous: str, utterances: Sequence[Utterance], limit: int) -> Summarized:
-            return self.writer.write(previous, utterances, limit, patient, offline_because)
+        def write(
+            previous: str, utterances: Sequence[Utterance], limit: int, context: SummaryContext
+        ) -> Summarized:
+            return self.writer.write(previous, utterances, limit, patient, offline_because, context)
 
         if not batch:
             # A summary over a budget lowered since it was written: condense it.
@@ -163,6 +229,7 @@ class Folder:
                 max_segments=self.settings.summary_segments,
                 write=write,
                 counter=self.counter,
+                context=context,
             )
         return fold_into(
             summary,
@@ -171,11 +238,107 @@ class Folder:
             max_segments=self.settings.summary_segments,
             write=write,
             counter=self.counter,
+            context=context,
         )
 
+    def _rewrite(self, conversation_id: str, report: FoldReport) -> bool:
+        """Rewrite with Claude the segments whose originals were kept; True when none await."""
+        if any(w.error for w in report.written):
+            return False  # Claude failed moments ago: the worker comes back later
+        state = self.backend.read(conversation_id)
+        summary = state.summary
+        if not summary.held:
+            return True
+        limit = effective_settings(self.settings, state.settings).summary_token_limit
+        segments = list(summary.segments)
+        shares = allocations(segments, limit)
+        held = list(summary.held)
+        for i, segment in enumerate(list(segments)):
+            mine = [u for u in held if segment.seq_from <= u.seq <= segment.seq_to]
+            if not mine:
+                continue
+            context = SummaryContext(
+                summary="\n".join(s.text for s in segments if s is not segments[i]),
+                buffered=tuple(state.utterances),
+            )
+            outcome = self.writer.rewrite(segment.text, mine, max(shares[i], segment.tokens), context)
+            if outcome is None:
+                report.error = f"{len(held)} utterances await a rewrite by {self.writer.name}"
+                break
+            # The mark stays where the cap dropped originals of this range.
+            lost = segment.seq_from <= summary.held_dropped_through
+            segments[i] = replace(
+                segment, text=outcome.text, tokens=self.counter.count(outcome.text),
+                made_by=outcome.made_by, error=segment.error if lost else "",
+            )
+            held = [u for u in held if u not in mine]
+            report.rewritten += 1
+        if len(held) == len(summary.held):
+            return False
+        rewritten = assemble(segments, summary.through_seq, self.counter)
+        if rewritten.tokens > limit:
+            rewritten, _ = compact(
+                rewritten, limit=limit, max_segments=self.settings.summary_segments,
+                write=lambda p, u, n, c: self.writer.write(p, u, n, True, "", c), counter=self.counter,
+            )
+        rewritten = replace(
+            rewritten, held=tuple(held), held_dropped=summary.held_dropped,
+            held_dropped_through=summary.held_dropped_through,
+        )
+
+        def decide(current: ConversationState) -> tuple[Change, bool]:
+            if current.summary != summary:
+                return Change(), False
+            return Change(summary=rewritten), True
+
+        try:
+            committed = self.backend.transact(conversation_id, decide)
+        except StorageError as exc:
+            report.error = f"{type(exc).__name__}: {exc}"
+            return False
+        return committed and not held
+
     def _lock(self, conversation_id: str) -> threading.Lock:
+        """The conversation's fold lock, counted as used until ``_unlock``."""
         with self._locks_guard:
-            return self._locks.setdefault(conversation_id, threading.Lock())
+            lock, users = self._locks.setdefault(conversation_id, (threading.Lock(), [0]))
+            users[0] += 1
+            return lock
+
+    def _unlock(self, conversation_id: str) -> None:
+        with self._locks_guard:
+            _, users = self._locks[conversation_id]
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[conversation_id]
+
+
+PENDING_HEADER = "Not yet summarized:"
+
+
+def with_pending(summary: str, pending: Sequence[Utterance]) -> str:
+    """The summary followed by the queued utterances verbatim, for a reader answered without a fold."""
+    if not pending:
+        return summary
+    lines = "\n".join(f"[turn {u.turn_number}] {u.speaker}: {u.text}" for u in pending)
+    return (summary + "\n" if summary else "") + f"{PENDING_HEADER}\n{lines}"
+
+
+def _holding(before: Summary, after: Summary, fell_back: Sequence[Utterance]) -> Summary:
+    """``after`` keeping the originals ``before`` held, plus ``fell_back``, within HELD_MAX_TOKENS."""
+    held = [*before.held, *fell_back]
+    dropped: list[Utterance] = []
+    while held and sum(u.tokens for u in held) > HELD_MAX_TOKENS:
+        dropped.append(held.pop(0))
+    if dropped:
+        log.warning("dropped %d originals kept for a Claude rewrite (over %d tokens)",
+                    len(dropped), HELD_MAX_TOKENS)
+    return replace(
+        after,
+        held=tuple(held),
+        held_dropped=before.held_dropped + len(dropped),
+        held_dropped_through=max([before.held_dropped_through, *(u.seq for u in dropped)]),
+    )
 
 
 def _batch(pending: Sequence[Utterance], max_tokens: int) -> list[Utterance]:

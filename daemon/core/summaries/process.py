@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from chd.core.summaries.extractive import ExtractiveSummarizer
-from chd.core.summaries.summarizer import Summarizer, SummarizerError
+from chd.core.summaries.summarizer import Summarizer, SummarizerError, SummaryContext
 from chd.core.tokens import default_counter
 from chd.core.utterance import Utterance
 
@@ -49,7 +49,7 @@ def offline_summarizer() -> Summarizer:
 
 
 def _serve(connection: Connection) -> None:
-    """The child's loop: the factory first, then one ``(previous, utterances, limit)`` in,
+    """The child's loop: the factory first, then one ``(previous, utterances, limit, context)`` in,
     one ``(ok, text or error)`` out."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -66,7 +66,10 @@ def _serve(connection: Connection) -> None:
         if message is None:
             return
         try:
-            reply: tuple[bool, str] = (True, summarizer.summarize(*message))
+            previous, utterances, limit, *rest = message
+            # The context, for a summarizer that reads one (conversation-wide weights).
+            extra = {"context": rest[0]} if rest and getattr(summarizer, "reads_context", False) else {}
+            reply: tuple[bool, str] = (True, summarizer.summarize(previous, utterances, limit, **extra))
         except Exception as exc:  # the daemon's to report; the child goes on
             reply = (False, f"{type(exc).__name__}: {exc}")
         connection.send(reply)
@@ -113,7 +116,15 @@ class ProcessSummarizer:
         """The child's process id, or None while there is none."""
         return None if self._process is None else self._process.pid
 
-    def summarize(self, previous: str, utterances: Sequence[Utterance], token_limit: int) -> str:
+    reads_context = True
+
+    def summarize(
+        self,
+        previous: str,
+        utterances: Sequence[Utterance],
+        token_limit: int,
+        context: SummaryContext | None = None,
+    ) -> str:
         with self._lock:
             if self._closed:
                 raise SummarizerError("the summarizer process is closed", retryable=False)
@@ -121,8 +132,10 @@ class ProcessSummarizer:
                 connection = self._connection or self._start()
                 if not self._ready and not self._wait_ready(connection):
                     assert self._local is not None
+                    if context is not None and getattr(self._local, "reads_context", False):
+                        return self._local.summarize(previous, utterances, token_limit, context=context)  # type: ignore[call-arg]
                     return self._local.summarize(previous, utterances, token_limit)
-                connection.send((previous, tuple(utterances), token_limit))
+                connection.send((previous, tuple(utterances), token_limit, context))
                 if not connection.poll(self._timeout):
                     raise TimeoutError("no answer in time")
                 ok, value = connection.recv()
@@ -146,11 +159,26 @@ class ProcessSummarizer:
             raise TimeoutError(f"not ready after {self._start_timeout:g} s")
         return self._ready
 
-    def close(self) -> None:
-        """Stop the child; later calls fail (the writer's fallback takes them)."""
-        with self._lock:
-            self._closed = True
-            self._stop(kill=False)
+    def close(self, grace: float = 0.5) -> None:
+        """Stop the child; later calls fail (the writer's fallback takes them).
+
+        A summary in progress is not waited for past ``grace`` seconds: the
+        child is terminated, that call fails, and shutdown stays bounded.
+        """
+        self._closed = True
+        if self._lock.acquire(timeout=grace):
+            try:
+                self._stop(kill=False)
+            finally:
+                self._lock.release()
+            return
+        process = self._process
+        if process is not None:
+            process.terminate()  # the call in progress sees EOF and cleans up
+            try:
+                process.wait(grace)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
     def _start(self) -> Connection:
         ours, theirs = socket.socketpair()

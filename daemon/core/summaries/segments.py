@@ -5,17 +5,27 @@ was made from. Keeping several segments instead of one blob is what lets a
 remove forget: "Remove before turn 4" drops the segments made only from
 those turns and rebuilds (or drops) the ones that mix them with later turns.
 
-How a folded batch enters the summary (``fold_into``):
+How a folded batch enters the summary (``fold_into``), issue 13:
 
-* Each segment may hold ``share`` = limit / segments tokens. A batch is
-  merged into the newest segment while that one is under three quarters of
-  its share (and the batch is not itself larger than a share: a queue that
-  grew while the worker was busy gets a segment of its own), else it starts
-  a new segment. The summarizer sees only the
-  segment it extends, so a segment never holds content from outside its range.
-* While there are more segments than ``max_segments``, or the joined text is
-  over the limit, the two oldest are merged into one (the oldest turns are
-  condensed the most, as in a person's memory).
+* The batch is written into a segment of its own with all the room the
+  other segments leave, and at least its fair share of the budget: the
+  whole budget is used, there is no fixed quarter per call.
+* A fair share is proportional to the number of utterances a segment
+  stands for, and a segment smaller than its share keeps its size (the rest
+  goes to the others). When the joined text is over the limit, the segment
+  furthest over its share is condensed to it, and again until the text
+  fits: every part of the conversation keeps room in proportion to its
+  length, none is emptied to make room for another.
+* While there are more segments than slots, the two neighbours holding the
+  least text are merged (the least informative, whatever their age); when
+  their joined text fits their shares it is kept as it is, otherwise the
+  summarizer condenses the two together, seeing what it must drop.
+* A segment's fallback mark (``error``) survives merges and condensing: the
+  content it lost is not restored by rewriting its summary, only by a
+  rewrite from the originals (folding.py).
+
+Every write gets the rest of the summary as read-only context, so weights
+and a model's picture span the conversation, not one batch.
 
 Everything here is a pure function of its arguments and the ``write``
 callable, so it is tested without a daemon.
@@ -26,7 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from chd.core.summaries.summarizer import Summarized
+from chd.core.summaries.sentences import utterance_key
+from chd.core.summaries.summarizer import Summarized, SummaryContext
 from chd.core.tokens import TokenCounter
 from chd.core.utterance import Summary, SummarySegment, Utterance
 
@@ -39,14 +50,28 @@ __all__ = [
     "compact",
     "forget",
     "assemble",
+    "allocations",
 ]
 
 # Below this many tokens a segment says too little to be worth its own
 # line; small budgets get fewer, larger segments.
 MIN_SEGMENT_TOKENS = 48
-_EXTEND_BELOW = 0.75
 
-Write = Callable[[str, Sequence[Utterance], int], Summarized]
+# (previous, utterances, token_limit, context) -> what the summarizer wrote.
+Write = Callable[[str, Sequence[Utterance], int, SummaryContext], Summarized]
+
+
+# Coverage is estimated from at most this many keys per segment (halved when
+# over), so the summary record does not grow with the length of the conversation.
+MAX_KEYS = 64
+
+
+def _keys(utterances: Sequence[Utterance], earlier: Sequence[str] = ()) -> tuple[str, ...]:
+    """``earlier`` plus one key per utterance, for coverage (summaries/coverage.py), at most MAX_KEYS."""
+    keys = [*earlier, *(utterance_key(u.text) for u in utterances)]
+    while len(keys) > MAX_KEYS:
+        keys = keys[::2]
+    return tuple(keys)
 
 
 def segment_count(limit: int, max_segments: int) -> int:
@@ -54,9 +79,28 @@ def segment_count(limit: int, max_segments: int) -> int:
     return max(1, min(max_segments, limit // MIN_SEGMENT_TOKENS))
 
 
-def _share(limit: int, segments: int) -> int:
-    # One token per segment is kept for the newline that joins them.
-    return max(1, (limit - (segments - 1)) // segments)
+def _size(segment: SummarySegment) -> int:
+    return max(1, segment.seq_to - segment.seq_from + 1)
+
+
+def allocations(segments: Sequence[SummarySegment], limit: int) -> list[int]:
+    """Each segment's fair share of ``limit``: by utterances stood for, a small one keeping its size."""
+    total = max(0, limit - max(0, len(segments) - 1))  # a newline between segments
+    out = [0] * len(segments)
+    open_ = set(range(len(segments)))
+    while open_:
+        weight = sum(_size(segments[i]) for i in open_)
+        share = {i: total * _size(segments[i]) / weight for i in open_}
+        small = [i for i in open_ if segments[i].tokens <= share[i]]
+        if not small:
+            for i in open_:
+                out[i] = max(1, int(share[i]))
+            break
+        for i in small:
+            out[i] = segments[i].tokens
+            total -= segments[i].tokens
+            open_.discard(i)
+    return out
 
 
 def fold_into(
@@ -67,44 +111,57 @@ def fold_into(
     max_segments: int,
     write: Write,
     counter: TokenCounter,
+    context: SummaryContext = SummaryContext(),
 ) -> tuple[Summary, list[Summarized]]:
     """The summary with ``batch`` folded in, and every text the summarizer wrote.
 
-    ``batch`` is non-empty and in seq order. The result's joined text never
+    ``batch`` is non-empty and in seq order; ``context`` carries the
+    utterances still buffered (read-only). The result's joined text never
     exceeds ``limit`` tokens.
     """
     slots = segment_count(limit, max_segments)
-    share = _share(limit, slots)
     segments = list(summary.segments)
-    last = segments[-1] if segments else None
     written: list[Summarized] = []
+    last = segments[-1] if segments else None
+    placeholder = SummarySegment("", limit, batch[0].seq, batch[-1].seq, 0, 0)
+    previous, error = "", ""
     if (
         last is not None
         and last.seq_to < batch[0].seq
-        and last.tokens < _EXTEND_BELOW * share
-        and sum(u.tokens for u in batch) <= share
+        and allocations([*segments, placeholder], limit)[-1] < MIN_SEGMENT_TOKENS
     ):
+        # Too small a share to say anything on its own: the batch extends
+        # the newest segment, which is rewritten with both in view.
         segments.pop()
-        previous, seq_from, turn_from = last.text, last.seq_from, last.turn_from
-    else:
-        previous, seq_from, turn_from = "", batch[0].seq, batch[0].turn_number
-    outcome = write(previous, batch, share)
+        previous, error = last.text, last.error
+        placeholder = replace(placeholder, seq_from=last.seq_from)
+    elif len(segments) >= slots:
+        segments = _merge_least(segments, slots - 1, limit, write, counter, written, context)
+    others = assemble(segments, summary.through_seq, counter).tokens
+    fair = allocations([*segments, placeholder], limit)[-1]
+    room = max(limit - others - (1 if segments else 0), fair, 1)
+    outcome = write(previous, batch, room, _around(segments, None, context))
     written.append(outcome)
+    turns = [u.turn_number for u in batch]
+    if previous:
+        assert last is not None
+        turns += [last.turn_from, last.turn_to]
     segments.append(
         SummarySegment(
             text=outcome.text,
             tokens=counter.count(outcome.text),
-            seq_from=seq_from,
+            seq_from=placeholder.seq_from,
             seq_to=batch[-1].seq,
-            turn_from=min(turn_from, *(u.turn_number for u in batch)),
-            turn_to=max(u.turn_number for u in batch),
+            turn_from=min(turns),
+            turn_to=max(turns),
             made_by=outcome.made_by,
-            error=outcome.error,
+            error=outcome.error or error,
+            keys=_keys(batch, last.keys if previous and last is not None else ()),
         )
     )
     segments.sort(key=lambda s: s.seq_from)
     through = max(summary.through_seq, batch[-1].seq)
-    return _within(segments, through, limit, slots, share, write, counter, written), written
+    return _within(segments, through, limit, slots, write, counter, written, context), written
 
 
 def compact(
@@ -114,15 +171,24 @@ def compact(
     max_segments: int,
     write: Write,
     counter: TokenCounter,
+    context: SummaryContext = SummaryContext(),
 ) -> tuple[Summary, list[Summarized]]:
-    """The summary merged down to fit ``limit`` (after the budget was lowered)."""
+    """The summary brought within ``limit`` (after the budget was lowered)."""
     slots = segment_count(limit, max_segments)
     written: list[Summarized] = []
     merged = _within(
-        list(summary.segments), summary.through_seq, limit, slots, _share(limit, slots),
-        write, counter, written,
+        list(summary.segments), summary.through_seq, limit, slots, write, counter, written, context
     )
     return merged, written
+
+
+def _around(
+    segments: Sequence[SummarySegment], skip: SummarySegment | None, context: SummaryContext,
+    parts: tuple[tuple[int, int, str], ...] = (),
+) -> SummaryContext:
+    """``context`` with the text of every segment but ``skip``: what a write may read."""
+    rest = "\n".join(s.text for s in segments if s is not skip and s.text)
+    return SummaryContext(summary=rest, buffered=context.buffered, parts=parts)
 
 
 def _within(
@@ -130,50 +196,94 @@ def _within(
     through_seq: int,
     limit: int,
     slots: int,
-    share: int,
     write: Write,
     counter: TokenCounter,
     written: list[Summarized],
+    context: SummaryContext,
 ) -> Summary:
-    """Merge the oldest segments until there are ``slots`` at most and the text fits."""
-    while True:
+    """Merge down to ``slots`` segments, then condense the ones furthest over their share until the text fits."""
+    if len(segments) > slots:
+        segments = _merge_least(segments, slots, limit, write, counter, written, context)
+    summary = assemble(segments, through_seq, counter)
+    tries = 0
+    while summary.tokens > limit and segments:
+        shares = allocations(segments, limit)
+        excess = [s.tokens - share for s, share in zip(segments, shares)]
+        i = max(range(len(segments)), key=lambda k: (excess[k], -k))
+        target = shares[i] if excess[i] > 0 else segments[i].tokens - (summary.tokens - limit)
+        target = max(1, target - tries)  # joining may cost a token more than the parts
+        segments[i] = _condensed(segments[i], target, segments, write, counter, written, context)
         summary = assemble(segments, through_seq, counter)
-        if len(segments) <= slots and summary.tokens <= limit:
-            return summary
-        if len(segments) == 1:
-            only = segments[0]
-            outcome = write(only.text, (), limit)
-            written.append(outcome)
-            segments = [_rewritten(only, outcome, counter)]
-            if counter.count(outcome.text) > limit:  # a writer ignoring the limit
-                text = counter.truncate(outcome.text, limit)
-                segments = [replace(segments[0], text=text, tokens=counter.count(text))]
-            continue
-        first, second = segments[0], segments[1]
-        budget = share if len(segments) > 2 else max(share, limit - second.tokens - 1)
-        outcome = write(first.text + "\n" + second.text, (), budget)
-        written.append(outcome)
-        merged = SummarySegment(
-            text=outcome.text,
-            tokens=counter.count(outcome.text),
+        tries += 1
+        if tries > 2 * len(segments) + 4:
+            return _trimmed(list(summary.segments), through_seq, limit, counter)
+    return summary
+
+
+def _condensed(
+    segment: SummarySegment,
+    limit: int,
+    segments: Sequence[SummarySegment],
+    write: Write,
+    counter: TokenCounter,
+    written: list[Summarized],
+    context: SummaryContext,
+) -> SummarySegment:
+    outcome = write(segment.text, (), limit, _around(segments, segment, context))
+    written.append(outcome)
+    text = outcome.text
+    if counter.count(text) > limit:  # a writer ignoring the limit
+        text = counter.truncate(text, limit)
+    return replace(
+        segment,
+        text=text,
+        tokens=counter.count(text),
+        made_by=outcome.made_by,
+        # A condensed fallback segment is still one: its lost content stays lost.
+        error=outcome.error or segment.error,
+    )
+
+
+def _merge_least(
+    segments: list[SummarySegment],
+    most: int,
+    limit: int,
+    write: Write,
+    counter: TokenCounter,
+    written: list[Summarized],
+    context: SummaryContext,
+) -> list[SummarySegment]:
+    """Merge the neighbours holding the least text until at most ``most`` segments remain."""
+    segments = list(segments)
+    while len(segments) > max(1, most):
+        k = min(range(len(segments) - 1), key=lambda i: (segments[i].tokens + segments[i + 1].tokens, i))
+        first, second = segments[k], segments[k + 1]
+        joined = SummarySegment(
+            text="\n".join(t for t in (first.text, second.text) if t),
+            tokens=0,
             seq_from=first.seq_from,
             seq_to=second.seq_to,
             turn_from=min(first.turn_from, second.turn_from),
             turn_to=max(first.turn_to, second.turn_to),
-            made_by=outcome.made_by,
-            error=outcome.error,
+            made_by=first.made_by if first.made_by == second.made_by else second.made_by,
+            error=first.error or second.error,
+            keys=_keys((), (*first.keys, *second.keys)),
         )
-        segments = [merged, *segments[2:]]
-
-
-def _rewritten(segment: SummarySegment, outcome: Summarized, counter: TokenCounter) -> SummarySegment:
-    return replace(
-        segment,
-        text=outcome.text,
-        tokens=counter.count(outcome.text),
-        made_by=outcome.made_by,
-        error=outcome.error,
-    )
+        joined = replace(joined, tokens=counter.count(joined.text))
+        rest = [*segments[:k], joined, *segments[k + 2:]]
+        share = allocations(rest, limit)[k]
+        if joined.tokens > share:
+            parts = ((first.turn_from, first.turn_to, first.text), (second.turn_from, second.turn_to, second.text))
+            outcome = write(joined.text, (), share, _around(rest, joined, context, parts))
+            written.append(outcome)
+            text = outcome.text if counter.count(outcome.text) <= share else counter.truncate(outcome.text, share)
+            joined = replace(
+                joined, text=text, tokens=counter.count(text), made_by=outcome.made_by,
+                error=outcome.error or joined.error,
+            )
+        segments = rest
+        segments[k] = joined
+    return segments
 
 
 def assemble(
@@ -233,12 +343,22 @@ def forget(
                 turn_to=max(u.turn_number for u in survivors),
                 made_by=outcome.made_by,
                 error=outcome.error,
+                keys=_keys(survivors),
             )
         )
         rebuilt += 1
     if not dropped and not rebuilt:
         return Forgotten(None)
-    return Forgotten(_trimmed(kept, summary.through_seq, limit, counter), dropped, rebuilt)
+    # Originals kept for a Claude rewrite go with the segments a remove touched:
+    # a remove must not leave removed text anywhere.
+    touched = [s for s in summary.segments if touches(s)]
+    held = tuple(u for u in summary.held if not any(s.seq_from <= u.seq <= s.seq_to for s in touched))
+    trimmed = _trimmed(kept, summary.through_seq, limit, counter)
+    return Forgotten(
+        replace(trimmed, held=held, held_dropped=summary.held_dropped,
+                held_dropped_through=summary.held_dropped_through),
+        dropped, rebuilt,
+    )
 
 
 def _trimmed(

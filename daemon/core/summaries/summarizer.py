@@ -17,10 +17,27 @@ __all__ = [
     "Summarizer",
     "SummarizerError",
     "Summarized",
+    "SummaryContext",
     "summarizer_name",
     "SUMMARIZER_CHOICES",
     "DEFAULT_CLAUDE_MODEL",
 ]
+
+@dataclass(frozen=True, slots=True)
+class SummaryContext:
+    """What a summarizer may read but must not summarize: the rest of the picture.
+
+    ``summary``: the running summary's other segments (the parts this call
+    does not rewrite). ``buffered``: the utterances still in the buffer.
+    ``parts``: when segments are merged, the turn range of each part
+    (``(turn_from, turn_to, text)``), so a model sees where each came from.
+    Summarizers that read it say so with ``reads_context = True``.
+    """
+
+    summary: str = ""
+    buffered: tuple[Utterance, ...] = ()
+    parts: tuple[tuple[int, int, str], ...] = ()
+
 
 class Summarizer(Protocol):
     """Merges a previous summary with newly evicted utterances.
@@ -38,6 +55,9 @@ class Summarizer(Protocol):
         SummarizerError (or any exception) on failure. Implementations should
         aim under the limit; SummaryWriter trims anything over it, so the
         budget holds even for a misbehaving summarizer.
+
+        A summarizer with ``reads_context = True`` is also called with a
+        ``context=SummaryContext`` keyword: read-only surroundings.
         """
         ...
 

@@ -18,6 +18,7 @@ from chd.core.summaries.summarizer import (
     SUMMARIZER_CHOICES,
     Summarized,
     Summarizer,
+    SummaryContext,
     summarizer_name,
 )
 from chd.core.tokens import TokenCounter
@@ -77,6 +78,37 @@ class SummaryWriter:
     def name(self) -> str:
         return summarizer_name(self.primary)
 
+    @property
+    def keeps_originals(self) -> bool:
+        """Whether a fallback fold loses more than the configured summarizer would (Claude, not offline)."""
+        return self.fallback is not None and summarizer_name(self.fallback) != self.name
+
+    def rewrite(
+        self,
+        previous: str,
+        utterances: Sequence[Utterance],
+        token_limit: int,
+        context: SummaryContext | None = None,
+    ) -> Summarized | None:
+        """The configured summarizer alone (no fallback): None when it fails.
+
+        For rewriting offline segments from their originals: an offline
+        result would add nothing, so a failure leaves them for later.
+        """
+        for attempt in range(1, self.attempts + 1):
+            try:
+                text = _call(self.primary, previous, utterances, token_limit, context)
+                self._failed = None
+                return Summarized(self._bounded(text, token_limit), self.name)
+            except Exception as exc:  # a summarizer's bug must not end the worker
+                error = _describe(exc)
+                log.warning("rewrite by %s failed (try %d of %d): %s", self.name, attempt, self.attempts, error)
+                if not getattr(exc, "retryable", True) or attempt == self.attempts:
+                    self._failed = (self._clock(), error)
+                    return None
+                self._sleep(self.backoff * 2 ** (attempt - 1))
+        return None
+
     def write(
         self,
         previous: str,
@@ -84,6 +116,7 @@ class SummaryWriter:
         token_limit: int,
         patient: bool = True,
         offline_because: str = "",
+        context: SummaryContext | None = None,
     ) -> Summarized:
         """Summarize within ``token_limit``; raise only if the fallback fails too.
 
@@ -91,21 +124,23 @@ class SummaryWriter:
             patient: False for a caller who is waiting (see the class docstring).
             offline_because: non-empty to skip the configured summarizer
                 altogether; the reason is reported as the error.
+            context: read-only surroundings, for summarizers that read them.
         """
         if self.fallback is not None:
             if offline_because:
-                return self._fall_back(previous, utterances, token_limit, offline_because)
+                return self._fall_back(previous, utterances, token_limit, offline_because, context)
             if not patient and self._failed and self._clock() - self._failed[0] < self.cooldown:
                 age = self._clock() - self._failed[0]
                 return self._fall_back(
                     previous, utterances, token_limit,
                     f"{self.name} failed {age:.0f} s ago ({self._failed[1]}); not retried while a caller waits",
+                    context,
                 )
         tries = self.attempts if patient else 1
         error = ""
         for attempt in range(1, tries + 1):
             try:
-                text = self.primary.summarize(previous, utterances, token_limit)
+                text = _call(self.primary, previous, utterances, token_limit, context)
                 self._failed = None
                 return Summarized(self._bounded(text, token_limit), self.name)
             except Exception as exc:  # a summarizer's bug must not lose the batch
@@ -124,13 +159,18 @@ class SummaryWriter:
             "summarizer %s gave up; %s folds this batch instead", self.name,
             summarizer_name(self.fallback),
         )
-        return self._fall_back(previous, utterances, token_limit, f"{self.name} failed: {error}")
+        return self._fall_back(previous, utterances, token_limit, f"{self.name} failed: {error}", context)
 
     def _fall_back(
-        self, previous: str, utterances: Sequence[Utterance], token_limit: int, reason: str
+        self,
+        previous: str,
+        utterances: Sequence[Utterance],
+        token_limit: int,
+        reason: str,
+        context: SummaryContext | None = None,
     ) -> Summarized:
         assert self.fallback is not None
-        text = self.fallback.summarize(previous, utterances, token_limit)
+        text = _call(self.fallback, previous, utterances, token_limit, context)
         return Summarized(self._bounded(text, token_limit), summarizer_name(self.fallback), reason)
 
     def _bounded(self, text: str, limit: int) -> str:
@@ -187,6 +227,19 @@ def build_writer(
     return SummaryWriter(
         ClaudeSummarizer(config, counter), counter, offline, attempts=attempts, backoff=backoff
     )
+
+
+def _call(
+    summarizer: Summarizer,
+    previous: str,
+    utterances: Sequence[Utterance],
+    token_limit: int,
+    context: SummaryContext | None,
+) -> str:
+    """``summarizer.summarize``, with the context only for a summarizer that reads one."""
+    if context is not None and getattr(summarizer, "reads_context", False):
+        return summarizer.summarize(previous, utterances, token_limit, context=context)  # type: ignore[call-arg]
+    return summarizer.summarize(previous, utterances, token_limit)
 
 
 def _describe(exc: BaseException) -> str:

@@ -62,6 +62,9 @@ _WORDS = frozenset(
 )
 
 
+_MAX_REPEATS = 2
+
+
 def _policy(word: str) -> str:
     return "importance" if re.search(r"import|unimportant", word, FLAGS) else "fifo"
 
@@ -77,7 +80,12 @@ def read_configure(text: str) -> Reading | None:
             fields["eviction_policy"] = _policy(m.group("p"))
     named = False
     for name, alias in _NAMES:
-        while m := q.take(rf"\b(?:the\s+)?(?:{alias})\b" + (_POLICY_VALUE if name == "eviction_policy" else _NUMBER_VALUE)):
+        pattern = rf"\b(?:the\s+)?(?:{alias})\b" + (_POLICY_VALUE if name == "eviction_policy" else _NUMBER_VALUE)
+        # A name set more than twice leaves the rest unexplained (and refused)
+        # instead of searching the whole query once per repetition.
+        for _ in range(_MAX_REPEATS):
+            if (m := q.take(pattern)) is None:
+                break
             fields[name] = _policy(m.group("p")) if name == "eviction_policy" else parse_number(m.group("v"))
             if name == "buffer_size" and (m.group("unit") or "").lower().startswith("token"):
                 fields["max_tokens"] = fields.pop("buffer_size")

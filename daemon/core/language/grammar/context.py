@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from chd.core.language.grammar.query import strip_politeness
+from chd.core.language.grammar.query import normalize, strip_politeness
 from chd.core.language.grammar.reading import Reading
 from chd.core.language.numbers import NUM, parse_number
 
@@ -24,15 +24,16 @@ _CONTEXT = re.compile(
 )
 _ARCHIVED = re.compile(
     _POLITE + _VERB + r"(?:all\s+|the\s+)*(?:archived\s+(?:utterances|messages)|(?:utterances|messages)\s+(?:from|in)\s+the\s+archive)"
-    r"(?:\s+about\s+(?P<topic>.+?))?\s*[?.!]?\s*$",
+    r"(?:\s+about\s+(?P<topic>.+))?$",
     re.IGNORECASE | re.DOTALL,
 )
 
 
 def read_context(text: str) -> Reading | None:
     words = len(text.split())
-    # The anchored forms would miss "..., please" or "? Thanks" at the end.
-    text = strip_politeness(text)
+    # The anchored forms would miss "..., please" or "? Thanks" at the end
+    # (the politeness strip also drops a final "?", "." or "!").
+    text = strip_politeness(normalize(text))
     if m := _CONTEXT.match(text):
         fields: dict = {"context": True}
         if m.group("n"):
@@ -41,6 +42,6 @@ def read_context(text: str) -> Reading | None:
     if m := _ARCHIVED.match(text):
         fields = {"archived": True}
         if m.group("topic"):
-            fields["topic"] = m.group("topic").strip()
+            fields["topic"] = m.group("topic").strip(" ?.!")
         return Reading("retrieve", fields, [], words)
     return None

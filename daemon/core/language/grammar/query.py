@@ -3,7 +3,14 @@
 Rules cut what they understand out of ``Query.text``; whatever is left and
 is not a filler word is *unexplained*, and the share of unexplained words
 is what lowers the parser's confidence. Matching ignores case but never
-rewrites the text, so a topic or stored text comes back as the caller wrote it.
+rewrites the words, so a topic comes back as the caller wrote it; outside
+quotes, a run of whitespace or control characters reads as one space.
+
+Every pattern here reads a query in time linear in its length (issue 14):
+the whitespace runs are collapsed before any rule sees the text, a quote
+scan stops at the next opening quote of its kind, and the polite ending is
+peeled word by word from a short window at the end, never searched for
+from every position.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from typing import Pattern
 
 from chd.core.language.grammar.vocab import FILLERS, FLAGS
 
-__all__ = ["Query", "strip_politeness", "QUOTED"]
+__all__ = ["Query", "strip_politeness", "normalize", "QUOTED"]
 
 _POLITE_PREFIX = re.compile(
     r"^(?:(?:hey|hi|hello|ok(?:ay)?|so|now|alright|right|well|and|also|then|daemon|chd)\b[,!]?\s*)*"
@@ -24,26 +31,48 @@ _POLITE_PREFIX = re.compile(
     r"(?:(?:please|kindly|just)\s+)?",
     FLAGS,
 )
-_POLITE_SUFFIX = re.compile(
-    r"(?:[\s,]+(?:please|pls|thanks|thank\s+you|thx|for\s+me|if\s+you\s+can|if\s+possible|right\s+now))*"
-    r"[\s.!?]*$",
+_POLITE_ENDING = re.compile(
+    r"[\s,]+(?:please|pls|thanks|thank\s+you|thx|for\s+me|if\s+you\s+can|if\s+possible|right\s+now)$",
     FLAGS,
 )
+# Longer than any polite ending with the separators before it.
+_ENDING_WINDOW = 40
+_END_PUNCTUATION = " \t\n\r\f\v.!?"
 # Quotes open at a word start and close at a word end, so the apostrophes
 # of "what's" or "the user's" are not taken for quotes.
+# A curly quote's span stops at the next opening quote: unclosed "\u201c"s
+# would otherwise each scan to the end of the query (quadratic).
 QUOTED = re.compile(
-    r"\"([^\"]*)\"|\u201c([^\u201d]*)\u201d|\u2018([^\u2019]*)\u2019|(?<![\w'])'([^']*)'(?![\w])"
+    r"\"([^\"]*)\"|\u201c([^\u201c\u201d]*)\u201d|\u2018([^\u2018\u2019]*)\u2019|(?<![\w'])'([^']*)'(?![\w])"
 )
+_BLANKS = re.compile(r"[\s\x00-\x1f\x7f]+")
+# Most queries have only single spaces: finding none of these is cheaper
+# than replacing every space with itself.
+_ODD_BLANK = re.compile(r"[^\S ]|[\x00-\x1f\x7f]|  ")
 _PLACEHOLDER = re.compile(r"\u27e6(\d+)\u27e7")
 _WORD = re.compile(r"\u27e6\d+\u27e7|[\w'#]+", re.UNICODE)
 # What a rule leaves of "what's" or "they're" after taking the word itself.
 _CONTRACTION = re.compile(r"'(?:s|re|d|ll|ve|m)", re.IGNORECASE)
 
 
+def normalize(text: str) -> str:
+    """``text`` with each run of whitespace or control characters as one space."""
+    if _ODD_BLANK.search(text) is None:
+        return text.strip()
+    return _BLANKS.sub(" ", text).strip()
+
+
 def strip_politeness(text: str) -> str:
     """``text`` without "please", "could you", "thanks", "?" and the like around it."""
     text = _POLITE_PREFIX.sub("", text.strip(), count=1)
-    return _POLITE_SUFFIX.sub("", text, count=1).strip()
+    end = len(text)
+    while True:
+        while end and text[end - 1] in _END_PUNCTUATION:
+            end -= 1
+        ending = _POLITE_ENDING.search(text, max(0, end - _ENDING_WINDOW), end)
+        if ending is None:
+            return text[:end].strip()
+        end = ending.start()
 
 
 class Query:
@@ -57,7 +86,7 @@ class Query:
             self.quotes.append(next(g for g in match.groups() if g is not None))
             return f"\u27e6{len(self.quotes) - 1}\u27e7"
 
-        self.text = strip_politeness(QUOTED.sub(protect, text.strip()))
+        self.text = strip_politeness(normalize(QUOTED.sub(protect, text)))
         self.total_words = max(len(_WORD.findall(self.text)), 1)
 
     def search(self, pattern: Pattern[str] | str) -> re.Match[str] | None:

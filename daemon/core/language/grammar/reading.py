@@ -24,6 +24,10 @@ class Reading:
     unexplained: list[str] = field(default_factory=list)
     total_words: int = 1
     refusal: str | None = None
+    # A read whose first word no rule understood may begin with a verb the
+    # grammar does not know ("annihilate the user's messages"): it is held
+    # to a write's threshold, so an unknown verb is never guessed to be a read.
+    strict: bool = False
 
     @property
     def confidence(self) -> float:

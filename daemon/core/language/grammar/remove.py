@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from chd.core.errors import quote
 from chd.core.language.grammar.query import Query
 from chd.core.language.grammar.reading import Reading
 from chd.core.language.grammar.slots import (
@@ -31,13 +32,17 @@ __all__ = ["read_remove"]
 
 _VERB = (
     r"^(?P<v>remove|delete|forget|drop|erase|purge|clear|wipe|evict|discard|get\s+rid\s+of"
-    r"|throw\s+(?:away|out)|scrub|reset|empty|trash|nuke)\b"
+    r"|throw\s+(?:away|out)|scrub|reset|empty|trash|nuke|scrap|strike(?:\s+out)?|cross\s+out"
+    r"|cut(?:\s+out)?|axe|ditch|dump|bin|toss(?:\s+out)?|expunge|eliminate|delete|take\s+out|kill"
+    r"|blow\s+away|wipe\s+out|clean\s+out|zap|obliterate|eradicate|destroy)\b"
 )
 # Verbs that alone mean "everything". "reset" is not one of them: a bare
 # "reset" could as well mean the settings, so it needs "the conversation".
 _WIPE_VERBS = {"clear", "wipe", "purge"}
 _ALL = r"\b(?:all|everything|every|entire|whole|complete)\b"
-_WORDS = frozenset("everything all every entire whole complete out away".split())
+_WORDS = frozenset("everything all every entire whole complete out away whatever came come happened".split())
+# "every turn before turn 3": the turns named by the turn filter itself.
+_TURN_NOUN = re.compile(r"\b(?:every|each|all(?:\s+the)?|any|the)\s+turns?\b|\bturns?\b", FLAGS)
 _HOW = (
     "say which utterances: 'the oldest 3', 'the newest 2', 'utterance 12', 'before turn 4', "
     "'turns 3 to 5', 'everything the assistant said', or 'all' ('Clear the conversation')"
@@ -55,19 +60,22 @@ def read_remove(text: str) -> Reading | None:
     if topic is not None:
         reading.refusal = (
             f"remove by topic is not supported (it could delete more than meant): find the "
-            f"utterances first ('Find utterances about {topic}'), then remove them by seq"
+            f"utterances first (Find utterances about {quote(topic, 40)}), then remove them by seq"
         )
     if take_time(q):
         reading.refusal = "remove by time is not supported; remove by turn or by seq instead"
     seqs = take_seqs(q)
     fields.update(seq_fields(seqs))
     span = take_turns(q)
+    if span.given:
+        q.take(_TURN_NOUN)
     for name, value in (
         ("before_turn", span.before),
         ("after_turn", span.after),
         ("turn_from", span.turn_from),
         ("turn_to", span.turn_to),
         ("last_turns", span.last_turns),
+        ("first_turns", span.first_turns),
     ):
         if value is not None:
             fields[name] = value

@@ -23,7 +23,7 @@ from chd.core.language.grammar.slots import (
     take_time,
     take_turns,
 )
-from chd.core.language.grammar.vocab import FILLERS, FLAGS, NOUNS_RE
+from chd.core.language.grammar.vocab import FILLERS, FLAGS, NOUNS_RE, SPEAKER
 
 __all__ = ["read_retrieve"]
 
@@ -31,18 +31,21 @@ _VERB = (
     r"^(?P<v>get|show|find|search(?:\s+for)?|list|retrieve|fetch|give(?:\s+me)?|return|recall"
     r"|look\s+(?:up|for)|lookup|display|read|print|pull(?:\s+up)?|bring\s+up|dump|tell\s+me"
     r"|remind\s+me(?:\s+of)?|what|which|who|when|did|does|has|have|had|is|are|was|were|any|grep"
-    r"|see|view|check|query)\b"
+    r"|see|view|check|query|let\s+(?:me|us)\s+(?:see|view|read|have(?:\s+a\s+look\s+at)?|look\s+at))\b"
 )
 _SEARCH_VERBS = ("find", "search", "look", "lookup", "grep")
 _WORDS = frozenset(
     """get show find search list retrieve fetch give return recall look up lookup display read print pull
     bring dump remind see view check query happened going on talk talked discussed many back over
-    anyone anybody someone somebody ever previously earlier before recent recently latest""".split()
+    anyone anybody someone somebody ever previously earlier before recent recently latest let look""".split()
 )
 # "archived", "in the archive": the archive instead of the buffer. Read here
 # too, not only in grammar/context.py's whole-query forms, so "the last 2
 # archived utterances" does not read the buffer with one stray word ignored.
 _ARCHIVE = re.compile(r"\barchived\b|(?:\b(?:in|from|of)\s+)?\bthe\s+archive\b", FLAGS)
+# "nothing but the assistant's lines", "system lines alone", "just turn 7":
+# a read of a filtered set says "only" in many ways, none changing the filter.
+_ONLY = re.compile(r"\bnothing\s+but\b|\b(?:only|just|alone|solely|exclusively|purely)\b", FLAGS)
 _LEADING_FILLER = re.compile(r"^(?:\s*\b(?:me|all|the|any|every|of|for|in|this|these|those)\b)+", FLAGS)
 
 
@@ -59,8 +62,16 @@ def _count_fields(count: Count, topic: bool) -> dict[str, Any]:
     return {"limit": n} if topic and not count.window else {"last_n": n}
 
 
+_FIRST_WORD = re.compile(r"[\w']+", re.UNICODE)
+# Words that would be a filter if understood: a read that leaves one of
+# them unexplained would return more than was asked ("what the assistant
+# has said" read as everything), so it needs every word understood.
+_FILTER_WORD = re.compile(rf"(?:{SPEAKER})(?:'s|s')?|turns?|\#?\d+\w*|archived?|summary", FLAGS)
+
+
 def read_retrieve(text: str) -> Reading | None:
     q = Query(text)
+    first = _FIRST_WORD.match(q.text)
     # The topic first: "who said X" needs its "who" to know "said" marks a topic.
     q, topic = split_topic(q)
     verb = q.take(_VERB)
@@ -77,6 +88,9 @@ def read_retrieve(text: str) -> Reading | None:
         fields["turn_to"] = high
     if span.last_turns is not None:
         fields["last_turns"] = span.last_turns
+    if span.first_turns is not None:
+        fields["first_turns"] = span.first_turns
+    q.take(_ONLY)
     if speaker := take_speaker(q):
         fields["speaker"] = speaker
     summary = take_summary(q)
@@ -95,4 +109,11 @@ def read_retrieve(text: str) -> Reading | None:
         fields["summary_only" if alone else "include_summary"] = True
     if verb is None and not fields:
         return None
-    return Reading("retrieve", fields, q.unexplained(_WORDS), q.total_words)
+    unexplained = q.unexplained(_WORDS)
+    strict = (
+        (verb is None and first is not None and first.group(0) in unexplained)
+        or any(_FILTER_WORD.fullmatch(word) for word in unexplained)
+        # "the last 3 exchanges": a count of something not understood might not be utterances.
+        or (count is not None and count.after is not None and count.after in unexplained)
+    )
+    return Reading("retrieve", fields, unexplained, q.total_words, strict=strict)

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from chd.core.errors import InvalidRequest
 from chd.core.language.grammar.query import Query
 from chd.core.language.grammar.vocab import FLAGS, NOUN, SINGULAR, SPEAKER, speaker_of
-from chd.core.language.numbers import NUM, ORDINAL, parse_number, parse_ordinal
+from chd.core.language.numbers import NUM, NUM_TOKEN, ORDINAL, digits_value, parse_number, parse_ordinal
 
 __all__ = [
     "TurnSpan",
@@ -54,8 +54,11 @@ _SAYING = r"(?:say|said|says|sent|send|write|wrote|ask|asked|mention|mentioned|t
 _SPEAKER_PATTERNS = (
     rf"\b(?:(?:said|written|sent|asked|spoken)\s+)?(?:from|by)\s+(?:the\s+)?(?P<s>{SPEAKER})\b",
     rf"\b(?:did|does|has|have|had)\s+(?:the\s+)?(?P<s>{SPEAKER})\s+{_SAYING}\b",
-    rf"\b(?:the\s+)?(?P<s>{SPEAKER})(?:'s|s')?(?=\s+(?:(?:last|latest|newest|oldest|first|earliest|most\s+recent|recent|previous|{NUM})\s+)*{NOUN}\b)",
-    rf"\b(?:the\s+)?(?P<s>{SPEAKER})\s+(?={_SAYING}\b)",
+    # At most four qualifiers of one word each: a repeated group that could
+    # hold a whole number split a run of number words every way (issue 14:
+    # "user " + "two " * 21 + "x" took 4 s, doubling with each word).
+    rf"\b(?:the\s+)?(?P<s>{SPEAKER})(?:'s|s')?(?=\s+(?:(?:last|latest|newest|oldest|first|earliest|most\s+recent|recent|previous|{NUM_TOKEN})\s+){{0,4}}{NOUN}\b)",
+    rf"\b(?:the\s+)?(?P<s>{SPEAKER})\s+(?=(?:(?:has|have|had|did|does|do|was|is|just|ever|already|previously|actually|also|really)\s+){{0,2}}{_SAYING}\b)",
     rf"\bof\s+the\s+(?P<s>{SPEAKER})\b",
     rf"^(?:the\s+)?(?P<s>{SPEAKER})(?:'s)?$",
 )
@@ -87,10 +90,14 @@ class TurnSpan:
     before: int | None = None
     after: int | None = None
     last_turns: int | None = None
+    first_turns: int | None = None
 
     @property
     def given(self) -> bool:
-        return any(v is not None for v in (self.turn_from, self.turn_to, self.before, self.after, self.last_turns))
+        return any(
+            v is not None
+            for v in (self.turn_from, self.turn_to, self.before, self.after, self.last_turns, self.first_turns)
+        )
 
     def inclusive(self) -> tuple[int | None, int | None]:
         """As one inclusive range (``last_turns`` aside); raises if it is empty."""
@@ -123,11 +130,20 @@ _TURN_SINCE = (
     rf"\bfrom\s+{_turn_ref('n')}\s+on(?:wards?)?\b",
     rf"\b(?:in\s+|from\s+)?{_turn_ref('n')}\s+(?:and\s+(?:later|after|newer|onwards?|beyond)|on(?:wards?)?)\b",
 )
+# "turns of talk" are utterances, as conversation analysts say.
+_TURNS = r"turns?\b(?!\s+of\s+(?:talk|speech))"
+# "the 2 latest turns" before "the latest turns": each takes its leftmost match.
 _TURN_LAST = (
-    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:last|latest|most\s+recent|final|past|previous|newest)\s+(?:(?P<n>{NUM})\s+)?turns?\b",
-    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:last|latest|most\s+recent|newest)\s+turns?\b",
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:last|latest|most\s+recent|newest|final)\s+{_TURNS}",
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:last|latest|most\s+recent|final|past|previous|newest)\s+(?:(?P<n>{NUM})\s+)?{_TURNS}",
 )
-_TURN_SINGLE = rf"\b(?:(?:in|from|during|of|for|at|on)\s+)?{_turn_ref('n')}\b"
+# "the first three turns" are turns, not utterances; "the first turn" is turn 1.
+_TURN_FIRST = (
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:first|earliest|oldest|opening|initial)\s+(?P<n>{NUM})\s+{_TURNS}",
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:first|earliest|oldest)\s+{_TURNS}",
+    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:earliest|oldest)\s+turn\b",
+)
+_TURN_SINGLE = rf"\b(?:(?:in|from|during|of|for|at|on)\s+)?(?:just\s+|only\s+)?{_turn_ref('n')}\b"
 
 
 def _first(q: Query, patterns: tuple[str, ...]) -> re.Match[str] | None:
@@ -138,12 +154,20 @@ def _first(q: Query, patterns: tuple[str, ...]) -> re.Match[str] | None:
     return None
 
 
+# "turns 3 and 4": two neighbouring turns are a range; "turns 3 and 5" is not
+# one, and stays unexplained (refused) rather than read as 3 to 5.
+_TURN_PAIR = re.compile(rf"\b(?:the\s+)?turns\s+(?P<a>{NUM})\s+(?:and|&)\s+(?:turn\s+)?(?P<b>{NUM})\b", FLAGS)
+
+
 def take_turns(q: Query) -> TurnSpan:
     """Turn ranges, 'before/after turn N', 'since turn N', 'the last 2 turns', 'turn 3'."""
     span = TurnSpan()
     if "turn" not in q.text.lower():
         return span
     if m := _first(q, _TURN_RANGE):
+        span.turn_from, span.turn_to = sorted((parse_number(m.group("a")), parse_number(m.group("b"))))
+    elif (m := q.search(_TURN_PAIR)) and abs(parse_number(m.group("a")) - parse_number(m.group("b"))) == 1:
+        q.take(_TURN_PAIR)
         span.turn_from, span.turn_to = sorted((parse_number(m.group("a")), parse_number(m.group("b"))))
     if m := q.take(_TURN_BEFORE):
         span.before = _turn_value(m, "n")
@@ -155,6 +179,8 @@ def take_turns(q: Query) -> TurnSpan:
         span.turn_from = _turn_value(m, "n")
     if m := _first(q, _TURN_LAST):
         span.last_turns = parse_number(m.group("n")) if m.group("n") else 1
+    if m := _first(q, _TURN_FIRST):
+        span.first_turns = parse_number(m.group("n")) if m.groupdict().get("n") else 1
     if not span.given and (m := q.take(_TURN_SINGLE)):
         span.turn_from = span.turn_to = _turn_value(m, "n")
     return span
@@ -205,10 +231,10 @@ def take_time(q: Query) -> dict[str, object]:
 
 _SEQ_NOUN = r"(?:utterances?|messages?|entries|entry|items?|seqs?|sequence\s+numbers?|records?|lines?|ids?)"
 _SEQ_LIST = (
-    rf"\b(?:the\s+)?{_SEQ_NOUN}\s*(?:number|no\.?|\#|seq|id)?\s*(?:=|:)?\s*\#?(?P<a>\d+|{NUM})"
+    rf"\b(?:the\s+)?{_SEQ_NOUN}\s*(?:numbered|number|no\.?|\#|seq|id)?\s*(?:=|:)?\s*\#?(?P<a>\d+|{NUM})"
     rf"(?P<rest>(?:\s*(?:,|and|&|or)\s*(?:and\s+)?\#?\d+)+|\s*(?:to|through|thru|-|\u2013)\s*\#?\d+)?\b"
 )
-_SEQ_HASH = r"(?<![\w])\#(?P<a>\d+)\b(?P<rest>)"
+_SEQ_HASH = r"(?<![\w])(?:\#|\bnumber\s+)(?P<a>\d+|{NUM})\b(?P<rest>)"
 
 
 def seq_fields(seqs: tuple[int, ...]) -> dict[str, object]:
@@ -225,7 +251,7 @@ def take_seqs(q: Query) -> tuple[int, ...]:
         return ()
     first = parse_number(m.group("a"))
     rest = m.group("rest") or ""
-    numbers = [int(n) for n in re.findall(r"\d+", rest)]
+    numbers = [digits_value(n) for n in re.findall(r"\d+", rest)]
     if numbers and re.match(r"\s*(?:to|through|thru|-|\u2013)", rest, FLAGS):
         low, high = sorted((first, numbers[0]))
         if high - low >= MAX_SEQ_RANGE:
@@ -248,6 +274,7 @@ class Count:
     n: int | None
     window: bool = False  # "in the last 10 utterances": a window, not a number of hits
     plural: bool | None = None  # None: no noun followed
+    after: str | None = None  # the word after a count that no noun followed
 
 
 def _plural(noun: str | None) -> bool | None:
@@ -267,6 +294,9 @@ _COUNT_PATTERNS = (
 )
 
 
+_NEXT_WORD = re.compile(r"\s*([\w']+)")
+
+
 def take_count(q: Query) -> Count | None:
     """'the last 5', 'the 3 oldest', 'the most recent message', 'top 3', '5 utterances'."""
     for form, pattern in _COUNT_PATTERNS:
@@ -275,10 +305,12 @@ def take_count(q: Query) -> Count | None:
             continue
         n = parse_number(m.group("n")) if m.group("n") else None
         noun = m.groupdict().get("noun")
+        after = _NEXT_WORD.match(q.text, m.start()) if noun is None else None
+        word = after.group(1) if after else None
         if form in ("top", "bare"):
-            return Count(form, n, plural=_plural(noun))
+            return Count(form, n, plural=_plural(noun), after=word)
         kind = "oldest" if re.fullmatch(_OLDEST, m.group("k"), FLAGS) else "newest"
-        return Count(kind, n, window=form == "window", plural=_plural(noun))
+        return Count(kind, n, window=form == "window", plural=_plural(noun), after=word)
     return None
 
 
@@ -289,7 +321,16 @@ _STRONG_TOPIC = (
     r"|(?:having\s+)?to\s+do\s+with|mentioning|(?:that|which|who)\s+mention(?:s|ed)?|containing"
     r"|(?:that|which)\s+contains?|with\s+the\s+(?:words?|phrase|term)|matching|referring\s+to"
     r"|(?:that|which)\s+refers?\s+to|talking\s+about|discussing|(?:that|which)\s+discuss(?:es|ed)?"
-    r"|on\s+the\s+subject|on(?!\s+(?:the\s+)?turn))\s+"
+    r"|on\s+the\s+subject|(?:that|which)\s+touch(?:es)?\s+(?:on|upon)|touching\s+(?:on|upon)"
+    r"|(?:that|which)\s+(?:deal|deals|dealt)\s+with|dealing\s+with|(?:that|which)\s+(?:cover|covers|covered)"
+    r"|covering|to\s+do\s+with|mentions?\s+of|references?\s+to|(?:any|anything)\s+(?:said\s+)?(?:on|about)|(?:that|which)\s+(?:concern|concerns|concerned)|on(?!\s+(?:the\s+)?turn))\s+"
+)
+# "messages where the budget was mentioned": the topic sits between two
+# markers, so it is bounded (80 characters) to keep the search linear.
+_WHERE_TOPIC = re.compile(
+    r"\b(?:where|in\s+which|wherever)\s+(?P<topic>[^.?!,]{1,80}?)\s+(?:was|were|is|are|got|gets|has\s+been|had\s+been)\s+"
+    r"(?:mentioned|discussed|brought\s+up|talked\s+about|raised|named|referred\s+to|covered)\b",
+    FLAGS,
 )
 # "who said X", "did anyone mention X", "did the user say X": the verb only
 # marks a topic after a subject, so "tell me the last 5" has no topic "me the last 5".
@@ -300,6 +341,14 @@ _WEAK_TOPIC = (
 )
 
 
+def _take_where_topic(q: Query) -> str | None:
+    m = q.search(_WHERE_TOPIC) if "where" in q.text.lower() or "which" in q.text.lower() else None
+    if m is None:
+        return None
+    q.text = f"{q.text[: m.start()]} {q.text[m.end():]}"
+    return q.restore(m.group("topic")).strip(" ,.?!") or None
+
+
 def split_topic(q: Query) -> tuple[Query, str | None]:
     """Cut the topic off a query: the part after 'about', 'regarding', 'mentioning'...
 
@@ -308,6 +357,8 @@ def split_topic(q: Query) -> tuple[Query, str | None]:
     trip" is not mistaken for a time filter. Returns the query without the
     topic (filters after the topic moved into it) and the topic, if any.
     """
+    if (where := _take_where_topic(q)) is not None:
+        return q, where
     for marker in (_STRONG_TOPIC, _WEAK_TOPIC):
         m = q.search(marker)
         if m is None:
@@ -331,42 +382,59 @@ _TRAILING = (
     rf"\s*,?\s*between\s+turns?\s*\#?{NUM}\s+and\s+(?:turn\s*\#?)?{NUM}",
     rf"\s*,?\s*(?:before|after|since|until|up\s+to|from|in|during|at|starting\s+(?:at|from))\s+{_turn_ref('x')}(?:\s+on(?:wards?)?)?",
     rf"\s*,?\s*(?:(?:in|within|during|over|from|for)\s+)?the\s+(?:last|past|previous)\s+(?:{NUM}\s*)?{_UNIT}",
-    rf"\s*,?\s*(?:in|during|from|over)\s+the\s+(?:last|latest|most\s+recent|past|previous)\s+(?:{NUM}\s+)?turns?",
+    rf"\s*,?\s*(?:in|during|from|over)\s+the\s+(?:last|latest|most\s+recent|past|previous)\s+(?:{NUM}\s+)?{_TURNS}",
+    rf"\s*,?\s*(?:in|during|from|over|of)\s+the\s+(?:first|earliest|oldest|opening|initial)\s+{NUM}\s+turns",
     rf"\s*,?\s*(?:in|among|within|from|of)\s+the\s+(?:{_NEWEST}|{_OLDEST})\s+{NUM}(?:\s+{NOUN})?",
     rf"\s*,?\s*(?:(?:said|written|sent)\s+)?(?:from|by)\s+(?:the\s+)?{SPEAKER}",
-    rf"\s*,?\s*(?:so\s+far|please|in\s+(?:the|this)\s+(?:conversation|chat|history|buffer))",
+    rf"\s*,?\s*(?:so\s+far|thus\s+far|up\s+to\s+now|until\s+now|till\s+now|to\s+date|please|in\s+(?:the|this)\s+(?:conversation|chat|history|buffer))",
     rf"\s*,?\s*(?:with|and|plus|including)\s+(?:the\s+)?(?:running\s+)?summary",
 )
 
 
 _TRAILING_AT_END = tuple(re.compile(pattern + r"$", FLAGS) for pattern in _TRAILING)
+# Longer than any one filter above (their numbers are bounded, and the
+# query's whitespace runs are single spaces): each filter is looked for in
+# this window at the end, not from every position of the topic, which made
+# a topic followed by many spaces cubic (issue 14).
+_FILTER_WINDOW = 200
+# A topic ends with a few filters ("in turns 3 to 6 from the user"), not a
+# hundred: past this many the rest stays in the topic, and the work stays small.
+_MAX_FILTERS = 6
 
 
 def _peel_filters(tail: str) -> tuple[str, str]:
     """Split ``tail`` into the topic and the filters that end it."""
-    trailing = ""
+    filters: list[str] = []
+    end = len(tail)
     changed = True
-    while changed:
+    while changed and len(filters) < _MAX_FILTERS:
         changed = False
-        stripped = tail.rstrip(" ?.!")
+        while end and tail[end - 1] in " ?.!":
+            end -= 1
         for pattern in _TRAILING_AT_END:
-            m = pattern.search(stripped)
+            m = pattern.search(tail, max(0, end - _FILTER_WINDOW), end)
             if m and m.end() > m.start():
-                trailing = stripped[m.start():] + " " + trailing
-                tail = stripped[: m.start()]
+                filters.append(tail[m.start() : end])
+                end = m.start()
                 changed = True
                 break
-    return tail, trailing
+    return tail[:end], " ".join(reversed(filters))
 
 
 # --- token limit and summary ------------------------------------------------------------------
 
+_TOKENS_TAIL = r"\s+(?:max(?:imum)?|at\s+most|tops|or\s+(?:less|fewer|under|below)|or\s+so)"
+_TOKENS_AFTER = rf"(?:{_TOKENS_TAIL})?"
+# The limit's own words first: "limit 70 tokens" must not leave "limit" behind.
 _TOKEN_LIMIT = (
-    rf"\b(?:in|within|under|to|at\s+most|max(?:imum)?|no\s+more\s+than|using|of|below|up\s+to|limited\s+to|with\s+a\s+limit\s+of|fitting\s+(?:in|into)|less\s+than)"
-    rf"\s+(?:at\s+most\s+|about\s+|roughly\s+)?(?P<n>{NUM})\s*tokens?\b",
-    rf"\b(?P<n>{NUM})[\s-]*tokens?(?=\s+(?:summary|limit|max(?:imum)?|or\s+(?:less|fewer))\b|\s*$)(?:\s+or\s+(?:less|fewer))?",
-    rf"\btoken\s+(?:limit|budget)\s*(?:of|=|:|is)?\s*(?P<n>{NUM})\b",
-    rf"\b(?:with\s+)?(?:a\s+)?(?:limit|budget|cap)\s+(?:of\s+)?(?P<n>{NUM})\s*tokens?\b",
+    rf"\btoken\s+(?:limit|budget|cap)\s*(?:of|=|:|is)?\s*(?P<n>{NUM})\b",
+    rf"\b(?:in|within|under|with|using|inside)\s+(?:a|an|the)\s+(?P<n>{NUM})[\s-]*tokens?\s+(?:budget|limit|cap|max(?:imum)?)\b",
+    rf"\b(?:with\s+)?(?:a\s+)?(?:limit|budget|cap|maximum|max)\s*(?:of|=|:|is)?\s*(?P<n>{NUM})\s*tokens?\b{_TOKENS_AFTER}",
+    rf"\b(?:(?:stay(?:ing)?|keep(?:\s+it)?|kept|staying)\s+)?(?:(?:using|with|in|within|at)\s+)?(?:in|within|under|to|at\s+most|max(?:imum)?|no\s+more\s+than|no\s+longer\s+than|not\s+more\s+than"
+    rf"|using|of|below|up\s+to|limited\s+to|capped\s+at|cap(?:ped)?\s+it\s+at|with\s+a\s+limit\s+of|fitting\s+(?:in|into)|less\s+than|fewer\s+than|into|at|around|about)"
+    rf"\s+(?:at\s+most\s+|about\s+|roughly\s+|around\s+|only\s+|just\s+)?(?P<n>{NUM})\s*tokens?\b{_TOKENS_AFTER}",
+    rf"\b(?P<n>{NUM})[\s-]*tokens?(?:{_TOKENS_TAIL}"
+    r"|(?=\s+(?:summary|recap|synopsis|overview|digest|rundown|limit)\b|\s*$|\s*[,;\])]))",
 )
 
 

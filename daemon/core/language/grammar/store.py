@@ -1,87 +1,244 @@
-"""Store phrasings. The text after the header is kept verbatim.
+"""Store phrasings: where the utterance starts and ends, and what the words around it say.
 
-Store is recognised before every other operation and takes everything after
-its header as the utterance, which is why "Add utterance: remove all files"
-stores that sentence instead of deleting anything: storing is the safe
-reading of a query that starts like a store.
+A store's text is payload, kept exactly as given. Only a quoted span or a
+separator (``:``, ``-``, ``—``, ``–``, ``->``, ``=>``, a line break) decides
+where it starts, and only the words outside it are read as the instruction
+(grammar/store_header.py). Four shapes:
+
+- instruction, separator, utterance: "Save this for later: the gate code is 4411";
+- instruction, quoted utterance, maybe more instruction: "Here is the
+  assistant's answer, 'Yes, pets are allowed.', add it";
+- utterance, separator, instruction: "We fly out Monday — that's from the user, keep it";
+- "Remember that <utterance>" with no separator at all.
+
+The utterance is never scanned by a grammar pattern: patterns run on at
+most ``HEAD_LIMIT`` characters at either end of the query, and finding a
+closing quote is one pass of ``str.find``, so a store costs time linear in
+the utterance's size. An instruction that is not fully understood is
+refused (``UnclearStore``), never guessed: storing words of the
+instruction as if someone had said them is the failure this module exists
+to prevent. A query that has a separator after words that are clearly no
+store instruction is not a store at all (None), and the other operations read it.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, replace
 from typing import Any
 
-from chd.core.errors import InvalidRequest
-from chd.core.language.grammar.query import strip_politeness
-from chd.core.language.grammar.vocab import FLAGS, SPEAKER, speaker_of
+from chd.core.errors import InvalidRequest, quote
+from chd.core.language.grammar.store_header import Header, read_header
 
-__all__ = ["read_store"]
+__all__ = ["read_store", "UnclearStore", "HEAD_LIMIT"]
 
-_POLITE = re.compile(
-    r"^(?:please\s+|kindly\s+|(?:can|could|would|will)\s+you\s+(?:please\s+)?"
-    r"|i(?:'d|\s+would)\s+like\s+(?:you\s+)?to\s+|go\s+ahead\s+and\s+)*",
-    FLAGS,
-)
-_VERB = re.compile(
-    r"^(?:add|store|record|remember|save|log|append|insert|note(?:\s+down)?|write\s+down|memori[sz]e)\b(?P<rest>.*)$",
-    FLAGS,
-)
-_HEADER = (
-    r"^\s*(?:(?:a|an|the|this|new|following|another|next)\s+)*"
-    rf"(?:(?P<sp1>{SPEAKER})(?:'s)?\s*)?"
-    r"(?:utterance|message|turn|line|reply|response|statement|entry|note|question|answer|text)?"
-    rf"(?:\s*\b(?:from|by|for|of)\s+(?:the\s+)?(?P<sp2>{SPEAKER}))?"
-    r"(?:\s*\b(?:to|in|into)\s+(?:the\s+)?(?:conversation|history|buffer|chat|log|memory))?"
-    rf"(?:\s*\b(?:from|by|for)\s+(?:the\s+)?(?P<sp3>{SPEAKER}))?"
-    r"(?:\s*\b(?:saying|that\s+says|which\s+says|reading|with\s+(?:the\s+)?text))?"
-)
-_COLON = re.compile(_HEADER + r"\s*[:\u2014]\s*(?P<text>.*)$", FLAGS)
-_QUOTED = re.compile(_HEADER + r"\s*(?P<text>([\"'\u201c\u2018]).*)$", FLAGS)
-_PLAIN = re.compile(r"^\s+(?:that\s+)?(?P<text>\S.*)$", FLAGS)
-_BARE = re.compile(_HEADER + r"\s*$", FLAGS)
-_SPEAKER_SAID = re.compile(
-    rf"^(?:the\s+)?(?P<sp1>{SPEAKER})\s*(?:says|said|wrote|asked|answered|replied|responded)?\s*:\s*(?P<text>.*)$"
-    rf"|^(?:the\s+)?(?P<sp2>{SPEAKER})\s+(?:says|said|wrote|asked|answered|replied|responded),?\s+(?P<quoted>([\"\u201c]).*)$",
-    FLAGS,
-)
-_QUOTES = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019"}
+# How much of the query an instruction may take; beyond it everything is utterance.
+HEAD_LIMIT = 400
+
+# Separators people type between an instruction and what it stores. A
+# hyphen counts only next to a space, so "user-side" or "e-mail" stay words.
+_SEPARATOR = re.compile(r"\r?\n|:|->|=>|\u2192|[\u2014\u2013]|-{1,2}(?=\s)|(?<=\s)-{1,2}")
+_OPENERS = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019", "\u00ab": "\u00bb", "`": "`"}
+# An apostrophe-like quote opens only at a word start ("the user's" has no quote).
+_OPEN = re.compile(r"[\"\u201c\u00ab`]|(?<![\w'\u2019])['\u2018]")
+# "Remember that <utterance>": a verb and courtesy before "that", nothing else.
+_THAT = re.compile(r"\bthat\s+(?=\S)", re.IGNORECASE)
+# What may sit between a quoted utterance and the instruction after it.
+_GLUE = " \t\r\n,.;!:-\u2014\u2013>=\u2192"
 
 
-def _unquote(text: str) -> str:
-    text = text.strip()
-    if len(text) >= 2 and _QUOTES.get(text[0]) == text[-1]:
-        return text[1:-1]
-    return text
+class UnclearStore(InvalidRequest):
+    """The query asks for a store but its instruction has words the rules do not understand.
+
+    Not a ``NotUnderstood``: no classifier may guess which words are the utterance.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class _Split:
+    """An utterance and the instruction words around it."""
+
+    text: str | None  # None: the query is a bare header ("Add utterance"); data.text may give it
+    header: Header
+    instruction: str  # the instruction as written, for error messages
+    label: bool = False  # the instruction is a label before a separator ("User: ...")
 
 
 def read_store(query: str) -> dict[str, Any] | None:
-    """The store fields of ``query`` (text verbatim, speaker if named), or None.
+    """The store fields of ``query`` (text exactly as given, speaker if named), or None.
 
     'Add utterance' with no text gives no ``text`` field: data.text may carry it.
+    Raises UnclearStore when the query asks for a store it does not fully explain.
     """
-    text = _POLITE.sub("", query.strip(), count=1)
-    match = _SPEAKER_SAID.match(text)
-    if match is None:
-        verb = _VERB.match(text)
-        if verb is None:
-            return None
-        rest = verb.group("rest")
-        match = _COLON.match(rest) or _QUOTED.match(rest)
-        if match is None and _BARE.match(strip_politeness(rest)):
-            return _speaker_fields(_BARE.match(strip_politeness(rest)), {})  # type: ignore[arg-type]
-        match = match or _PLAIN.match(rest)
-        if match is None:
-            return None
-    groups = match.groupdict()
-    body = groups.get("text") if groups.get("text") is not None else groups.get("quoted")
-    return _speaker_fields(match, {"text": _unquote(body or "")})
+    q = query.strip()
+    head = q[:HEAD_LIMIT]
+    sep = _first_separator(head)
+    quote = _OPEN.search(head)
+    if quote is not None and (sep is None or quote.start() < sep.start()):
+        split: _Split | None = _quoted(q, quote.start(), Header(), q[: quote.start()])
+    elif sep is not None:
+        split = _after_separator(q, sep)
+    else:
+        split = _no_boundary(q)
+    if split is None or not _is_store(split):
+        # Maybe the utterance came first ("We fly out Monday - keep it, from the user"),
+        # or all of it follows "remember that" (quotes and all).
+        split = _instruction_last(q) or _that_clause(q) or split
+    return None if split is None else _fields(split)
 
 
-def _speaker_fields(match: re.Match[str], fields: dict[str, Any]) -> dict[str, Any]:
-    groups = match.groupdict()
-    speakers = {speaker_of(s) for k in ("sp1", "sp2", "sp3") if (s := groups.get(k))}
-    if len(speakers) > 1:
-        raise InvalidRequest(f"the query names two speakers: {', '.join(sorted(speakers))}")
-    if speakers:
-        fields["speaker"] = speakers.pop()
+def _first_separator(head: str) -> re.Match[str] | None:
+    """The first separator outside brackets: in "Add this (speaker: bot) - hi" the text starts after "-"."""
+    for sep in _SEPARATOR.finditer(head):
+        before = head[: sep.start()]
+        if before.count("(") <= before.count(")") and before.count("[") <= before.count("]"):
+            return sep
+    return None
+
+
+def _is_store(split: _Split) -> bool:
+    header = split.header
+    return header.understood and (header.asks_store or (split.label and bool(header.speakers)))
+
+
+def _fields(split: _Split) -> dict[str, Any] | None:
+    header = split.header
+    if not header.understood:
+        if not header.attempts_store:
+            return None
+        raise UnclearStore(_unclear_message(split))
+    if not _is_store(split):
+        return None
+    if len(set(header.speakers)) > 1:
+        raise InvalidRequest(f"the query names two speakers: {', '.join(sorted(set(header.speakers)))}")
+    fields: dict[str, Any] = {} if split.text is None else {"text": split.text}
+    speaker = header.speaker()
+    if speaker is not None:
+        fields["speaker"] = speaker
     return fields
+
+
+def _after_separator(q: str, sep: re.Match[str]) -> _Split | None:
+    """Instruction, separator, utterance (possibly quoted, possibly with more instruction after)."""
+    instruction = q[: sep.start()]
+    header = read_header(instruction)
+    if not header.understood:
+        return _Split("", header, instruction)
+    rest = q[sep.end() :].strip()
+    if rest and rest[0] in _OPENERS:
+        quoted = _quoted(rest, 0, header, instruction)
+        if quoted.header.understood:
+            return replace(quoted, label=True)
+    return _Split(rest, header, instruction, label=True)
+
+
+def _quoted(q: str, start: int, before: Header, instruction: str) -> _Split:
+    """The quoted span opening at ``start``; the words before and after it are the instruction."""
+    header = before.joined(read_header(q[:start]))
+    close = _closing(q, start)
+    if close is None:
+        return _Split("", header.joined(Header(unclear=("(an unclosed quote)",))), instruction)
+    after = q[close + 1 :].lstrip(_GLUE)
+    if len(after) > HEAD_LIMIT:
+        return _Split("", header.joined(Header(unclear=("(text after the closing quote)",))), instruction)
+    return _Split(q[start + 1 : close], header.joined(_trailer(after)), f"{instruction} {after}".strip())
+
+
+# What may stand after a closing quote besides words: spaces and sentence punctuation.
+_STRAY = re.compile(r"[^\w\s.,;:!?'\"()\u2019\u201d\u2014\u2013-]")
+
+# Words that may follow a quoted utterance without saying anything about it.
+_COURTESY = frozenset(
+    """please pls thanks thank you cheers thx now right away for later future reference ok okay
+    verbatim exactly literally as is word""".split()
+)
+
+
+def _trailer(after: str) -> Header:
+    """The words after a closing quote: courtesy, or an instruction of their own.
+
+    "'Note' is the word" must not store "Note": words after the quote that
+    neither ask for a store nor name its speaker are not instruction.
+    """
+    if _STRAY.search(after):
+        # Control or other odd characters after the quote ('""\x1b'): the
+        # quotes were part of the text, not around it.
+        return Header(unclear=(quote(after),))
+    header = read_header(after)
+    if not header.understood or header.asks_store or header.speakers:
+        return header
+    words = [w.lower() for w in re.findall(r"[\w']+", after)]
+    if all(w in _COURTESY for w in words):
+        return header
+    return Header(unclear=tuple(words))
+
+
+def _closing(q: str, start: int) -> int | None:
+    """Where the quote opened at ``start`` closes: one pass of str.find, however long the text.
+
+    An apostrophe-like closer ends a quote only at a word end, so "it's" inside the quote is text.
+    """
+    closer = _OPENERS[q[start]]
+    position = start
+    while (position := q.find(closer, position + 1)) != -1:
+        if closer in "'\u2019" and position + 1 < len(q) and (q[position + 1].isalnum() or q[position + 1] == "_"):
+            continue
+        return position
+    return None
+
+
+def _no_boundary(q: str) -> _Split | None:
+    """No separator or quote near the start: "Remember that <text>", or a bare header ('Add utterance')."""
+    if len(q) > HEAD_LIMIT:
+        unseparated = Header(unclear=("(no separator or quote before the text)",))
+        return _Split("", read_header(q[:HEAD_LIMIT]).joined(unseparated), q[:HEAD_LIMIT])
+    header = read_header(q)
+    if not header.imperative:
+        return None  # "the user's message", "what did the user say about Paris": no store without a verb
+    return _Split(None, header, q)
+
+
+def _that_clause(q: str) -> _Split | None:
+    """ "Remember that <utterance>": a verb and courtesy before "that", no separator after it."""
+    that = _THAT.search(q, 0, HEAD_LIMIT)
+    if that is None:
+        return None
+    before = read_header(q[: that.start()])
+    if not before.understood or not before.imperative or before.speakers or before.noun or before.destination:
+        return None
+    text = q[that.end() :]
+    # "note that the user told us I prefer aisle seats": whose words start where is a guess.
+    first = text[:HEAD_LIMIT].split()[:4]
+    lead = read_header(" ".join(first))
+    reported = lead.speech and bool(read_header(" ".join(first[:2])).speakers)
+    if _SEPARATOR.search(text) is not None or reported:
+        return None
+    return _Split(text, before, q[: that.end()])
+
+
+def _instruction_last(q: str) -> _Split | None:
+    """Utterance first, instruction after: "We fly out Monday — that's from the user, keep it"."""
+    tail_start = max(0, len(q) - HEAD_LIMIT)
+    last = None
+    for last in _SEPARATOR.finditer(q, tail_start):
+        pass
+    if last is None:
+        return None
+    instruction = q[last.end() :]
+    header = read_header(instruction)
+    if not (header.understood and (header.imperative or (header.speech and header.speakers))):
+        return None
+    text = q[: last.start()].strip()
+    if not text:
+        return None
+    return _Split(text, header, instruction)
+
+
+def _unclear_message(split: _Split) -> str:
+    words = ", ".join(quote(w, 50) for w in dict.fromkeys(split.header.unclear))
+    shown = quote(" ".join(split.instruction[: HEAD_LIMIT * 2].split()), 60)
+    return (
+        f"could not fully understand the store instruction {shown} (not understood: {words}); "
+        "nothing was stored. Put the utterance in quotes or after a colon "
+        "(Add user utterance: \"<text>\"), or send it in data.text with the query 'Add utterance'"
+    )

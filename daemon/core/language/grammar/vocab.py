@@ -31,14 +31,16 @@ def speaker_of(word: str) -> str:
 _SINGULAR_NOUNS = (
     "utterance", "message", "entry", "line", "item", "reply", "response", "statement",
     "question", "answer", "record", "text", "thing", "one", "comment", "note", "prompt",
+    "remark", "post", "snippet", "bit", "piece", "passage", "sentence", "chunk", "contribution",
 )  # fmt: skip
 _PLURAL_NOUNS = (
     "utterances", "messages", "entries", "lines", "items", "replies", "responses",
     "statements", "questions", "answers", "records", "texts", "things", "ones",
-    "comments", "notes", "prompts",
+    "comments", "notes", "prompts", "remarks", "posts", "snippets", "bits", "pieces", "passages",
+    "sentences", "chunks", "contributions",
 )  # fmt: skip
 SINGULAR = r"(?:" + "|".join(_SINGULAR_NOUNS) + r")"
-NOUN = r"(?:" + "|".join(_PLURAL_NOUNS + _SINGULAR_NOUNS) + r")"
+NOUN = r"(?:turns?\s+of\s+(?:talk|speech)|" + "|".join(_PLURAL_NOUNS + _SINGULAR_NOUNS) + r")"
 NOUNS_RE = re.compile(rf"\b{NOUN}\b", FLAGS)
 CONVERSATION = r"(?:conversation|history|buffer|chat|dialog(?:ue)?|transcript|context|memory|log|thread|session)"
 
@@ -53,6 +55,8 @@ FILLERS = frozenset(
     exactly currently yet ever would like want need can could will shall should
     utterance utterances message messages entry entries line lines item items reply replies
     response responses statement statements question questions answer answers record records
-    text texts thing things one ones comment comments note notes prompt prompts
+    text texts thing things one ones comment comments note notes prompt prompts remark remarks post posts
+    snippet snippets bit bits piece pieces passage passages sentence sentences chunk chunks
+    contribution contributions talk speech
     content contents available there's what's""".split()
 )

@@ -1,0 +1,61 @@
+"""How ``chd query`` shows an answer to a person: one header line, then what the operation returned."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["human", "plain"]
+
+
+def plain(value: Any) -> Any:
+    """Struct numbers come back as doubles; show 5.0 as 5."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def human(answer: dict[str, Any]) -> str:
+    result, meta = answer["result"], answer["metadata"]
+    lines = [
+        f"{answer['operation']} · conversation {meta.get('conversation_id', '?')} · "
+        f"{meta.get('items_affected', 0)} item(s) · {meta.get('tokens_used', 0)} token(s)"
+    ]
+    if "context" in result:
+        # The text to paste into a prompt, shown as is.
+        lines.append(f"context ({result['tokens']} of {result['token_limit']} tokens):")
+        lines.append("  " + (result["context"].replace("\n", "\n  ") or "(empty)"))
+        return "\n".join(lines)
+    if "utterance" in result:
+        lines.append(utterance_line(result["utterance"]))
+    if result.get("evicted"):
+        lines.append(f"evicted: {', '.join(f'#{s}' for s in result['evicted'])}")
+    for u in result.get("utterances", []):
+        lines.append(utterance_line(u))
+    if "removed" in result:
+        removed = result["removed"]
+        lines.append(f"removed: {', '.join(f'#{s}' for s in removed) if removed else 'nothing'}")
+        # Forgetting reaches the summary too; say so, or "nothing" would mislead.
+        for what in ("dropped", "rebuilt"):
+            count = result.get(f"summary_segments_{what}", 0)
+            if count:
+                lines.append(f"summary segments {what}: {count}")
+    if "summary_hit" in result:
+        hit = result["summary_hit"]
+        lines.append(f"summary matches too, score {hit['score']:.3f}: {hit['text']}")
+    if answer["operation"] in ("configure", "stats"):
+        lines.extend(f"{key}: {json.dumps(value, sort_keys=True)}" for key, value in sorted(result.items()))
+    if "summary" in result:
+        tokens = result.get("tokens", result.get("summary_tokens", 0))
+        lines.append(f"summary ({tokens} tokens):")
+        lines.append("  " + (result["summary"].replace("\n", "\n  ") or "(empty)"))
+    return "\n".join(lines)
+
+
+def utterance_line(u: dict[str, Any]) -> str:
+    score = f"  score {u['score']:.3f}" if "score" in u else ""
+    return f"#{u['seq']} [turn {u['turn_number']}] {u['speaker']}: {u['text']}{score}"

@@ -1,0 +1,218 @@
+"""``chd query``, ``chd purpose``, ``chd instructions``: one call to a running daemon.
+
+Everything a call needs (the query from an argument or stdin, JSON from an
+argument, a file or stdin, TLS files) is read and checked before dialing,
+so a mistake is one line and exit 2, never a half-made connection. A failed
+call exits 64 + its gRPC status code, as grpcurl does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import grpc
+from google.protobuf import json_format
+
+from chd.cli.answer import human, plain
+from chd.service.tls import ClientSecurity
+
+__all__ = ["add_client_commands", "run_client", "DEFAULT_TARGET", "DEFAULT_TIMEOUT", "EXIT_RPC_BASE"]
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+DEFAULT_TIMEOUT = 30.0
+EXIT_USAGE = 2
+EXIT_RPC_BASE = 64
+
+QUERY_EPILOG = f"""\
+examples:
+  chd query "Add user utterance: 'Is it sunny in Paris?'" -c trip
+  chd query "Get the last 5 utterances" -c trip --json
+  echo "Get summary" | chd query -
+  chd query --data '{{"operation": "retrieve", "last_n": 5}}'
+  chd query "Add utterance" --data @utterance.json --metadata @meta.json
+
+exit codes:
+  0     the daemon answered
+  2     usage error (a flag, JSON, a file, a TLS file); nothing was sent
+  64+N  the call failed with gRPC status N, as with grpcurl: 67 INVALID_ARGUMENT,
+        68 DEADLINE_EXCEEDED (no answer within --timeout, default {DEFAULT_TIMEOUT:g} s),
+        69 NOT_FOUND, 72 RESOURCE_EXHAUSTED, 78 UNAVAILABLE (no daemon), 80 UNAUTHENTICATED
+"""
+
+
+class UsageError(ValueError):
+    """A flag or input that makes the call impossible; nothing was sent."""
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds greater than 0, got {text!r}")
+    return value
+
+
+def add_client_commands(commands: argparse._SubParsersAction) -> None:
+    env = os.environ.get
+    for name, help_text in (("query", "send a query"), ("purpose", "print the purpose"),
+                            ("instructions", "print the instructions (every query form)")):
+        extra: dict[str, Any] = {}
+        if name == "query":
+            extra = {"epilog": QUERY_EPILOG, "formatter_class": argparse.RawDescriptionHelpFormatter,
+                     "description": "Send one query to a running daemon and print its answer."}
+        sub = commands.add_parser(name, help=help_text, **extra)
+        sub.add_argument("--target", default=env("CHD_TARGET", DEFAULT_TARGET),
+                         help=f"host:port of the daemon (CHD_TARGET, default {DEFAULT_TARGET})")
+        sub.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                         help=f"seconds to wait for the answer (default {DEFAULT_TIMEOUT:g})")
+        _add_security_arguments(sub)
+        if name == "query":
+            sub.add_argument("text", nargs="?", metavar="QUERY",
+                             help='the query, e.g. "Get the last 5 utterances"; - reads it from stdin; '
+                             'may be left out when --data has an "operation"')
+            sub.add_argument("--metadata", metavar="JSON", help="JSON object, @FILE or @- (stdin)")
+            sub.add_argument("--data", metavar="JSON", help="JSON object, @FILE or @- (stdin)")
+            sub.add_argument("--conversation", "-c", help="shorthand for metadata.conversation_id")
+            sub.add_argument("--json", action="store_true", help="print the response as JSON (keys sorted)")
+
+
+def _add_security_arguments(sub: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    sub.add_argument("--auth-token", default=env("CHD_AUTH_TOKEN"), help="bearer token (CHD_AUTH_TOKEN)")
+    sub.add_argument("--tls", action="store_true", help="connect with TLS (implied by the other --tls-* flags)")
+    sub.add_argument("--tls-ca", default=env("CHD_TLS_CA"), help="PEM CA to trust instead of the system's (CHD_TLS_CA)")
+    sub.add_argument("--tls-cert", default=env("CHD_CLIENT_TLS_CERT"),
+                     help="PEM client certificate, with --tls-key (CHD_CLIENT_TLS_CERT)")
+    sub.add_argument("--tls-key", default=env("CHD_CLIENT_TLS_KEY"),
+                     help="PEM key of --tls-cert (CHD_CLIENT_TLS_KEY)")
+    sub.add_argument("--tls-server-name", default=env("CHD_TLS_SERVER_NAME"),
+                     help="name to check the server certificate against (CHD_TLS_SERVER_NAME)")
+
+
+def _json_object(flag: str, value: str | None, stdin: TextIO) -> dict[str, Any]:
+    if value is None:
+        return {}
+    text = value
+    if value.startswith("@"):
+        source = value[1:]
+        if source == "-":
+            text = stdin.read()
+        else:
+            try:
+                text = Path(source).expanduser().read_text(encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(f"{flag} {value}: cannot read {source}: {exc.strerror}") from None
+            except UnicodeDecodeError:
+                raise UsageError(f"{flag} {value}: {source} is not UTF-8 text") from None
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{flag}: not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise UsageError(f'{flag} must be a JSON object, like {{"key": "value"}}')
+    return parsed
+
+
+def _security(args: argparse.Namespace) -> ClientSecurity:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        given, missing = ("--tls-key", "--tls-cert") if args.tls_key else ("--tls-cert", "--tls-key")
+        raise UsageError(f"{given} needs {missing}: a client certificate and its key go together")
+    for flag, path in (("--tls-ca", args.tls_ca), ("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+        if not path:
+            continue
+        file = Path(path).expanduser()
+        if not file.is_file():
+            raise UsageError(f"{flag} {path}: no such file")
+        try:
+            file.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"{flag} {path}: cannot read it: {exc.strerror}") from None
+    return ClientSecurity(
+        tls=bool(args.tls or args.tls_ca or args.tls_cert or args.tls_server_name),
+        ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name,
+    )
+
+
+def _query_request(args: argparse.Namespace, stdin: TextIO) -> Any:
+    from chd.v1 import daemon_pb2
+
+    readers = [who for who, reads in (("the query -", args.text == "-"), ("--metadata @-", args.metadata == "@-"),
+                                      ("--data @-", args.data == "@-")) if reads]
+    if len(readers) > 1:
+        raise UsageError(f"{' and '.join(readers)} cannot all read stdin; put the others in files (@FILE)")
+    metadata = _json_object("--metadata", args.metadata, stdin)
+    data = _json_object("--data", args.data, stdin)
+    if args.text == "-":
+        text = stdin.read().strip()
+    elif args.text is None:
+        if "operation" not in data:
+            raise UsageError('give the query (or - to read it from stdin), or --data with an "operation"')
+        text = ""
+    else:
+        text = args.text
+    if args.conversation:
+        metadata["conversation_id"] = args.conversation
+    request = daemon_pb2.QueryRequest(query=text)
+    request.metadata.update(metadata)
+    request.data.update(data)
+    return request
+
+
+def run_client(args: argparse.Namespace, stdin: TextIO | None = None) -> int:
+    """One call as ``args`` say; prints the answer (stdout) or one line why not (stderr)."""
+    from chd.service.auth import bearer_metadata
+    from chd.service.tls import open_channel
+    from chd.v1 import daemon_pb2, daemon_pb2_grpc
+
+    try:
+        security = _security(args)
+        request = _query_request(args, stdin or sys.stdin) if args.command == "query" else None
+    except UsageError as exc:
+        print(f"chd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    call = {"timeout": args.timeout, "metadata": bearer_metadata(args.auth_token) if args.auth_token else None}
+    with open_channel(args.target, security) as channel:
+        stub = daemon_pb2_grpc.DaemonStub(channel)
+        try:
+            if args.command == "purpose":
+                print(stub.GetPurpose(daemon_pb2.GetPurposeRequest(), **call).purpose)
+                return 0
+            if args.command == "instructions":
+                print(stub.GetInstructions(daemon_pb2.GetInstructionsRequest(), **call).instructions)
+                return 0
+            response = stub.Query(request, **call)
+        except grpc.RpcError as error:
+            code = error.code()
+            print(f"chd: {_explain(code, error.details() or '', args)}", file=sys.stderr)
+            return EXIT_RPC_BASE + code.value[0]
+    answer = {
+        "operation": response.operation,
+        "result": plain(json_format.MessageToDict(response.result)),
+        "metadata": plain(json_format.MessageToDict(response.metadata)),
+    }
+    if args.json:
+        # Sorted, so the same answer is the same bytes (diffs, caches, tests).
+        print(json.dumps(answer, indent=2, ensure_ascii=False, sort_keys=True))
+    else:
+        print(human(answer))
+    return 0
+
+
+def _explain(code: grpc.StatusCode, details: str, args: argparse.Namespace) -> str:
+    """One line: the status, and for the two a newcomer meets first, what to do."""
+    if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
+        cause = "connection refused" if "connection refused" in details.lower() else details
+        return (f"UNAVAILABLE: no chd daemon answers at {args.target} ({cause}); "
+                "start one with `chd serve`, or point --target (CHD_TARGET) at a running one")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED and details == "Deadline Exceeded":
+        # The client's own deadline (the daemon's request_timeout says more).
+        return (f"DEADLINE_EXCEEDED: no answer from {args.target} within {args.timeout:g} s "
+                "(--timeout); is it a chd daemon, and is it overloaded?")
+    return f"{code.name}: {details}"

@@ -1,0 +1,204 @@
+"""Function-call phrasings: ``get_last_n(5)``, ``summarize(token_limit=100)``, ``remove_before_turn(4)``.
+
+The spec names ``get_last_n(5)`` and ``get_summary()``; every operation has
+such a spelling (daemon/core/language/guide.py's ``CALLS``). The arguments
+are read by a small scanner, one pass over the text and no ``eval``: numbers,
+quoted strings with backslash escapes, true/false, null, bare words and
+[lists]. A call is understood whole or refused with what is wrong, never
+guessed: there is no confidence between the two.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from chd.core.errors import InvalidRequest, quote
+from chd.core.language.guide import CALLS, CallForm
+from chd.core.language.intents import field_sources
+from chd.core.language.numbers import digits_value
+
+__all__ = ["read_call", "CALL_NAMES"]
+
+CALL_NAMES: dict[str, CallForm] = {call.name: call for call in CALLS}
+
+# A name glued to its parenthesis and a closing one at the end: "summarize
+# (briefly) the chat" and "Summarize the chat (briefly)" stay sentences.
+_CALL = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)\(")
+_KEYWORD = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=(?!=)")
+_BARE = re.compile(r"[^\s,()\[\]=\"']+")
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
+_CONSTANTS: dict[str, Any] = {"true": True, "false": False, "null": None, "none": None}
+_QUOTES = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019"}
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
+# A string's body: anything but a backslash or the closing quote, or an
+# escape. Possessive: the engine never gives back what it took, so no input
+# makes it backtrack.
+_BODIES = {
+    closing: re.compile(r"(?:[^\\" + re.escape(closing) + r"]++|\\.)*+", re.DOTALL) for closing in _QUOTES.values()
+}
+_ESCAPED = re.compile(r"\\(.)", re.DOTALL)
+
+
+def _unescape(text: str) -> str:
+    pieces = _ESCAPED.split(text)  # text, escaped char, text, ...
+    pieces[1::2] = [_ESCAPES.get(char, char) for char in pieces[1::2]]
+    return "".join(pieces)
+
+
+class _Scanner:
+    """Reads the argument list of one call, left to right, once."""
+
+    def __init__(self, text: str, start: int, end: int, name: str) -> None:
+        self.text, self.pos, self.end, self.name = text, start, end, name
+
+    def fail(self, why: str) -> InvalidRequest:
+        return InvalidRequest(f"could not read the arguments of {self.name}(): {why}")
+
+    def skip_spaces(self) -> None:
+        while self.pos < self.end and self.text[self.pos].isspace():
+            self.pos += 1
+
+    def arguments(self) -> tuple[list[Any], list[tuple[str, Any]]]:
+        positional: list[Any] = []
+        keywords: list[tuple[str, Any]] = []
+        self.skip_spaces()
+        while self.pos < self.end:
+            keyword = _KEYWORD.match(self.text, self.pos, self.end)
+            if keyword:
+                self.pos = keyword.end()
+                self.skip_spaces()
+                keywords.append((keyword.group("key"), self.value()))
+            elif keywords:
+                raise self.fail("a positional argument after a keyword argument")
+            else:
+                positional.append(self.value())
+            self.skip_spaces()
+            if self.pos < self.end:
+                if self.text[self.pos] != ",":
+                    raise self.fail(f"expected ',' at {quote(self.text[self.pos : self.pos + 20])}")
+                self.pos += 1
+                self.skip_spaces()
+        return positional, keywords
+
+    def value(self) -> Any:
+        if self.pos >= self.end:
+            raise self.fail("a value is missing")
+        char = self.text[self.pos]
+        if char in _QUOTES:
+            return self.string(_QUOTES[char])
+        if char == "[":
+            return self.list()
+        token = _BARE.match(self.text, self.pos, self.end)
+        if token is None:
+            raise self.fail(f"unexpected {quote(char)}")
+        self.pos = token.end()
+        word = token.group(0)
+        if word.lower() in _CONSTANTS:
+            return _CONSTANTS[word.lower()]
+        if _NUMBER.fullmatch(word):
+            return _number(word)
+        return word  # a bare word: set_eviction_policy(fifo)
+
+    def string(self, closing: str) -> str:
+        # One regex pass to the closing quote (escaped quotes skipped), then
+        # one to undo the escapes: a stored utterance of a megabyte costs
+        # milliseconds, never a Python loop per character.
+        body = _BODIES[closing].match(self.text, self.pos + 1, self.end)
+        if body is None or body.end() >= self.end:
+            raise self.fail("a string is not closed")
+        self.pos = body.end() + 1
+        text = body.group(0)
+        return _unescape(text) if "\\" in text else text
+
+    def list(self) -> list[Any]:
+        self.pos += 1
+        items: list[Any] = []
+        self.skip_spaces()
+        while self.pos < self.end and self.text[self.pos] != "]":
+            items.append(self.value())
+            self.skip_spaces()
+            if self.pos < self.end and self.text[self.pos] == ",":
+                self.pos += 1
+                self.skip_spaces()
+            elif self.pos < self.end and self.text[self.pos] != "]":
+                raise self.fail("expected ',' or ']' in a list")
+        if self.pos >= self.end:
+            raise self.fail("a list is not closed")
+        self.pos += 1
+        return items
+
+
+def _number(word: str) -> int | float:
+    if "." in word:
+        whole, _, fraction = word.lstrip("+-").partition(".")
+        digits_value(whole)  # refuse absurd lengths before float() sees them
+        return float(word) if set(fraction) != {"0"} else int(float(word))
+    value = digits_value(word.lstrip("+-"))
+    return -value if word.startswith("-") else value
+
+
+def read_call(text: str) -> tuple[str, dict[str, Any]] | None:
+    """The operation and fields of a function-call query, None if ``text`` is not one.
+
+    Raises InvalidRequest for a call to an unknown function or with
+    arguments that do not fit it.
+    """
+    query = text.strip().rstrip(";").rstrip()
+    head = _CALL.match(query)
+    if head is None or not query.endswith(")"):
+        return None
+    name = head.group("name")
+    call = CALL_NAMES.get(name.lower())
+    if call is None:
+        if "_" not in name:
+            return None  # "Remove(3)" may still be a sentence the rules read
+        raise InvalidRequest(
+            f"unknown function {quote(name, 40)}(); the functions are "
+            + ", ".join(f"{c.name}()" for c in CALLS)
+        )
+    scanner = _Scanner(query, head.end(), len(query) - 1, call.name)
+    positional, keywords = scanner.arguments()
+    return call.operation, _fields(call, positional, keywords)
+
+
+def _fields(call: CallForm, positional: list[Any], keywords: list[tuple[str, Any]]) -> dict[str, Any]:
+    fields: dict[str, Any] = dict(call.fixed)
+    names = list(call.positional)
+    rest = names[-1][1:] if names and names[-1].startswith("*") else None
+    if rest is not None:
+        names.pop()
+    if len(positional) > len(names) and rest is None:
+        raise InvalidRequest(
+            f"{call.name}() takes {len(names)} positional argument{'s' * (len(names) != 1)}"
+            f"{' (' + ', '.join(names) + ')' if names else ''}, got {len(positional)}"
+        )
+    for name, value in zip(names, positional):
+        _put(call, fields, name, value)
+    if rest is not None and len(positional) > len(names):
+        extra = positional[len(names) :]
+        _put(call, fields, rest, extra[0] if len(extra) == 1 and isinstance(extra[0], list) else extra)
+    accepted = set(field_sources(call.operation))
+    for key, value in keywords:
+        name = key.lower()
+        if name == "n" and call.positional:
+            name = call.positional[0].lstrip("*")
+        if name not in accepted:
+            raise InvalidRequest(
+                f"{call.name}() has no parameter {quote(key, 40)}; {call.operation} takes "
+                + ", ".join(sorted(accepted - {"at_most"}))
+            )
+        _put(call, fields, name, value)
+    for name, value in call.defaults.items():
+        fields.setdefault(name, value)
+    return fields
+
+
+def _put(call: CallForm, fields: dict[str, Any], name: str, value: Any) -> None:
+    if value is None:
+        return  # null: the parameter is not given
+    if name in fields and fields[name] != value:
+        raise InvalidRequest(f"{call.name}() is given {name} twice with different values")
+    if name == "seqs" and not isinstance(value, list):
+        value = [value]
+    fields[name] = value

@@ -1,0 +1,178 @@
+"""The instruction words around a stored utterance: who said it, and whether every word is understood.
+
+A store's instruction ("Note the following from the assistant", "Into the
+history, as the user", "that's from the user, keep it") may name the verb,
+the speaker, the destination and the kind of message in any order, so it is
+read as a set of words rather than as one sentence pattern. Every word must
+be one of the words below: a store is a write, and a write acts only on
+instructions it fully understands. Words that change meaning ("not",
+"don't", "delete", a number, a question mark) are deliberately absent, so
+an instruction using them is refused instead of read as if they were not there.
+
+The instruction is short by construction (grammar/store.py never hands this
+module more than ``store.HEAD_LIMIT`` characters), so the utterance itself,
+however long, is never read here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from chd.core.language.grammar.vocab import speaker_of
+
+__all__ = ["Header", "read_header", "STORE_VERBS"]
+
+STORE_VERBS = frozenset(
+    """add adding store storing save saving record recording log logging note noting
+    remember keep append appending insert memorize memorise write jot put file enter
+    capture stash retain preserve register commit persist push include post type paste
+    submit attach pop stick track""".split()
+)
+# A speaker's words, reported: "the user told us", "what the assistant answered was".
+_SPEECH = frozenset(
+    """said says say wrote writes written asked asks answered answers replied replies
+    responded responds told tells typed types sent sends stated states mentioned mentions
+    added went goes spoke spoken saying uttered voiced posted shared messaged texted
+    remarked commented explained reported noted came comes""".split()
+)
+_SPEAKERS = frozenset(
+    "user human customer assistant bot ai model agent claude system".split()
+)
+# Where an utterance goes: with a preposition, these name the destination of a write.
+_DESTINATIONS = frozenset(
+    """conversation history memory buffer chat log transcript record records thread session
+    context dialog dialogue convo timeline logbook notes journal list minutes""".split()
+)
+_INTO = frozenset("into to onto in".split())
+# Nouns that name one utterance ("user message", "memory entry").
+_NOUNS = frozenset(
+    """utterance message turn line reply response statement entry note question answer text
+    comment remark quote input output prompt item bit piece words word content sentence msg
+    memo snippet fact reminder one thing body string phrase request instruction update
+    feedback complaint greeting query concern thought observation correction confirmation
+    apology objection suggestion preference info information detail details""".split()
+)
+# Pointers ("this", "the following"), courtesy ("could you please"), glue
+# ("as", "from", "on behalf of") and words that say how to keep it ("verbatim").
+_OTHER = frozenset(
+    """the a an this that these following below next here there is it its new another
+    please kindly could can would will shall should you i i'd i'm like want need mind
+    go ahead and just quickly quick thanks thank pls cheers also hey hi hello ok okay so
+    now then right away up for later reference future down with as follows what who
+    which was were be us me my our we here's that's it's let's let there's help kind
+    if possible verbatim exactly word literally is saying reads reading side role speaker
+    part behalf voice author sender source tagged labelled labeled attributed from by of
+    on own safekeeping safe keeping real above more self make take set hold incoming
+    latest newest fresh long term running back over out know fyi btw way heads record""".split()
+)
+# Words an instruction cannot end with: what follows them is part of it, not the utterance.
+_DANGLING = frozenset(
+    "speaker sender author source role voice from by as of to into onto in the a an and with for on behalf".split()
+)
+# What may come before the verb of an imperative: "hey, could you please just save ...";
+# a negation too, so that "Don't save this: ..." is refused as the store it mentions.
+_LEAD = frozenset(
+    """please kindly could can would will you i i'd like want need to go ahead and just quickly
+    also hey hi hello ok okay so now then pls mind if possible let's let us me now
+    don't do not never""".split()
+)
+_CLAUSE = re.compile(r"[,;.!()\[\]]")
+# Known after a subject ("the user has just written"), a question at the start ("Has the user ...").
+_AUXILIARIES = frozenset("has have had".split())
+_KNOWN = STORE_VERBS | _SPEECH | _SPEAKERS | _DESTINATIONS | _INTO | _NOUNS | _OTHER
+
+# Words, with inner apostrophes ("that's", "i'd"); a question mark is kept
+# as a word of its own so that a question is never read as an instruction.
+_TOKEN = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*|\?", re.UNICODE)
+_POSSESSIVE = re.compile(r"^(?P<base>.+?)'s$")
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What a store's instruction words said, and which words were not understood."""
+
+    speakers: tuple[str, ...] = ()
+    unclear: tuple[str, ...] = ()
+    verb: bool = False  # a store verb ("save", "note", "keep")
+    speech: bool = False  # a reported-speech verb ("said", "answered")
+    destination: bool = False  # "into the history", "to memory"
+    noun: bool = False  # "message", "entry" (not "note" or "record", verbs first)
+    imperative: bool = False  # a clause starts with a store verb ("Please save ...", "..., keep it")
+
+    @property
+    def understood(self) -> bool:
+        return not self.unclear
+
+    @property
+    def asks_store(self) -> bool:
+        """Whether these words, read in full, ask for a store: a verb, a destination, a reported speaker."""
+        return self.verb or self.destination or (self.speech and bool(self.speakers))
+
+    @property
+    def attempts_store(self) -> bool:
+        """Whether these words insist on a store even with unclear words among them.
+
+        Only an imperative store verb ("Save ...", "..., keep it") insists: a
+        verb that may be a noun elsewhere ("Show the log") leaves the query to
+        the other operations.
+        """
+        return self.imperative or self.destination or (self.speech and bool(self.speakers))
+
+    def speaker(self) -> str | None:
+        distinct = sorted(set(self.speakers))
+        return distinct[0] if len(distinct) == 1 else None
+
+    def joined(self, other: "Header") -> "Header":
+        return Header(
+            self.speakers + other.speakers,
+            self.unclear + other.unclear,
+            self.verb or other.verb,
+            self.speech or other.speech,
+            self.destination or other.destination,
+            self.noun or other.noun,
+            self.imperative or other.imperative,
+        )
+
+
+def read_header(text: str) -> Header:
+    """Read the instruction words of ``text`` (a bounded prefix or suffix of the query)."""
+    words = [w.lower().replace("\u2019", "'") for w in _TOKEN.findall(text)]
+    speakers: list[str] = []
+    unclear: list[str] = []
+    verb = speech = destination = noun = False
+    for i, word in enumerate(words):
+        possessive = _POSSESSIVE.match(word)
+        base = possessive.group("base") if possessive and possessive.group("base") in _SPEAKERS else word
+        if base in _SPEAKERS:
+            # "a message to the user" names whom it was said to, not who said it.
+            addressed = words[i - 1 : i] == ["to"] or words[max(0, i - 2) : i] == ["to", "the"]
+            if addressed and base == word:
+                unclear.extend(("to", word))
+                continue
+            speakers.append(speaker_of(base))
+        elif word not in _KNOWN and not (word in _AUXILIARIES and i > 0):
+            # "the user has written: ..." reports; "Has the user written ...?" asks.
+            unclear.append(word)
+        verb = verb or word in STORE_VERBS
+        speech = speech or word in _SPEECH
+        noun = noun or (word in _NOUNS and word not in STORE_VERBS)  # "note", "log" are verbs first
+        if word in _DESTINATIONS and any(w in _INTO for w in words[max(0, i - 3) : i]):
+            destination = True
+    owned = len(words) > 1 and words[-2].endswith("'s")  # "in the user's voice" is complete
+    if words and words[-1] in _DANGLING and not owned:
+        # "Add this, speaker: user - hi": a header cannot end waiting for its value.
+        unclear.append(f"{words[-1]} (at the end, before the text)")
+    return Header(tuple(speakers), tuple(unclear), verb, speech, destination, noun, _imperative(text))
+
+
+def _imperative(text: str) -> bool:
+    """Whether a clause of ``text`` starts (after courtesy) with a store verb."""
+    for clause in _CLAUSE.split(text):
+        for word in _TOKEN.findall(clause):
+            word = word.lower()
+            if word not in _LEAD:
+                if word in STORE_VERBS:
+                    return True
+                break
+    return False

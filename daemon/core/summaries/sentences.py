@@ -1,0 +1,285 @@
+"""Sentences and facts of utterance text, in time linear in its length.
+
+The splitter ends a sentence at a run of ``.``, ``!`` or ``?`` followed by
+white space (or the end), and at a line break: "3.11.6", "src/app.py",
+"https://x.org/a.b" and "ana@example.com" hold dots that are followed by a
+character, so they stay whole (issue 13: "3.11.6" used to become "3.").
+No pattern here has a repetition inside a repetition or a failing tail
+after an unbounded run, so no text can make matching slower than linear
+(issue 14: ``[^.!?\\n]+(?:[.!?]+|$)`` was quadratic on a long line
+followed by a newline).
+
+A fact is what a summary must keep word for word: names (capitalised words
+not at a sentence start, or known as names elsewhere), numbers with the
+unit after them and the month or label before them, codes (TCK-48213,
+LT1200, #4101), versions, paths, URLs and e-mail addresses.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Iterable
+
+__all__ = ["split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of", "utterance_key", "STOPWORDS"]
+
+# A run of sentence-ending marks; whether it ends a sentence depends on the
+# one character after it, looked at outside the pattern (no lookahead that
+# could fail after an unbounded run and backtrack into it).
+_ENDS = re.compile(r"[.!?]+|\n")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d[\d.,:]*")
+_LEADING = "\"'([{<“‘"
+_TRAILING = "\"')]}>.,;:!?”’…"
+
+STOPWORDS = frozenset(
+    """a about above after again all also am an and any are as at be because been
+    before being below between both but by can could did do does doing down during
+    each few for from further had has have having he her here hers him his how i if
+    in into is it its itself just let me more most my no nor not now of off ok okay
+    on once only or other our ours out over own please same she should so some such
+    than thank thanks that the their theirs them then there these they this those
+    through to too under until up very was we were what when where which while who
+    whom why will with would yes you your yours sure right well oh hi hello i'm
+    i'll i've i'd it's that's you're let's can't don't isn't get got go going know
+    like maybe much many one really think want yeah great good fine cool per ask
+    asking asked glad welcome anything else something help done sorry nice actually
+    since instead""".split()
+)
+_MONTHS = frozenset(
+    "january february march april may june july august september october november december "
+    "jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday "
+    "saturday sunday".split()
+)
+_TIMES_OF_DAY = frozenset("morning noon afternoon evening night midnight".split())
+# Joins the words of a name ("Hearth & Co", "Pieter de Vries").
+_JOINERS = frozenset({"&", "de", "van", "von", "der", "da", "di", "la", "le", "del"})
+
+
+def clean(sentence: str) -> str:
+    """One line, single spaces, straight quotes (curly ones delimit quotes in a summary)."""
+    return " ".join(sentence.replace("“", '"').replace("”", '"').split())
+
+
+# Longer sentences are cut into pieces of at most this many characters (at a
+# space when there is one): the tokenizer's cost grows faster than linearly
+# on a long run without a break (tiktoken on 16,000 dots: 10x the time of
+# 4,000), and no summary quotes a sentence that long anyway.
+MAX_SENTENCE = 1000
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text``, cleaned, empty ones left out, none over MAX_SENTENCE characters."""
+    out: list[str] = []
+    start = 0
+    length = len(text)
+    for match in _ENDS.finditer(text):
+        end = match.end()
+        if match.group() != "\n" and end < length and not text[end].isspace():
+            continue  # "3.11", "a.py", "x@y.org": a dot inside a word
+        out.extend(_pieces(clean(text[start:end])))
+        start = end
+    out.extend(_pieces(clean(text[start:])))
+    return out
+
+
+def _pieces(sentence: str) -> list[str]:
+    pieces: list[str] = []
+    while len(sentence) > MAX_SENTENCE:
+        cut = sentence.rfind(" ", MAX_SENTENCE // 2, MAX_SENTENCE)
+        cut = cut if cut > 0 else MAX_SENTENCE
+        pieces.append(sentence[:cut].rstrip())
+        sentence = sentence[cut:].lstrip()
+    if sentence:
+        pieces.append(sentence)
+    return pieces
+
+
+def words_of(text: str) -> list[str]:
+    """Word tokens: words with apostrophes and hyphens, and numbers with their dots."""
+    return _WORD.findall(text)
+
+
+def _core(token: str) -> tuple[str, int, bool]:
+    """``token`` without surrounding punctuation, where the core starts, and whether it ended a phrase."""
+    opened = token.lstrip(_LEADING)
+    core = opened.rstrip(_TRAILING)
+    return core, len(token) - len(opened), len(core) < len(opened)
+
+
+def _strong(core: str) -> bool:
+    """A number, code, version, path, address or identifier: a fact by its shape."""
+    if not core:
+        return False
+    if any(c.isdigit() for c in core) or "@" in core or "_" in core:
+        return True
+    if core[0] == "#" and len(core) > 1:
+        return True
+    if "/" in core and any(c.isalpha() for c in core):
+        return True
+    inner = core[1:-1]
+    if "." in inner and core[0].isalnum() and core[-1].isalnum():
+        return True  # pyproject.toml, example.org
+    letters = [c for c in core if c.isalpha()]
+    if len(letters) >= 2 and all(c.isupper() for c in letters) and core.lower() not in STOPWORDS:
+        return True  # VAT, CET, XMBFVZ
+    return any(c.isupper() for c in core[1:]) and any(c.islower() for c in core)  # NoneType
+
+
+def _capitalised(core: str) -> bool:
+    return bool(core) and core[0].isupper() and core[0].isalpha() and core.lower() not in STOPWORDS
+
+
+def name_words(sentences: Iterable[str]) -> set[str]:
+    """Capitalised words seen mid-sentence: names, also when they open a sentence elsewhere."""
+    names: set[str] = set()
+    for sentence in sentences:
+        names.update(_names_in(sentence))
+    return names
+
+
+# A fold re-reads the sentences of the running summary every time; these
+# caches make that a lookup (bounded: sentences are at most MAX_SENTENCE long).
+@functools.lru_cache(maxsize=8192)
+def _names_in(sentence: str) -> frozenset[str]:
+    tokens = sentence.split()
+    names: set[str] = set()
+    for i, token in enumerate(tokens[1:], 1):
+        core, _, _ = _core(token)
+        if _capitalised(core) and not tokens[i - 1].endswith((".", "!", "?", ":")):
+            names.add(core)
+    return frozenset(names)
+
+
+def facts_in(sentence: str, names: set[str], rare: set[str]) -> tuple[str, ...]:
+    """``facts_of``, cached on what of ``names`` and ``rare`` the sentence can use."""
+    opener = _core(sentence.split(" ", 1)[0])[0] in names
+    used = frozenset(w.lower() for w in words_of(sentence) if w.lower() in rare) if rare else frozenset()
+    return _facts_cached(sentence, opener, used)
+
+
+@functools.lru_cache(maxsize=8192)
+def _facts_cached(sentence: str, opener: bool, rare: frozenset[str]) -> tuple[str, ...]:
+    tokens = sentence.split(" ", 1)
+    names = {_core(tokens[0])[0]} if opener else set()
+    return tuple(facts_of(sentence, names, set(rare)))
+
+
+def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+    """The facts of one cleaned sentence, in order, each as it is written there.
+
+    Args:
+        names: words known as names in the conversation (see ``name_words``).
+        rare: lower-case words rare in the conversation, kept as facts too.
+    """
+    tokens = sentence.split(" ")
+    facts: list[str] = []
+    run: list[str] = []
+    units = 0  # lower-case words taken after a number, at most two
+
+    def close() -> None:
+        nonlocal units
+        while run and run[-1].lower() in _JOINERS:
+            run.pop()
+        if run:
+            facts.append(" ".join(run))
+        run.clear()
+        units = 0
+
+    skip = -1
+    for i, token in enumerate(tokens):
+        if i <= skip:
+            if ends:
+                close()
+            continue
+        core, _, ends = _core(token)
+        lowered = core.lower()
+        number = bool(core) and core[0].isdigit() or core[:1] in "€$£" and core[1:2].isdigit()
+        if _strong(core):
+            if run and units:
+                close()
+            run.append(core)
+        elif _capitalised(core) and (i > 0 or core in names or _next_is_name(tokens, names)):
+            if run and units:
+                close()
+            run.append(core)
+        elif run and lowered in _JOINERS and not ends:
+            run.append(core)
+        elif run and units == 0 and _after_number(run) and _unit(tokens, i):
+            run.append(core)
+            units += 1
+            if not _plural(lowered):  # "3 business days": the unit is the plural after it
+                nxt, _, ends = _core(tokens[i + 1])
+                run.append(nxt)
+                units += 1
+                skip = i + 1
+        elif lowered in _MONTHS and not ends:
+            close()
+            run.append(core)
+        elif run and lowered in _TIMES_OF_DAY and run[-1].lower() in _MONTHS:
+            run.append(core)  # "Monday noon"
+        elif core and lowered in rare:
+            if run and not run[-1].islower() and not units:
+                close()
+            run.append(core)
+        else:
+            close()
+            continue
+        if number:
+            units = 0
+        if ends:
+            close()
+    close()
+    return facts
+
+
+def _after_number(run: list[str]) -> bool:
+    last = run[-1]
+    # A version or a code takes no unit: "1.10.15 works" is not a quantity.
+    return (last[:1].isdigit() and last.count(".") < 2 and not any(c.isalpha() for c in last)) or (
+        last[:1] in "€$£"
+    )
+
+
+# Verbs ending in s that follow numbers ("exit code 2 means", "1.10.15 works"):
+# units are plural nouns, these are not.
+_VERBS_IN_S = frozenset(
+    "is was has does goes makes takes needs leaves costs arrives says looks seems comes gets runs "
+    "uses holds shows means works fails passes returns starts ends lasts".split()
+)
+
+
+def _plural(word: str) -> bool:
+    return len(word) > 2 and word.endswith("s") and not word.endswith("ss") and word not in _VERBS_IN_S
+
+
+def _unit(tokens: list[str], i: int) -> bool:
+    """Whether ``tokens[i]`` (or it and the next) is the unit of the number before it."""
+    core, _, ends = _core(tokens[i])
+    word = core.lower()
+    if not core.isalpha() or word in STOPWORDS or not core.islower():
+        return False
+    if _plural(word):
+        return True
+    if ends or i + 1 >= len(tokens):
+        return False
+    nxt, _, _ = _core(tokens[i + 1])
+    return nxt.isalpha() and nxt.islower() and _plural(nxt.lower()) and nxt.lower() not in STOPWORDS
+
+
+def _next_is_name(tokens: list[str], names: set[str]) -> bool:
+    if len(tokens) < 2 or tokens[0].endswith((",", ".", ":", ";")):
+        return False
+    nxt, _, _ = _core(tokens[1])
+    return _capitalised(nxt)
+
+
+def utterance_key(text: str) -> str:
+    """The most telling word of an utterance: its first fact, else its longest content word ("" for small talk)."""
+    sentences = split_sentences(text)
+    names = name_words(sentences)
+    for sentence in sentences:
+        facts = facts_in(sentence, names, set())
+        if facts:
+            return facts[0]
+    words = [w for w in words_of(text) if len(w) >= 4 and w.lower() not in STOPWORDS]
+    return max(words, key=len, default="")

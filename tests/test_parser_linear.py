@@ -1,0 +1,95 @@
+"""Every grammar entry point reads every adversarial shape in time linear in its size (issue 14).
+
+Each shape of tests/parser_shapes.py (runs of spaces, punctuation, number
+words, speaker words, nested quotes, control characters, the issue's
+reproductions) is read at two sizes, 8x apart. Linear time grows ~8x (up to ~20x here:
+at 500 characters more of the work fits in the CPU's caches); the test
+fails past 5x the linear growth, so quadratic growth (64x) or worse is
+caught while a busy machine's noise is not. No absolute time is asserted.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import pytest
+
+from chd.core.errors import InvalidRequest
+from chd.core.language import parser
+from chd.core.language.grammar.configure import read_configure
+from chd.core.language.grammar.context import read_context
+from chd.core.language.grammar.mark import read_mark
+from chd.core.language.grammar.remove import read_remove
+from chd.core.language.grammar.retrieve import read_retrieve
+from chd.core.language.grammar.stats import read_stats
+from chd.core.language.grammar.store import read_store
+from chd.core.language.grammar.summarize import read_summarize
+from tests.parser_shapes import NORMAL_QUERY, SHAPES, build
+
+SMALL, LARGE = 500, 4_000
+LIMIT = 5 * LARGE / SMALL
+
+
+def _parse(text: str) -> object:
+    parser._READINGS.clear()  # time the reading, not the cache
+    return parser.parse(text)
+
+
+ENTRY_POINTS: dict[str, Callable[[str], object]] = {
+    "parse": _parse,
+    "store": read_store,
+    "context": read_context,
+    "mark": read_mark,
+    "configure": read_configure,
+    "stats": read_stats,
+    "summarize": read_summarize,
+    "remove": read_remove,
+    "retrieve": read_retrieve,
+    "closest_forms": lambda text: parser.closest_forms(text, "retrieve"),
+}
+
+
+def _seconds(read: Callable[[str], object], text: str, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        try:
+            read(text)
+        except InvalidRequest:
+            pass
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _growth(read: Callable[[str], object], shape: str, repeats: int) -> float:
+    small, large = build(shape, SMALL), build(shape, LARGE)
+    return _seconds(read, large, repeats) / max(_seconds(read, small, repeats), 1e-6)
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_entry_point_reads_every_shape_in_linear_time(entry: str) -> None:
+    """Reading 8x more text of any shape takes well under 40x the time."""
+    read = ENTRY_POINTS[entry]
+    _seconds(read, build("words", SMALL), 1)  # compile the patterns before timing
+    slow = {}
+    for shape in SHAPES:
+        growth = _growth(read, shape, repeats=2)
+        if growth > LIMIT:
+            # A busy machine can stall one sample: measure again, more carefully.
+            growth = min(growth, _growth(read, shape, repeats=5))
+        if growth > LIMIT:
+            slow[shape] = round(growth, 1)
+    assert not slow, f"{entry} grows faster than linearly on {slow} (8x the text)"
+
+
+def test_a_megabyte_query_of_any_shape_costs_less_per_character_than_a_normal_query() -> None:
+    """A 1 MB query of any shape is answered or refused (never INTERNAL) at a lower cost per character than a normal query."""
+    normal = _seconds(_parse, NORMAL_QUERY, 20) / len(NORMAL_QUERY)
+    costly = {}
+    for shape in SHAPES:
+        text = build(shape, 1_000_000)
+        per_char = _seconds(_parse, text, 1) / len(text)
+        if per_char > normal:
+            costly[shape] = round(per_char / normal, 2)
+    assert not costly, f"per-character cost of 1 MB queries, as a multiple of a normal query's: {costly}"
