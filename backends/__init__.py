@@ -1,7 +1,7 @@
 """Storage backends for chd and the registry that picks one by name.
 
-``open_backend("memory")``, ``open_backend("disk", data_dir=..., durability=...)``
-or ``open_backend("package.module:Class", **options)`` for a custom backend:
+``open_backend("memory")``, ``open_backend("disk", data_dir=..., durability=...)``,
+``open_backend("redis", redis_url=...)`` or ``open_backend("package.module:Class", **options)`` for a custom backend:
 any class satisfying ``backends.base.Backend`` (see docs/backends.md). The
 spec's names ``in-memory`` and ``durable`` are accepted as aliases.
 """
@@ -43,7 +43,21 @@ def _disk(data_dir: Any = None, durability: str | None = None, **options: Any) -
     return DiskBackend(data_dir, durability=durability, **options)
 
 
-BACKENDS: dict[str, Callable[..., Backend]] = {"memory": _memory, "disk": _disk}
+def _redis(redis_url: Any = None, data_dir: Any = None, durability: Any = None, **options: Any) -> Backend:
+    from chd.backends.redis_backend import RedisBackend
+
+    if redis_url is None:
+        raise InvalidRequest("the redis backend needs a server: --redis-url redis://HOST:PORT/DB (or CHD_REDIS_URL)")
+    if data_dir is not None or durability is not None:
+        # Accepting them silently would let a user believe Redis writes there.
+        raise InvalidRequest(
+            "the redis backend keeps nothing in --data-dir and has no --durability; "
+            "Redis's own persistence (appendonly, appendfsync) decides what survives"
+        )
+    return RedisBackend(redis_url, **options)
+
+
+BACKENDS: dict[str, Callable[..., Backend]] = {"memory": _memory, "disk": _disk, "redis": _redis}
 ALIASES = {"in-memory": "memory", "durable": "disk"}
 
 

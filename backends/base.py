@@ -53,6 +53,7 @@ without them (only slower at scale):
 from __future__ import annotations
 
 from bisect import bisect_left
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, runtime_checkable
 
@@ -66,6 +67,7 @@ __all__ = [
     "Counting",
     "QueueIndex",
     "Batching",
+    "Leases",
     "Sizing",
     "Decide",
     "Outcome",
@@ -185,6 +187,19 @@ class Backend(Protocol):
         ...
 
 
+@runtime_checkable
+class Leases(Protocol):
+    """An optional capability: a backend shared by several daemons leases folds.
+
+    ``lease(conversation_id)`` is a context manager yielding True while this
+    process holds the conversation's fold lease, False if another holds it.
+    A lease expires by itself, so a daemon that dies holding one blocks the
+    others for a bounded time; folds stay correct without it (their commit
+    checks what they read), the lease only keeps replicas from summarizing
+    the same queue twice. The folder looks it up once, with ``getattr``.
+    """
+
+    def lease(self, conversation_id: str) -> AbstractContextManager[bool]: ...
 Decide = Callable[[ConversationState], tuple[Change, Any]]
 
 

@@ -46,14 +46,28 @@ def _hermetic_environment() -> Iterator[None]:
 
 # Every backend the daemon ships. The ``backend`` fixture runs each test that
 # uses it (and so ``history``, ``server`` and ``stub``) once per kind.
-BACKEND_KINDS = ("memory", "disk")
+BACKEND_KINDS = ("memory", "disk", "redis")
 
 
 def open_test_backend(kind: str, directory: Path) -> Backend:
-    """A fresh backend of ``kind``; a disk one keeps its data under ``directory``."""
+    """A fresh backend of ``kind``; a disk one keeps its data under ``directory``,
+    a redis one in a database of its own on a redis-server shared by the run."""
     if kind == "disk":
         return open_backend("disk", data_dir=directory / "chd-data")
+    if kind == "redis":
+        from tests.redis_support import shared_redis_url
+
+        return open_backend("redis", redis_url=shared_redis_url(directory))
     return open_backend(kind)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_shared_redis() -> Iterator[None]:
+    """The redis-server tests of the redis backend share is stopped when the run ends."""
+    yield
+    from tests.redis_support import stop_shared_redis
+
+    stop_shared_redis()
 
 
 @pytest.fixture(params=BACKEND_KINDS)

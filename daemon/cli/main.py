@@ -97,7 +97,8 @@ def _serve(effective: config.Config) -> int:
     configure_logging(effective.log_level, effective.log_format)
     stopping = stop_signals()
     # Storage opens before the port does: a bad data dir fails fast, in one line.
-    backend = open_storage(effective.backend, effective.data_dir, effective.durability, serving=True)
+    backend = open_storage(effective.backend, effective.data_dir, effective.durability, serving=True,
+                           **config.backend_options(effective))
     if backend is None:
         return 1
     try:

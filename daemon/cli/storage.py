@@ -25,7 +25,7 @@ import tempfile
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Iterable, Iterator, TextIO
+from typing import Any, Iterable, Iterator, TextIO
 
 from chd.backends import ALIASES, Backend, ConversationState, open_backend
 from chd.backends.base import iter_conversations
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 TRANSFER_COMMANDS = ("export", "import")
 # The configuration keys the transfer tools share with `chd serve`: same
 # flags, same CHD_* variables, same checks (chd.service.config).
-STORAGE_KEYS = ("backend", "data_dir", "durability")
+STORAGE_KEYS = ("backend", "data_dir", "durability", "redis_url", "redis_password", "redis_cluster")
 # A transfer works on storage outside a daemon: a data dir, so disk by default.
 TRANSFER_DEFAULTS = {"backend": "disk"}
 EXIT_FAILED = 1
@@ -68,6 +68,15 @@ def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
         "--durability", metavar="{normal,full}", default=argparse.SUPPRESS,
         help="disk backend: normal or full (CHD_DURABILITY; default: as the data dir was last served)",
     )
+    parser.add_argument(
+        "--redis-url", metavar="URL", default=argparse.SUPPRESS,
+        help="redis backend: redis://[:PASSWORD@]HOST:PORT/DB or rediss:// (CHD_REDIS_URL; "
+        "CHD_REDIS_PASSWORD when the URL has none)",
+    )
+    parser.add_argument(
+        "--redis-cluster", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+        help="redis backend: the URL names a Redis Cluster (CHD_REDIS_CLUSTER; default: asked of the server)",
+    )
 
 
 def _storage_config(args: argparse.Namespace) -> config.Config:
@@ -76,7 +85,7 @@ def _storage_config(args: argparse.Namespace) -> config.Config:
 
 
 def open_storage(
-    backend: str, data_dir: str | None, durability: str | None, *, serving: bool
+    backend: str, data_dir: str | None, durability: str | None, *, serving: bool, **extra: Any
 ) -> Backend | None:
     """The named backend, or None after printing one line saying why not.
 
@@ -84,7 +93,7 @@ def open_storage(
     given); the transfer tools keep what the dir's daemon set.
     """
     name = ALIASES.get(backend, backend)
-    options = {"data_dir": data_dir, "durability": durability}
+    options = {"data_dir": data_dir, "durability": durability, **extra}  # extra: the redis backend's
     if name == "disk" and serving and durability is None:
         # A daemon sets the directory's durability; the tools keep it.
         options["durability"] = "normal"
@@ -176,7 +185,8 @@ def _transfer(
     except DaemonError as exc:
         print(f"chd: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    backend = open_storage(storage.backend, data_dir, storage.durability, serving=False)
+    backend = open_storage(storage.backend, data_dir, storage.durability, serving=False,
+                           **config.backend_options(storage))
     if backend is None:
         _remove_fresh(fresh_dir)
         return EXIT_FAILED

@@ -44,6 +44,7 @@ __all__ = [
     "CLIENT_ENV",
     "OTHER_ENV",
     "add_arguments",
+    "backend_options",
     "load",
     "load_keys",
     "from_arguments",
@@ -218,6 +219,18 @@ KEYS: tuple[Key, ...] = (
     Key("data_dir", Text(), None, "directory of the disk backend, created if missing"),
     Key("durability", Text(("normal", "full")), None,
         "disk backend: normal survives a crash of chd, full also an OS crash or power loss (default normal)"),
+    # The URL may hold a password, so it is shown masked like one.
+    Key("redis_url", Text(), None, "redis backend: redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// for TLS",
+        secret=True),
+    Key("redis_password", Text(), None, "redis backend: password, when the URL has none", secret=True),
+    Key("redis_cluster", Boolean(), None,
+        "redis backend: true for Redis Cluster (unset: asked of the server at start)"),
+    Key("conversation_ttl", Seconds(), None,
+        "redis backend: seconds without a write after which a conversation expires, every key of it "
+        "together; unset: kept until removed"),
+    Key("fold_lease", Seconds(), 30.0,
+        "redis backend: seconds a replica's lease on a conversation's fold lasts (a replica that dies "
+        "mid-fold holds up the others this long at most)"),
     # --- the rolling buffer and summary
     Key("buffer_size", Integer(), _DEFAULTS.buffer_size, "utterances kept per conversation buffer"),
     Key("max_tokens", Integer(), _DEFAULTS.max_tokens, "tokens kept per conversation buffer"),
@@ -553,3 +566,12 @@ def _toml(value: Any) -> str:
         return repr(value)
     text = str(value).replace("\\", "\\\\").replace('"', '\\"')
     return f'"{text}"'
+
+
+def backend_options(config: Config) -> dict[str, Any]:
+    """The options of ``config.backend`` beyond data_dir and durability (for open_backend)."""
+    if config.backend != "redis":
+        return {}
+    # The transfer tools load only some keys (load_keys): the rest keep the backend's defaults.
+    names = ("redis_url", "redis_password", "redis_cluster", "conversation_ttl", "fold_lease")
+    return {name: config.values[name] for name in names if name in config.values}

@@ -263,7 +263,30 @@ def build_server(
         raise
     for service in _HEALTH_SERVICES:
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    available = getattr(history.backend, "available", None)
+    if callable(available):  # a networked backend (Redis) can go away while we serve
+        threading.Thread(
+            target=_follow_backend, args=(running, available), name="chd-health-follow", daemon=True
+        ).start()
     return running
+
+
+# Seconds between the health checks of a networked backend.
+_FOLLOW_INTERVAL = 0.5
+
+
+def _follow_backend(running: Server, available: Callable[[], bool]) -> None:
+    """Health says NOT_SERVING while the backend does not answer, SERVING again once it does."""
+    serving = True
+    while not running._stopped.wait(_FOLLOW_INTERVAL):
+        now = available()
+        if now != serving and not running._stopped.is_set():
+            status = health_pb2.HealthCheckResponse.SERVING if now else health_pb2.HealthCheckResponse.NOT_SERVING
+            for service in _HEALTH_SERVICES:
+                running.health.set(service, status)
+            log.warning("storage %s; health is now %s", "is back" if now else "does not answer",
+                        "SERVING" if now else "NOT_SERVING")
+            serving = now
 
 
 def check_port_free(host: str, port: int) -> None:

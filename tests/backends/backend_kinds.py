@@ -15,12 +15,17 @@ from chd.core.utterance import Utterance
 from tests.conftest import BACKEND_KINDS, open_test_backend
 
 CUSTOM_BACKEND = "tests.backends.optimistic_backend:OptimisticBackend"
-CONTRACT_KINDS = (*BACKEND_KINDS, "custom")
+# redis-cluster: the redis backend on three masters of a loopback Redis Cluster.
+CONTRACT_KINDS = (*BACKEND_KINDS, "redis-cluster", "custom")
 
 
 def open_contract_backend(kind: str, directory: Path) -> Backend:
     if kind == "custom":
         return open_backend(CUSTOM_BACKEND)
+    if kind == "redis-cluster":
+        from tests.redis_support import shared_cluster_url
+
+        return open_backend("redis", redis_url=shared_cluster_url(directory), redis_cluster=True)
     return open_test_backend(kind, directory)
 
 

@@ -93,6 +93,9 @@ class Folder:
         # keep one per conversation ever folded (issue 17).
         self._locks: dict[str, tuple[threading.Lock, list[int]]] = {}
         self._locks_guard = threading.Lock()
+        # A backend shared by replicas may lease a conversation's fold to one
+        # of them (backends.base.Leases); others fold under the lock alone.
+        self._lease = getattr(backend, "lease", None)
 
     def fold(self, conversation_id: str, patient: bool = True, wait: float | None = None) -> FoldReport:
         """Fold everything queued for the conversation.
@@ -111,14 +114,17 @@ class Folder:
         try:
             if lock.acquire(timeout=-1 if wait is None else wait):
                 try:
-                    report = self._fold(conversation_id, patient, "")
+                    leased = self._leased(conversation_id, patient, wait)
                 finally:
                     lock.release()
-                if report.done and patient and self.writer.keeps_originals:
-                    # Outside the lock: a reader must not wait on a rewrite, and
-                    # the commit checks that the summary did not change meanwhile.
-                    report.done = self._rewrite(conversation_id, report)
-                return report
+                if leased is not None:
+                    report = leased
+                    if report.done and patient and self.writer.keeps_originals:
+                        # Outside the lock: a reader must not wait on a rewrite, and
+                        # the commit checks that the summary did not change meanwhile.
+                        report.done = self._rewrite(conversation_id, report)
+                    return report
+                # Another replica holds the lease and a reader is waiting: as a busy lock.
         finally:
             self._unlock(conversation_id)
         if self.writer.keeps_originals:
@@ -134,6 +140,23 @@ class Folder:
             f"{self.writer.name} was still busy with this conversation after {wait:g} s; "
             "folded offline so the answer is current",
         )
+
+    def _leased(self, conversation_id: str, patient: bool, wait: float | None) -> FoldReport | None:
+        """Fold under this replica's lease if the backend leases folds (backends.base.Leases).
+
+        None: another replica holds the lease and the caller is a waiting reader.
+        """
+        if self._lease is None:
+            return self._fold(conversation_id, patient, "")
+        try:
+            with self._lease(conversation_id) as held:
+                if held:
+                    return self._fold(conversation_id, patient, "")
+        except StorageError as exc:
+            return FoldReport(done=False, error=f"{type(exc).__name__}: {exc}")
+        if wait is None:  # the worker retries later; the leaseholder folds meanwhile
+            return FoldReport(done=False, error="another replica is folding this conversation")
+        return None
 
     def _fold(self, conversation_id: str, patient: bool, offline_because: str) -> FoldReport:
         report = FoldReport(done=False)

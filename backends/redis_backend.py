@@ -1,0 +1,708 @@
+"""The shared backend: conversations in Redis (or Redis Cluster), for several chd replicas.
+
+Keys of one conversation (``<tag>`` is its id percent-encoded, so ``{``,
+``}``, ``:``, spaces and any unicode become plain ASCII and every key of the
+conversation carries the same hash tag, hence one cluster slot):
+
+    chd:{<tag>}:m      hash: ``c`` the last commit's id, ``v`` a commit
+                       counter, ``m`` the meta record (JSON: id, counters,
+                       settings, which seqs are in the buffer, the summary
+                       queue and the archive as runs), ``s`` the summary
+    chd:{<tag>}:u      hash: seq -> the utterance record (JSON, as the disk
+                       backend writes them); an utterance keeps its record
+                       while it moves from the buffer to the queue to the
+                       archive, only the meta's runs change
+    chd:{<tag>}:lease  the fold lease (a token with an expiry)
+
+Atomicity is Redis's: every commit is one Lua script that applies the
+change only if the conversation's last commit id is still the one the
+decision was made on (compare-and-set), so nothing is half-written and two
+replicas never both commit on the same state. A lost race returns the
+current meta record in the same reply; the replica fetches the utterances
+it lacks, decides again and retries. Concurrent writes of one process are
+group-committed (backends/group_commit.py): the leading thread decides every
+queued call and sends their scripts in one pipeline, one round trip for the
+batch (each script still checks its own conversation; a pipeline is not a
+transaction). On Redis Cluster, whose pipelines span nodes, each write goes
+alone under a per-conversation lock.
+
+Every replica caches states beside the commit id they were read at. A
+``transact`` decides on the cached state and lets the script's check catch
+a stale one, so a store costs one round trip when nothing else wrote and
+three when another replica did (lost commit, fetch, commit). A ``read``
+always asks Redis for the current commit id first (one round trip, two if
+another replica wrote), so a replica never answers from a stale state and
+the search index, which syncs to the state it is given, follows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import random
+import threading
+import time
+from bisect import bisect_left
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+import redis
+import redis.cluster
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from chd.backends.base import Change, ConversationState, T, apply_change
+from chd.backends.group_commit import GroupCommit, Request
+from chd.backends.records import (
+    _dump,
+    decode_summary,
+    decode_utterance,
+    encode_summary,
+    encode_utterance,
+)
+from chd.backends.seq_runs import SeqRuns
+from chd.core.errors import StorageError, StorageFull
+from chd.core.utterance import Summary, Utterance
+
+__all__ = ["RedisBackend", "conversation_key", "mask_url"]
+
+log = logging.getLogger(__name__)
+
+# The meta record's own layout version (the utterance and summary records
+# are the disk backend's, which carry theirs).
+META_SCHEMA = 1
+# Past this many lost races in a row a transact gives up (StorageError):
+# only a conversation written by very many replicas at once gets there.
+_MAX_ATTEMPTS = 200
+
+# KEYS: meta, utterances. ARGV: expected commit id, this commit's id, meta
+# record ('' for an empty state: delete the conversation), summary record ('' unchanged), idle ttl in ms ('0' none), number of
+# utterance records to set, then seq/record pairs, then seqs to delete.
+# The first write is the meta HSET: under maxmemory Redis refuses a script's
+# first write that needs memory and nothing is written (later writes of a
+# script that has started writing are never refused halfway).
+_COMMIT = """
+local c = redis.call('HGET', KEYS[1], 'c') or ''
+if c ~= ARGV[1] then
+  if c == ARGV[2] then return {1} end
+  return {0, c, redis.call('HGET', KEYS[1], 'm') or ''}
+end
+if ARGV[3] == '' then
+  -- Back to an empty state (settings cleared before any store): no keys,
+  -- so conversations() does not list it.
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return {1}
+end
+redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'v', 1)
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 's', ARGV[4]) end
+local i = 7
+for _ = 1, tonumber(ARGV[6]) do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+for j = i, #ARGV do redis.call('HDEL', KEYS[2], ARGV[j]) end
+local ttl = tonumber(ARGV[5])
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+return {1}
+"""
+
+# KEYS: meta, utterances. ARGV: expected commit id, '1' to return the
+# summary, then seqs. Reads the records a replica lacks, atomically with a
+# check that nothing was committed since the meta record it is building on.
+_FETCH = """
+if (redis.call('HGET', KEYS[1], 'c') or '') ~= ARGV[1] then return {0} end
+local out = {1, ARGV[2] == '1' and (redis.call('HGET', KEYS[1], 's') or '') or ''}
+local n = #ARGV
+local i = 3
+while i <= n do
+  local j = math.min(i + 499, n)
+  local got = redis.call('HMGET', KEYS[2], unpack(ARGV, i, j))
+  for k = 1, #got do out[#out + 1] = got[k] end
+  i = j + 1
+end
+return out
+"""
+
+# KEYS: lease. ARGV: token. Deletes the lease only if it is still ours.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def conversation_key(conversation_id: str, part: str) -> str:
+    """``chd:{<escaped id>}:<part>``: percent-encoding is injective and leaves no ``{``, ``}`` or ``*``."""
+    return "chd:{" + (quote(conversation_id, safe="") or "%") + "}:" + part
+
+
+def _conversation_of(meta_key: str) -> str:
+    tag = meta_key[len("chd:{"):-len("}:m")]
+    return "" if tag == "%" else unquote(tag, errors="strict")
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+@dataclass(slots=True)
+class _Meta:
+    """The meta record: what every operation reads first.
+
+    ``summary_at`` and ``updated_at`` name the commit that last wrote the
+    summary and the last that rewrote a stored utterance in place (a mark):
+    a replica whose cached state was read at another commit fetches those
+    again, and otherwise only the seqs it has not seen.
+    """
+
+    conversation_id: str
+    next_seq: int = 1
+    last_turn: int = 0
+    buffer: SeqRuns = SeqRuns()
+    pending: SeqRuns = SeqRuns()
+    archive: SeqRuns = SeqRuns()
+    settings: dict[str, Any] | None = None
+    summary_at: str = ""
+    updated_at: str = ""
+
+    def encode(self) -> str:
+        settings = _dump(self.settings) if self.settings else "{}"
+        return (
+            f'{{"schema":{META_SCHEMA},"id":{_dump(self.conversation_id)},"next_seq":{self.next_seq:d},'
+            f'"last_turn":{self.last_turn:d},"buffer":{self.buffer.to_json()},'
+            f'"pending":{self.pending.to_json()},"archive":{self.archive.to_json()},'
+            f'"settings":{settings},"summary_at":"{self.summary_at}","updated_at":"{self.updated_at}"}}'
+        )
+
+    @classmethod
+    def decode(cls, text: str, conversation_id: str) -> _Meta:
+        what = f"the meta record of conversation {conversation_id!r} in Redis"
+        try:
+            record = json.loads(text)
+            if record["schema"] > META_SCHEMA:
+                raise StorageError(f"{what} was written by a newer chd (schema {record['schema']}): upgrade chd")
+            return cls(
+                conversation_id=conversation_id,
+                next_seq=int(record["next_seq"]),
+                last_turn=int(record["last_turn"]),
+                buffer=SeqRuns(tuple(r) for r in record["buffer"]),
+                pending=SeqRuns(tuple(r) for r in record["pending"]),
+                archive=SeqRuns(tuple(r) for r in record["archive"]),
+                settings=dict(record["settings"]),
+                summary_at=str(record["summary_at"]),
+                updated_at=str(record["updated_at"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StorageError(f"{what} is malformed: {exc!r}") from None
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    """A state and the commit it was read at (``commit`` '' : nothing stored)."""
+
+    commit: str
+    meta: _Meta
+    state: ConversationState
+
+    @property
+    def size(self) -> int:
+        state = self.state
+        return 1 + len(state.utterances) + len(state.pending) + len(state.archive)
+
+
+class _Conflict(Exception):
+    """The conversation was committed to between two reads: start again."""
+
+
+class RedisBackend:
+    """Conversations in Redis, shared by every chd replica pointed at it.
+
+    Args:
+        redis_url: ``redis://[user:password@]host:port/db`` or ``rediss://`` (TLS).
+        redis_password: used when the URL has none (``CHD_REDIS_PASSWORD``).
+        redis_cluster: True for Redis Cluster; None finds out from the server.
+        conversation_ttl: seconds a conversation may go without a write
+            before Redis expires every key of it together; None keeps it.
+        fold_lease: seconds one replica's fold lease lasts (a replica that
+            dies mid-fold blocks the others' folds of it this long at most).
+        cached_utterances: how many utterances the per-replica state cache holds.
+
+    Raises:
+        StorageError: Redis cannot be reached or refuses the connection
+            (the message names the URL with its password masked).
+    """
+
+    name = "redis"
+
+    def __init__(
+        self,
+        redis_url: str = "redis://127.0.0.1:6379/0",
+        redis_password: str | None = None,
+        redis_cluster: bool | None = None,
+        conversation_ttl: float | None = None,
+        fold_lease: float = 30.0,
+        cached_utterances: int = 200_000,
+        socket_timeout: float = 5.0,
+    ) -> None:
+        self.url = mask_url(redis_url)
+        self._ttl_ms = str(int(conversation_ttl * 1000)) if conversation_ttl else "0"
+        self._lease_ms = max(1, int(fold_lease * 1000))
+        options: dict[str, Any] = {
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": min(socket_timeout, 2.0),
+        }
+        if redis_password and urlsplit(redis_url).password is None:
+            options["password"] = redis_password
+        try:
+            self._client = self._connect(redis_url, redis_cluster, options)
+        except redis.RedisError as exc:
+            raise StorageError(f"cannot use Redis at {self.url}: {_reason(exc)}") from None
+        except ValueError as exc:  # a URL redis-py cannot parse
+            raise StorageError(f"bad Redis URL {self.url}: {exc}") from None
+        self._commit = self._client.register_script(_COMMIT)
+        self._fetch = self._client.register_script(_FETCH)
+        self._release = self._client.register_script(_RELEASE)
+        self._ids = _CommitIds()
+        self._cache: OrderedDict[str, _Snapshot] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._cached = 0
+        self._capacity = cached_utterances
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        # Concurrent writes of this process share round trips (one pipeline
+        # per batch); on a cluster a pipeline spans nodes, so each writes alone.
+        self._group = None if self.cluster else GroupCommit(self._commit_batch)
+
+    def _connect(self, url: str, cluster: bool | None, options: dict[str, Any]) -> Any:
+        retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), 2)
+        if not cluster:
+            client = redis.Redis.from_url(url, retry=retry, **options)
+            client.ping()
+            if cluster is False or not _cluster_enabled(client):
+                self.cluster = False
+                return client
+            client.close()
+        client = redis.cluster.RedisCluster.from_url(url, **options)
+        client.ping()
+        self.cluster = True
+        return client
+
+    # --- the protocol -----------------------------------------------------------
+
+    def read(self, conversation_id: str) -> ConversationState:
+        with _translated():
+            return self._current(conversation_id).state
+
+    def transact(
+        self,
+        conversation_id: str,
+        decide: Callable[[ConversationState], tuple[Change, T]],
+    ) -> T:
+        if self._group is not None:
+            with _translated():
+                return self._group.run(conversation_id, decide)
+        with self._lock(conversation_id), _translated():
+            snapshot = self._cached_snapshot(conversation_id)
+            verified = False
+            if snapshot is None:
+                snapshot, verified = self._current(conversation_id), True
+            for attempt in range(_MAX_ATTEMPTS):
+                try:
+                    change, value = decide(snapshot.state)
+                except Exception:
+                    if verified:
+                        raise
+                    # Decided on a cached state another replica may have
+                    # overtaken: only a current one may refuse.
+                    snapshot, verified = self._current(conversation_id), True
+                    continue
+                if change.is_empty:
+                    if verified:
+                        return value
+                    snapshot, verified = self._current(conversation_id), True
+                    continue
+                outcome = self._apply(snapshot, change)
+                if isinstance(outcome, _Snapshot):
+                    self._remember(outcome)
+                    return value
+                commit, meta_text = outcome
+                try:
+                    snapshot = self._refreshed(conversation_id, commit, meta_text, snapshot)
+                except _Conflict:  # overtaken again while fetching
+                    snapshot = self._current(conversation_id)
+                verified = True
+                if attempt >= 3:
+                    time.sleep(random.uniform(0, 0.002 * min(attempt, 20)))
+            raise StorageError(
+                f"conversation {conversation_id!r} kept changing under {_MAX_ATTEMPTS} attempts to write it"
+            )
+
+    def conversations(self) -> list[str]:
+        found: set[str] = set()
+        with _translated():
+            for node in self._nodes():
+                for key in node.scan_iter(match="chd:{*}:m", count=1000):
+                    text = key.decode() if isinstance(key, bytes) else key
+                    found.add(_conversation_of(text))
+        return sorted(found)
+
+    def close(self) -> None:
+        with self._cache_lock:
+            self._cache.clear()
+            self._cached = 0
+        self._client.close()
+
+    # --- optional capabilities --------------------------------------------------
+
+    @contextmanager
+    def lease(self, conversation_id: str) -> Iterator[bool]:
+        """Hold this conversation's fold lease while the block runs; yields False if another replica holds it.
+
+        The lease expires by itself after ``fold_lease`` seconds, so a
+        replica that dies mid-fold blocks nobody for longer. A fold that
+        outlives its lease is still safe: its commit checks that the summary
+        and the queue are the ones it read.
+        """
+        key = conversation_key(conversation_id, "lease")
+        token = self._ids.next()
+        with _translated():
+            held = bool(self._client.set(key, token, nx=True, px=self._lease_ms))
+        try:
+            yield held
+        finally:
+            if held:
+                try:
+                    self._release(keys=[key], args=[token])
+                except redis.RedisError:
+                    log.warning("could not release the fold lease of %r; it expires by itself", conversation_id)
+
+    def available(self) -> bool:
+        """True if Redis answers now (health follows this)."""
+        try:
+            return bool(self._client.ping())
+        except redis.RedisError:
+            return False
+
+    # --- reading ------------------------------------------------------------------
+
+    def _current(self, conversation_id: str) -> _Snapshot:
+        """The conversation as of its last commit: one round trip when the cache is current."""
+        while True:
+            before = self._cached_snapshot(conversation_id)
+            commit, meta_text = self._client.hmget(conversation_key(conversation_id, "m"), ["c", "m"])
+            try:
+                snapshot = self._refreshed(conversation_id, _text(commit), _text(meta_text), before)
+            except _Conflict:
+                continue
+            # A commit of this process may have cached a newer state while
+            # this read was on the wire: never put an older one over it.
+            self._remember(snapshot, replacing=before)
+            return snapshot
+
+    def _refreshed(self, conversation_id: str, commit: str, meta_text: str, old: _Snapshot | None) -> _Snapshot:
+        """The snapshot at ``commit`` (whose meta record is ``meta_text``), reusing what ``old`` holds.
+
+        Raises:
+            _Conflict: another commit came in since ``commit``.
+        """
+        if old is not None and old.commit == commit:
+            return old
+        if not commit:
+            return _Snapshot("", _Meta(conversation_id), ConversationState(conversation_id))
+        meta = _Meta.decode(meta_text, conversation_id)
+        known: dict[int, Utterance] = {}
+        if old is not None and old.commit and old.meta.updated_at == meta.updated_at:
+            for items in (old.state.utterances, old.state.pending, old.state.archive):
+                known.update((u.seq, u) for u in items)
+        want_summary = bool(meta.summary_at) and (old is None or old.meta.summary_at != meta.summary_at)
+        seqs = [seq for runs in (meta.buffer, meta.pending, meta.archive) for seq in runs if seq not in known]
+        summary = old.state.summary if old is not None and not want_summary else Summary()
+        if seqs or want_summary:
+            reply = self._fetch(
+                keys=[conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u")],
+                args=[commit, "1" if want_summary else "0", *seqs],
+            )
+            if not reply[0]:
+                raise _Conflict
+            if want_summary:
+                summary = decode_summary(_text(reply[1]), conversation_id)
+            for seq, record in zip(seqs, reply[2:]):
+                if record is None:
+                    raise StorageError(f"utterance {seq} of conversation {conversation_id!r} is missing from Redis")
+                known[seq] = decode_utterance(_text(record), conversation_id, seq)
+        state = ConversationState(
+            conversation_id=conversation_id,
+            next_seq=meta.next_seq,
+            last_turn=meta.last_turn,
+            utterances=[known[s] for s in meta.buffer],
+            pending=[known[s] for s in meta.pending],
+            summary=summary,
+            settings=dict(meta.settings or {}),
+            archive=[known[s] for s in meta.archive],
+        )
+        return _Snapshot(commit, meta, state)
+
+    # --- writing --------------------------------------------------------------------
+
+    def _apply(self, snapshot: _Snapshot, change: Change) -> _Snapshot | tuple[str, str]:
+        """Commit ``change`` on ``snapshot``: the new snapshot, or the (commit, meta) that overtook it."""
+        keys, args, after = self._prepare(snapshot, change)
+        reply = self._commit(keys=keys, args=args)
+        return after if reply[0] else (_text(reply[1]), _text(reply[2]))
+
+    def _prepare(self, snapshot: _Snapshot, change: Change) -> tuple[list[str], list[Any], _Snapshot]:
+        """The commit script's keys and arguments for ``change`` on ``snapshot``, and the snapshot it makes."""
+        state, old = snapshot.state, snapshot.meta
+        conversation_id = state.conversation_id
+        commit = self._ids.next()
+        new_state = apply_change(state, change)
+        stored_before = (old.buffer, old.pending, old.archive)
+        buffer = old.buffer.without(change.remove).with_added(u.seq for u in change.append)
+        pending = old.pending.without(change.pending_remove).with_added(u.seq for u in change.pending_add)
+        archive = old.archive.without(change.archive_remove).with_added(u.seq for u in change.archive_add)
+        writes: dict[int, Utterance] = {}
+        rewritten = False
+        for u in (*change.append, *change.pending_add, *change.archive_add):
+            if _stored(state, u.seq) is not u:
+                writes[u.seq] = u
+        for u in change.update:
+            if u.seq in buffer and _stored(state, u.seq) is not u:
+                writes[u.seq] = u
+        for seq in writes:
+            if any(seq in runs for runs in stored_before):
+                rewritten = True
+        gone = {
+            seq
+            for seq in (*change.remove, *change.pending_remove, *change.archive_remove)
+            if seq not in buffer and seq not in pending and seq not in archive
+        }
+        meta = _Meta(
+            conversation_id=conversation_id,
+            next_seq=new_state.next_seq,
+            last_turn=new_state.last_turn,
+            buffer=buffer,
+            pending=pending,
+            archive=archive,
+            settings=new_state.settings,
+            summary_at=commit if change.summary is not None else old.summary_at,
+            updated_at=commit if rewritten else old.updated_at,
+        )
+        args: list[Any] = [
+            snapshot.commit,
+            commit,
+            meta.encode(),
+            encode_summary(change.summary) if change.summary is not None else "",
+            self._ttl_ms,
+            len(writes),
+        ]
+        for seq, u in writes.items():
+            args += (seq, encode_utterance(u))
+        args += sorted(gone - writes.keys())
+        keys = [conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u")]
+        if new_state.is_empty:
+            args[2] = ""
+            return keys, args, _Snapshot("", _Meta(conversation_id), new_state)
+        return keys, args, _Snapshot(commit, meta, new_state)
+
+    def _commit_batch(self, batch: list[Request]) -> None:
+        """Decide and commit the queued calls of this process with one pipeline per round (GroupCommit).
+
+        Calls on one conversation decide in order, each on the state the
+        previous one makes. Each commit is its own script with its own check,
+        so a pipeline is one round trip for the batch and not a transaction:
+        a commit that lost a race (and the later ones of its conversation,
+        decided on what it would have made) decide again in the next round,
+        on the state Redis has.
+        """
+        # conversation -> (snapshot, verified): verified means read from (or
+        # committed to) Redis during this batch, so a refusal or a no-op may
+        # be answered from it.
+        working: dict[str, tuple[_Snapshot, bool]] = {}
+        waiting = list(batch)
+        for attempt in range(_MAX_ATTEMPTS):
+            sent: list[tuple[Request, Any, _Snapshot]] = []
+            calls: list[tuple[list[str], list[Any]]] = []
+            later: list[Request] = []
+            speculative: set[str] = set()  # decided on a commit not yet acknowledged
+            for request in waiting:
+                cid = request.conversation_id
+                if cid not in working:
+                    cached = self._cached_snapshot(cid)
+                    working[cid] = (cached, False) if cached is not None else (self._current(cid), True)
+                snapshot, verified = working[cid]
+                try:
+                    change, value = request.decide(snapshot.state)
+                except Exception as exc:
+                    if verified and cid not in speculative:
+                        request.error, request.done = exc, True
+                    else:
+                        later.append(request)
+                        speculative.add(cid)  # nothing more for it this round
+                        if not any(r.conversation_id == cid for r, _, _ in sent):
+                            working[cid] = (self._current(cid), True)
+                    continue
+                if change.is_empty:
+                    if verified and cid not in speculative:
+                        request.value, request.done = value, True
+                    else:
+                        later.append(request)
+                        speculative.add(cid)
+                        if not any(r.conversation_id == cid for r, _, _ in sent):
+                            working[cid] = (self._current(cid), True)
+                    continue
+                keys, args, after = self._prepare(snapshot, change)
+                sent.append((request, value, after))
+                calls.append((keys, args))
+                working[cid] = (after, False)
+                speculative.add(cid)
+            replies = self._send(calls)
+            lost: dict[str, tuple[str, str] | None] = {}
+            for (request, value, after), reply in zip(sent, replies):
+                cid = request.conversation_id
+                if cid in lost:
+                    later.append(request)  # decided on a state that was never committed
+                elif isinstance(reply, Exception):
+                    if not _is_oom(reply):
+                        raise reply
+                    request.error = StorageFull(
+                        f"Redis refused the write: out of memory (maxmemory): {_reason(reply)}"
+                    )
+                    request.done = True
+                    lost[cid] = None
+                elif reply[0]:
+                    request.value, request.done = value, True
+                    working[cid] = (after, True)
+                    self._remember(after)
+                else:
+                    later.append(request)
+                    lost[cid] = (_text(reply[1]), _text(reply[2]))
+            for cid, overtaking in lost.items():
+                old = working[cid][0]
+                try:
+                    if overtaking is None:
+                        raise _Conflict
+                    fresh = self._refreshed(cid, overtaking[0], overtaking[1], old)
+                except _Conflict:
+                    fresh = self._current(cid)
+                working[cid] = (fresh, True)
+            if not later:
+                return
+            waiting = sorted(later, key=batch.index)
+            if attempt >= 3:
+                time.sleep(random.uniform(0, 0.002 * min(attempt, 20)))
+        raise StorageError(f"{len(waiting)} writes kept losing to other replicas in {_MAX_ATTEMPTS} attempts")
+
+    def _send(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run commit scripts in one round trip; each reply, or the exception of its call."""
+        if not calls:
+            return []
+        if len(calls) == 1:
+            keys, args = calls[0]
+            try:
+                return [self._commit(keys=keys, args=args)]
+            except redis.ResponseError as exc:
+                return [exc]
+        pipe = self._client.pipeline(transaction=False)
+        for keys, args in calls:
+            self._commit(keys=keys, args=args, client=pipe)
+        return pipe.execute(raise_on_error=False)
+
+    # --- the cache and locks ------------------------------------------------------------
+
+    def _cached_snapshot(self, conversation_id: str) -> _Snapshot | None:
+        with self._cache_lock:
+            return self._cache.get(conversation_id)
+
+    def _remember(self, snapshot: _Snapshot, replacing: _Snapshot | None | bool = True) -> None:
+        """Cache ``snapshot``; with ``replacing`` only if the cache still holds that (None: nothing)."""
+        conversation_id = snapshot.state.conversation_id
+        with self._cache_lock:
+            if replacing is not True and self._cache.get(conversation_id) is not replacing:
+                return
+            old = self._cache.pop(conversation_id, None)
+            if old is not None:
+                self._cached -= old.size
+            self._cache[conversation_id] = snapshot
+            self._cached += snapshot.size
+            while self._cached > self._capacity and len(self._cache) > 1:
+                _, dropped = self._cache.popitem(last=False)
+                self._cached -= dropped.size
+
+    def _lock(self, conversation_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(conversation_id, threading.Lock())
+
+    def _nodes(self) -> list[Any]:
+        if self.cluster:
+            return [self._client.get_redis_connection(node) for node in self._client.get_primaries()]
+        return [self._client]
+
+
+class _CommitIds:
+    """Commit ids unique across replicas and restarts: a random 64-bit prefix and a counter."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8).hex() + "."
+        self._count = itertools.count(1)
+
+    def next(self) -> str:
+        return self._prefix + str(next(self._count))
+
+
+def _stored(state: ConversationState, seq: int) -> Utterance | None:
+    """The utterance ``seq`` in ``state``'s buffer, queue or archive (all seq-ordered)."""
+    for items in (state.utterances, state.pending, state.archive):
+        i = bisect_left(items, seq, key=lambda u: u.seq)
+        if i < len(items) and items[i].seq == seq:
+            return items[i]
+    return None
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _cluster_enabled(client: redis.Redis) -> bool:
+    try:
+        return bool(client.info("cluster").get("cluster_enabled"))
+    except redis.ResponseError:  # a proxy or managed Redis may refuse INFO
+        return False
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, redis.exceptions.OutOfMemoryError) or "OOM command not allowed" in str(exc)
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Redis failures as the storage errors the service maps to gRPC statuses."""
+    try:
+        yield
+    except redis.RedisError as exc:
+        if _is_oom(exc):
+            raise StorageFull(f"Redis refused the write: out of memory (maxmemory): {_reason(exc)}") from None
+        raise StorageError(f"Redis failed: {type(exc).__name__}: {_reason(exc)}") from None

@@ -1,0 +1,304 @@
+"""The redis backend's own promises: key layout, cluster, failures, retention, transfer (real redis-server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from chd.backends import open_backend
+from chd.backends.base import Change
+from chd.backends.redis_backend import RedisBackend, conversation_key, mask_url
+from chd.core.errors import StorageError, StorageFull
+from chd.v1 import daemon_pb2_grpc
+from tests.backends.backend_kinds import append_next
+from tests.conftest import DaemonProcess, query, run_chd
+from tests.redis_support import RedisCluster, RedisServer, running_redis, start_redis, wait_for
+
+AWKWARD_IDS = ["{", "}", "{tag}", "a}b{c", "with:colon", "with space", "%7B", "%", "", "日本語 🙂", "chd:{x}:m"]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> RedisCluster:
+    """The run's shared three-master cluster (tests/redis_support.py), emptied for this test."""
+    from tests import redis_support
+
+    redis_support.shared_cluster_url(tmp_path)
+    assert redis_support._shared_cluster is not None
+    return redis_support._shared_cluster
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    yield from running_redis(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
+
+
+class TestKeys:
+    """Every key of a conversation shares one hash tag, whatever the id holds."""
+
+    def test_awkward_ids_round_trip_and_each_stays_on_one_slot(self, cluster: RedisCluster) -> None:
+        """Braces, colons, spaces, percent signs, unicode and the empty id: one slot each, listed as given."""
+        backend = RedisBackend(cluster.url)
+        try:
+            for conversation_id in AWKWARD_IDS:
+                backend.transact(conversation_id, append_next(f"in {conversation_id!r}"))
+            for conversation_id in AWKWARD_IDS:
+                backend.transact(conversation_id, append_next("second"))
+            assert backend.conversations() == sorted(AWKWARD_IDS)
+            with cluster.servers[0].client() as client:
+                for conversation_id in AWKWARD_IDS:
+                    state = backend.read(conversation_id)
+                    assert [u.text for u in state.utterances] == [f"in {conversation_id!r}", "second"]
+                    slots = {client.execute_command("CLUSTER KEYSLOT", conversation_key(conversation_id, part))
+                             for part in ("m", "u", "lease")}
+                    assert len(slots) == 1, conversation_id
+        finally:
+            backend.close()
+
+    def test_a_conversation_back_to_an_empty_state_leaves_no_keys(self, redis_server: RedisServer) -> None:
+        """Settings set and cleared before any store: nothing stored, nothing listed."""
+        backend = RedisBackend(redis_server.url)
+        try:
+            backend.transact("c", lambda s: (Change(settings={"buffer_size": 5}), None))
+            assert backend.conversations() == ["c"]
+            backend.transact("c", lambda s: (Change(settings={}), None))
+            assert backend.conversations() == []
+            assert backend.read("c").is_empty
+            assert backend.transact("c", append_next()) == 1
+        finally:
+            backend.close()
+
+    def test_a_replica_with_a_stale_cache_never_refuses_or_skips_on_it(self, redis_server: RedisServer) -> None:
+        """A decide that refuses, or changes nothing, on a cached state another replica overtook runs again on the current one."""
+        first, second = RedisBackend(redis_server.url), RedisBackend(redis_server.url)
+        try:
+            first.transact("c", append_next("one"))
+            first.read("c")  # cached at seq 1
+            second.transact("c", append_next("two"))
+
+            def remove_two(state):
+                if not any(u.seq == 2 for u in state.utterances):
+                    raise KeyError("no utterance 2")
+                return Change(remove={2}), "removed"
+
+            assert first.transact("c", remove_two) == "removed"
+            second.transact("c", append_next("three"))
+            assert first.transact("c", lambda s: (Change(), s.next_seq)) == 4
+            assert [u.text for u in second.read("c").utterances] == ["one", "three"]
+        finally:
+            first.close()
+            second.close()
+
+    def test_a_password_is_masked_wherever_the_url_is_shown(self) -> None:
+        """The URL in messages keeps user, host, port and db, never the password."""
+        assert mask_url("redis://user:s3cret@db.example:6380/2") == "redis://user:***@db.example:6380/2"
+        assert mask_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+
+
+class TestCluster:
+    """Redis Cluster: three masters on loopback, slots assigned by the test."""
+
+    def test_conversations_spread_over_every_master_and_are_all_listed(self, cluster: RedisCluster) -> None:
+        """The cluster is found from the URL alone; SCAN on each master finds every conversation."""
+        backend = RedisBackend(cluster.url)
+        try:
+            assert backend.cluster
+            ids = [f"spread {i} {{tag}}" for i in range(40)]
+            for conversation_id in ids:
+                backend.transact(conversation_id, append_next("hello"))
+                backend.transact(conversation_id, append_next("again"))
+            holding = []
+            for server in cluster.servers:
+                with server.client() as client:
+                    holding.append(sum(1 for _ in client.scan_iter(match="chd:{spread*}:m")))
+            assert all(count > 0 for count in holding) and sum(holding) == len(ids)
+            assert set(ids) <= set(backend.conversations())
+            assert [u.seq for u in backend.read(ids[7]).utterances] == [1, 2]
+        finally:
+            backend.close()
+
+    def test_chd_serve_stores_and_retrieves_through_a_cluster(self, cluster: RedisCluster) -> None:
+        """--redis-cluster over gRPC: a store and a retrieve on a conversation in some master's slots."""
+        daemon = DaemonProcess("--backend", "redis", "--redis-url", cluster.url, "--redis-cluster")
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                meta = {"conversation_id": "on the cluster"}
+                query(stub, "Add user utterance: 'clusters hold slots'", meta)
+                got = query(stub, "Get all utterances", meta).result["utterances"]
+                assert [u["text"] for u in got] == ["clusters hold slots"]
+        finally:
+            daemon.terminate()
+
+
+class TestFailures:
+    """What callers see when Redis is gone, full or back."""
+
+    def test_unreachable_redis_at_start_is_one_line_with_the_password_masked(self) -> None:
+        """chd serve exits 1 with one line naming the URL; the password never shows."""
+        done = run_chd("serve", "--port", "0", "--backend", "redis", "--redis-url", "redis://:hunter2@127.0.0.1:1/0")
+        assert done.returncode == 1
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1
+        assert lines[0].startswith("chd: cannot use Redis at redis://:***@127.0.0.1:1/0: ")
+        assert "hunter2" not in done.stderr
+
+    def test_a_password_from_the_url_or_redis_password_is_used_and_never_shown(self, tmp_path: Path) -> None:
+        """requirepass: the URL's password or redis_password (CHD_REDIS_PASSWORD) works; a wrong one is a masked StorageError."""
+        server = start_redis(tmp_path / "locked", "--requirepass", "s3cret")
+        try:
+            port = server.port
+            for backend in (RedisBackend(f"redis://:s3cret@127.0.0.1:{port}/0"),
+                            RedisBackend(f"redis://127.0.0.1:{port}/0", redis_password="s3cret")):
+                backend.transact("c", append_next())
+                backend.close()
+            with pytest.raises(StorageError) as refused:
+                RedisBackend(f"redis://:wrong@127.0.0.1:{port}/0")
+            assert f"redis://:***@127.0.0.1:{port}/0" in str(refused.value)
+            assert "wrong" not in str(refused.value)
+        finally:
+            server.stop()
+
+    def test_redis_killed_and_restarted_under_a_daemon(self, redis_server: RedisServer) -> None:
+        """UNAVAILABLE and NOT_SERVING while Redis is down, SERVING after, every acknowledged store kept (AOF)."""
+        daemon = DaemonProcess("--backend", "redis", "--redis-url", redis_server.url)
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                health = health_pb2_grpc.HealthStub(channel)
+                meta = {"conversation_id": "outage"}
+
+                def status() -> int:
+                    return health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
+
+                acknowledged = [query(stub, f"Add user utterance: 'before {i}'", meta) for i in range(3)]
+                redis_server.kill()
+                with pytest.raises(grpc.RpcError) as failed:
+                    query(stub, "Add user utterance: 'while down'", meta)
+                assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+                wait_for(lambda: status() == health_pb2.HealthCheckResponse.NOT_SERVING, "health to say NOT_SERVING")
+                redis_server.start()
+                wait_for(lambda: status() == health_pb2.HealthCheckResponse.SERVING, "health to say SERVING")
+                acknowledged.append(query(stub, "Add user utterance: 'after'", meta))
+                got = query(stub, "Get all utterances", meta).result["utterances"]
+        finally:
+            daemon.terminate()
+        seqs = [int(r.result["utterance"]["seq"]) for r in acknowledged]
+        assert [int(u["seq"]) for u in got] == seqs == [1, 2, 3, 4]
+        assert [u["text"] for u in got] == ["before 0", "before 1", "before 2", "after"]
+
+    def test_maxmemory_refusals_are_storage_full_and_reads_still_work(self, redis_server: RedisServer) -> None:
+        """A write refused under maxmemory writes nothing and says so; RESOURCE_EXHAUSTED over gRPC."""
+        backend = RedisBackend(redis_server.url)
+        try:
+            backend.transact("kept", append_next("small"))
+            with redis_server.client() as client:
+                used = int(client.info("memory")["used_memory"])
+                client.config_set("maxmemory-policy", "noeviction")
+                client.config_set("maxmemory", str(used + 200_000))
+            with pytest.raises(StorageFull, match="out of memory"):
+                for _ in range(200):
+                    backend.transact("big", append_next("x" * 20_000))
+            before = backend.read("big")
+            with pytest.raises(StorageFull):
+                backend.transact("big", append_next("x" * 20_000))
+            assert backend.read("big") == before
+            assert [u.text for u in backend.read("kept").utterances] == ["small"]
+            daemon = DaemonProcess("--backend", "redis", "--redis-url", redis_server.url)
+            try:
+                with grpc.insecure_channel(daemon.target) as channel:
+                    stub = daemon_pb2_grpc.DaemonStub(channel)
+                    with pytest.raises(grpc.RpcError) as refused:
+                        query(stub, f"Add user utterance: '{'y' * 20_000}'", {"conversation_id": "big"})
+                    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            finally:
+                daemon.terminate()
+        finally:
+            backend.close()
+
+    def test_a_redis_that_went_away_is_a_storage_error(self, redis_server: RedisServer) -> None:
+        """Reads and writes raise StorageError (UNAVAILABLE), never a redis-py exception."""
+        backend = RedisBackend(redis_server.url)
+        try:
+            backend.transact("c", append_next())
+            redis_server.kill()
+            with pytest.raises(StorageError, match="Redis failed"):
+                backend.read("c")
+            with pytest.raises(StorageError, match="Redis failed"):
+                backend.transact("c", append_next())
+            assert not backend.available()
+        finally:
+            backend.close()
+
+
+class TestRetention:
+    """conversation_ttl: idle conversations expire whole."""
+
+    def test_an_idle_conversation_expires_with_every_key_and_a_written_one_stays(
+        self, redis_server: RedisServer
+    ) -> None:
+        """Each write renews the ttl of all of a conversation's keys; none outlives the others."""
+        backend = RedisBackend(redis_server.url, conversation_ttl=60)
+        try:
+            backend.transact("c", append_next("first"))
+            with redis_server.client() as client:
+                ttls = [client.pttl(conversation_key("c", part)) for part in ("m", "u")]
+                assert all(0 < ttl <= 60_000 for ttl in ttls)
+                for part in ("m", "u"):
+                    client.pexpire(conversation_key("c", part), 1)
+                wait_for(lambda: client.exists(conversation_key("c", "m"), conversation_key("c", "u")) == 0,
+                         "the keys to expire")
+            assert backend.read("c").is_empty
+            assert backend.conversations() == []
+            # A replica whose cache still holds the expired state starts again from empty.
+            assert backend.transact("c", append_next("new life")) == 1
+        finally:
+            backend.close()
+
+    def test_without_a_ttl_nothing_expires(self, redis_server: RedisServer) -> None:
+        """The default keeps conversations until they are removed."""
+        backend = RedisBackend(redis_server.url)
+        try:
+            backend.transact("c", append_next())
+            with redis_server.client() as client:
+                assert client.pttl(conversation_key("c", "m")) == -1
+                assert client.pttl(conversation_key("c", "u")) == -1
+        finally:
+            backend.close()
+
+
+class TestTransfer:
+    """chd export / chd import move conversations between disk and Redis."""
+
+    def test_export_from_redis_import_into_disk_and_back_keeps_every_field(
+        self, redis_server: RedisServer, tmp_path: Path
+    ) -> None:
+        """Redis -> JSONL -> disk -> JSONL -> another Redis database: the same lines each way."""
+        source = open_backend("redis", redis_url=redis_server.url)
+        try:
+            for text in ("one", "two", "three"):
+                source.transact("moved {x}", append_next(text))
+        finally:
+            source.close()
+        first = run_chd("export", "--backend", "redis", "--redis-url", redis_server.url)
+        assert first.returncode == 0, first.stderr
+        dump = tmp_path / "dump.jsonl"
+        dump.write_text(first.stdout, encoding="utf-8")
+        assert run_chd("import", str(dump), "--data-dir", str(tmp_path / "data")).returncode == 0
+        second = run_chd("export", "--data-dir", str(tmp_path / "data"))
+        assert second.stdout == first.stdout
+        assert [json.loads(line)["record"] for line in first.stdout.splitlines()] == ["conversation"] + ["utterance"] * 3
+        other_db = redis_server.url.rsplit("/", 1)[0] + "/5"
+        imported = run_chd("import", str(dump), "--backend", "redis", "--redis-url", other_db)
+        assert imported.returncode == 0, imported.stderr
+        original, copy = RedisBackend(redis_server.url), RedisBackend(other_db)
+        try:
+            assert copy.read("moved {x}") == original.read("moved {x}")
+            assert copy.conversations() == ["moved {x}"]
+        finally:
+            original.close()
+            copy.close()

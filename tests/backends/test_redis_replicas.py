@@ -1,0 +1,188 @@
+"""Several `chd serve --backend redis` replicas on one real redis-server."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import ExitStack
+from typing import Callable, Iterator
+
+import grpc
+import pytest
+
+from chd.backends import open_backend
+from chd.backends.redis_backend import RedisBackend, conversation_key
+from chd.v1 import daemon_pb2_grpc
+from tests.conftest import DaemonProcess, query
+from tests.fake_anthropic import FakeAnthropic
+from tests.redis_support import RedisServer, running_redis, wait_for
+
+# Every replica keeps the whole conversation in its buffer unless a test says otherwise.
+ROOMY = ("--buffer-size", "2000", "--max-tokens", "1000000")
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    yield from running_redis(tmp_path_factory.mktemp("redis"))
+
+
+@pytest.fixture
+def replicas(redis_server: RedisServer) -> Iterator[Callable[..., DaemonProcess]]:
+    """Starts `chd serve --backend redis` replicas on the test's Redis; kills them all at the end."""
+    started: list[DaemonProcess] = []
+
+    def start(*args: str) -> DaemonProcess:
+        daemon = DaemonProcess("--backend", "redis", "--redis-url", redis_server.url, *args)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.kill()
+
+
+@pytest.fixture(scope="module")
+def three_replicas(redis_server: RedisServer) -> Iterator[list[DaemonProcess]]:
+    """Three replicas shared by the tests that only store and read (started in parallel)."""
+    started: list[DaemonProcess] = []
+    lock = threading.Lock()
+
+    def start() -> None:
+        daemon = DaemonProcess("--backend", "redis", "--redis-url", redis_server.url, *ROOMY)
+        with lock:
+            started.append(daemon)
+
+    threads = [threading.Thread(target=start) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert len(started) == 3, "a replica did not start"
+        yield started
+    finally:
+        for daemon in started:
+            daemon.kill()
+
+
+def stubs(daemons: list[DaemonProcess], stack: ExitStack) -> list[daemon_pb2_grpc.DaemonStub]:
+    return [
+        daemon_pb2_grpc.DaemonStub(stack.enter_context(grpc.insecure_channel(d.target))) for d in daemons
+    ]
+
+
+def store(stub: daemon_pb2_grpc.DaemonStub, conversation_id: str, text: str) -> int:
+    reply = query(stub, f"Add user utterance: '{text}'", {"conversation_id": conversation_id})
+    return int(reply.result["utterance"]["seq"])
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_eight_threads_storing_through_several_replicas_give_seqs_one_to_800(
+    three_replicas: list[DaemonProcess], redis_server: RedisServer, count: int
+) -> None:
+    """8 threads x 100 stores into one conversation, spread over the replicas: seqs 1..800 exactly."""
+    daemons = three_replicas[:count]
+    conversation = f"shared by {count}"
+    acknowledged: list[int] = []
+    errors: list[BaseException] = []
+    with ExitStack() as stack:
+        channels = stubs(daemons, stack)
+
+        def writer(thread: int) -> None:
+            try:
+                for i in range(100):
+                    acknowledged.append(store(channels[(thread + i) % count], conversation, f"t{thread} n{i}"))
+            except BaseException as exc:  # reported below, not lost in the thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert sorted(acknowledged) == list(range(1, 801))
+        backend = open_backend("redis", redis_url=redis_server.url)
+        try:
+            state = backend.read(conversation)
+        finally:
+            backend.close()
+        assert [u.seq for u in state.utterances] == list(range(1, 801))
+        assert [u.turn_number for u in state.utterances] == list(range(1, 801))
+        texts = {u.text for u in state.utterances}
+        assert texts == {f"t{t} n{i}" for t in range(8) for i in range(100)}
+
+
+def test_a_replica_never_answers_from_a_state_another_replica_changed(
+    three_replicas: list[DaemonProcess],
+) -> None:
+    """Search and reads in one replica see stores and removes made through another at once."""
+    first, second = three_replicas[:2]
+    with ExitStack() as stack:
+        a, b = stubs([first, second], stack)
+        meta = {"conversation_id": "seen"}
+        store(a, "seen", "the zeppelin leaves at noon")
+        # b indexes the conversation now, so a later hit must come from a fresh sync.
+        assert query(b, "Find utterances about zeppelin", meta).result["utterances"]
+        store(a, "seen", "the submarine leaves at dawn")
+        hits = query(b, "Find utterances about submarine", meta).result["utterances"]
+        assert [h["text"] for h in hits] == ["the submarine leaves at dawn"]
+        query(a, "Remove utterance 1", meta)
+        assert list(query(b, "Find utterances about zeppelin", meta).result["utterances"]) == []
+        assert [int(u["seq"]) for u in query(b, "Get all utterances", meta).result["utterances"]] == [2]
+
+
+def test_a_fold_cut_short_by_sigkill_is_finished_by_a_replica_that_starts_later(
+    replicas: Callable[..., DaemonProcess], redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replica holding the fold lease dies mid-fold; a new replica recovers the queue and loses nothing."""
+    conversation = "folded"
+    small = ("--buffer-size", "4", "--eviction-batch", "2", "--fold-delay", "0", "--fold-lease", "1")
+    with FakeAnthropic(delay=120) as api:  # a model that never answers in time
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.base_url)
+        folding = replicas(*small, "--summarizer", "claude", "--summarizer-timeout", "120")
+        monkeypatch.delenv("ANTHROPIC_API_KEY")
+        monkeypatch.delenv("ANTHROPIC_BASE_URL")
+        with grpc.insecure_channel(folding.target) as channel:
+            stub = daemon_pb2_grpc.DaemonStub(channel)
+            acknowledged = [store(stub, conversation, f"fact number {i}") for i in range(1, 8)]
+        with redis_server.client() as client:
+            lease = conversation_key(conversation, "lease")
+            wait_for(lambda: client.exists(lease) == 1 and len(api.requests) > 0, "the fold to start")
+            folding.kill()
+            backend = open_backend("redis", redis_url=redis_server.url)
+            try:
+                queued = backend.read(conversation).pending
+                assert queued, "the killed fold must have left its batch queued"
+                replicas(*small, "--summarizer", "offline")
+                wait_for(lambda: not backend.read(conversation).pending, "another replica to fold the queue")
+                state = backend.read(conversation)
+            finally:
+                backend.close()
+    assert acknowledged == list(range(1, 8))
+    assert state.summary.through_seq >= max(u.seq for u in queued)
+    kept = {u.seq for u in state.utterances}
+    assert all(seq in kept or seq <= state.summary.through_seq for seq in acknowledged)
+
+
+def test_the_fold_lease_is_held_by_one_replica_at_a_time_and_expires(redis_server: RedisServer) -> None:
+    """A second holder is refused while the lease lives, and gets it once it has expired."""
+    first = RedisBackend(redis_server.url, fold_lease=0.3)
+    second = RedisBackend(redis_server.url, fold_lease=0.3)
+    try:
+        with first.lease("c") as held, second.lease("c") as also:
+            assert (held, also) == (True, False)
+        with second.lease("c") as after_release:
+            assert after_release
+        # A holder that never releases (a killed replica) blocks only until expiry.
+        abandoned = first.lease("c")
+        assert abandoned.__enter__()
+        with second.lease("c") as during:
+            assert not during
+        with redis_server.client() as client:
+            wait_for(lambda: client.exists(conversation_key("c", "lease")) == 0, "the lease to expire")
+        with second.lease("c") as expired:
+            assert expired
+    finally:
+        first.close()
+        second.close()
