@@ -146,7 +146,9 @@ class ConversationHistory:
 
     def _report_queued(self) -> None:
         try:
-            queued = {cid: len(self.backend.read(cid).pending) for cid in self.backend.conversations()}
+            # The backend's queue index where it has one: a shutdown must not
+            # read every one of 100,000 conversations (issue 17).
+            queued = {cid: len(self.backend.read(cid).pending) for cid in queued_conversations(self.backend)}
         except Exception:  # a backend failing now says so itself; this is only a report
             return
         queued = {cid: n for cid, n in queued.items() if n}
