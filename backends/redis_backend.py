@@ -80,6 +80,11 @@ META_SCHEMA = 1
 # only a conversation written by very many replicas at once gets there.
 _MAX_ATTEMPTS = 200
 
+# The ids of a conversation's last commits (about 40 of them) kept in its meta
+# hash, so a commit re-sent after a lost reply is recognised even when other
+# replicas committed in between.
+RECENT_COMMIT_CHARS = 1024
+
 # KEYS: meta, utterances. ARGV: expected commit id, this commit's id, meta
 # record ('' for an empty state: delete the conversation), summary record ('' unchanged), idle ttl in ms ('0' none), number of
 # utterance records to set, then seq/record pairs, then seqs to delete.
@@ -88,8 +93,13 @@ _MAX_ATTEMPTS = 200
 # script that has started writing are never refused halfway).
 _COMMIT = """
 local c = redis.call('HGET', KEYS[1], 'c') or ''
+local recent = redis.call('HGET', KEYS[1], 'r') or ''
 if c ~= ARGV[1] then
   if c == ARGV[2] then return {1} end
+  -- redis-py re-sends a script whose reply was lost with the connection; if
+  -- this commit was applied and another replica's came after it, deciding
+  -- again would store the utterance twice: answered as applied instead.
+  if string.find(' ' .. recent .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then return {1} end
   return {0, c, redis.call('HGET', KEYS[1], 'm') or ''}
 end
 if ARGV[3] == '' then
@@ -98,7 +108,12 @@ if ARGV[3] == '' then
   redis.call('DEL', KEYS[1], KEYS[2])
   return {1}
 end
-redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3])
+recent = ARGV[2] .. ' ' .. recent
+if #recent > _RECENT_CHARS then
+  -- Cut at an id's end: a cut id could match another, newer one.
+  recent = string.match(string.sub(recent, 1, _RECENT_CHARS), '^(.*) ') or ''
+end
+redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3], 'r', recent)
 redis.call('HINCRBY', KEYS[1], 'v', 1)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 's', ARGV[4]) end
 local i = 7
@@ -113,7 +128,7 @@ if ttl > 0 then
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
 return {1}
-"""
+""".replace("_RECENT_CHARS", str(RECENT_COMMIT_CHARS))
 
 # KEYS: meta, utterances. ARGV: expected commit id, '1' to return the
 # summary, then seqs. Reads the records a replica lacks, atomically with a

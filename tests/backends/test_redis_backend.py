@@ -12,6 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chd.backends import open_backend
 from chd.backends.base import Change
+from chd.backends import redis_backend as backend_module
 from chd.backends.redis_backend import RedisBackend, conversation_key, mask_url
 from chd.core.errors import StorageError, StorageFull
 from chd.v1 import daemon_pb2_grpc
@@ -302,3 +303,49 @@ class TestTransfer:
         finally:
             original.close()
             copy.close()
+
+
+class TestRetriedCommits:
+    """A commit script re-sent after its reply was lost is applied once, even when another replica wrote since."""
+
+    def test_a_resent_commit_after_another_replicas_commit_is_answered_as_applied(self, redis_server: RedisServer) -> None:
+        """The commit script itself: X applied, Y applied after it, X again -> applied, nothing written twice."""
+        backend = RedisBackend(redis_server.url)
+        try:
+            backend.transact("c", append_next("first"))
+            meta, utterances = conversation_key("c", "m"), conversation_key("c", "u")
+            with redis_server.client() as client:
+                before = client.hget(meta, "c").decode()
+                script = client.register_script(backend_module._COMMIT)
+                meta_text = client.hget(meta, "m").decode()
+                x = [before, "test.x", meta_text, "", 0, 0]
+                assert script(keys=[meta, utterances], args=x) == [1]
+                y = ["test.x", "test.y", meta_text, "", 0, 0]
+                assert script(keys=[meta, utterances], args=y) == [1]
+                versions = client.hget(meta, "v")
+                # The retry of X: its expected id is stale, but X is among the recent commits.
+                assert script(keys=[meta, utterances], args=x) == [1]
+                assert client.hget(meta, "v") == versions and client.hget(meta, "c") == b"test.y"
+                # A commit that never happened still loses the race, as it must.
+                z = [before, "test.z", meta_text, "", 0, 0]
+                assert script(keys=[meta, utterances], args=z)[0] == 0
+        finally:
+            backend.close()
+
+    def test_the_recent_ids_are_cut_at_an_id_boundary(self, redis_server: RedisServer) -> None:
+        """Many commits keep a bounded list of whole ids: the newest are found, a cut one never matches."""
+        backend = RedisBackend(redis_server.url)
+        try:
+            for i in range(120):
+                backend.transact("c", append_next(f"u{i}"))
+            with redis_server.client() as client:
+                recent = client.hget(conversation_key("c", "m"), "r").decode().split(" ")
+                current = client.hget(conversation_key("c", "m"), "c").decode()
+            assert recent[0] == current
+            assert len(" ".join(recent)) <= backend_module.RECENT_COMMIT_CHARS
+            assert 20 <= len(recent) < 120
+            prefix = current.rsplit(".", 1)[0]
+            assert all(r.startswith(prefix + ".") and r.rsplit(".", 1)[1].isdigit() for r in recent)
+            assert [int(r.rsplit(".", 1)[1]) for r in recent] == sorted((int(r.rsplit(".", 1)[1]) for r in recent), reverse=True)
+        finally:
+            backend.close()
