@@ -281,6 +281,22 @@ class TestErrors:
     """Bad input is refused with a clear message and changes nothing."""
 
     @pytest.mark.parametrize(
+        ("query", "data", "operation"),
+        [
+            ("Get the last 5 utterances", {"last_n": "x"}, "retrieve"),
+            ("Remove utterance 2", {"seqs": "two"}, "remove"),
+            ("Fly me to the moon", {}, "unknown"),
+        ],
+    )
+    def test_a_refused_query_names_the_operation_it_asked_for(
+        self, history: ConversationHistory, query: str, data: dict, operation: str
+    ) -> None:
+        """A query read by the rules and refused on a field carries its operation for the trace and metrics."""
+        with pytest.raises(InvalidRequest) as refused:
+            history.query(query, data=data)
+        assert refused.value.operation == operation
+
+    @pytest.mark.parametrize(
         ("metadata", "data", "fragment"),
         [
             ({"turn_number": "abc"}, {}, "metadata.turn_number must be a whole number"),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from chd.core.language.classifier import QueryClassifier
-from chd.core.errors import InvalidRequest
+from chd.core.errors import DaemonError, InvalidRequest
 from chd.core.language.fields import as_str
 from chd.core.language.intents import Intent, RemoveIntent, build_intent
 from chd.core.language.parser import NotUnderstood, parse
@@ -50,7 +50,15 @@ def understand(
         parsed = classifier.classify(text, refusal)
         intent = build_intent(parsed.operation, parsed.fields, metadata, data)
         return Understood(_guarded(intent, refusal), parsed.confidence, "classifier")
-    return Understood(build_intent(parsed.operation, parsed.fields, metadata, data), parsed.confidence, "rules")
+    try:
+        intent = build_intent(parsed.operation, parsed.fields, metadata, data)
+    except DaemonError as error:
+        # Read, then refused on a field: the trace and metrics label the
+        # operation the caller asked for, not "unknown".
+        if error.operation is None:
+            error.operation = parsed.operation
+        raise
+    return Understood(intent, parsed.confidence, "rules")
 
 
 def _guarded(intent: Intent, refusal: NotUnderstood) -> Intent:
