@@ -142,3 +142,30 @@ class TestNotUnderstood:
         message = str(caught.value)
         assert "supported forms" in message.lower()
         assert "GetInstructions lists them all" in message
+
+
+class TestRepeatedQueries:
+    """A query asked again gets the answer it got the first time (the reading cache changes nothing)."""
+
+    @pytest.mark.parametrize(
+        "query",
+        ["Remember to delete the last message", "Keep only the last 5 messages", "Save this for later, maybe"],
+    )
+    def test_a_refused_store_stays_refused_when_asked_again(self, query: str) -> None:
+        """A store the rules cannot place is never answered as a read the second time."""
+        for _ in range(3):
+            with pytest.raises(InvalidRequest):
+                parse(query)
+
+    def test_a_read_asked_again_is_the_same_read_and_a_fresh_copy(self) -> None:
+        """Cached readings come back equal, and changing one answer does not change the next."""
+        first = parse("Get utterances 3, 5 and 7")
+        first.fields["seqs"].append(99)
+        second = parse("Get utterances 3, 5 and 7")
+        assert second.operation == "retrieve" and second.fields["seqs"] == [3, 5, 7]
+
+    def test_a_store_is_read_afresh_each_time(self) -> None:
+        """Stores are never cached: the same instruction with another text stores that text."""
+        assert parse("Add utterance: one").fields["text"] == "one"
+        assert parse("Add utterance: two").fields["text"] == "two"
+        assert parse("Add utterance: one").fields["text"] == "one"
