@@ -528,3 +528,50 @@ class TestPersistedMarks:
             segment.pop("keys", None)
         (old,) = parse_lines([json.dumps(header), *lines[1:]])
         assert old.summary.held == () and old.summary.segments[1].error == summary.segments[1].error
+
+
+class TestBufferContext:
+    """A summarizer sees the newest buffered utterances as context, bounded in tokens, never the whole buffer."""
+
+    def _utterances(self, count: int, tokens: int) -> list:
+        from chd.core.utterance import Utterance
+
+        return [Utterance("c", seq, "user", f"line {seq}", seq, "2026-01-01T00:00:00Z", tokens) for seq in range(1, count + 1)]
+
+    def test_the_context_is_the_newest_utterances_within_the_bound(self) -> None:
+        """10,000 buffered utterances of 10 tokens give the newest 200 (2,000 tokens), in order."""
+        from chd.core.summaries.folding import CONTEXT_BUFFER_TOKENS, newest_context
+
+        buffered = self._utterances(10_000, 10)
+        context = newest_context(buffered)
+        assert [u.seq for u in context] == list(range(10_000 - CONTEXT_BUFFER_TOKENS // 10 + 1, 10_001))
+
+    def test_a_small_buffer_is_given_whole_and_one_huge_utterance_still_counts(self) -> None:
+        """Under the bound everything is context; a single utterance over it is still given."""
+        from chd.core.summaries.folding import newest_context
+
+        assert [u.seq for u in newest_context(self._utterances(5, 10))] == [1, 2, 3, 4, 5]
+        assert [u.seq for u in newest_context(self._utterances(3, 5_000))] == [3]
+        assert newest_context([]) == ()
+
+    def test_a_fold_with_a_large_buffer_passes_the_bounded_context(self) -> None:
+        """Through the real fold path: the summarizer is handed at most the bound of buffered tokens."""
+        from chd.core.summaries.folding import CONTEXT_BUFFER_TOKENS
+
+        seen: list[int] = []
+
+        class Recording(ExtractiveSummarizer):
+            def summarize(self, previous, utterances, token_limit, context=None):  # type: ignore[no-untyped-def]
+                if context is not None:
+                    seen.append(sum(u.tokens for u in context.buffered))
+                return super().summarize(previous, utterances, token_limit, context)
+
+        history = ConversationHistory(settings=Settings(buffer_size=100_000, max_tokens=30_000), background=False)
+        history.writer.primary = Recording(default_counter())
+        try:
+            for i in range(4_000):
+                history.query(f"Add utterance: Item {i} of the long list costs {i} euros.")
+        finally:
+            history.close()
+        assert seen, "no fold ran"
+        assert max(seen) <= CONTEXT_BUFFER_TOKENS

@@ -172,7 +172,7 @@ class Folder:
             try:
                 summary, written = self._merge(
                     state.summary, batch, limit, patient, offline_because,
-                    SummaryContext(buffered=tuple(state.utterances)),
+                    SummaryContext(buffered=newest_context(state.utterances)),
                 )
             except Exception as exc:
                 # Offline fallback failed too: the batch stays queued.
@@ -259,7 +259,7 @@ class Folder:
                 continue
             context = SummaryContext(
                 summary="\n".join(s.text for s in segments if s is not segments[i]),
-                buffered=tuple(state.utterances),
+                buffered=newest_context(state.utterances),
             )
             outcome = self.writer.rewrite(segment.text, mine, max(shares[i], segment.tokens), context)
             if outcome is None:
@@ -311,6 +311,25 @@ class Folder:
             users[0] -= 1
             if not users[0]:
                 del self._locks[conversation_id]
+
+
+# How much of the buffer a summarizer sees as read-only context: the newest
+# utterances up to this many tokens. The whole buffer made every fold cost
+# O(buffer): with 10,000 buffered utterances the offline summarizer re-read
+# all of them per fold (12 ms a call), and Claude would be sent all of them.
+CONTEXT_BUFFER_TOKENS = 2_000
+
+
+def newest_context(utterances: Sequence[Utterance]) -> tuple[Utterance, ...]:
+    """The newest ``utterances`` whose tokens add up to at most CONTEXT_BUFFER_TOKENS (at least one)."""
+    total = 0
+    start = len(utterances)
+    while start > 0:
+        total += utterances[start - 1].tokens
+        if total > CONTEXT_BUFFER_TOKENS and start < len(utterances):
+            break
+        start -= 1
+    return tuple(utterances[start:])
 
 
 PENDING_HEADER = "Not yet summarized:"
