@@ -8,9 +8,12 @@ point must read each of them in time linear in ``size``.
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
-__all__ = ["SHAPES", "NORMAL_QUERY", "build"]
+from chd.core.errors import InvalidRequest
+
+__all__ = ["SHAPES", "NORMAL_QUERY", "build", "best_seconds"]
 
 NORMAL_QUERY = "What did the assistant say about Paris in turns 3 to 6?"
 
@@ -70,3 +73,16 @@ SHAPES: dict[str, Callable[[int], str]] = {
 def build(shape: str, size: int) -> str:
     """The query of ``shape`` at about ``size`` characters."""
     return SHAPES[shape](size)
+
+
+def best_seconds(read: Callable[[str], object], text: str, repeats: int) -> float:
+    """The fastest of ``repeats`` calls of ``read(text)``; a refusal counts as an answer."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        try:
+            read(text)
+        except InvalidRequest:
+            pass
+        best = min(best, time.perf_counter() - start)
+    return best

@@ -10,12 +10,10 @@ caught while a busy machine's noise is not. No absolute time is asserted.
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import pytest
 
-from chd.core.errors import InvalidRequest
 from chd.core.language import parser
 from chd.core.language.grammar.configure import read_configure
 from chd.core.language.grammar.context import read_context
@@ -25,7 +23,7 @@ from chd.core.language.grammar.retrieve import read_retrieve
 from chd.core.language.grammar.stats import read_stats
 from chd.core.language.grammar.store import read_store
 from chd.core.language.grammar.summarize import read_summarize
-from tests.parser_shapes import NORMAL_QUERY, SHAPES, build
+from tests.parser_shapes import NORMAL_QUERY, SHAPES, best_seconds, build
 
 SMALL, LARGE = 500, 4_000
 LIMIT = 5 * LARGE / SMALL
@@ -50,28 +48,17 @@ ENTRY_POINTS: dict[str, Callable[[str], object]] = {
 }
 
 
-def _seconds(read: Callable[[str], object], text: str, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        try:
-            read(text)
-        except InvalidRequest:
-            pass
-        best = min(best, time.perf_counter() - start)
-    return best
-
 
 def _growth(read: Callable[[str], object], shape: str, repeats: int) -> float:
     small, large = build(shape, SMALL), build(shape, LARGE)
-    return _seconds(read, large, repeats) / max(_seconds(read, small, repeats), 1e-6)
+    return best_seconds(read, large, repeats) / max(best_seconds(read, small, repeats), 1e-6)
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 def test_entry_point_reads_every_shape_in_linear_time(entry: str) -> None:
     """Reading 8x more text of any shape takes well under 40x the time."""
     read = ENTRY_POINTS[entry]
-    _seconds(read, build("words", SMALL), 1)  # compile the patterns before timing
+    best_seconds(read, build("words", SMALL), 1)  # compile the patterns before timing
     slow = {}
     for shape in SHAPES:
         growth = _growth(read, shape, repeats=2)
@@ -89,11 +76,11 @@ def test_a_megabyte_query_of_any_shape_costs_a_tenth_per_character_of_a_normal_q
     A normal query costs ~7 us a character here, so a tenth is ~0.7 s for a
     megabyte: only the instruction cap and payload-only store reading get there.
     """
-    normal = _seconds(_parse, NORMAL_QUERY, 20) / len(NORMAL_QUERY)
+    normal = best_seconds(_parse, NORMAL_QUERY, 20) / len(NORMAL_QUERY)
     costly = {}
     for shape in SHAPES:
         text = build(shape, 1_000_000)
-        per_char = _seconds(_parse, text, 1) / len(text)
+        per_char = best_seconds(_parse, text, 1) / len(text)
         if per_char > normal / 10:
             costly[shape] = round(per_char / normal, 3)
     assert not costly, f"per-character cost of 1 MB queries, as a share of a normal query's: {costly}"
