@@ -102,6 +102,10 @@ class TestDeadlines:
             code = code_of(ask, channel, "Add utterance: too late", metadata={"conversation_id": "d"}, timeout=1)
             assert code == grpc.StatusCode.DEADLINE_EXCEEDED
             assert backend.waiting.is_set()
+            # The daemon's deadline is counted from the call's arrival, a little
+            # after the client's: opening the gate at once raced it (the store
+            # could still be on time there). Half a second puts it surely past.
+            time.sleep(0.5)
             backend.gate.set()
             # Same conversation: this store waits for the first one's lock, so it runs after it.
             ask(channel, "Add utterance: in time", metadata={"conversation_id": "d"})
