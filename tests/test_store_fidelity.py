@@ -179,3 +179,12 @@ class TestOverGrpc:
         assert "'boss'" in refused.value.details()
         stats = query(stub, "How many utterances are stored?")
         assert stats.result["utterance_count"] == 0
+
+
+def test_blank_instruction_text_reads_as_no_words() -> None:
+    """Empty or blank text before or after a quote is no instruction at all, the same as an empty header."""
+    from chd.core.language.grammar.store_header import Header, read_header
+
+    for text in ("", " ", "\n", "\t  "):
+        assert read_header(text) == Header()
+    assert read_header(" save ") != Header()

@@ -135,8 +135,15 @@ class Header:
         )
 
 
+_NO_WORDS = Header()
+
+
 def read_header(text: str) -> Header:
     """Read the instruction words of ``text`` (a bounded prefix or suffix of the query)."""
+    if not text or text.isspace():
+        # Nothing before or after a quote, as in most stores: two of the three
+        # readings of "Add user utterance: '...'" (~3 us each).
+        return _NO_WORDS
     words = [w.lower().replace("\u2019", "'") for w in _TOKEN.findall(text)]
     speakers: list[str] = []
     unclear: list[str] = []
