@@ -124,6 +124,10 @@ class Header:
         return distinct[0] if len(distinct) == 1 else None
 
     def joined(self, other: "Header") -> "Header":
+        if other is _NO_WORDS:  # frozen, so either side may stand for the join
+            return self
+        if self is _NO_WORDS:
+            return other
         return Header(
             self.speakers + other.speakers,
             self.unclear + other.unclear,
