@@ -19,53 +19,27 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chd.core.language import parser  # noqa: E402
-from chd.core.language.grammar.configure import read_configure  # noqa: E402
-from chd.core.language.grammar.context import read_context  # noqa: E402
-from chd.core.language.grammar.mark import read_mark  # noqa: E402
-from chd.core.language.grammar.remove import read_remove  # noqa: E402
-from chd.core.language.grammar.retrieve import read_retrieve  # noqa: E402
-from chd.core.language.grammar.stats import read_stats  # noqa: E402
-from chd.core.language.grammar.store import read_store  # noqa: E402
-from chd.core.language.grammar.summarize import read_summarize  # noqa: E402
-from tests.parser_shapes import NORMAL_QUERY, SHAPES, best_seconds, build  # noqa: E402
-
-RULES: dict[str, Callable[[str], object]] = {
-    "store": read_store,
-    "context": read_context,
-    "mark": read_mark,
-    "configure": read_configure,
-    "stats": read_stats,
-    "summarize": read_summarize,
-    "remove": read_remove,
-    "retrieve": read_retrieve,
-    "closest_forms": lambda text: parser.closest_forms(text, "retrieve"),
-}
+from chd.core.language.parser import MAX_INSTRUCTION_CHARS  # noqa: E402
+from tests.parser_shapes import NORMAL_QUERY, RULES, SHAPES, best_seconds, build, parse_uncached  # noqa: E402
 
 
-def _parse(text: str) -> object:
-    parser._READINGS.clear()  # every call reads; a repeated query would hit the cache
-    return parser.parse(text)
 
-
-seconds = best_seconds  # one timing rule for the benchmark and the linear-time test
 
 
 def main(argv: list[str]) -> int:
     args = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     args.add_argument("--sizes", default="1000,100000,1000000")
-    args.add_argument("--rules-size", type=int, default=parser.MAX_INSTRUCTION_CHARS)
+    args.add_argument("--rules-size", type=int, default=MAX_INSTRUCTION_CHARS)
     args.add_argument("--repeats", type=int, default=3)
     opts = args.parse_args(argv)
     sizes = [int(s) for s in opts.sizes.split(",")]
 
-    for call in (_parse, *RULES.values()):
-        seconds(call, NORMAL_QUERY, 3)  # compile every pattern first
-    normal = seconds(_parse, NORMAL_QUERY, 50) / len(NORMAL_QUERY)
+    for call in (parse_uncached, *RULES.values()):
+        best_seconds(call, NORMAL_QUERY, 3)  # compile every pattern first
+    normal = best_seconds(parse_uncached, NORMAL_QUERY, 50) / len(NORMAL_QUERY)
     print(f"normal query ({len(NORMAL_QUERY)} chars): {normal * 1e6:.3f} us/char through parse")
     print()
     print("parse: us/char (ratio to the normal query), slowest call")
@@ -75,7 +49,7 @@ def main(argv: list[str]) -> int:
         cells = []
         for size in sizes:
             text = build(shape, size)
-            took = seconds(_parse, text, opts.repeats if size < 500_000 else 1)
+            took = best_seconds(parse_uncached, text, opts.repeats if size < 500_000 else 1)
             per_char = took / len(text)
             cells.append(f"{per_char * 1e6:9.3f} ({per_char / normal:6.2f}x)")
             if size == max(sizes) and took > worst[3]:
@@ -89,7 +63,7 @@ def main(argv: list[str]) -> int:
         text = build(shape, opts.rules_size)
         cells = []
         for name, call in RULES.items():
-            per_char = seconds(call, text, opts.repeats) / len(text)
+            per_char = best_seconds(call, text, opts.repeats) / len(text)
             cells.append(f"{per_char * 1e6:7.2f} {per_char / normal:5.1f}x")
             worst_rule = max(worst_rule, (per_char, shape, name))
         print(f"{shape:24}" + "".join(f"{c:>15}" for c in cells))

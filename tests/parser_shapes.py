@@ -12,8 +12,17 @@ import time
 from typing import Callable
 
 from chd.core.errors import InvalidRequest
+from chd.core.language import parser
+from chd.core.language.grammar.configure import read_configure
+from chd.core.language.grammar.context import read_context
+from chd.core.language.grammar.mark import read_mark
+from chd.core.language.grammar.remove import read_remove
+from chd.core.language.grammar.retrieve import read_retrieve
+from chd.core.language.grammar.stats import read_stats
+from chd.core.language.grammar.store import read_store
+from chd.core.language.grammar.summarize import read_summarize
 
-__all__ = ["SHAPES", "NORMAL_QUERY", "build", "best_seconds"]
+__all__ = ["SHAPES", "NORMAL_QUERY", "RULES", "build", "best_seconds", "parse_uncached"]
 
 NORMAL_QUERY = "What did the assistant say about Paris in turns 3 to 6?"
 
@@ -86,3 +95,23 @@ def best_seconds(read: Callable[[str], object], text: str, repeats: int) -> floa
             pass
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def parse_uncached(text: str) -> object:
+    """``parse`` with the reading cache emptied first: time the reading, not the cache."""
+    parser._READINGS.clear()
+    return parser.parse(text)
+
+
+# Every operation's rules and the closest-form suggestions: the grammar entry points.
+RULES: dict[str, Callable[[str], object]] = {
+    "store": read_store,
+    "context": read_context,
+    "mark": read_mark,
+    "configure": read_configure,
+    "stats": read_stats,
+    "summarize": read_summarize,
+    "remove": read_remove,
+    "retrieve": read_retrieve,
+    "closest_forms": lambda text: parser.closest_forms(text, "retrieve"),
+}

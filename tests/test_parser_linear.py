@@ -14,38 +14,13 @@ from typing import Callable
 
 import pytest
 
-from chd.core.language import parser
-from chd.core.language.grammar.configure import read_configure
-from chd.core.language.grammar.context import read_context
-from chd.core.language.grammar.mark import read_mark
-from chd.core.language.grammar.remove import read_remove
-from chd.core.language.grammar.retrieve import read_retrieve
-from chd.core.language.grammar.stats import read_stats
-from chd.core.language.grammar.store import read_store
-from chd.core.language.grammar.summarize import read_summarize
-from tests.parser_shapes import NORMAL_QUERY, SHAPES, best_seconds, build
+from tests.parser_shapes import NORMAL_QUERY, RULES, SHAPES, best_seconds, build, parse_uncached
 
 SMALL, LARGE = 500, 4_000
 LIMIT = 5 * LARGE / SMALL
 
 
-def _parse(text: str) -> object:
-    parser._READINGS.clear()  # time the reading, not the cache
-    return parser.parse(text)
-
-
-ENTRY_POINTS: dict[str, Callable[[str], object]] = {
-    "parse": _parse,
-    "store": read_store,
-    "context": read_context,
-    "mark": read_mark,
-    "configure": read_configure,
-    "stats": read_stats,
-    "summarize": read_summarize,
-    "remove": read_remove,
-    "retrieve": read_retrieve,
-    "closest_forms": lambda text: parser.closest_forms(text, "retrieve"),
-}
+ENTRY_POINTS: dict[str, Callable[[str], object]] = {"parse": parse_uncached, **RULES}
 
 
 
@@ -76,11 +51,11 @@ def test_a_megabyte_query_of_any_shape_costs_a_tenth_per_character_of_a_normal_q
     A normal query costs ~7 us a character here, so a tenth is ~0.7 s for a
     megabyte: only the instruction cap and payload-only store reading get there.
     """
-    normal = best_seconds(_parse, NORMAL_QUERY, 20) / len(NORMAL_QUERY)
+    normal = best_seconds(parse_uncached, NORMAL_QUERY, 20) / len(NORMAL_QUERY)
     costly = {}
     for shape in SHAPES:
         text = build(shape, 1_000_000)
-        per_char = best_seconds(_parse, text, 1) / len(text)
+        per_char = best_seconds(parse_uncached, text, 1) / len(text)
         if per_char > normal / 10:
             costly[shape] = round(per_char / normal, 3)
     assert not costly, f"per-character cost of 1 MB queries, as a share of a normal query's: {costly}"
