@@ -95,19 +95,7 @@ class SummaryWriter:
         For rewriting offline segments from their originals: an offline
         result would add nothing, so a failure leaves them for later.
         """
-        for attempt in range(1, self.attempts + 1):
-            try:
-                text = _call(self.primary, previous, utterances, token_limit, context)
-                self._failed = None
-                return Summarized(self._bounded(text, token_limit), self.name)
-            except Exception as exc:  # a summarizer's bug must not end the worker
-                error = _describe(exc)
-                log.warning("rewrite by %s failed (try %d of %d): %s", self.name, attempt, self.attempts, error)
-                if not getattr(exc, "retryable", True) or attempt == self.attempts:
-                    self._failed = (self._clock(), error)
-                    return None
-                self._sleep(self.backoff * 2 ** (attempt - 1))
-        return None
+        return self._primary(previous, utterances, token_limit, context, self.attempts, "rewrite by")[0]
 
     def write(
         self,
@@ -137,29 +125,47 @@ class SummaryWriter:
                     context,
                 )
         tries = self.attempts if patient else 1
-        error = ""
-        for attempt in range(1, tries + 1):
-            try:
-                text = _call(self.primary, previous, utterances, token_limit, context)
-                self._failed = None
-                return Summarized(self._bounded(text, token_limit), self.name)
-            except Exception as exc:  # a summarizer's bug must not lose the batch
-                error = _describe(exc)
-                retryable = getattr(exc, "retryable", True)
-                if self.fallback is None:
-                    raise
-                log.warning(
-                    "summarizer %s failed (try %d of %d): %s", self.name, attempt, tries, error
-                )
-                if not retryable or attempt == tries:
-                    break
-                self._sleep(self.backoff * 2 ** (attempt - 1))
-        self._failed = (self._clock(), error)
+        written, error = self._primary(
+            previous, utterances, token_limit, context, tries, "summarizer", reraise=self.fallback is None
+        )
+        if written is not None:
+            return written
         log.warning(
             "summarizer %s gave up; %s folds this batch instead", self.name,
             summarizer_name(self.fallback),
         )
         return self._fall_back(previous, utterances, token_limit, f"{self.name} failed: {error}", context)
+
+    def _primary(
+        self,
+        previous: str,
+        utterances: Sequence[Utterance],
+        token_limit: int,
+        context: SummaryContext | None,
+        tries: int,
+        what: str,
+        reraise: bool = False,
+    ) -> tuple[Summarized | None, str]:
+        """Up to ``tries`` calls of the configured summarizer with backoff: its result, or None and the last error.
+
+        ``reraise``: with no fallback, the summarizer's own exception goes to the caller.
+        """
+        error = ""
+        for attempt in range(1, tries + 1):
+            try:
+                text = _call(self.primary, previous, utterances, token_limit, context)
+                self._failed = None
+                return Summarized(self._bounded(text, token_limit), self.name), ""
+            except Exception as exc:  # a summarizer's bug must not lose the batch nor end the worker
+                if reraise:
+                    raise
+                error = _describe(exc)
+                log.warning("%s %s failed (try %d of %d): %s", what, self.name, attempt, tries, error)
+                if not getattr(exc, "retryable", True) or attempt == tries:
+                    break
+                self._sleep(self.backoff * 2 ** (attempt - 1))
+        self._failed = (self._clock(), error)
+        return None, error
 
     def _fall_back(
         self,
