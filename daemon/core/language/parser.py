@@ -252,18 +252,12 @@ class _ReadingCache:
         return entry[0]
 
     def read(self, query: str) -> _Outcome:
-        with self._lock:
-            entry = self._entries.get(query)
-            if entry is not None:
-                self._entries.move_to_end(query)
-        if entry is None:
-            try:
-                outcome: _Outcome | InvalidRequest = _read(query)
-            except InvalidRequest as refusal:
-                outcome = refusal
-            entry = (outcome, self._size(query, outcome))
-            self._keep(query, entry)
-        outcome = entry[0]
+        """Read ``query`` (not cached: ``known`` said so) and keep the reading or the refusal."""
+        try:
+            outcome: _Outcome | InvalidRequest = _read(query)
+        except InvalidRequest as refusal:
+            outcome = refusal
+        self._keep(query, (outcome, self._size(query, outcome)))
         if isinstance(outcome, InvalidRequest):
             raise _fresh(outcome)
         return outcome
