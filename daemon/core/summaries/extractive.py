@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from chd.core.summaries.sentences import (
     MAX_SENTENCE,
@@ -67,6 +67,10 @@ _CORRECTION = frozenset({"actually", "correction", "instead", "sorry", "rather",
 # Sentences scoring under this share of the best one, and stating no fact, are small talk.
 _MIN_RELATIVE_SCORE = 0.25
 _ELLIPSIS = "…"
+# cl100k_base token ids from which a one-token word counts as uncommon: the
+# first fifth of the table holds the everyday words (" museum" 24925 is
+# past it, " station" 8216 is not).
+_COMMON_RANKS = 20000
 # A line per this many tokens of budget at most: each head costs tokens that
 # a fact could use, so old blocks are joined into longer turn ranges.
 _TOKENS_PER_BLOCK = 96
@@ -124,7 +128,10 @@ class _ShortCounts:
     def __init__(self, counter: TokenCounter, most: int = 4096) -> None:
         self._counter = counter
         self._known: dict[str, int] = {}
+        self._rare: dict[str, bool] = {}
         self._most = most
+        # Token ids, when the counter can tell them (tiktoken's can).
+        self._ids: Callable[[str], list[int]] | None = getattr(counter, "token_ids", None)
 
     def __call__(self, text: str) -> int:
         known = self._known.get(text)
@@ -138,6 +145,19 @@ class _ShortCounts:
 
     def count(self, text: str) -> int:
         return self(text)
+
+    def rare(self, word: str) -> bool:
+        """Whether ``word`` (lower case) is uncommon: split by the tokenizer, or one late-learned token."""
+        known = self._rare.get(word)
+        if known is None:
+            ids = self._ids(" " + word) if self._ids is not None else []
+            known = (len(ids) >= 2 or (len(ids) == 1 and ids[0] >= _COMMON_RANKS)) if ids else (
+                self(" " + word) >= 2
+            )
+            if len(self._rare) >= self._most:
+                self._rare.clear()
+            self._rare[word] = known
+        return known
 
 
 class ExtractiveSummarizer:
@@ -295,13 +315,18 @@ def _read(
 
 
 def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> set[str]:
-    """Lower-case words the tokenizer does not know as one word: "pydantic", "mypy", "release-prep".
+    """Lower-case words uncommon in English: "pydantic", "release-prep", "cathedral", "sesame".
 
     cl100k_base has a single token for every common English word (" refund",
-    " mistake"); a word it must split is a name, a tool, an identifier.
+    " mistake"); a word it must split is a name, a tool, an identifier. Its
+    tokens are numbered in the order the tokenizer learned them, which
+    follows how often they occur in text: a word that is one token past
+    ``_COMMON_RANKS`` (" cathedral" 80250, " sesame" 92223, against " hotel"
+    9689, " budget" 8199) is uncommon too. What such a word says is usually
+    what a conversation is about: the place, the allergen, the material.
     """
     words = {w for s in sentences for w in words_of(s) if w.islower() and len(w) >= 4}
-    return {w for w in words if w not in STOPWORDS and counter(" " + w) >= 2}
+    return {w for w in words if w not in STOPWORDS and counter.rare(w)}
 
 
 def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[str]] | None:
