@@ -128,7 +128,7 @@ class _ShortCounts:
     def __init__(self, counter: TokenCounter, most: int = 4096) -> None:
         self._counter = counter
         self._known: dict[str, int] = {}
-        self._rare: dict[str, bool] = {}
+        self._rare: dict[str, int] = {}
         self._most = most
         # Token ids, when the counter can tell them (tiktoken's can).
         self._ids: Callable[[str], list[int]] | None = getattr(counter, "token_ids", None)
@@ -146,14 +146,15 @@ class _ShortCounts:
     def count(self, text: str) -> int:
         return self(text)
 
-    def rare(self, word: str) -> bool:
-        """Whether ``word`` (lower case) is uncommon: split by the tokenizer, or one late-learned token."""
+    def rarity(self, word: str) -> int:
+        """2 for a word (lower case) the tokenizer splits, 1 for one token learned late, else 0."""
         known = self._rare.get(word)
         if known is None:
-            ids = self._ids(" " + word) if self._ids is not None else []
-            known = (len(ids) >= 2 or (len(ids) == 1 and ids[0] >= _COMMON_RANKS)) if ids else (
-                self(" " + word) >= 2
-            )
+            if self._ids is not None:
+                ids = self._ids(" " + word)
+                known = 2 if len(ids) >= 2 else int(bool(ids) and ids[0] >= _COMMON_RANKS)
+            else:
+                known = 2 if self(" " + word) >= 2 else 0
             if len(self._rare) >= self._most:
                 self._rare.clear()
             self._rare[word] = known
@@ -304,9 +305,9 @@ def _read(
         for u in utterances:
             raw.extend((len(blocks) - 1, u.speaker, s) for s in split_sentences(u.text))
     names = name_words(s for _, _, s in raw)
-    rare = _rare_words((s for _, _, s in raw), counter)
+    rare, uncommon = _rare_words((s for _, _, s in raw), counter)
     sentences = [
-        _Sentence(order, block, speaker, text, facts_in(text, names, rare))
+        _Sentence(order, block, speaker, text, facts_in(_whole_words(text), names, rare, uncommon))
         for order, (block, speaker, text) in enumerate(raw)
     ]
     offset = len(sentences)
@@ -314,19 +315,37 @@ def _read(
     return blocks, sentences, facts
 
 
-def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> set[str]:
-    """Lower-case words uncommon in English: "pydantic", "release-prep", "cathedral", "sesame".
+def _whole_words(text: str) -> str:
+    """``text`` without the word a clip cut ("Callum replied from callum@…"): no half fact is read from it."""
+    if text.endswith(_ELLIPSIS):
+        return text[: -len(_ELLIPSIS)].rsplit(" ", 1)[0]
+    return text
+
+
+def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> tuple[set[str], set[str]]:
+    """Lower-case words the tokenizer splits ("pydantic", "release-prep"), and the uncommon ones.
 
     cl100k_base has a single token for every common English word (" refund",
     " mistake"); a word it must split is a name, a tool, an identifier. Its
     tokens are numbered in the order the tokenizer learned them, which
     follows how often they occur in text: a word that is one token past
     ``_COMMON_RANKS`` (" cathedral" 80250, " sesame" 92223, against " hotel"
-    9689, " budget" 8199) is uncommon too. What such a word says is usually
-    what a conversation is about: the place, the allergen, the material.
+    9689, " budget" 8199) is uncommon. As the object of a sentence it is
+    usually what the conversation is about: the place, the allergen, the
+    material (sentences.facts_of).
     """
     words = {w for s in sentences for w in words_of(s) if w.islower() and len(w) >= 4}
-    return {w for w in words if w not in STOPWORDS and counter.rare(w)}
+    split: set[str] = set()
+    uncommon: set[str] = set()
+    for word in words:
+        if word in STOPWORDS:
+            continue
+        kind = counter.rarity(word)
+        if kind == 2:
+            split.add(word)
+        elif kind == 1:
+            uncommon.add(word)
+    return split, uncommon
 
 
 def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[str]] | None:

@@ -150,26 +150,38 @@ def _names_in(sentence: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def facts_in(sentence: str, names: set[str], rare: set[str]) -> tuple[str, ...]:
-    """``facts_of``, cached on what of ``names`` and ``rare`` the sentence can use."""
+def facts_in(
+    sentence: str, names: set[str], rare: set[str], uncommon: set[str] = frozenset()  # type: ignore[assignment]
+) -> tuple[str, ...]:
+    """``facts_of``, cached on what of ``names``, ``rare`` and ``uncommon`` the sentence can use."""
     opener = _core(sentence.split(" ", 1)[0])[0] in names
     used = frozenset(w.lower() for w in words_of(sentence) if w.lower() in rare) if rare else frozenset()
-    return _facts_cached(sentence, opener, used)
+    few = frozenset(w.lower() for w in words_of(sentence) if w.lower() in uncommon) if uncommon else frozenset()
+    return _facts_cached(sentence, opener, used, few)
 
 
 @functools.lru_cache(maxsize=8192)
-def _facts_cached(sentence: str, opener: bool, rare: frozenset[str]) -> tuple[str, ...]:
+def _facts_cached(sentence: str, opener: bool, rare: frozenset[str], uncommon: frozenset[str]) -> tuple[str, ...]:
     tokens = sentence.split(" ", 1)
     names = {_core(tokens[0])[0]} if opener else set()
-    return tuple(facts_of(sentence, names, set(rare)))
+    return tuple(facts_of(sentence, names, set(rare), set(uncommon)))
 
 
-def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+def facts_of(
+    sentence: str,
+    names: set[str],
+    rare: set[str] = frozenset(),  # type: ignore[assignment]
+    uncommon: set[str] = frozenset(),  # type: ignore[assignment]
+) -> list[str]:
     """The facts of one cleaned sentence, in order, each as it is written there.
 
     Args:
         names: words known as names in the conversation (see ``name_words``).
-        rare: lower-case words rare in the conversation, kept as facts too.
+        rare: lower-case words the tokenizer splits (identifiers, tools,
+            names: "pydantic", "release-prep"), facts with the phrase around them.
+        uncommon: lower-case words uncommon in English ("cathedral"), facts
+            with their phrase only where a noun phrase starts (after "the",
+            "to", "near"...): "Declan replied" is no fact, "the old cathedral" is.
     """
     tokens = sentence.split(" ")
     facts: list[str] = []
@@ -188,7 +200,7 @@ def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> li
     value = _colon_value(tokens)
     if value is not None:
         tokens = tokens[: len(tokens) - value.count(" ") - 1]
-    phrases = _rare_phrases(tokens, rare) if rare else {}
+    phrases = _rare_phrases(tokens, rare, uncommon) if rare or uncommon else {}
     skip = -1
     ends = False
     for i, token in enumerate(tokens):
@@ -210,16 +222,6 @@ def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> li
             if run and units:
                 close()
             run.append(core)
-        elif i in phrases and not (run and _after_number(run)):
-            # A rare word with the words around it: "luxury vinyl planks", not "planks".
-            close()
-            last = phrases[i]
-            run.extend(_core(t)[0] for t in tokens[i:last + 1])
-            ends = _core(tokens[last])[2]
-            skip = last
-            if ends:
-                close()
-            continue
         elif run and lowered in _JOINERS and not ends:
             run.append(core)
         elif run and lowered in _BY and not ends and _after_number(run) and _next_is_number(tokens, i):
@@ -240,6 +242,16 @@ def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> li
             run.append(core)
         elif run and lowered in _TIMES_OF_DAY and run[-1].lower() in _MONTHS:
             run.append(core)  # "Monday noon"
+        elif i in phrases and not (run and _after_number(run)):
+            # A rare word with the words around it: "luxury vinyl planks", not "planks".
+            close()
+            last = phrases[i]
+            run.extend(_core(t)[0] for t in tokens[i:last + 1])
+            ends = _core(tokens[last])[2]
+            skip = last
+            if ends:
+                close()
+            continue
         else:
             close()
             continue
@@ -310,7 +322,7 @@ _NOUN_OPENERS = frozenset(
 )
 
 
-def _rare_phrases(tokens: list[str], rare: set[str]) -> dict[int, int]:
+def _rare_phrases(tokens: list[str], rare: set[str], uncommon: set[str]) -> dict[int, int]:
     """For each run of lower-case content words holding a rare word, its first and last token index.
 
     A word rare in the conversation is usually part of a noun phrase ("roof
@@ -334,12 +346,13 @@ def _rare_phrases(tokens: list[str], rare: set[str]) -> dict[int, int]:
         while i + 1 < len(tokens) and content[i + 1] and not closes[i]:
             i += 1
         words = [_core(tokens[k])[0] for k in range(start, i + 1)]
-        hits = [k for k, w in enumerate(words) if w in rare]
+        before = _core(tokens[start - 1])[0].lower() if start else ""
+        noun = before in _NOUN_OPENERS
+        hits = [k for k, w in enumerate(words) if w in rare or (noun and w in uncommon)]
         if hits:
             # Words before the rare one are its modifiers only after an article or a
             # preposition ("the old cathedral"); after a subject they are a verb ("we pin").
-            before = _core(tokens[start - 1])[0].lower() if start else ""
-            lo = 0 if before in _NOUN_OPENERS else hits[0]
+            lo = 0 if noun else hits[0]
             lo = max(lo, hits[0] - _PHRASE_WORDS + 1)
             hi = min(len(words), lo + _PHRASE_WORDS)
             out[start + lo] = start + hi - 1
