@@ -44,6 +44,7 @@ from chd.core.summaries.sentences import (
     STOPWORDS,
     facts_in,
     name_words,
+    said_in,
     split_sentences,
     words_of,
 )
@@ -112,6 +113,7 @@ class _Fact:
     order: int
     weight: float
     cost: int = 0
+    covers: tuple[str, ...] = ()  # shorter facts said word for word inside this one
 
 
 @dataclass(slots=True)
@@ -188,8 +190,9 @@ class ExtractiveSummarizer:
         facts = _facts(sentences, listed, weights)
         if context is not None and context.summary:
             # Said elsewhere in the summary already: a copy here adds little.
+            # As whole words: "€500" is not said by "€5000", nor "2" by "v2.1.0".
             for fact in facts:
-                if fact.text in context.summary:
+                if said_in(fact.text, context.summary):
                     fact.weight *= 0.2
         for fact in facts:
             fact.cost = self._count(fact.text) + 1
@@ -213,17 +216,16 @@ class ExtractiveSummarizer:
         floor = _MIN_RELATIVE_SCORE * max((s.score for s in sentences), default=0.0)
         worth = [s for s in sentences if s.facts or (s.score > 0 and s.score >= floor)]
         in_worth = _quoted_facts(worth)
-        everything = _Plan(quoted=list(worth), listed=[f for f in facts if f.text not in in_worth])
+        unquoted = [f for f in facts if f.text not in in_worth]
+        held = {t for f in unquoted for t in f.covers}
+        everything = _Plan(quoted=list(worth), listed=[f for f in unquoted if f.text not in held])
         if self._fits(blocks, everything, limit):
             return everything
-        # Facts first, the most weight per token first.
-        plan = _Plan()
+        # Facts first, the most weight per token first; a long fact that holds
+        # chosen ones replaces them and costs only its extra words.
         budget = limit - self._overhead(blocks, {f.block for f in facts})
-        used = 0
-        for fact in sorted(facts, key=lambda f: (-f.weight / f.cost, f.order)):
-            if used + fact.cost <= budget:
-                plan.listed.append(fact)
-                used += fact.cost
+        chosen, used = _choose(facts, budget)
+        plan = _Plan(listed=chosen)
         # Then quotes, where the room left allows: a quote replaces the
         # facts it holds, so it costs only its extra words.
         listed = {f.text: f for f in plan.listed}
@@ -440,6 +442,10 @@ def _score(sentences: list[_Sentence], weights: dict[str, float]) -> None:
         sentence.score = weight / math.sqrt(max(len(tokens), 6))
 
 
+# Facts of up to this many words (names, "Ticket TCK-48601") make the facts
+# inside them redundant; longer ones (messages, decisions) do not.
+_SHORT_FACT_WORDS = 3
+
 # Near-repeats are looked for among this many earlier sentences with the same
 # facts (and corrections among as many before it): a bound, so that a batch of
 # thousands of tiny sentences costs linear time.
@@ -495,22 +501,57 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     for fact in sorted(candidates, key=lambda f: f.order):
         where.pop(fact.text, None)
         where[fact.text] = fact
-    # "TCK-48601" is kept verbatim inside "Ticket TCK-48601": one of them is enough.
+    # "TCK-48601" is kept verbatim inside "Ticket TCK-48601": one of them is
+    # enough. A longer fact (an error message, a decision after a colon)
+    # costs more than the names in it, so those stay facts of their own and
+    # the plan lists the long one only when it can pay for its extra words.
     inside: set[str] = set()
     for text in where:
         words = text.split(" ")
-        for i in range(len(words)):
-            for j in range(i + 1, min(len(words), i + 8) + 1):
-                if j - i < len(words):
-                    inside.add(" ".join(words[i:j]))
+        if len(words) > _SHORT_FACT_WORDS:
+            continue
+        inside.update(_runs(words, text))
     for text in inside & set(where):
         del where[text]
+    for fact in where.values():
+        words = fact.text.split(" ")
+        if len(words) > _SHORT_FACT_WORDS:
+            fact.covers = tuple(sorted(t for t in _runs(words, fact.text) if t in where))
     for fact in where.values():
         words = [w.lower() for w in words_of(fact.text)] or [fact.text.lower()]
         fact.weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
         if fact.text.islower() and fact.text.replace("-", "").replace(" ", "").isalpha():
             fact.weight *= 0.5  # a rare word: maybe a name, maybe just an unusual word
     return sorted(where.values(), key=lambda f: f.order)
+
+
+def _runs(words: list[str], whole: str) -> set[str]:
+    """The runs of ``words`` shorter than all of them (``whole``)."""
+    return {
+        run
+        for i in range(len(words))
+        for j in range(i + 1, len(words) + 1)
+        if (run := " ".join(words[i:j])) != whole
+    }
+
+
+def _choose(facts: Sequence[_Fact], budget: int) -> tuple[list[_Fact], int]:
+    """The facts to list within ``budget`` tokens, the most weight per token first, and the tokens they take."""
+    chosen: dict[str, _Fact] = {}
+    held: set[str] = set()  # inside a chosen long fact
+    used = 0
+    for fact in sorted(facts, key=lambda f: (-f.weight / f.cost, f.order)):
+        if fact.text in held:
+            continue
+        inner = [chosen[t] for t in fact.covers if t in chosen]
+        extra = fact.cost - sum(f.cost for f in inner)
+        if used + extra <= budget:
+            for f in inner:
+                del chosen[f.text]
+            chosen[fact.text] = fact
+            held.update(fact.covers)
+            used += extra
+    return list(chosen.values()), used
 
 
 def _quoted_facts(quoted: Sequence[_Sentence]) -> set[str]:

@@ -21,7 +21,7 @@ import functools
 import re
 from typing import Iterable
 
-__all__ = ["split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of", "utterance_key", "STOPWORDS"]
+__all__ = ["said_in", "split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of", "utterance_key", "STOPWORDS"]
 
 # A run of sentence-ending marks; whether it ends a sentence depends on the
 # one character after it, looked at outside the pattern (no lookahead that
@@ -198,8 +198,6 @@ def facts_of(
         units = 0
 
     value = _colon_value(tokens)
-    if value is not None:
-        tokens = tokens[: len(tokens) - value.count(" ") - 1]
     phrases = _rare_phrases(tokens, rare, uncommon) if rare or uncommon else {}
     skip = -1
     ends = False
@@ -249,8 +247,8 @@ def facts_of(
             run.extend(_core(t)[0] for t in tokens[i:last + 1])
             ends = _core(tokens[last])[2]
             skip = last
-            if ends:
-                close()
+            if ends or not _next_is_version(tokens, last):
+                close()  # a phrase is a fact of its own: "invoices say" is not part of "€2400"
             continue
         else:
             close()
@@ -260,8 +258,8 @@ def facts_of(
         if ends:
             close()
     close()
-    if value is not None:
-        facts.append(value)
+    if value is not None and value not in facts:
+        facts.append(value)  # the names and numbers in it stay facts of their own too
     return facts
 
 
@@ -401,6 +399,19 @@ def _next_is_name(tokens: list[str], names: set[str]) -> bool:
     if nxt.lower() in _JOINERS and len(tokens) > 2:
         nxt, _, _ = _core(tokens[2])  # "Seed & Sprout near the hotel": a joined name
     return _capitalised(nxt)
+
+
+def said_in(fact: str, text: str) -> bool:
+    """Whether ``fact`` occurs in ``text`` as whole words: "€500" is not in "€5000", nor "2" in "v2.1.0"."""
+    start = text.find(fact)
+    while start >= 0:
+        end = start + len(fact)
+        before = text[start - 1] if start else " "
+        after = text[end] if end < len(text) else " "
+        if not (before.isalnum() or before in "-.@/_") and not (after.isalnum() or after in "-@/_"):
+            return True
+        start = text.find(fact, start + 1)
+    return False
 
 
 def utterance_key(text: str) -> str:
