@@ -307,6 +307,7 @@ def _read(
         for u in utterances:
             raw.extend((len(blocks) - 1, u.speaker, s) for s in split_sentences(u.text))
     names = name_words(s for _, _, s in raw)
+    names.update(_unknown_openers((s for _, _, s in raw), counter))
     rare, uncommon = _rare_words((s for _, _, s in raw), counter)
     sentences = [
         _Sentence(order, block, speaker, text, facts_in(_whole_words(text), names, rare, uncommon))
@@ -322,6 +323,26 @@ def _whole_words(text: str) -> str:
     if text.endswith(_ELLIPSIS):
         return text[: -len(_ELLIPSIS)].rsplit(" ", 1)[0]
     return text
+
+
+def _unknown_openers(sentences: Iterable[str], counter: _ShortCounts) -> set[str]:
+    """Capitalised first words the tokenizer splits even in lower case: names ("Folha near the hotel").
+
+    A capital at a sentence start says nothing, but an English word there
+    ("Remember", "Tickets") is one token; a word split in lower case is a
+    name, unless it reads as a verb form ("Noted", "Pinning").
+    """
+    out: set[str] = set()
+    for sentence in sentences:
+        first = sentence.split(" ", 1)[0].rstrip(",.;:!?")
+        lowered = first.lower()
+        if (
+            len(first) >= 3 and first[0].isupper() and first[1:].islower() and first.isalpha()
+            and lowered not in STOPWORDS and not lowered.endswith(("ing", "ed"))
+            and counter.rarity(lowered) == 2
+        ):
+            out.add(first)
+    return out
 
 
 def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> tuple[set[str], set[str]]:
