@@ -34,6 +34,7 @@ attribution and facts survive any number of merges; lines in another format
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -172,6 +173,9 @@ class ExtractiveSummarizer:
     def __init__(self, counter: TokenCounter) -> None:
         self._counter = counter
         self._count = _ShortCounts(counter)
+        # A call renders and counts the same whole text more than once (the
+        # plan's last check, the summary with and without topics).
+        self._count_text = functools.lru_cache(maxsize=8)(counter.count)
 
     def summarize(
         self,
@@ -198,9 +202,9 @@ class ExtractiveSummarizer:
             fact.cost = self._count(fact.text) + 1
         plan = self._plan(blocks, sentences, facts, token_limit)
         text = _render(blocks, plan, with_topics=True, weights=weights)
-        if self._counter.count(text) > token_limit:
+        if self._count_text(text) > token_limit:
             text = _render(blocks, plan, with_topics=False, weights=weights)
-        if not text or self._counter.count(text) > token_limit:
+        if not text or self._count_text(text) > token_limit:
             best = max(sentences, key=lambda s: (s.score, -s.order), default=None)
             if best is None:
                 return self._counter.fit("; ".join(f.text for f in facts), token_limit)
@@ -247,13 +251,13 @@ class ExtractiveSummarizer:
         # Each round drops about as much as the text is over, so the rounds
         # stay few whatever the input (issue 14: no call may be quadratic).
         while plan.quoted or plan.listed:
-            over = self._counter.count(_render(blocks, plan, with_topics=False)) - limit
+            over = self._count_text(_render(blocks, plan, with_topics=False)) - limit
             if over <= 0:
                 break
             _drop_weakest(plan, facts, over, counted)
         if not plan.quoted and worth:
             # No sentence fits whole: the start of the best one tells what the facts are about.
-            room = limit - self._counter.count(_render(blocks, plan, with_topics=False)) - 8
+            room = limit - self._count_text(_render(blocks, plan, with_topics=False)) - 8
             best = max(worth, key=lambda s: (s.score, -s.order))
             clipped = self._clip(best.text, room) if room >= 8 else ""
             if clipped:
@@ -263,7 +267,7 @@ class ExtractiveSummarizer:
         return plan
 
     def _fits(self, blocks: list[_Block], plan: _Plan, limit: int) -> bool:
-        return self._counter.count(_render(blocks, plan, with_topics=False)) <= limit
+        return self._count_text(_render(blocks, plan, with_topics=False)) <= limit
 
     def _overhead(self, blocks: list[_Block], used: set[int]) -> int:
         return sum(
@@ -433,18 +437,35 @@ def _weights(
     sentences: list[_Sentence], facts: list[_Fact], context: SummaryContext | None
 ) -> dict[str, float]:
     """Inverse document frequency of each lower-cased word over all the call can see."""
-    documents: list[str] = [s.text for s in sentences] + [f.text for f in facts]
+    documents: list[frozenset[str]] = [_words_in(s.text) for s in sentences] + [_words_in(f.text) for f in facts]
     if context is not None:
+        # The same buffered utterances and summary lines come back call after
+        # call: their sentences' words are remembered, not read again.
         for line in context.summary.splitlines():
-            documents.extend(split_sentences(line))
+            documents.extend(_sentence_words(line))
         for u in context.buffered:
-            documents.extend(split_sentences(u.text))
+            documents.extend(_sentence_words(u.text))
     frequency: dict[str, int] = {}
     for document in documents:
-        for word in {w.lower() for w in words_of(document)}:
+        for word in document:
             frequency[word] = frequency.get(word, 0) + 1
     total = len(documents)
     return {w: math.log(1 + total / n) for w, n in frequency.items()}
+
+
+@functools.lru_cache(maxsize=8192)
+def _words_in(text: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in words_of(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _lower_words(text: str) -> tuple[str, ...]:
+    return tuple(w.lower() for w in words_of(text)) or (text.lower(),)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sentence_words(text: str) -> tuple[frozenset[str], ...]:
+    return tuple(_words_in(sentence) for sentence in split_sentences(text))
 
 
 def _score(sentences: list[_Sentence], weights: dict[str, float]) -> None:
@@ -529,9 +550,8 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     inside: set[str] = set()
     for text in where:
         words = text.split(" ")
-        if len(words) > _SHORT_FACT_WORDS:
-            continue
-        inside.update(_runs(words, text))
+        if 1 < len(words) <= _SHORT_FACT_WORDS:
+            inside.update(_runs(words, text))
     for text in inside & set(where):
         del where[text]
     for fact in where.values():
@@ -539,7 +559,7 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
         if len(words) > _SHORT_FACT_WORDS:
             fact.covers = tuple(sorted(t for t in _runs(words, fact.text) if t in where))
     for fact in where.values():
-        words = [w.lower() for w in words_of(fact.text)] or [fact.text.lower()]
+        words = _lower_words(fact.text)
         fact.weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
         if fact.text.islower() and fact.text.replace("-", "").replace(" ", "").isalpha():
             fact.weight *= 0.5  # a rare word: maybe a name, maybe just an unusual word
