@@ -21,6 +21,13 @@ def said(*texts: str, speakers: Sequence[str] = ("user", "assistant")) -> list[U
     ]
 
 
+CI_FAILURE = (
+    "TypeError in src/billing/invoice.py at line 40: unexpected keyword argument 'tz'.",
+    "That comes from pydantic 2.7.0, which changed the signature of parse_obj in that release.",
+    "Pinning to 1.10.15 works, but it is better to update the calls to parse_obj instead.",
+)
+
+
 @pytest.fixture
 def offline() -> ExtractiveSummarizer:
     return ExtractiveSummarizer(COUNTER)
@@ -80,12 +87,7 @@ class TestLongFacts:
 
     def test_with_room_the_whole_message_is_listed_once(self, offline):
         """Too tight to quote, room to list: the message is listed whole, its literal not a second time."""
-        batch = said(
-            "TypeError in src/billing/invoice.py at line 40: unexpected keyword argument 'tz'.",
-            "That comes from pydantic 2.7.0, which changed the signature of parse_obj in that release.",
-            "Pinning to 1.10.15 works, but it is better to update the calls to parse_obj instead.",
-        )
-        text = summarize(offline, batch, 40)
+        text = summarize(offline, said(*CI_FAILURE), 40)
         assert "“" not in text
         assert "unexpected keyword argument 'tz'" in text
         assert text.count("'tz'") == 1
