@@ -10,9 +10,14 @@ after an unbounded run, so no text can make matching slower than linear
 followed by a newline).
 
 A fact is what a summary must keep word for word: names (capitalised words
-not at a sentence start, or known as names elsewhere), numbers with the
-unit after them and the month or label before them, codes (TCK-48213,
-LT1200, #4101), versions, paths, URLs and e-mail addresses.
+not at a sentence start, or known as names elsewhere; "The Linden Inn",
+"Seed & Sprout"), numbers with the unit after them and the month or label
+before them ("3.1 by 2.4 metres"), codes (TCK-48213, LT1200, #4101),
+versions with the lower-case name before them ("pydantic 2.7.0"), paths,
+URLs, e-mail addresses, quoted literals with their quotes ('customer_id'),
+a short value after a colon (an error message), and the phrase around a
+rare word ("walk-in shower", "the old cathedral"; which words are rare is
+the caller's to say, see extractive.py).
 """
 
 from __future__ import annotations
