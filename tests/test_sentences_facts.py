@@ -70,6 +70,7 @@ class TestShapesOfFacts:
     def test_a_quoted_literal_keeps_its_quotes(self):
         """'customer_id' in quotes is a literal; the quotes are part of what was said."""
         assert facts_of("The key 'customer_id' is missing.", set()) == ["'customer_id'"]
+        assert facts_of("Python cannot find 'Mapping' there.", set()) == ["'Mapping'"]
 
     def test_a_measurement_by_another_is_one_fact(self):
         """'3.1 by 2.4 metres', not '3.1' and '2.4 metres'."""

@@ -224,7 +224,7 @@ def facts_of(
         elif _capitalised(core) and (i > 0 or core in names or _next_is_name(tokens, names)):
             if run and units:
                 close()
-            run.append(core)
+            run.append(_quoted(token, core))
         elif run and lowered in _JOINERS and not ends:
             run.append(core)
         elif run and lowered in _BY and not ends and _after_number(run) and _next_is_number(tokens, i):
