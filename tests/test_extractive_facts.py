@@ -7,6 +7,7 @@ from typing import Sequence
 import pytest
 
 from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.summarizer import SummaryContext
 from chd.core.tokens import default_counter
 from chd.core.utterance import Utterance
 
@@ -71,6 +72,16 @@ class TestRareWords:
         )
         text = summarize(offline, batch, 24)
         assert "Folha" in text and "Remember" not in text
+
+
+    def test_a_name_seen_mid_sentence_in_the_buffer_is_a_name_at_a_sentence_start(self, offline):
+        """'Grace booked...' opens the batch; the buffer says 'with Grace', so Grace is listed."""
+        batch = said("Grace booked the table for the whole group on the terrace for the evening.",
+                     "Could you also look at the weather for the weekend trip to the coast please?")
+        context = SummaryContext(buffered=tuple(said("We are going with Grace this time.")))
+        text = offline.summarize("", batch, 16, context=context)
+        assert COUNTER.count(text) <= 16
+        assert "Grace" in text
 
 
 class TestLongFacts:

@@ -184,7 +184,8 @@ class ExtractiveSummarizer:
         token_limit: int,
         context: SummaryContext | None = None,
     ) -> str:
-        blocks, sentences, listed = _read(previous, utterances, self._count)
+        seen = tuple(u.text for u in context.buffered) if context is not None else ()
+        blocks, sentences, listed = _read(previous, utterances, self._count, seen)
         if not sentences and not listed:
             return ""
         _join_blocks(blocks, sentences, listed, max(1, token_limit // _TOKENS_PER_BLOCK))
@@ -285,9 +286,13 @@ class ExtractiveSummarizer:
 
 
 def _read(
-    previous: str, utterances: Sequence[Utterance], counter: _ShortCounts
+    previous: str, utterances: Sequence[Utterance], counter: _ShortCounts, seen: Sequence[str] = ()
 ) -> tuple[list[_Block], list[_Sentence], list[_Fact]]:
-    """The blocks, sentences and listed facts of the previous summary and the new utterances."""
+    """The blocks, sentences and listed facts of the previous summary and the new utterances.
+
+    ``seen``: texts read only to learn names ("Kenji" mid-sentence in the
+    buffer makes "Kenji booked it." a name here).
+    """
     blocks: list[_Block] = []
     raw: list[tuple[int, str, str]] = []  # block, speaker, sentence
     listed: list[tuple[int, str]] = []
@@ -311,6 +316,8 @@ def _read(
         for u in utterances:
             raw.extend((len(blocks) - 1, u.speaker, s) for s in split_sentences(u.text))
     names = name_words(s for _, _, s in raw)
+    for text in seen:
+        names.update(name_words(_sentences_of(text)))
     names.update(_unknown_openers((s for _, _, s in raw), counter))
     rare, uncommon = _rare_words((s for _, _, s in raw), counter)
     sentences = [
@@ -464,8 +471,13 @@ def _lower_words(text: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=4096)
+def _sentences_of(text: str) -> tuple[str, ...]:
+    return tuple(split_sentences(text))
+
+
+@functools.lru_cache(maxsize=4096)
 def _sentence_words(text: str) -> tuple[frozenset[str], ...]:
-    return tuple(_words_in(sentence) for sentence in split_sentences(text))
+    return tuple(_words_in(sentence) for sentence in _sentences_of(text))
 
 
 def _score(sentences: list[_Sentence], weights: dict[str, float]) -> None:
