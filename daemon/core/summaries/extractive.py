@@ -13,9 +13,12 @@ How it chooses (issue 13, measured by bench/bench_retention.py):
 * When every informative sentence fits, every one is quoted: a budget with
   room is used, not capped.
 * Otherwise the facts come first (names, numbers, dates, codes, versions,
-  paths, addresses: see sentences.py), as a list, cheapest per weight
-  first; the rest of the budget turns the best sentences back into quotes.
-  A fact list packs three to five times more facts per token than quotes.
+  paths, addresses, messages, and the phrases of words uncommon in English:
+  see sentences.py and ``_rare_words``), as a list, cheapest per weight
+  first; a long fact that holds chosen ones replaces them when it can pay
+  for its extra words. The rest of the budget turns the best sentences
+  back into quotes. A fact list packs three to five times more facts per
+  token than quotes.
 * Weights are inverse document frequencies over everything the call can
   see: the previous summary, the new utterances and, when the caller passes
   one, the rest of the conversation (``SummaryContext``). A word every
