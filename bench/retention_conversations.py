@@ -1,9 +1,11 @@
 """Hand-written conversations for bench/bench_retention.py, with their facts marked.
 
-Three kinds of conversation, each a sequence of episodes written by hand:
+Four kinds of conversation, each a sequence of episodes written by hand:
 planning trips, a coding session (versions, file names, error codes, pull
-requests), and support cases (ticket numbers, e-mail addresses, refunds,
-decisions). Every episode corrects one fact it stated earlier, as people do.
+requests), support cases (ticket numbers, e-mail addresses, refunds,
+decisions), and home-renovation quotes (contractors, amounts, measurements,
+materials, permits; written after the summarizer was tuned on the other
+three, to see whether what was tuned there holds elsewhere). Every episode corrects one fact it stated earlier, as people do.
 Each episode's slots are filled from hand-written value lists, so a long
 conversation talks about many trips, bugs and tickets instead of repeating
 one.
@@ -100,6 +102,30 @@ _SUPPORT = [
     ("assistant", "You're welcome, {{{name}}}. I'll close ticket {{{ticket}}} once the refund posts."),
 ]
 
+_RENOVATION = [
+    ("user", "The quote from {{{builder}}} for the {{{room}}} came in today: {{{quote}}} all in, "
+             "reference {{{ref}}}."),
+    ("assistant", "Does that include the {{{finish}}} and taking out the old {{{old}}}?"),
+    ("user", "The price covers the {{{finish}}}; removing the {{{old}}} is another {{{removal}}}."),
+    ("assistant", "{{{rival}}} quoted {{{rival_quote}}} for the same work and needs {{{rival_weeks} weeks}}."),
+    ("user", "{{{builder}}} can start on {{{start}}} and expects {{{days} working days}}."),
+    ("assistant", "So {{{builder}}} is both cheaper and quicker. Should I ask them for proof of insurance?"),
+    ("user", "Yes please, and ask whether {{{foreman}}} will be on site every day."),
+    ("assistant", "{{{foreman}}} replied from {{{email}}}: insurance policy {{{policy}}}, and he will be "
+                  "there daily except {{{offday}}}."),
+    ("user", "I measured the {{{room}}} as {{~{dims_old}}} for the flooring."),
+    ("assistant", "Which flooring did you settle on?"),
+    ("user", "Sorry, I misread the tape: it is {{{dims}}}, not {dims_old}. We picked {{{floor}}} from "
+             "{{{supplier}}}."),
+    ("assistant", "Then you need {{{area} square metres}} with waste, at {{{price}}} per square metre from "
+                  "{{{supplier}}}."),
+    ("user", "We agreed to pay a deposit of {{{deposit}}} and the rest when the job is signed off."),
+    ("assistant", "Noted. Building control application {{{permit}}} covers the {{{structural}}}; "
+                  "the inspector visits on {{{inspection}}}."),
+    ("user", "Perfect, thank you."),
+    ("assistant", "You're welcome. I'll remind you of the {{{inspection}}} visit the day before."),
+]
+
 _CITIES = ["Lisbon", "Porto", "Kyoto", "Vienna", "Marrakesh", "Reykjavik", "Seville", "Krakow",
            "Tallinn", "Bologna", "Ljubljana", "Valencia", "Edinburgh", "Bergen", "Split", "Ghent"]
 _FRIENDS = ["Maya", "Tobias", "Ingrid", "Rafael", "Noor", "Kenji", "Aoife", "Lucas", "Priya",
@@ -141,6 +167,22 @@ _ISSUES = ["double billing", "a missing credit note", "a wrong VAT rate", "a fai
 _PLANS = [("Enterprise", "Business"), ("Business", "Team"), ("Premium", "Standard"), ("Team", "Starter")]
 _AGENTS = ["Grace Liu", "Tom Becker", "Fatou Diallo", "Ivan Petrov", "Sara Costa", "Ben Carter"]
 _APPROVERS = ["the CFO", "Lena from finance", "the procurement team", "Marco in legal", "the IT director"]
+_BUILDERS = ["Hartley Builders", "Kowalski & Sons", "Brightwater Renovations", "Oakline Joinery",
+             "Mendes Construction", "Fenwick Brothers", "Ashgrove Interiors", "Calder & Finch"]
+_ROOMS = ["kitchen", "bathroom", "loft", "utility room", "dining room", "basement", "conservatory"]
+_FINISHES = ["quartz worktops", "walk-in shower", "dormer window", "stacked laundry cupboard",
+             "sliding doors", "damp-proof membrane", "roof glazing"]
+_OLD = ["units", "bathtub", "water tank", "boiler", "serving hatch", "coal bunker", "polycarbonate roof"]
+_FOREMEN = ["Declan Moore", "Piotr Kowalski", "Gareth Evans", "Nuno Mendes", "Rhys Fenwick",
+            "Callum Reid", "Tomasz Wrobel"]
+_FLOORS = ["engineered oak", "porcelain tiles", "luxury vinyl planks", "solid walnut", "herringbone parquet",
+           "polished concrete", "cork tiles"]
+_SUPPLIERS = ["Floorcraft", "Tile Depot", "Harlow Timber", "StoneHaus", "Woodpecker Floors"]
+_STRUCTURAL = ["new steel beam", "knocked-through wall", "widened doorway", "raised ceiling joists",
+               "removed chimney breast"]
+_DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
+_LATE_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
+                "October", "November"]
 
 
 def _travel(k: int) -> dict[str, str]:
@@ -199,10 +241,34 @@ def _support(k: int) -> dict[str, str]:
     }
 
 
+def _renovation(k: int) -> dict[str, str]:
+    builder = _BUILDERS[k % len(_BUILDERS)]
+    month = _LATE_MONTHS[k % len(_LATE_MONTHS)]
+    length, width = 3.1 + (k * 0.3) % 2.5, 2.4 + (k * 0.7) % 1.9
+    first = _FOREMEN[k % len(_FOREMEN)].split()[0].lower()
+    domain = builder.split()[0].lower()
+    return {
+        "builder": builder, "rival": _BUILDERS[(k + 3) % len(_BUILDERS)], "room": _ROOMS[k % len(_ROOMS)],
+        "quote": f"£{8400 + k * 265:,}", "ref": f"Q-{2291 + k * 17}", "finish": _FINISHES[k % len(_FINISHES)],
+        "old": _OLD[k % len(_OLD)], "removal": f"£{350 + (k * 45) % 400}",
+        "rival_quote": f"£{9100 + k * 310:,}", "rival_weeks": str(5 + k % 4),
+        "start": f"{4 + (k * 3) % 24} {month}", "days": str(12 + (k * 5) % 15),
+        "foreman": _FOREMEN[k % len(_FOREMEN)], "email": f"{first}@{domain}.co.uk",
+        "policy": f"PL-{448120 + k * 733}", "offday": _DAYS[k % len(_DAYS)] + "s",
+        "dims_old": f"{length + 0.5:.1f} by {width:.1f} metres", "dims": f"{length:.1f} by {width:.1f} metres",
+        "floor": _FLOORS[k % len(_FLOORS)], "supplier": _SUPPLIERS[(k * 2) % len(_SUPPLIERS)],
+        "area": f"{length * width * 1.1:.1f}", "price": f"£{28 + (k * 7) % 60}",
+        "deposit": f"£{1000 + 250 * (k % 6):,}", "permit": f"BC/{2024 + k % 2}/{173 + k * 29:04d}",
+        "structural": _STRUCTURAL[k % len(_STRUCTURAL)],
+        "inspection": f"{_DAYS[(k + 2) % len(_DAYS)]} {1 + (k * 11) % 27} {_LATE_MONTHS[(k + 1) % 11]}",
+    }
+
+
 SCENARIOS = {
     "travel": (_TRAVEL, _travel),
     "coding": (_CODING, _coding),
     "support": (_SUPPORT, _support),
+    "renovation": (_RENOVATION, _renovation),
 }
 
 

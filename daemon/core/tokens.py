@@ -55,6 +55,10 @@ class TiktokenCounter:
     def count(self, text: str) -> int:
         return len(self._ids(text))
 
+    def token_ids(self, text: str) -> list[int]:
+        """The token ids of ``text``: an id's rank tells how common the word is (summaries/extractive.py)."""
+        return self._ids(text)
+
     def _ids(self, text: str) -> list[int]:
         # encode_ordinary reads "<|endoftext|>" typed by a user as plain
         # text (encode would raise on it), and unlike encode it keeps the

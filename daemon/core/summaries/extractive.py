@@ -13,9 +13,12 @@ How it chooses (issue 13, measured by bench/bench_retention.py):
 * When every informative sentence fits, every one is quoted: a budget with
   room is used, not capped.
 * Otherwise the facts come first (names, numbers, dates, codes, versions,
-  paths, addresses: see sentences.py), as a list, cheapest per weight
-  first; the rest of the budget turns the best sentences back into quotes.
-  A fact list packs three to five times more facts per token than quotes.
+  paths, addresses, messages, and the phrases of words uncommon in English:
+  see sentences.py and ``_rare_words``), as a list, cheapest per weight
+  first; a long fact that holds chosen ones replaces them when it can pay
+  for its extra words. The rest of the budget turns the best sentences
+  back into quotes. A fact list packs three to five times more facts per
+  token than quotes.
 * Weights are inverse document frequencies over everything the call can
   see: the previous summary, the new utterances and, when the caller passes
   one, the rest of the conversation (``SummaryContext``). A word every
@@ -34,16 +37,18 @@ attribution and facts survive any number of merges; lines in another format
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from chd.core.summaries.sentences import (
     MAX_SENTENCE,
     STOPWORDS,
     facts_in,
     name_words,
+    said_in,
     split_sentences,
     words_of,
 )
@@ -67,6 +72,10 @@ _CORRECTION = frozenset({"actually", "correction", "instead", "sorry", "rather",
 # Sentences scoring under this share of the best one, and stating no fact, are small talk.
 _MIN_RELATIVE_SCORE = 0.25
 _ELLIPSIS = "…"
+# cl100k_base token ids from which a one-token word counts as uncommon: the
+# first fifth of the table holds the everyday words (" museum" 24925 is
+# past it, " station" 8216 is not).
+_COMMON_RANKS = 20000
 # A line per this many tokens of budget at most: each head costs tokens that
 # a fact could use, so old blocks are joined into longer turn ranges.
 _TOKENS_PER_BLOCK = 96
@@ -108,6 +117,7 @@ class _Fact:
     order: int
     weight: float
     cost: int = 0
+    covers: tuple[str, ...] = ()  # shorter facts said word for word inside this one
 
 
 @dataclass(slots=True)
@@ -124,7 +134,10 @@ class _ShortCounts:
     def __init__(self, counter: TokenCounter, most: int = 4096) -> None:
         self._counter = counter
         self._known: dict[str, int] = {}
+        self._rare: dict[str, int] = {}
         self._most = most
+        # Token ids, when the counter can tell them (tiktoken's can).
+        self._ids: Callable[[str], list[int]] | None = getattr(counter, "token_ids", None)
 
     def __call__(self, text: str) -> int:
         known = self._known.get(text)
@@ -139,6 +152,20 @@ class _ShortCounts:
     def count(self, text: str) -> int:
         return self(text)
 
+    def rarity(self, word: str) -> int:
+        """2 for a word (lower case) the tokenizer splits, 1 for one token learned late, else 0."""
+        known = self._rare.get(word)
+        if known is None:
+            if self._ids is not None:
+                ids = self._ids(" " + word)
+                known = 2 if len(ids) >= 2 else int(bool(ids) and ids[0] >= _COMMON_RANKS)
+            else:
+                known = 2 if self(" " + word) >= 2 else 0
+            if len(self._rare) >= self._most:
+                self._rare.clear()
+            self._rare[word] = known
+        return known
+
 
 class ExtractiveSummarizer:
     """Deterministic, offline extractive summaries (the ``Summarizer`` protocol)."""
@@ -149,6 +176,9 @@ class ExtractiveSummarizer:
     def __init__(self, counter: TokenCounter) -> None:
         self._counter = counter
         self._count = _ShortCounts(counter)
+        # A call renders and counts the same whole text more than once (the
+        # plan's last check, the summary with and without topics).
+        self._count_text = functools.lru_cache(maxsize=8)(counter.count)
 
     def summarize(
         self,
@@ -157,7 +187,8 @@ class ExtractiveSummarizer:
         token_limit: int,
         context: SummaryContext | None = None,
     ) -> str:
-        blocks, sentences, listed = _read(previous, utterances, self._count)
+        seen = tuple(u.text for u in context.buffered) if context is not None else ()
+        blocks, sentences, listed = _read(previous, utterances, self._count, seen)
         if not sentences and not listed:
             return ""
         _join_blocks(blocks, sentences, listed, max(1, token_limit // _TOKENS_PER_BLOCK))
@@ -167,16 +198,17 @@ class ExtractiveSummarizer:
         facts = _facts(sentences, listed, weights)
         if context is not None and context.summary:
             # Said elsewhere in the summary already: a copy here adds little.
+            # As whole words: "€500" is not said by "€5000", nor "2" by "v2.1.0".
             for fact in facts:
-                if fact.text in context.summary:
+                if said_in(fact.text, context.summary):
                     fact.weight *= 0.2
         for fact in facts:
             fact.cost = self._count(fact.text) + 1
         plan = self._plan(blocks, sentences, facts, token_limit)
         text = _render(blocks, plan, with_topics=True, weights=weights)
-        if self._counter.count(text) > token_limit:
+        if self._count_text(text) > token_limit:
             text = _render(blocks, plan, with_topics=False, weights=weights)
-        if not text or self._counter.count(text) > token_limit:
+        if not text or self._count_text(text) > token_limit:
             best = max(sentences, key=lambda s: (s.score, -s.order), default=None)
             if best is None:
                 return self._counter.fit("; ".join(f.text for f in facts), token_limit)
@@ -192,17 +224,16 @@ class ExtractiveSummarizer:
         floor = _MIN_RELATIVE_SCORE * max((s.score for s in sentences), default=0.0)
         worth = [s for s in sentences if s.facts or (s.score > 0 and s.score >= floor)]
         in_worth = _quoted_facts(worth)
-        everything = _Plan(quoted=list(worth), listed=[f for f in facts if f.text not in in_worth])
+        unquoted = [f for f in facts if f.text not in in_worth]
+        held = {t for f in unquoted for t in f.covers}
+        everything = _Plan(quoted=list(worth), listed=[f for f in unquoted if f.text not in held])
         if self._fits(blocks, everything, limit):
             return everything
-        # Facts first, the most weight per token first.
-        plan = _Plan()
+        # Facts first, the most weight per token first; a long fact that holds
+        # chosen ones replaces them and costs only its extra words.
         budget = limit - self._overhead(blocks, {f.block for f in facts})
-        used = 0
-        for fact in sorted(facts, key=lambda f: (-f.weight / f.cost, f.order)):
-            if used + fact.cost <= budget:
-                plan.listed.append(fact)
-                used += fact.cost
+        chosen, used = _choose(facts, budget)
+        plan = _Plan(listed=chosen)
         # Then quotes, where the room left allows: a quote replaces the
         # facts it holds, so it costs only its extra words.
         listed = {f.text: f for f in plan.listed}
@@ -224,13 +255,13 @@ class ExtractiveSummarizer:
         # Each round drops about as much as the text is over, so the rounds
         # stay few whatever the input (issue 14: no call may be quadratic).
         while plan.quoted or plan.listed:
-            over = self._counter.count(_render(blocks, plan, with_topics=False)) - limit
+            over = self._count_text(_render(blocks, plan, with_topics=False)) - limit
             if over <= 0:
                 break
             _drop_weakest(plan, facts, over, counted)
         if not plan.quoted and worth:
             # No sentence fits whole: the start of the best one tells what the facts are about.
-            room = limit - self._counter.count(_render(blocks, plan, with_topics=False)) - 8
+            room = limit - self._count_text(_render(blocks, plan, with_topics=False)) - 8
             best = max(worth, key=lambda s: (s.score, -s.order))
             clipped = self._clip(best.text, room) if room >= 8 else ""
             if clipped:
@@ -240,7 +271,7 @@ class ExtractiveSummarizer:
         return plan
 
     def _fits(self, blocks: list[_Block], plan: _Plan, limit: int) -> bool:
-        return self._counter.count(_render(blocks, plan, with_topics=False)) <= limit
+        return self._count_text(_render(blocks, plan, with_topics=False)) <= limit
 
     def _overhead(self, blocks: list[_Block], used: set[int]) -> int:
         return sum(
@@ -258,9 +289,13 @@ class ExtractiveSummarizer:
 
 
 def _read(
-    previous: str, utterances: Sequence[Utterance], counter: _ShortCounts
+    previous: str, utterances: Sequence[Utterance], counter: _ShortCounts, seen: Sequence[str] = ()
 ) -> tuple[list[_Block], list[_Sentence], list[_Fact]]:
-    """The blocks, sentences and listed facts of the previous summary and the new utterances."""
+    """The blocks, sentences and listed facts of the previous summary and the new utterances.
+
+    ``seen``: texts read only to learn names ("Kenji" mid-sentence in the
+    buffer makes "Kenji booked it." a name here).
+    """
     blocks: list[_Block] = []
     raw: list[tuple[int, str, str]] = []  # block, speaker, sentence
     listed: list[tuple[int, str]] = []
@@ -284,9 +319,12 @@ def _read(
         for u in utterances:
             raw.extend((len(blocks) - 1, u.speaker, s) for s in split_sentences(u.text))
     names = name_words(s for _, _, s in raw)
-    rare = _rare_words((s for _, _, s in raw), counter)
+    for text in seen:
+        names.update(name_words(_sentences_of(text)))
+    names.update(_unknown_openers((s for _, _, s in raw), counter))
+    rare, uncommon = _rare_words((s for _, _, s in raw), counter)
     sentences = [
-        _Sentence(order, block, speaker, text, facts_in(text, names, rare))
+        _Sentence(order, block, speaker, text, facts_in(_whole_words(text), names, rare, uncommon))
         for order, (block, speaker, text) in enumerate(raw)
     ]
     offset = len(sentences)
@@ -294,14 +332,57 @@ def _read(
     return blocks, sentences, facts
 
 
-def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> set[str]:
-    """Lower-case words the tokenizer does not know as one word: "pydantic", "mypy", "release-prep".
+def _whole_words(text: str) -> str:
+    """``text`` without the word a clip cut ("Callum replied from callum@…"): no half fact is read from it."""
+    if text.endswith(_ELLIPSIS):
+        return text[: -len(_ELLIPSIS)].rsplit(" ", 1)[0]
+    return text
+
+
+def _unknown_openers(sentences: Iterable[str], counter: _ShortCounts) -> set[str]:
+    """Capitalised first words the tokenizer splits even in lower case: names ("Folha near the hotel").
+
+    A capital at a sentence start says nothing, but an English word there
+    ("Remember", "Tickets") is one token; a word split in lower case is a
+    name, unless it reads as a verb form ("Noted", "Pinning").
+    """
+    out: set[str] = set()
+    for sentence in sentences:
+        first = sentence.split(" ", 1)[0].rstrip(",.;:!?")
+        lowered = first.lower()
+        if (
+            len(first) >= 3 and first[0].isupper() and first[1:].islower() and first.isalpha()
+            and lowered not in STOPWORDS and not lowered.endswith(("ing", "ed"))
+            and counter.rarity(lowered) == 2
+        ):
+            out.add(first)
+    return out
+
+
+def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> tuple[set[str], set[str]]:
+    """Lower-case words the tokenizer splits ("pydantic", "release-prep"), and the uncommon ones.
 
     cl100k_base has a single token for every common English word (" refund",
-    " mistake"); a word it must split is a name, a tool, an identifier.
+    " mistake"); a word it must split is a name, a tool, an identifier. Its
+    tokens are numbered in the order the tokenizer learned them, which
+    follows how often they occur in text: a word that is one token past
+    ``_COMMON_RANKS`` (" cathedral" 80250, " sesame" 92223, against " hotel"
+    9689, " budget" 8199) is uncommon. As the object of a sentence it is
+    usually what the conversation is about: the place, the allergen, the
+    material (sentences.facts_of).
     """
     words = {w for s in sentences for w in words_of(s) if w.islower() and len(w) >= 4}
-    return {w for w in words if w not in STOPWORDS and counter(" " + w) >= 2}
+    split: set[str] = set()
+    uncommon: set[str] = set()
+    for word in words:
+        if word in STOPWORDS:
+            continue
+        kind = counter.rarity(word)
+        if kind == 2:
+            split.add(word)
+        elif kind == 1:
+            uncommon.add(word)
+    return split, uncommon
 
 
 def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[str]] | None:
@@ -366,18 +447,40 @@ def _weights(
     sentences: list[_Sentence], facts: list[_Fact], context: SummaryContext | None
 ) -> dict[str, float]:
     """Inverse document frequency of each lower-cased word over all the call can see."""
-    documents: list[str] = [s.text for s in sentences] + [f.text for f in facts]
+    documents: list[frozenset[str]] = [_words_in(s.text) for s in sentences] + [_words_in(f.text) for f in facts]
     if context is not None:
+        # The same buffered utterances and summary lines come back call after
+        # call: their sentences' words are remembered, not read again.
         for line in context.summary.splitlines():
-            documents.extend(split_sentences(line))
+            documents.extend(_sentence_words(line))
         for u in context.buffered:
-            documents.extend(split_sentences(u.text))
+            documents.extend(_sentence_words(u.text))
     frequency: dict[str, int] = {}
     for document in documents:
-        for word in {w.lower() for w in words_of(document)}:
+        for word in document:
             frequency[word] = frequency.get(word, 0) + 1
     total = len(documents)
     return {w: math.log(1 + total / n) for w, n in frequency.items()}
+
+
+@functools.lru_cache(maxsize=8192)
+def _words_in(text: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in words_of(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _lower_words(text: str) -> tuple[str, ...]:
+    return tuple(w.lower() for w in words_of(text)) or (text.lower(),)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sentences_of(text: str) -> tuple[str, ...]:
+    return tuple(split_sentences(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _sentence_words(text: str) -> tuple[frozenset[str], ...]:
+    return tuple(_words_in(sentence) for sentence in _sentences_of(text))
 
 
 def _score(sentences: list[_Sentence], weights: dict[str, float]) -> None:
@@ -395,6 +498,10 @@ def _score(sentences: list[_Sentence], weights: dict[str, float]) -> None:
             weight *= 1.3
         sentence.score = weight / math.sqrt(max(len(tokens), 6))
 
+
+# Facts of up to this many words (names, "Ticket TCK-48601") make the facts
+# inside them redundant; longer ones (messages, decisions) do not.
+_SHORT_FACT_WORDS = 3
 
 # Near-repeats are looked for among this many earlier sentences with the same
 # facts (and corrections among as many before it): a bound, so that a batch of
@@ -451,22 +558,56 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     for fact in sorted(candidates, key=lambda f: f.order):
         where.pop(fact.text, None)
         where[fact.text] = fact
-    # "TCK-48601" is kept verbatim inside "Ticket TCK-48601": one of them is enough.
+    # "TCK-48601" is kept verbatim inside "Ticket TCK-48601": one of them is
+    # enough. A longer fact (an error message, a decision after a colon)
+    # costs more than the names in it, so those stay facts of their own and
+    # the plan lists the long one only when it can pay for its extra words.
     inside: set[str] = set()
     for text in where:
         words = text.split(" ")
-        for i in range(len(words)):
-            for j in range(i + 1, min(len(words), i + 8) + 1):
-                if j - i < len(words):
-                    inside.add(" ".join(words[i:j]))
+        if 1 < len(words) <= _SHORT_FACT_WORDS:
+            inside.update(_runs(words, text))
     for text in inside & set(where):
         del where[text]
     for fact in where.values():
-        words = [w.lower() for w in words_of(fact.text)] or [fact.text.lower()]
+        words = fact.text.split(" ")
+        if len(words) > _SHORT_FACT_WORDS:
+            fact.covers = tuple(sorted(t for t in _runs(words, fact.text) if t in where))
+    for fact in where.values():
+        words = _lower_words(fact.text)
         fact.weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
         if fact.text.islower() and fact.text.replace("-", "").replace(" ", "").isalpha():
             fact.weight *= 0.5  # a rare word: maybe a name, maybe just an unusual word
     return sorted(where.values(), key=lambda f: f.order)
+
+
+def _runs(words: list[str], whole: str) -> set[str]:
+    """The runs of ``words`` shorter than all of them (``whole``)."""
+    return {
+        run
+        for i in range(len(words))
+        for j in range(i + 1, len(words) + 1)
+        if (run := " ".join(words[i:j])) != whole
+    }
+
+
+def _choose(facts: Sequence[_Fact], budget: int) -> tuple[list[_Fact], int]:
+    """The facts to list within ``budget`` tokens, the most weight per token first, and the tokens they take."""
+    chosen: dict[str, _Fact] = {}
+    held: set[str] = set()  # inside a chosen long fact
+    used = 0
+    for fact in sorted(facts, key=lambda f: (-f.weight / f.cost, f.order)):
+        if fact.text in held:
+            continue
+        inner = [chosen[t] for t in fact.covers if t in chosen]
+        extra = fact.cost - sum(f.cost for f in inner)
+        if used + extra <= budget:
+            for f in inner:
+                del chosen[f.text]
+            chosen[fact.text] = fact
+            held.update(fact.covers)
+            used += extra
+    return list(chosen.values()), used
 
 
 def _quoted_facts(quoted: Sequence[_Sentence]) -> set[str]:

@@ -10,9 +10,14 @@ after an unbounded run, so no text can make matching slower than linear
 followed by a newline).
 
 A fact is what a summary must keep word for word: names (capitalised words
-not at a sentence start, or known as names elsewhere), numbers with the
-unit after them and the month or label before them, codes (TCK-48213,
-LT1200, #4101), versions, paths, URLs and e-mail addresses.
+not at a sentence start, or known as names elsewhere; "The Linden Inn",
+"Seed & Sprout"), numbers with the unit after them and the month or label
+before them ("3.1 by 2.4 metres"), codes (TCK-48213, LT1200, #4101),
+versions with the lower-case name before them ("pydantic 2.7.0"), paths,
+URLs, e-mail addresses, quoted literals with their quotes ('customer_id'),
+a short value after a colon (an error message), and the phrase around a
+rare word ("walk-in shower", "the old cathedral"; which words are rare is
+the caller's to say, see extractive.py).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import functools
 import re
 from typing import Iterable
 
-__all__ = ["split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of", "utterance_key", "STOPWORDS"]
+__all__ = ["said_in", "split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of", "utterance_key", "STOPWORDS"]
 
 # A run of sentence-ending marks; whether it ends a sentence depends on the
 # one character after it, looked at outside the pattern (no lookahead that
@@ -150,26 +155,38 @@ def _names_in(sentence: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def facts_in(sentence: str, names: set[str], rare: set[str]) -> tuple[str, ...]:
-    """``facts_of``, cached on what of ``names`` and ``rare`` the sentence can use."""
+def facts_in(
+    sentence: str, names: set[str], rare: set[str], uncommon: set[str] = frozenset()  # type: ignore[assignment]
+) -> tuple[str, ...]:
+    """``facts_of``, cached on what of ``names``, ``rare`` and ``uncommon`` the sentence can use."""
     opener = _core(sentence.split(" ", 1)[0])[0] in names
     used = frozenset(w.lower() for w in words_of(sentence) if w.lower() in rare) if rare else frozenset()
-    return _facts_cached(sentence, opener, used)
+    few = frozenset(w.lower() for w in words_of(sentence) if w.lower() in uncommon) if uncommon else frozenset()
+    return _facts_cached(sentence, opener, used, few)
 
 
 @functools.lru_cache(maxsize=8192)
-def _facts_cached(sentence: str, opener: bool, rare: frozenset[str]) -> tuple[str, ...]:
+def _facts_cached(sentence: str, opener: bool, rare: frozenset[str], uncommon: frozenset[str]) -> tuple[str, ...]:
     tokens = sentence.split(" ", 1)
     names = {_core(tokens[0])[0]} if opener else set()
-    return tuple(facts_of(sentence, names, set(rare)))
+    return tuple(facts_of(sentence, names, set(rare), set(uncommon)))
 
 
-def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+def facts_of(
+    sentence: str,
+    names: set[str],
+    rare: set[str] = frozenset(),  # type: ignore[assignment]
+    uncommon: set[str] = frozenset(),  # type: ignore[assignment]
+) -> list[str]:
     """The facts of one cleaned sentence, in order, each as it is written there.
 
     Args:
         names: words known as names in the conversation (see ``name_words``).
-        rare: lower-case words rare in the conversation, kept as facts too.
+        rare: lower-case words the tokenizer splits (identifiers, tools,
+            names: "pydantic", "release-prep"), facts with the phrase around them.
+        uncommon: lower-case words uncommon in English ("cathedral"), facts
+            with their phrase only where a noun phrase starts (after "the",
+            "to", "near"...): "Declan replied" is no fact, "the old cathedral" is.
     """
     tokens = sentence.split(" ")
     facts: list[str] = []
@@ -185,7 +202,10 @@ def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> li
         run.clear()
         units = 0
 
+    value = _colon_value(tokens)
+    phrases = _rare_phrases(tokens, rare, uncommon) if rare or uncommon else {}
     skip = -1
+    ends = False
     for i, token in enumerate(tokens):
         if i <= skip:
             if ends:
@@ -197,12 +217,20 @@ def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> li
         if _strong(core):
             if run and units:
                 close()
+            run.append(_quoted(token, core))
+        elif core == "The" and not ends and i + 1 < len(tokens) and _capitalised(_core(tokens[i + 1])[0]):
+            close()  # "The Linden Inn": the article is part of the name
             run.append(core)
         elif _capitalised(core) and (i > 0 or core in names or _next_is_name(tokens, names)):
             if run and units:
                 close()
-            run.append(core)
+            run.append(_quoted(token, core))
         elif run and lowered in _JOINERS and not ends:
+            run.append(core)
+        elif run and lowered in _BY and not ends and _after_number(run) and _next_is_number(tokens, i):
+            run.append(core)  # "3.1 by 2.4 metres": one measurement
+        elif not ends and lowered not in STOPWORDS and _is_word(core) and _next_is_version(tokens, i):
+            close()  # "pydantic 2.7.0": a lower-case name before its version
             run.append(core)
         elif run and units == 0 and _after_number(run) and _unit(tokens, i):
             run.append(core)
@@ -217,10 +245,16 @@ def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> li
             run.append(core)
         elif run and lowered in _TIMES_OF_DAY and run[-1].lower() in _MONTHS:
             run.append(core)  # "Monday noon"
-        elif core and lowered in rare:
-            if run and not run[-1].islower() and not units:
-                close()
-            run.append(core)
+        elif i in phrases and not (run and _after_number(run)):
+            # A rare word with the words around it: "luxury vinyl planks", not "planks".
+            close()
+            last = phrases[i]
+            run.extend(_core(t)[0] for t in tokens[i:last + 1])
+            ends = _core(tokens[last])[2]
+            skip = last
+            if ends or not _next_is_version(tokens, last):
+                close()  # a phrase is a fact of its own: "invoices say" is not part of "€2400"
+            continue
         else:
             close()
             continue
@@ -229,7 +263,104 @@ def facts_of(sentence: str, names: set[str], rare: set[str] = frozenset()) -> li
         if ends:
             close()
     close()
+    if value is not None and value not in facts:
+        facts.append(value)  # the names and numbers in it stay facts of their own too
     return facts
+
+
+# A short clause after a colon, ending the sentence, is a value quoted as it
+# was said: an error message ("KeyError: 'customer_id'"), a reply, a label's
+# content. Up to this many words and without a comma or semicolon (those
+# make it a list or a second clause, whose facts are read one by one).
+_VALUE_WORDS = 8
+_BY = frozenset({"by", "x", "×"})
+# A version has two dots or a "v": "8.2 square metres" is a quantity.
+_VERSION = re.compile(r"v\d+(?:\.\d+)+|\d+\.\d+\.\d+(?:\.\d+)*")
+
+
+def _colon_value(tokens: list[str]) -> str | None:
+    """The clause after the last "word:" of the sentence, when it is short and plain."""
+    for j in range(len(tokens) - 2, max(-1, len(tokens) - 2 - _VALUE_WORDS), -1):
+        token = tokens[j]
+        if token.endswith(":") and len(token) > 1 and not token.endswith("::"):
+            clause = " ".join(tokens[j + 1:]).rstrip(".!?…")
+            if not clause or any(c in clause for c in ",;:") or clause.startswith(("//", "/")):
+                return None
+            # "Updated: the budget is now 1700 euros" is a sentence after a label, not a value.
+            first = words_of(clause)
+            if not first or first[0].lower() in STOPWORDS:
+                return None
+            return clause
+        if token.endswith((",", ";")):
+            return None
+    return None
+
+
+def _quoted(token: str, core: str) -> str:
+    """``core`` with the quotes around it when the token is quoted: 'customer_id' stays a literal."""
+    for mark in ("'", '"'):
+        opened = token.lstrip(_LEADING.replace(mark, ""))
+        if opened.startswith(mark) and opened[1:].startswith(core) and opened[1 + len(core):2 + len(core)] == mark:
+            return mark + core + mark
+    return core
+
+
+def _is_word(core: str) -> bool:
+    return len(core) >= 2 and core.replace("-", "").isalpha() and core.islower() and core not in _MONTHS
+
+
+def _next_is_version(tokens: list[str], i: int) -> bool:
+    return i + 1 < len(tokens) and _VERSION.fullmatch(_core(tokens[i + 1])[0]) is not None
+
+
+def _next_is_number(tokens: list[str], i: int) -> bool:
+    return i + 1 < len(tokens) and _core(tokens[i + 1])[0][:1].isdigit()
+
+
+# A rare word's phrase takes at most this many words, the rare one included.
+_PHRASE_WORDS = 4
+_NOUN_OPENERS = frozenset(
+    "the a an our your their his her my its this that these those some any no of for from to with "
+    "in on at near about by into onto over under after before than via".split()
+)
+
+
+def _rare_phrases(tokens: list[str], rare: set[str], uncommon: set[str]) -> dict[int, int]:
+    """For each run of lower-case content words holding a rare word, its first and last token index.
+
+    A word rare in the conversation is usually part of a noun phrase ("roof
+    glazing", "raised ceiling joists"): the phrase is the fact, the word
+    alone reads as nothing. A run stops at a stopword, a phrase end and
+    anything not a lower-case word.
+    """
+    content = [False] * len(tokens)
+    closes = [False] * len(tokens)
+    for i, token in enumerate(tokens):
+        core, _, ends = _core(token)
+        content[i] = _is_word(core) and core not in STOPWORDS
+        closes[i] = ends
+    out: dict[int, int] = {}
+    i = 0
+    while i < len(tokens):
+        if not content[i]:
+            i += 1
+            continue
+        start = i
+        while i + 1 < len(tokens) and content[i + 1] and not closes[i]:
+            i += 1
+        words = [_core(tokens[k])[0] for k in range(start, i + 1)]
+        before = _core(tokens[start - 1])[0].lower() if start else ""
+        noun = before in _NOUN_OPENERS
+        hits = [k for k, w in enumerate(words) if w in rare or (noun and w in uncommon)]
+        if hits:
+            # Words before the rare one are its modifiers only after an article or a
+            # preposition ("the old cathedral"); after a subject they are a verb ("we pin").
+            lo = 0 if noun else hits[0]
+            lo = max(lo, hits[0] - _PHRASE_WORDS + 1)
+            hi = min(len(words), lo + _PHRASE_WORDS)
+            out[start + lo] = start + hi - 1
+        i += 1
+    return out
 
 
 def _after_number(run: list[str]) -> bool:
@@ -270,7 +401,22 @@ def _next_is_name(tokens: list[str], names: set[str]) -> bool:
     if len(tokens) < 2 or tokens[0].endswith((",", ".", ":", ";")):
         return False
     nxt, _, _ = _core(tokens[1])
+    if nxt.lower() in _JOINERS and len(tokens) > 2:
+        nxt, _, _ = _core(tokens[2])  # "Seed & Sprout near the hotel": a joined name
     return _capitalised(nxt)
+
+
+def said_in(fact: str, text: str) -> bool:
+    """Whether ``fact`` occurs in ``text`` as whole words: "€500" is not in "€5000", nor "2" in "v2.1.0"."""
+    start = text.find(fact)
+    while start >= 0:
+        end = start + len(fact)
+        before = text[start - 1] if start else " "
+        after = text[end] if end < len(text) else " "
+        if not (before.isalnum() or before in "-.@/_") and not (after.isalnum() or after in "-@/_"):
+            return True
+        start = text.find(fact, start + 1)
+    return False
 
 
 def utterance_key(text: str) -> str:

@@ -1,0 +1,112 @@
+"""What the offline summarizer keeps when its budget is short (summaries/extractive.py)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pytest
+
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.summarizer import SummaryContext
+from chd.core.tokens import default_counter
+from chd.core.utterance import Utterance
+
+COUNTER = default_counter()
+
+
+def said(*texts: str, speakers: Sequence[str] = ("user", "assistant")) -> list[Utterance]:
+    return [
+        Utterance("c", i + 1, speakers[i % len(speakers)], text, i // 2 + 1,
+                  "2026-01-01T00:00:00.000000Z", COUNTER.count(text))
+        for i, text in enumerate(texts)
+    ]
+
+
+CI_FAILURE = (
+    "TypeError in src/billing/invoice.py at line 40: unexpected keyword argument 'tz'.",
+    "That comes from pydantic 2.7.0, which changed the signature of parse_obj in that release.",
+    "Pinning to 1.10.15 works, but it is better to update the calls to parse_obj instead.",
+)
+
+
+@pytest.fixture
+def offline() -> ExtractiveSummarizer:
+    return ExtractiveSummarizer(COUNTER)
+
+
+def summarize(offline: ExtractiveSummarizer, utterances: Sequence[Utterance], limit: int, previous: str = "") -> str:
+    text = offline.summarize(previous, utterances, limit)
+    assert COUNTER.count(text) <= limit
+    return text
+
+
+class TestRareWords:
+    """Words uncommon in English carry what a conversation is about."""
+
+    def test_two_sentences_differing_only_in_a_rare_lower_case_word_are_both_kept(self, offline):
+        """'allergic to sesame' and 'allergic to celery' are two facts, not a repeat."""
+        tail = ", so the dinner booking on the terrace must avoid it."
+        text = summarize(offline, said(
+            "Remember that Maya is vegetarian and allergic to sesame" + tail,
+            "Remember that Maya is vegetarian and allergic to celery" + tail,
+            speakers=("user",),
+        ), 512)
+        assert "sesame" in text and "celery" in text
+
+    def test_a_tight_budget_lists_the_phrase_of_an_uncommon_word(self, offline):
+        """With room for facts but not for quotes, 'old cathedral' and 'pydantic 2.7.0' are listed."""
+        batch = said(
+            "For the hotel, Maya would like to stay near the old cathedral in the centre of town.",
+            "That error comes from pydantic 2.7.0, which changed the signature of parse_obj in that release.",
+            "I will check the rest of the trip plan tomorrow morning and get back to you with the details.",
+        )
+        text = summarize(offline, batch, 40)
+        for fact in ("old cathedral", "pydantic 2.7.0", "parse_obj", "Maya"):
+            assert fact in text
+
+    def test_a_capitalised_first_word_the_tokenizer_splits_is_a_name(self, offline):
+        """'Folha near the hotel has a vegetarian menu': Folha is listed, 'Remember' is not."""
+        batch = said(
+            "Folha near the hotel has a vegetarian menu and opens at seven every evening of the week.",
+            "Remember to bring the tickets for the museum, the queue there is usually long in the morning.",
+        )
+        text = summarize(offline, batch, 24)
+        assert "Folha" in text and "Remember" not in text
+
+
+    def test_a_name_seen_mid_sentence_in_the_buffer_is_a_name_at_a_sentence_start(self, offline):
+        """'Grace booked...' opens the batch; the buffer says 'with Grace', so Grace is listed."""
+        batch = said("Grace booked the table for the whole group on the terrace for the evening.",
+                     "Could you also look at the weather for the weekend trip to the coast please?")
+        context = SummaryContext(buffered=tuple(said("We are going with Grace this time.")))
+        text = offline.summarize("", batch, 16, context=context)
+        assert COUNTER.count(text) <= 16
+        assert "Grace" in text
+
+
+class TestLongFacts:
+    """A long fact is listed only when it pays for its words; the names in it stay facts."""
+
+    def test_a_decision_too_long_for_the_budget_still_leaves_the_name_in_it(self, offline):
+        """'plan changes require approval from Lena Fischer' does not fit; 'Lena Fischer' does."""
+        batch = said(
+            "Noted on the account: plan changes require approval from Lena Fischer.",
+            "Account ACC-70311 is back on the Team plan since yesterday afternoon.",
+        )
+        text = summarize(offline, batch, 22)
+        assert "Lena Fischer" in text and "ACC-70311" in text
+
+    def test_with_room_the_whole_message_is_listed_once(self, offline):
+        """Too tight to quote, room to list: the message is listed whole, its literal not a second time."""
+        text = summarize(offline, said(*CI_FAILURE), 40)
+        assert "“" not in text
+        assert "unexpected keyword argument 'tz'" in text
+        assert text.count("'tz'") == 1
+
+    def test_the_cut_word_of_a_clipped_quote_is_not_read_as_a_fact(self, offline):
+        """“Callum replied from callum@…” is re-read without 'callum@', which is no address."""
+        previous = ("Turns 1–4: the assistant said “Callum Reid replied from callum@…”; "
+                    "facts: PL-451785; £9,725; Tuesday 18 June")
+        text = summarize(offline, [], 30, previous)
+        assert "callum@;" not in text and not text.endswith("callum@")
+        assert "PL-451785" in text

@@ -1,0 +1,97 @@
+"""What the offline summarizer recognises as a fact in one sentence (summaries/sentences.py)."""
+
+from __future__ import annotations
+
+from chd.core.summaries.sentences import facts_of, said_in
+
+
+class TestPhrasesAroundRareWords:
+    """A word rare in English is kept with the words of its phrase, and only where a phrase starts."""
+
+    def test_a_word_the_tokenizer_splits_is_kept_with_its_phrase(self):
+        """'herringbone parquet' is the fact, not 'herringbone' alone."""
+        facts = facts_of("We want the herringbone parquet in the hall.", set(), {"herringbone"})
+        assert facts == ["herringbone parquet"]
+
+    def test_an_uncommon_word_is_a_fact_after_an_article_or_a_preposition(self):
+        """'allergic to sesame': sesame is the object, kept; 'is allergic' is no fact."""
+        facts = facts_of("Maya is allergic to sesame.", {"Maya"}, set(), {"sesame", "allergic"})
+        assert facts == ["Maya", "sesame"]
+
+    def test_an_uncommon_word_after_a_subject_is_a_verb_not_a_fact(self):
+        """'Declan replied' keeps the name, not the verb."""
+        facts = facts_of("Then Declan replied quickly.", set(), set(), {"replied"})
+        assert facts == ["Declan"]
+
+    def test_the_modifiers_before_an_uncommon_noun_stay_with_it(self):
+        """'the old cathedral' keeps 'old cathedral', the words after a verb do not join."""
+        facts = facts_of("The hotel is near the old cathedral.", set(), set(), {"cathedral"})
+        assert facts == ["old cathedral"]
+
+    def test_a_phrase_is_a_fact_of_its_own_not_glued_to_the_number_after_it(self):
+        """'our invoices say €2400': the amount is a fact by itself."""
+        facts = facts_of("Since May our invoices say €2400 instead.", set(), set(), {"invoices"})
+        assert "€2400" in facts and not any("say €2400" in f for f in facts)
+
+    def test_a_time_of_day_stays_with_its_weekday_even_when_uncommon(self):
+        """'Monday noon' is one fact."""
+        facts = facts_of("Expect an answer by Monday noon.", set(), set(), {"noon"})
+        assert facts == ["Monday noon"]
+
+
+class TestShapesOfFacts:
+    """Names, versions, messages, literals and measurements kept as written."""
+
+    def test_a_lower_case_name_before_its_version_is_one_fact(self):
+        """'pydantic 2.7.0', as a bench or a reader would look it up."""
+        facts = facts_of("That comes from pydantic 2.7.0, which changed parse_obj.", set())
+        assert facts[0] == "pydantic 2.7.0"
+
+    def test_a_decimal_quantity_takes_no_name_before_it(self):
+        """'8.2 square metres' is a quantity, not a version: 'need' does not join it."""
+        facts = facts_of("Then you need 8.2 square metres with waste.", set())
+        assert facts == ["8.2 square metres"]
+
+    def test_a_short_clause_after_a_colon_is_kept_as_said(self):
+        """An error message is a value: kept whole, and its literal too."""
+        facts = facts_of("TypeError in src/a.py at line 40: unexpected keyword argument 'tz'.", set())
+        assert "unexpected keyword argument 'tz'" in facts
+        assert "src/a.py" in facts
+
+    def test_a_sentence_after_a_label_is_not_a_value(self):
+        """'Updated: the budget is now 1700 euros' keeps the amount, not the clause."""
+        assert facts_of("Updated: the budget is now 1700 euros.", set()) == ["1700 euros"]
+
+    def test_a_clause_with_a_comma_after_a_colon_is_read_fact_by_fact(self):
+        """A list after a colon is not one value."""
+        facts = facts_of("The quote came in: £8,400 all in, reference Q-2291.", set())
+        assert facts == ["£8,400", "Q-2291"]
+
+    def test_a_quoted_literal_keeps_its_quotes(self):
+        """'customer_id' in quotes is a literal; the quotes are part of what was said."""
+        assert facts_of("The key 'customer_id' is missing.", set()) == ["'customer_id'"]
+        assert facts_of("Python cannot find 'Mapping' there.", set()) == ["'Mapping'"]
+
+    def test_a_measurement_by_another_is_one_fact(self):
+        """'3.1 by 2.4 metres', not '3.1' and '2.4 metres'."""
+        assert facts_of("The room is 3.1 by 2.4 metres.", set()) == ["3.1 by 2.4 metres"]
+
+    def test_a_capital_the_is_part_of_the_name_it_opens(self):
+        """'The Linden Inn', mid-sentence and at the start."""
+        assert facts_of("We stay at The Linden Inn tonight.", set()) == ["The Linden Inn"]
+        assert facts_of("The Copper Kettle is a short walk away.", set()) == ["The Copper Kettle"]
+
+    def test_a_joined_name_opening_a_sentence_is_whole(self):
+        """'Seed & Sprout near the hotel', not 'Sprout'."""
+        assert facts_of("Seed & Sprout near the hotel has a vegetarian menu.", set()) == ["Seed & Sprout"]
+
+
+class TestSaidIn:
+    """Whether a fact occurs as whole words."""
+
+    def test_a_number_inside_a_longer_number_or_a_version_is_not_said(self):
+        """'€500' is not in '€5000', '2' not in 'v2.1.0', 'Ada' is in 'Ada; Bo'."""
+        assert not said_in("€500", "a refund of €5000")
+        assert not said_in("2", "release v2.1.0")
+        assert said_in("Ada", "Turns 1–2: Ada; Bo")
+        assert said_in("2", "exit code 2.")
