@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import socket
+import sys
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -110,8 +111,6 @@ class _QuietServer(ThreadingHTTPServer):
     """A client that hung up (its timeout, a daemon shutting down) is not an error of the fake."""
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
         if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
             super().handle_error(request, client_address)
 
