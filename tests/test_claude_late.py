@@ -8,9 +8,8 @@ certain and no assertion depends on a clock.
 from __future__ import annotations
 
 import threading
-import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -27,6 +26,7 @@ from chd.core.summaries.writer import SummaryWriter
 from chd.core.tokens import default_counter
 from tests.fake_anthropic import FakeAnthropic, Held, Reply
 from tests.ops_support import ask, channel_to, config, running
+from tests.redis_support import wait_for
 from tests.test_ops_metrics import scrape
 
 COUNTER = default_counter()
@@ -34,15 +34,6 @@ MODEL = "claude-late-model"
 TAGGED = '<fact turns="1-2">Claude kept parcel K000W for locker 3 and parcel K001W for locker 10.</fact>'
 RENDERED = "\n".join(render_tagged(TAGGED))
 CLAUDE = f"claude:{MODEL}"
-
-
-def wait_until(condition: Callable[[], object], what: str, timeout: float = 15.0) -> None:
-    """Poll ``condition`` until it holds; fail (not time) when it never does."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -96,7 +87,7 @@ class TestLateReply:
             assert [u.seq for u in offline.held] == [1, 2]
             assert late_counts(history) == {"applied": 0, "dropped": 0, "failed": 0, "in_flight": 1}
             gate.set()
-            wait_until(lambda: late_counts(history)["applied"] == 1, "the late reply applied")
+            wait_for(lambda: late_counts(history)["applied"] == 1, "the late reply applied")
             after = history.backend.read("c").summary
             stats = history.query("stats", {"conversation_id": "c"}).result
         (segment,) = after.segments
@@ -115,7 +106,7 @@ class TestLateReply:
             assert history.backend.read("c").summary.held
             history.execute(RemoveIntent(all=True), "c")
             gate.set()
-            wait_until(lambda: late_counts(history)["dropped"] == 1, "the late reply dropped")
+            wait_for(lambda: late_counts(history)["dropped"] == 1, "the late reply dropped")
             assert history.backend.read("c").summary.segments == ()
             assert late_counts(history)["applied"] == 0
 
@@ -135,7 +126,7 @@ class TestLateReply:
             assert summary.text == "\n".join(render_tagged(rewritten))
             assert summary.held == () and summary.segments[0].error == ""
             gate.set()
-            wait_until(lambda: late_counts(history)["dropped"] == 1, "the late reply dropped")
+            wait_for(lambda: late_counts(history)["dropped"] == 1, "the late reply dropped")
             assert history.backend.read("c").summary == summary
         assert len(api.requests) == 3
 
@@ -155,7 +146,7 @@ class TestLateReply:
                 store(history, i)  # seqs 1-2 offline (late), then 3-4 by Claude in a segment of their own
             assert [s.made_by for s in history.backend.read("c").summary.segments] == ["extractive", CLAUDE]
             gate.set()
-            wait_until(lambda: late_counts(history)["applied"] == 1, "the late reply applied")
+            wait_for(lambda: late_counts(history)["applied"] == 1, "the late reply applied")
             summary = history.backend.read("c").summary
         first, second = summary.segments
         assert first.made_by == CLAUDE and second.text == "\n".join(render_tagged(newer))
@@ -185,7 +176,7 @@ class TestLateCalls:
         assert calls.in_flight == 3
         release.set()
         assert first.result(timeout=10) == "done"
-        wait_until(lambda: calls.in_flight == 0, "every call ended")
+        wait_for(lambda: calls.in_flight == 0, "every call ended")
         assert calls.start("a", "r1", slow) is first  # just answered: the answer is reused
         calls.stop()
         assert calls.start("a", "r6", slow) is None
@@ -221,13 +212,13 @@ class TestThroughGrpc:
         api.script(Held(gate, Reply(TAGGED)))
         with claude_server(api, monkeypatch, fold_delay=0, metrics_port=0) as server, channel_to(server) as channel:
             store_five(channel)
-            wait_until(lambda: stats_of(channel)["summary_awaiting_rewrite"] == 2, "the offline fold")
+            wait_for(lambda: stats_of(channel)["summary_awaiting_rewrite"] == 2, "the offline fold")
             answer = ask(channel, "Get summary", {"conversation_id": "c"})
             assert answer.metadata["summary_fallback_segments"] == 1
             assert "did not answer within 0.3 s" in answer.metadata["summarizer_error"]
             assert "K000W" in answer.result["summary"]
             gate.set()
-            wait_until(lambda: stats_of(channel)["summary_late_results"]["applied"] == 1, "the late reply")
+            wait_for(lambda: stats_of(channel)["summary_late_results"]["applied"] == 1, "the late reply")
             answer = ask(channel, "Get summary", {"conversation_id": "c"})
             stats = stats_of(channel)
             samples = scrape(server.metrics_port)
@@ -255,7 +246,7 @@ class TestThroughGrpc:
             assert "did not answer within 0.3 s" in answer.metadata["fold_error"]
             assert stats_of(channel)["summary_segments"] == 0  # nothing offline was committed
             gate.set()
-            wait_until(
+            wait_for(
                 lambda: ask(channel, "Get summary", {"conversation_id": "c"}).result["summary"] == RENDERED,
                 "the reply of the reader's call",
             )
@@ -274,14 +265,14 @@ class TestThroughGrpc:
 
         with claude_server(api, monkeypatch, disk(), fold_delay=0) as server, channel_to(server) as channel:
             store_five(channel)
-            wait_until(lambda: stats_of(channel)["summary_awaiting_rewrite"] == 2, "the offline fold")
+            wait_for(lambda: stats_of(channel)["summary_awaiting_rewrite"] == 2, "the offline fold")
         try:
             with claude_server(api, monkeypatch, disk(), fold_delay=0) as server, channel_to(server) as channel:
                 kept = stats_of(channel)  # stats do not fold: the summary as it was at shutdown
                 assert kept["summary_awaiting_rewrite"] == 2 and kept["summary_offline_only_utterances"] == 2
                 # Only queues are looked for at startup: the first read hands the originals to the worker.
                 ask(channel, "Get summary", {"conversation_id": "c"})
-                wait_until(lambda: stats_of(channel)["summary_awaiting_rewrite"] == 0, "the rewrite")
+                wait_for(lambda: stats_of(channel)["summary_awaiting_rewrite"] == 0, "the rewrite")
                 answer = ask(channel, "Get summary", {"conversation_id": "c"})
                 stats = stats_of(channel)
         finally:

@@ -2,7 +2,9 @@
 
 ``SummaryWriter`` retries the configured summarizer with backoff, falls back
 to the offline one so the summary stays current, says which one wrote the
-text and why, and holds the token budget whatever they returned.
+text and why, and holds the token budget whatever they returned. A fold's
+call that outlives ``late_after`` goes on in the background (late.py) and
+rides on the fallback's result, for its reply to replace that text later.
 ``build_writer`` makes the daemon's writer from its configuration.
 """
 
