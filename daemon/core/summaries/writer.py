@@ -152,12 +152,13 @@ class SummaryWriter:
                     context,
                 )
         tries = self.attempts if patient else 1
-        patience = None
+        late = None
         if self.late is not None and late_key is not None and self.late_after is not None:
             patience = self.late_after if wait is None else max(0.0, min(self.late_after, wait))
+            late = (late_key, patience, patient)
         outcome = self._primary(
             previous, utterances, token_limit, context, tries, "summarizer", reraise=self.fallback is None,
-            late=(late_key, patience, patient) if patience is not None else None,
+            late=late,
         )
         if outcome.written is not None:
             return outcome.written
