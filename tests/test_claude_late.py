@@ -232,27 +232,33 @@ class TestThroughGrpc:
         assert len(api.requests) == 1
 
     def test_a_read_that_cannot_wait_answers_verbatim_and_the_same_call_lands_later(self, api, monkeypatch):
-        """The reader answers with the queue verbatim and commits nothing; a later read takes the same call's reply."""
+        """The reader answers with the summary plus the queue verbatim and commits nothing; a later read takes the same call's reply."""
         gate = threading.Event()
-        api.script(Held(gate, Reply(TAGGED)))
+        later = '<fact turns="3-4">Parcels K002W and K003W go to lockers 17 and 24.</fact>'
+        api.script(Reply(TAGGED), Held(gate, Reply(later)))
         # A long fold delay: the reader, not the worker, folds here.
         with claude_server(api, monkeypatch, fold_delay=60) as server, channel_to(server) as channel:
             store_five(channel)
+            assert ask(channel, "Get summary", {"conversation_id": "c"}).result["summary"] == RENDERED
+            for i in (5, 6):
+                ask(channel, f"Add utterance: Parcel K{i:03d}W goes to locker {i * 7 + 3}.", {"conversation_id": "c"})
             answer = ask(channel, "Get summary", {"conversation_id": "c"})
-            summary = answer.result["summary"]
-            assert summary.startswith(PENDING_HEADER)
-            assert "Parcel K000W goes to locker 3." in summary and "Parcel K001W goes to locker 10." in summary
+            assert answer.result["summary"] == "\n".join([
+                RENDERED, PENDING_HEADER,
+                "[turn 3] user: Parcel K002W goes to locker 17.", "[turn 4] user: Parcel K003W goes to locker 24.",
+            ])
             assert answer.metadata["summary_pending_verbatim"] == 2 and answer.metadata["summary_pending"] == 2
             assert "did not answer within 0.3 s" in answer.metadata["fold_error"]
-            assert stats_of(channel)["summary_segments"] == 0  # nothing offline was committed
+            assert stats_of(channel)["summary_segments"] == 1  # nothing offline was committed
             gate.set()
+            expected = RENDERED + "\n" + "\n".join(render_tagged(later))
             wait_for(
-                lambda: ask(channel, "Get summary", {"conversation_id": "c"}).result["summary"] == RENDERED,
+                lambda: ask(channel, "Get summary", {"conversation_id": "c"}).result["summary"] == expected,
                 "the reply of the reader's call",
             )
             stats = stats_of(channel)
         assert stats["queue_length"] == 0 and stats["summary_awaiting_rewrite"] == 0
-        assert len(api.requests) == 1  # the later read joined the call, it did not pay for another
+        assert len(api.requests) == 2  # the later read joined the call, it did not pay for another
 
     def test_a_late_call_in_flight_at_shutdown_is_abandoned_and_the_originals_rewritten_after_restart(
         self, api, monkeypatch, tmp_path
