@@ -18,13 +18,14 @@ from __future__ import annotations
 import itertools
 import json
 import socket
+import sys
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Union
 
-__all__ = ["FakeAnthropic", "Reply", "ToolUse", "Status", "Stall", "Recorded", "refused_url"]
+__all__ = ["FakeAnthropic", "Reply", "ToolUse", "Status", "Stall", "Held", "Recorded", "refused_url"]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -74,7 +75,19 @@ class Stall:
     then: Reply | ToolUse | Status | None = None
 
 
-Behaviour = Union[Reply, ToolUse, Status, Stall]
+@dataclass(frozen=True)
+class Held:
+    """Hold the request until ``gate`` is set (or the fake stops), then answer ``then``.
+
+    A slow model whose reply the test lets go when it chooses: a caller's
+    patience runs out for certain, without racing a clock.
+    """
+
+    gate: threading.Event
+    then: Reply | ToolUse | Status | None = None
+
+
+Behaviour = Union[Reply, ToolUse, Status, Stall, Held]
 
 
 @dataclass
@@ -92,6 +105,14 @@ class Recorded:
         if isinstance(content, str):
             return content
         return "".join(block.get("text", "") for block in content)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hung up (its timeout, a daemon shutting down) is not an error of the fake."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
 
 
 class FakeAnthropic:
@@ -115,7 +136,7 @@ class FakeAnthropic:
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._ids = itertools.count(1)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = _QuietServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         # A short poll interval so stop() returns at once instead of in 0.5 s.
         self._thread = threading.Thread(
@@ -176,8 +197,12 @@ class FakeAnthropic:
                 behaviour = fake._next()
                 if fake.delay and fake._closing.wait(fake.delay):
                     return
-                while isinstance(behaviour, Stall):
-                    if fake._closing.wait(behaviour.seconds):
+                while isinstance(behaviour, (Stall, Held)):
+                    if isinstance(behaviour, Held):
+                        while not behaviour.gate.wait(0.02):
+                            if fake._closing.is_set():
+                                return
+                    elif fake._closing.wait(behaviour.seconds):
                         return
                     behaviour = behaviour.then
                 if behaviour is None:

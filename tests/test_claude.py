@@ -205,6 +205,25 @@ class TestClaudeSummarizer:
         assert request.prompt == merge_prompt(PREVIOUS, evicted(), 200, counter=COUNTER)
         assert "sk-test" in (request.headers.get("x-api-key", "") + request.headers.get("authorization", ""))
 
+    def test_the_request_carries_no_sampling_fields(self, api):
+        """No temperature, top_p or top_k: the body holds exactly what the SDK defines and chd uses."""
+        writer(claude(api.base_url)).write(PREVIOUS, evicted(), 200)
+        (request,) = api.requests
+        assert set(request.body) == {"model", "max_tokens", "system", "messages"}
+
+    def test_the_installed_sdk_has_no_sampling_parameter_to_send(self):
+        """The reason none is sent: messages.create and its params type know no temperature (revisit if they do)."""
+        import inspect
+        import typing
+
+        from anthropic.resources.messages import Messages
+        from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+
+        fields = set(inspect.signature(Messages.create).parameters)
+        fields |= set(typing.get_type_hints(MessageCreateParamsNonStreaming))
+        assert {"model", "max_tokens", "messages", "system"} <= fields
+        assert not fields & {"temperature", "top_p", "top_k"}
+
     def test_a_reply_over_the_limit_is_sent_back_to_be_shortened(self, api):
         long = " ".join(f"Detail {i}: the user mentioned point {i}." for i in range(80))
         api.script(Reply(long), Reply("Ada booked the 9:30 Paris train, seat 42."))

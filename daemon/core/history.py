@@ -123,6 +123,7 @@ class ConversationHistory:
         self.worker: FoldWorker | None = None
         if background:
             self.worker = FoldWorker(lambda cid: self.folder.fold(cid).done, delay=self.settings.fold_delay)
+            self.folder.rewrite_due = self.worker.submit
             self.worker.recover(lambda: queued_conversations(self.backend))
 
     def close(self, timeout: float = 5.0) -> None:
@@ -134,6 +135,7 @@ class ConversationHistory:
         until = time.monotonic() + timeout
         if self.worker is not None:
             self.worker.stop(timeout=0)  # takes no more work; a fold in progress goes on
+        self.folder.close()  # late model calls in flight are abandoned; their originals stay kept
         closer = getattr(self.summarizer, "close", None)
         if callable(closer):
             # The Claude client's HTTP connections, or the summarizer child
@@ -223,6 +225,7 @@ class ConversationHistory:
         if isinstance(intent, StatsIntent):
             state = self.backend.read(conversation_id)
             stats = conversation_stats(state, effective_settings(self.settings, state.settings))
+            stats |= self.folder.late_stats()
             return QueryResult(
                 "stats", stats, {"conversation_id": conversation_id, "items_affected": 0, "tokens_used": 0}
             )

@@ -52,6 +52,7 @@ def summary_writer(config: Config, summarizer: Summarizer | None = None) -> Summ
         return SummaryWriter(
             summarizer, counter, offline,
             attempts=config.summarizer_attempts, backoff=config.summarizer_backoff,
+            late_after=config.summarizer_wait if offline is not None else None,
         )
     try:
         return build_writer(
@@ -59,6 +60,7 @@ def summary_writer(config: Config, summarizer: Summarizer | None = None) -> Summ
             counter,
             attempts=config.summarizer_attempts,
             backoff=config.summarizer_backoff,
+            late_after=config.summarizer_wait,
             model=config.anthropic_model,
             max_tokens=config.anthropic_max_tokens,
             timeout=config.summarizer_timeout,
@@ -99,6 +101,8 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
     writer = summary_writer(config, summarizer)
     if metrics is not None:
         writer.primary = metrics.watch_summarizer(writer.primary)
+        if writer.late is not None:
+            metrics.watch_late(writer.late)
     history = ConversationHistory(
         backend=store, settings=to_settings(config), classifier=classifier, writer=writer
     )

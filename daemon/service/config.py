@@ -255,6 +255,8 @@ KEYS: tuple[Key, ...] = (
     Key("summarizer_timeout", Seconds(), 30.0, "seconds per Claude HTTP attempt"),
     Key("summarizer_attempts", Integer(1, 100), 3, "tries per batch before the offline fallback"),
     Key("summarizer_backoff", Seconds(), 1.0, "seconds before the second try, doubled after each"),
+    Key("summarizer_wait", Seconds(), 10.0,
+        "seconds a fold waits for Claude before folding offline; a later reply replaces the offline text"),
     Key("summary_segments", Integer(1, 64), _DEFAULTS.summary_segments,
         "segments (each with its provenance) the summary is split into at most"),
     Key("fold_delay", Seconds(), _DEFAULTS.fold_delay,

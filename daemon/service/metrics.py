@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from chd.backends.base import Backend, Change, ConversationState, T, count_conversations, iter_sizes, sizes_after
 from chd.service.observe import CallRecord, operation_of
@@ -120,6 +121,10 @@ class Metrics:
         metered.on_summary = on_summary
         return metered
 
+    def watch_late(self, calls: Any) -> None:
+        """Count late Claude results (summaries/late.py ``LateCalls``) as Prometheus reads them."""
+        self.registry.register(_LateCollector(calls))
+
     def watch_summarizer(self, summarizer: Any) -> "CountingSummarizer":
         return CountingSummarizer(summarizer, self.summarizer_failures.inc)
 
@@ -201,6 +206,28 @@ class MeteredBackend(WrappedBackend):
 
     def pending_max(self) -> float:
         return max((p for _, p in list(self._sizes.values())), default=0)
+
+
+class _LateCollector:
+    """Late results, read from the counters LateCalls keeps (issue 13)."""
+
+    def __init__(self, calls: Any) -> None:
+        self.calls = calls
+
+    def collect(self) -> Any:
+        results = CounterMetricFamily(
+            "chd_summary_late_results",
+            "Claude replies that came after their fold had gone offline: applied in place of the offline "
+            "segment, dropped (the range changed first) or failed.",
+            labels=["outcome"],
+        )
+        for outcome in ("applied", "dropped", "failed"):
+            results.add_metric([outcome], getattr(self.calls, outcome))
+        yield results
+        yield GaugeMetricFamily(
+            "chd_summary_late_calls_in_flight", "Claude calls still running after their fold went offline.",
+            value=self.calls.in_flight,
+        )
 
 
 class CountingSummarizer:

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 import anthropic
 
-from chd.core.summaries.summarizer import DEFAULT_CLAUDE_MODEL, SummarizerError, SummaryContext
+from chd.core.summaries.summarizer import DEFAULT_CLAUDE_MODEL, SummarizerError, SummaryContext, trim_items
 from chd.core.tokens import TokenCounter
 from chd.core.utterance import Utterance
 
@@ -241,12 +241,8 @@ class ClaudeSummarizer:
         return "\n".join(lines) if lines else reply.strip()
 
     def _trimmed(self, text: str, limit: int) -> str:
-        """A small overage cut here: the last items go first (a reply lists the newest last, but
-        the budget belongs to every item equally, so dropping whole items beats cutting one)."""
-        lines = text.splitlines()
-        while len(lines) > 1 and self._counter.count("\n".join(lines)) > limit:
-            lines.pop()
-        return "\n".join(lines)
+        """A small overage cut here: the last items go first (a reply lists the newest last)."""
+        return trim_items(text, limit, self._counter)
 
     def close(self) -> None:
         self._client.close()

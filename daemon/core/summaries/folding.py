@@ -18,25 +18,33 @@ configured summarizer:
   of its range were dropped); until then the worker keeps retrying;
 * a reader that cannot wait never commits an offline fold: it answers with
   the summary plus the queued utterances verbatim (``FoldReport.deferred``),
-  and the model's result lands when it comes.
+  and the model's result lands when it comes;
+* a call that outlives the fold's patience (``SummaryWriter.late_after``)
+  goes on in the background (late.py) while the batch is folded offline;
+  when it answers, its text replaces that offline segment, in one
+  transaction and only if the segment is still the fallback's text for the
+  same range (``_land``): a fold, a rewrite, a remove or a clear that came
+  first wins, and the late result is dropped and counted.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from chd.backends.base import Backend, Change, ConversationState
 from chd.core.errors import StorageError
 from chd.core.summaries.segments import allocations, assemble, compact, fold_into
 from chd.core.memory.configure import effective_settings
 from chd.core.settings import Settings
-from chd.core.summaries.summarizer import Summarized, SummaryContext
+from chd.core.summaries.summarizer import Late, Summarized, SummaryContext, trim_items
 from chd.core.summaries.writer import SummaryWriter
 from chd.core.tokens import TokenCounter
-from chd.core.utterance import Summary, Utterance
+from chd.core.utterance import Summary, SummarySegment, Utterance
 
 __all__ = ["FOLD_BATCH_TOKENS", "HELD_MAX_TOKENS", "PENDING_HEADER", "FoldReport", "Folder", "with_pending"]
 
@@ -72,6 +80,8 @@ class FoldReport:
     # True when a waiting reader got no fold: it answers with the queue verbatim.
     deferred: bool = False
     rewritten: int = 0
+    # The summary holds originals awaiting a rewrite by the configured summarizer.
+    awaiting_rewrite: bool = False
 
 
 class Folder:
@@ -96,6 +106,28 @@ class Folder:
         # A backend shared by replicas may lease a conversation's fold to one
         # of them (backends.base.Leases); others fold under the lock alone.
         self._lease = getattr(backend, "lease", None)
+        # Offline segments a late call of the configured summarizer may still
+        # replace, per conversation: (seq_from, seq_to, text). A rewrite from
+        # the originals leaves them alone rather than paying for a second call.
+        self._landing: dict[str, set[tuple[int, int, str]]] = {}
+        self._landing_guard = threading.Lock()
+        # Asks the background worker for a patient fold (set by the history that owns both).
+        self.rewrite_due: Callable[[str], None] | None = None
+
+    def late_stats(self) -> dict[str, dict[str, int]]:
+        """Late results of the configured summarizer since start, daemon-wide ({} when it has none)."""
+        calls = self.writer.late
+        if calls is None:
+            return {}
+        return {"summary_late_results": {
+            "applied": calls.applied, "dropped": calls.dropped, "failed": calls.failed,
+            "in_flight": calls.in_flight,
+        }}
+
+    def close(self) -> None:
+        """Abandon late calls in flight: their ranges keep their originals for a rewrite after restart."""
+        if self.writer.late is not None:
+            self.writer.late.stop()
 
     def fold(self, conversation_id: str, patient: bool = True, wait: float | None = None) -> FoldReport:
         """Fold everything queued for the conversation.
@@ -110,11 +142,12 @@ class Folder:
             patient: False for a caller who is waiting (see SummaryWriter).
             wait: seconds to wait for a fold in progress (None: as long as it takes).
         """
+        until = None if wait is None else time.monotonic() + wait
         lock = self._lock(conversation_id)
         try:
             if lock.acquire(timeout=-1 if wait is None else wait):
                 try:
-                    leased = self._leased(conversation_id, patient, wait)
+                    leased = self._leased(conversation_id, patient, wait, until)
                 finally:
                     lock.release()
                 if leased is not None:
@@ -123,6 +156,10 @@ class Folder:
                         # Outside the lock: a reader must not wait on a rewrite, and
                         # the commit checks that the summary did not change meanwhile.
                         report.done = self._rewrite(conversation_id, report)
+                    elif report.awaiting_rewrite and self.writer.keeps_originals and self.rewrite_due:
+                        # A reader found originals nobody is rewriting (kept before a
+                        # restart, whose worker only looks for queues): hand them over.
+                        self.rewrite_due(conversation_id)
                     return report
                 # Another replica holds the lease and a reader is waiting: as a busy lock.
         finally:
@@ -141,24 +178,29 @@ class Folder:
             "folded offline so the answer is current",
         )
 
-    def _leased(self, conversation_id: str, patient: bool, wait: float | None) -> FoldReport | None:
+    def _leased(
+        self, conversation_id: str, patient: bool, wait: float | None, until: float | None = None
+    ) -> FoldReport | None:
         """Fold under this replica's lease if the backend leases folds (backends.base.Leases).
 
         None: another replica holds the lease and the caller is a waiting reader.
         """
         if self._lease is None:
-            return self._fold(conversation_id, patient, "")
+            return self._fold(conversation_id, patient, "", until)
         try:
             with self._lease(conversation_id) as held:
                 if held:
-                    return self._fold(conversation_id, patient, "")
+                    return self._fold(conversation_id, patient, "", until)
         except StorageError as exc:
             return FoldReport(done=False, error=f"{type(exc).__name__}: {exc}")
         if wait is None:  # the worker retries later; the leaseholder folds meanwhile
             return FoldReport(done=False, error="another replica is folding this conversation")
         return None
 
-    def _fold(self, conversation_id: str, patient: bool, offline_because: str) -> FoldReport:
+    def _fold(
+        self, conversation_id: str, patient: bool, offline_because: str, until: float | None = None
+    ) -> FoldReport:
+        """Fold the queue batch by batch; ``until``: when a waiting reader stops waiting for the model."""
         report = FoldReport(done=False)
         races = 0
         while True:
@@ -168,11 +210,12 @@ class Folder:
             batch = _batch(state.pending, FOLD_BATCH_TOKENS)
             if not batch and state.summary.tokens <= limit:
                 report.done = True
+                report.awaiting_rewrite = bool(state.summary.held)
                 return report
             try:
                 summary, written = self._merge(
-                    state.summary, batch, limit, patient, offline_because,
-                    SummaryContext(buffered=newest_context(state.utterances)),
+                    conversation_id, state.summary, batch, limit, patient, offline_because,
+                    SummaryContext(buffered=newest_context(state.utterances)), until,
                 )
             except Exception as exc:
                 # Offline fallback failed too: the batch stays queued.
@@ -201,6 +244,7 @@ class Folder:
                 return report
             if committed:
                 report.folded += len(batch)
+                self._await_late(conversation_id, summary, written)
                 continue
             races += 1
             if races >= _COMMIT_ATTEMPTS:
@@ -209,17 +253,22 @@ class Folder:
 
     def _merge(
         self,
+        conversation_id: str,
         summary: Summary,
         batch: Sequence[Utterance],
         limit: int,
         patient: bool,
         offline_because: str,
         context: SummaryContext = SummaryContext(),
+        until: float | None = None,
     ) -> tuple[Summary, list[Summarized]]:
         def write(
             previous: str, utterances: Sequence[Utterance], limit: int, context: SummaryContext
         ) -> Summarized:
-            return self.writer.write(previous, utterances, limit, patient, offline_because, context)
+            return self.writer.write(
+                previous, utterances, limit, patient, offline_because, context,
+                late_key=conversation_id, wait=None if until is None else until - time.monotonic(),
+            )
 
         if not batch:
             # A summary over a budget lowered since it was written: condense it.
@@ -253,15 +302,20 @@ class Folder:
         segments = list(summary.segments)
         shares = allocations(segments, limit)
         held = list(summary.held)
+        landing = self._landing_for(conversation_id)
         for i, segment in enumerate(list(segments)):
             mine = [u for u in held if segment.seq_from <= u.seq <= segment.seq_to]
-            if not mine:
-                continue
+            if not mine or (segment.seq_from, segment.seq_to, segment.text) in landing:
+                continue  # a late call for this very text is still running: its reply is the rewrite
             context = SummaryContext(
                 summary="\n".join(s.text for s in segments if s is not segments[i]),
                 buffered=newest_context(state.utterances),
             )
-            outcome = self.writer.rewrite(segment.text, mine, max(shares[i], segment.tokens), context)
+            # All the room the other segments leave, as a fold gets (segments.fold_into): a
+            # rewrite held to the offline text's size could not say more than it did.
+            others = assemble(segments[:i] + segments[i + 1:], summary.through_seq, self.counter).tokens
+            room = limit - others - (1 if len(segments) > 1 else 0)
+            outcome = self.writer.rewrite(segment.text, mine, max(room, shares[i], segment.tokens), context)
             if outcome is None:
                 report.error = f"{len(held)} utterances await a rewrite by {self.writer.name}"
                 break
@@ -297,6 +351,110 @@ class Folder:
             report.error = f"{type(exc).__name__}: {exc}"
             return False
         return committed and not held
+
+    def _await_late(self, conversation_id: str, summary: Summary, written: Sequence[Summarized]) -> None:
+        """After a commit: let each late call replace the offline segment its fallback wrote."""
+        for outcome in written:
+            if outcome.late is None:
+                continue
+            late = outcome.late
+            target = next(
+                (s for s in summary.segments if s.error and s.text == outcome.text and s.made_by == outcome.made_by),
+                None,
+            )
+            if target is None:
+                # The fold condensed the fallback's text further: no segment is that text any more.
+                late.future.add_done_callback(lambda future: self._count_late(future, "dropped"))
+                continue
+            key = (target.seq_from, target.seq_to, target.text)
+            with self._landing_guard:
+                self._landing.setdefault(conversation_id, set()).add(key)
+            late.future.add_done_callback(
+                lambda future, target=target, late=late: self._land(conversation_id, target, late, future)
+            )
+
+    def _landing_for(self, conversation_id: str) -> frozenset[tuple[int, int, str]]:
+        with self._landing_guard:
+            return frozenset(self._landing.get(conversation_id, ()))
+
+    def _count_late(self, future: Future[str], outcome: str) -> None:
+        assert self.writer.late is not None
+        if not self.writer.late.stopped:
+            self.writer.late.count("failed" if future.exception() is not None else outcome)
+
+    def _land(self, conversation_id: str, target: SummarySegment, late: Late, future: Future[str]) -> None:
+        """Commit a late result in place of ``target``, if it is still that offline text for that range."""
+        key = (target.seq_from, target.seq_to, target.text)
+        try:
+            calls = self.writer.late
+            assert calls is not None
+            if calls.stopped:
+                return  # shutdown: the originals stay for the rewrite after the next start
+            error = future.exception()
+            if error is not None:
+                log.warning("late %s call for seqs %d-%d of conversation %s failed: %s",
+                            self.writer.name, target.seq_from, target.seq_to, conversation_id, error)
+                calls.count("failed")
+                return
+            text = self.writer.bounded(future.result(), late.token_limit)
+            try:
+                landed = self.backend.transact(conversation_id, self._replacing(target, late, text))
+            except Exception as exc:  # a failing or closed backend: the originals stay for a rewrite
+                log.warning("late %s result for conversation %s not saved (%s)", self.writer.name,
+                            conversation_id, exc)
+                landed = False
+            calls.count("applied" if landed else "dropped")
+            log.info("late %s result for seqs %d-%d of conversation %s %s", self.writer.name,
+                     target.seq_from, target.seq_to, conversation_id,
+                     "replaced the offline text" if landed else "dropped: the range changed meanwhile")
+        finally:
+            with self._landing_guard:
+                keys = self._landing.get(conversation_id)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._landing[conversation_id]
+
+    def _replacing(self, target: SummarySegment, late: Late, text: str):
+        """The transaction putting ``text`` in place of ``target``; False when it is gone or it cannot fit."""
+
+        def decide(current: ConversationState) -> tuple[Change, bool]:
+            summary = current.summary
+            segments = list(summary.segments)
+            i = next((k for k, s in enumerate(segments) if s == target), None)
+            if i is None:
+                return Change(), False  # folded again, rewritten, removed or cleared meanwhile
+            limit = effective_settings(self.settings, current.settings).summary_token_limit
+            others = assemble(segments[:i] + segments[i + 1:], summary.through_seq, self.counter).tokens
+            held = tuple(
+                u for u in summary.held if not (u.seq in late.seqs and target.seq_from <= u.seq <= target.seq_to)
+            )
+            # The mark stays while originals of the range were not in this call
+            # (an older fallback text it extended) or were dropped by the bound.
+            marked = target.seq_from <= summary.held_dropped_through or any(
+                target.seq_from <= u.seq <= target.seq_to for u in held
+            )
+            room = limit - others - (1 if len(segments) > 1 else 0)
+            for slack in range(3):  # joining may cost a token more than the parts
+                # As Claude's own overage is cut (claude.py): whole items first.
+                fitted = self.writer.bounded(trim_items(text, room - slack, self.counter), room - slack) \
+                    if room - slack > 0 else ""
+                if not fitted:
+                    return Change(), False
+                segments[i] = replace(
+                    target, text=fitted, tokens=self.counter.count(fitted), made_by=self.writer.name,
+                    error=target.error if marked else "",
+                )
+                rewritten = assemble(segments, summary.through_seq, self.counter)
+                if rewritten.tokens <= limit:
+                    rewritten = replace(
+                        rewritten, held=held, held_dropped=summary.held_dropped,
+                        held_dropped_through=summary.held_dropped_through,
+                    )
+                    return Change(summary=rewritten), True
+            return Change(), False
+
+        return decide
 
     def _lock(self, conversation_id: str) -> threading.Lock:
         """The conversation's fold lock, counted as used until ``_unlock``."""

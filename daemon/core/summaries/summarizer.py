@@ -8,17 +8,23 @@ used when ANTHROPIC_API_KEY is set). The daemon calls neither directly but a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from chd.core.utterance import Utterance
+
+if TYPE_CHECKING:  # tokens.py loads tiktoken, which `chd --help` does without
+    from chd.core.tokens import TokenCounter
 
 __all__ = [
     "Summarizer",
     "SummarizerError",
     "Summarized",
+    "Late",
     "SummaryContext",
     "summarizer_name",
+    "trim_items",
     "SUMMARIZER_CHOICES",
     "DEFAULT_CLAUDE_MODEL",
 ]
@@ -74,17 +80,49 @@ class SummarizerError(Exception):
         self.retryable = retryable
 
 
+def trim_items(text: str, limit: int, counter: TokenCounter) -> str:
+    """``text`` without its last lines until it fits ``limit`` (one line is left, however long).
+
+    For a summary written as one item per line: dropping whole items beats
+    cutting one, and the budget belongs to every item equally.
+    """
+    lines = text.splitlines()
+    while len(lines) > 1 and counter.count("\n".join(lines)) > limit:
+        lines.pop()
+    return "\n".join(lines)
+
+
 def summarizer_name(summarizer: object) -> str:
     return str(getattr(summarizer, "name", type(summarizer).__name__))
 
 
 @dataclass(frozen=True, slots=True)
+class Late:
+    """A call of the configured summarizer still running after its caller stopped waiting.
+
+    ``future`` gives the summarizer's raw text (or its exception); ``seqs``
+    are the utterances it was given and ``token_limit`` the length it was
+    asked for, so its result can replace the offline text of that range
+    (folding.py).
+    """
+
+    future: Future[str]
+    seqs: frozenset[int]
+    token_limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class Summarized:
-    """A summary text, who wrote it, and why the configured summarizer did not (if so)."""
+    """A summary text, who wrote it, and why the configured summarizer did not (if so).
+
+    ``late``: the configured summarizer's call for this text, still running
+    when the offline fallback wrote it.
+    """
 
     text: str
     made_by: str
     error: str = ""
+    late: Late | None = field(default=None, compare=False, repr=False)
 
 
 SUMMARIZER_CHOICES = ("auto", "claude", "offline")

@@ -205,7 +205,8 @@ class FoldWorker:
                 self._failures[conversation_id] = failures
                 delay = min(self._retry_delay * 2 ** (failures - 1), self._max_retry_delay)
                 log.warning(
-                    "conversation %s still has queued utterances; retrying its fold in %.1f s",
+                    "conversation %s is not fully summarized yet (queued utterances, or originals awaiting "
+                    "a rewrite by the configured summarizer); retrying its fold in %.1f s",
                     conversation_id, delay,
                 )
                 self._schedule(conversation_id, now + delay)

@@ -2,7 +2,9 @@
 
 ``SummaryWriter`` retries the configured summarizer with backoff, falls back
 to the offline one so the summary stays current, says which one wrote the
-text and why, and holds the token budget whatever they returned.
+text and why, and holds the token budget whatever they returned. A fold's
+call that outlives ``late_after`` goes on in the background (late.py) and
+rides on the fallback's result, for its reply to replace that text later.
 ``build_writer`` makes the daemon's writer from its configuration.
 """
 
@@ -11,12 +13,18 @@ from __future__ import annotations
 import logging
 import os
 import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.late import LateCalls
 from chd.core.summaries.summarizer import (
     SUMMARIZER_CHOICES,
+    Late,
     Summarized,
+    SummarizerError,
     Summarizer,
     SummaryContext,
     summarizer_name,
@@ -24,9 +32,14 @@ from chd.core.summaries.summarizer import (
 from chd.core.tokens import TokenCounter
 from chd.core.utterance import Utterance
 
-__all__ = ["SummaryWriter", "build_writer"]
+__all__ = ["LATE_AFTER", "SummaryWriter", "build_writer"]
 
 log = logging.getLogger(__name__)
+
+# Seconds a fold waits for Claude before folding offline (the call goes on,
+# and its reply replaces the offline text): as long as a read waits for a
+# fold in progress (chd.core.history.READ_WAIT).
+LATE_AFTER = 10.0
 
 
 class SummaryWriter:
@@ -48,6 +61,10 @@ class SummaryWriter:
         backoff: seconds before the second try, doubled for each later one.
         cooldown: seconds after a failure during which impatient callers go
             straight to the fallback.
+        late_after: seconds a fold waits for ``primary`` before the fallback
+            writes the text; the call goes on in the background (late.py)
+            and its ``Late`` rides on the fallback's result. None: every
+            call is waited for to its end (the SDK's timeout).
         sleep, clock: injectable for tests.
     """
 
@@ -59,6 +76,7 @@ class SummaryWriter:
         attempts: int = 3,
         backoff: float = 1.0,
         cooldown: float = 60.0,
+        late_after: float | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -70,6 +88,9 @@ class SummaryWriter:
         self.attempts = attempts
         self.backoff = backoff
         self.cooldown = cooldown
+        self.late_after = late_after
+        # Only where a fallback exists: without one a caller has nothing to answer with meanwhile.
+        self.late: LateCalls | None = LateCalls() if late_after is not None and fallback is not None else None
         self._sleep = sleep
         self._clock = clock
         self._failed: tuple[float, str] | None = None  # when the primary last gave up, and why
@@ -95,7 +116,7 @@ class SummaryWriter:
         For rewriting offline segments from their originals: an offline
         result would add nothing, so a failure leaves them for later.
         """
-        return self._primary(previous, utterances, token_limit, context, self.attempts, "rewrite by")[0]
+        return self._primary(previous, utterances, token_limit, context, self.attempts, "rewrite by").written
 
     def write(
         self,
@@ -105,6 +126,9 @@ class SummaryWriter:
         patient: bool = True,
         offline_because: str = "",
         context: SummaryContext | None = None,
+        *,
+        late_key: str | None = None,
+        wait: float | None = None,
     ) -> Summarized:
         """Summarize within ``token_limit``; raise only if the fallback fails too.
 
@@ -113,6 +137,9 @@ class SummaryWriter:
             offline_because: non-empty to skip the configured summarizer
                 altogether; the reason is reported as the error.
             context: read-only surroundings, for summarizers that read them.
+            late_key: the conversation, for a caller that can take a late
+                result (a fold); None waits for the call to its end.
+            wait: seconds an impatient caller can still wait.
         """
         if self.fallback is not None:
             if offline_because:
@@ -125,16 +152,26 @@ class SummaryWriter:
                     context,
                 )
         tries = self.attempts if patient else 1
-        written, error = self._primary(
-            previous, utterances, token_limit, context, tries, "summarizer", reraise=self.fallback is None
+        late = None
+        if self.late is not None and late_key is not None and self.late_after is not None:
+            patience = self.late_after if wait is None else max(0.0, min(self.late_after, wait))
+            late = (late_key, patience, patient)
+        outcome = self._primary(
+            previous, utterances, token_limit, context, tries, "summarizer", reraise=self.fallback is None,
+            late=late,
         )
-        if written is not None:
-            return written
+        if outcome.written is not None:
+            return outcome.written
+        if outcome.late is not None:
+            log.warning("summarizer %s is slow (%s); %s folds this batch meanwhile",
+                        self.name, outcome.error, summarizer_name(self.fallback))
+            written = self._fall_back(previous, utterances, token_limit, outcome.error, context)
+            return Summarized(written.text, written.made_by, written.error, outcome.late)
         log.warning(
             "summarizer %s gave up; %s folds this batch instead", self.name,
             summarizer_name(self.fallback),
         )
-        return self._fall_back(previous, utterances, token_limit, f"{self.name} failed: {error}", context)
+        return self._fall_back(previous, utterances, token_limit, f"{self.name} failed: {outcome.error}", context)
 
     def _primary(
         self,
@@ -145,17 +182,28 @@ class SummaryWriter:
         tries: int,
         what: str,
         reraise: bool = False,
-    ) -> tuple[Summarized | None, str]:
-        """Up to ``tries`` calls of the configured summarizer with backoff: its result, or None and the last error.
+        late: tuple[str, float, bool] | None = None,
+    ) -> _Outcome:
+        """Up to ``tries`` calls of the configured summarizer with backoff: its result, or the last error.
 
         ``reraise``: with no fallback, the summarizer's own exception goes to the caller.
+        ``late``: (conversation, seconds to wait, patient) to run the call in
+        the background and stop waiting after that long; the outcome then
+        carries the call still running.
         """
         error = ""
         for attempt in range(1, tries + 1):
             try:
-                text = _call(self.primary, previous, utterances, token_limit, context)
+                if late is None:
+                    text = _call(self.primary, previous, utterances, token_limit, context)
+                else:
+                    text = self._waited(previous, utterances, token_limit, context, *late)
                 self._failed = None
-                return Summarized(self._bounded(text, token_limit), self.name), ""
+                return _Outcome(Summarized(self.bounded(text, token_limit), self.name))
+            except _Overdue as overdue:
+                # Slow is not failed: no cooldown, so the next reader joins this call (late.py).
+                error = f"{self.name} did not answer within {overdue.waited:g} s; its reply replaces this text if it comes"
+                return _Outcome(None, error, Late(overdue.future, frozenset(u.seq for u in utterances), token_limit))
             except Exception as exc:  # a summarizer's bug must not lose the batch nor end the worker
                 if reraise:
                     raise
@@ -165,7 +213,36 @@ class SummaryWriter:
                     break
                 self._sleep(self.backoff * 2 ** (attempt - 1))
         self._failed = (self._clock(), error)
-        return None, error
+        return _Outcome(None, error)
+
+    def _waited(
+        self,
+        previous: str,
+        utterances: Sequence[Utterance],
+        token_limit: int,
+        context: SummaryContext | None,
+        key: str,
+        patience: float,
+        patient: bool,
+    ) -> str:
+        """The call run in the background (late.py) and waited for at most ``patience`` seconds."""
+        assert self.late is not None
+        request = (key, previous, tuple((u.seq, u.text) for u in utterances), token_limit)
+        future = self.late.start(
+            key, request, lambda: _call(self.primary, previous, utterances, token_limit, context)
+        )
+        if future is None:
+            if not patient:
+                raise SummarizerError(
+                    f"{self.late.in_flight} {self.name} calls are still running late; "
+                    "no other is started while a caller waits",
+                    retryable=False,
+                )
+            return _call(self.primary, previous, utterances, token_limit, context)  # as before: waited to its end
+        try:
+            return future.result(timeout=patience)
+        except FutureTimeout:
+            raise _Overdue(future, patience) from None
 
     def _fall_back(
         self,
@@ -177,9 +254,10 @@ class SummaryWriter:
     ) -> Summarized:
         assert self.fallback is not None
         text = _call(self.fallback, previous, utterances, token_limit, context)
-        return Summarized(self._bounded(text, token_limit), summarizer_name(self.fallback), reason)
+        return Summarized(self.bounded(text, token_limit), summarizer_name(self.fallback), reason)
 
-    def _bounded(self, text: str, limit: int) -> str:
+    def bounded(self, text: str, limit: int) -> str:
+        """``text`` within ``limit`` tokens (the budget is a hard limit, whoever wrote it)."""
         text = text.strip()
         if self.counter.count(text) <= limit:
             return text
@@ -199,6 +277,7 @@ def build_writer(
     backoff: float = 1.0,
     environ: dict[str, str] | None = None,
     process: bool = False,
+    late_after: float | None = LATE_AFTER,
     **claude_options: object,
 ) -> SummaryWriter:
     """The daemon's summary writer.
@@ -209,6 +288,9 @@ def build_writer(
         process: run the offline summarizer in a child process
             (process.py), with the same summarizer in this
             process as its fallback.
+        late_after: seconds a fold waits for Claude before folding offline
+            (its late reply then replaces the offline text); None: waited for
+            to the end of the SDK's timeout.
         claude_options: ClaudeConfig fields (model, max_tokens, timeout,
             max_retries).
     """
@@ -231,8 +313,27 @@ def build_writer(
     if config is None:
         raise ValueError("the claude summarizer needs ANTHROPIC_API_KEY in the environment")
     return SummaryWriter(
-        ClaudeSummarizer(config, counter), counter, offline, attempts=attempts, backoff=backoff
+        ClaudeSummarizer(config, counter), counter, offline, attempts=attempts, backoff=backoff,
+        late_after=late_after,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What the configured summarizer gave: a result, or the last error and maybe a call still running."""
+
+    written: Summarized | None
+    error: str = ""
+    late: Late | None = None
+
+
+class _Overdue(Exception):
+    """A call outlived the caller's patience; it goes on in the background."""
+
+    def __init__(self, future: Future[str], waited: float) -> None:
+        super().__init__(f"no answer within {waited:g} s")
+        self.future = future
+        self.waited = waited
 
 
 def _call(
