@@ -49,7 +49,7 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.cluster
@@ -58,6 +58,8 @@ from redis.retry import Retry
 
 from chd.backends.base import Change, ConversationState, T, apply_change
 from chd.backends.group_commit import GroupCommit, Request
+from chd.backends.redis_index import RedisIndex, run_lengths
+from chd.backends.redis_keys import conversation_key, conversation_of, conversation_tag, index_keys, partition_of
 from chd.backends.records import (
     _dump,
     decode_summary,
@@ -66,7 +68,7 @@ from chd.backends.records import (
     encode_utterance,
 )
 from chd.backends.seq_runs import SeqRuns
-from chd.core.errors import StorageError, StorageFull
+from chd.core.errors import StorageError, StorageFull, TooLarge
 from chd.core.utterance import Summary, Utterance
 
 __all__ = ["RedisBackend", "conversation_key", "mask_url"]
@@ -85,12 +87,18 @@ _MAX_ATTEMPTS = 200
 # replicas committed in between.
 RECENT_COMMIT_CHARS = 1024
 
-# KEYS: meta, utterances. ARGV: expected commit id, this commit's id, meta
-# record ('' for an empty state: delete the conversation), summary record ('' unchanged), idle ttl in ms ('0' none), number of
-# utterance records to set, then seq/record pairs, then seqs to delete.
+# KEYS: meta, utterances, then the index of the conversation's partition
+# (backends/redis_index.py): ids, queued, expiries. ARGV: expected commit id,
+# this commit's id, meta record ('' for an empty state: delete the
+# conversation), summary record ('' unchanged), idle ttl in ms ('0' none), the
+# id (the index's member), the queue after ('1' not empty, '0' empty, ''
+# unchanged), max_conversations ('0' none), number of utterance records to
+# set, then seq/record pairs, then seqs to delete.
+# Replies {1} applied, {0, commit, meta} overtaken, {2, count} refused: full.
 # The first write is the meta HSET: under maxmemory Redis refuses a script's
 # first write that needs memory and nothing is written (later writes of a
-# script that has started writing are never refused halfway).
+# script that has started writing are never refused halfway); the limit is
+# checked before it with reads only.
 _COMMIT = """
 local c = redis.call('HGET', KEYS[1], 'c') or ''
 local recent = redis.call('HGET', KEYS[1], 'r') or ''
@@ -102,11 +110,32 @@ if c ~= ARGV[1] then
   if string.find(' ' .. recent .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then return {1} end
   return {0, c, redis.call('HGET', KEYS[1], 'm') or ''}
 end
+local member = ARGV[6]
 if ARGV[3] == '' then
-  -- Back to an empty state (settings cleared before any store): no keys,
-  -- so conversations() does not list it.
+  -- Back to an empty state (settings cleared, a clear before any store): no
+  -- keys, so it is neither listed nor counted.
   redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('ZREM', KEYS[3], member)
+  redis.call('ZREM', KEYS[4], member)
+  redis.call('ZREM', KEYS[5], member)
   return {1}
+end
+local ttl = tonumber(ARGV[5])
+local now = 0
+if c == '' or ttl > 0 then
+  -- TIME before a write needs effects replication on Redis 6 (the default on 7).
+  redis.replicate_commands()
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+if c == '' then
+  local limit = tonumber(ARGV[8])
+  if limit > 0 then
+    local held = redis.call('ZCARD', KEYS[3]) - redis.call('ZCOUNT', KEYS[5], '-inf', now)
+    local expires = redis.call('ZSCORE', KEYS[5], member)
+    local counted = redis.call('ZSCORE', KEYS[3], member) and not (expires and tonumber(expires) <= now)
+    if not counted and held >= limit then return {2, held} end
+  end
 end
 recent = ARGV[2] .. ' ' .. recent
 if #recent > _RECENT_CHARS then
@@ -116,19 +145,42 @@ end
 redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3], 'r', recent)
 redis.call('HINCRBY', KEYS[1], 'v', 1)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 's', ARGV[4]) end
-local i = 7
-for _ = 1, tonumber(ARGV[6]) do
+local i = 10
+for _ = 1, tonumber(ARGV[9]) do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
   i = i + 2
 end
 for j = i, #ARGV do redis.call('HDEL', KEYS[2], ARGV[j]) end
-local ttl = tonumber(ARGV[5])
+if c == '' then
+  -- A new conversation (or one Redis expired): drop what expired from the
+  -- index first, so the sets do not grow with conversations long gone.
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 100)
+  for _, old in ipairs(gone) do
+    if old ~= member then
+      redis.call('ZREM', KEYS[3], old)
+      redis.call('ZREM', KEYS[4], old)
+    end
+    redis.call('ZREM', KEYS[5], old)
+  end
+  redis.call('ZADD', KEYS[3], 0, member)
+  if ARGV[7] == '' then redis.call('ZREM', KEYS[4], member) end
+end
+if ARGV[7] == '1' then redis.call('ZADD', KEYS[4], 0, member)
+elseif ARGV[7] == '0' then redis.call('ZREM', KEYS[4], member) end
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('ZADD', KEYS[5], now + ttl, member)
+elseif redis.call('ZREM', KEYS[5], member) == 1 then
+  -- conversation_ttl was turned off since it was last written.
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
 end
 return {1}
 """.replace("_RECENT_CHARS", str(RECENT_COMMIT_CHARS))
+
+# The commit script's reply when max_conversations refuses a new conversation.
+_FULL = 2
 
 # KEYS: meta, utterances. ARGV: expected commit id, '1' to return the
 # summary, then seqs. Reads the records a replica lacks, atomically with a
@@ -152,16 +204,6 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
-
-
-def conversation_key(conversation_id: str, part: str) -> str:
-    """``chd:{<escaped id>}:<part>``: percent-encoding is injective and leaves no ``{``, ``}`` or ``*``."""
-    return "chd:{" + (quote(conversation_id, safe="") or "%") + "}:" + part
-
-
-def _conversation_of(meta_key: str) -> str:
-    tag = meta_key[len("chd:{"):-len("}:m")]
-    return "" if tag == "%" else unquote(tag, errors="strict")
 
 
 def mask_url(url: str) -> str:
@@ -259,6 +301,10 @@ class RedisBackend:
         fold_lease: seconds one replica's fold lease lasts (a replica that
             dies mid-fold blocks the others' folds of it this long at most).
         cached_utterances: how many utterances the per-replica state cache holds.
+        max_conversations: refuse (TooLarge) a commit that would create a
+            conversation past this many, checked by the commit script against
+            the index on standalone Redis, so replicas creating at once never
+            pass it; None for no limit.
 
     Raises:
         StorageError: Redis cannot be reached or refuses the connection
@@ -276,10 +322,13 @@ class RedisBackend:
         fold_lease: float = 30.0,
         cached_utterances: int = 200_000,
         socket_timeout: float = 5.0,
+        max_conversations: int | None = None,
     ) -> None:
         self.url = mask_url(redis_url)
         self._ttl_ms = str(int(conversation_ttl * 1000)) if conversation_ttl else "0"
         self._lease_ms = max(1, int(fold_lease * 1000))
+        self.max_conversations = max_conversations
+        self._limit = str(max_conversations) if max_conversations else "0"
         options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": min(socket_timeout, 2.0),
@@ -295,6 +344,11 @@ class RedisBackend:
         self._commit = self._client.register_script(_COMMIT)
         self._fetch = self._client.register_script(_FETCH)
         self._release = self._client.register_script(_RELEASE)
+        self._index = RedisIndex(self._client, self.cluster)
+        try:
+            self._index.ensure_built(self._meta_keys)
+        except redis.RedisError as exc:
+            raise StorageError(f"cannot use Redis at {self.url}: {_reason(exc)}") from None
         self._ids = _CommitIds()
         self._cache: OrderedDict[str, _Snapshot] = OrderedDict()
         self._cache_lock = threading.Lock()
@@ -371,21 +425,67 @@ class RedisBackend:
             )
 
     def conversations(self) -> list[str]:
-        found: set[str] = set()
+        return list(self.iter_conversations())
+
+    # --- optional capabilities (backends/base.py) ----------------------------------
+
+    def iter_conversations(self, after: str = "") -> Iterator[str]:
+        """Every conversation with state above ``after``, sorted.
+
+        Standalone: pages of the index (ZRANGEBYLEX), streamed. Cluster: the
+        index is split by slot, so SCAN on each master (cursor-based, never
+        KEYS) collects the ids, which are sorted once.
+        """
+        if not self.cluster:
+            return _streamed(self._index.ids(after))
         with _translated():
-            for node in self._nodes():
-                for key in node.scan_iter(match="chd:{*}:m", count=1000):
-                    text = key.decode() if isinstance(key, bytes) else key
-                    found.add(_conversation_of(text))
-        return sorted(found)
+            found = {conversation_of(key) for key in self._meta_keys()}
+        return iter(sorted(cid for cid in found if not after or cid > after))
+
+    def count_conversations(self) -> int:
+        """From the index the commit script keeps: one command (a pipeline of one per slot on a cluster)."""
+        with _translated():
+            return self._index.count()
+
+    def queued_conversations(self) -> Iterator[str]:
+        """Conversations with a non-empty summary queue, from the index."""
+        with _translated():
+            return iter(list(self._index.queued()))
+
+    def iter_sizes(self) -> Iterator[tuple[str, int, int]]:
+        """Buffer and queue lengths from the meta records' seq runs, a pipelined page at a time."""
+        page: list[str] = []
+        for conversation_id in self.iter_conversations():
+            page.append(conversation_id)
+            if len(page) >= 500:
+                yield from self._sizes(page)
+                page = []
+        yield from self._sizes(page)
+
+    def _sizes(self, ids: list[str]) -> Iterator[tuple[str, int, int]]:
+        if not ids:
+            return
+        with _translated():
+            pipe = self._client.pipeline(transaction=False)
+            for conversation_id in ids:
+                pipe.hget(conversation_key(conversation_id, "m"), "m")
+            texts = pipe.execute()
+        for conversation_id, text in zip(ids, texts):
+            if text is not None:  # expired or cleared since it was listed
+                buffered, pending = run_lengths(_text(text))
+                yield conversation_id, buffered, pending
+
+    def _meta_keys(self) -> Iterator[str]:
+        """Every conversation's meta key, by SCAN on each master."""
+        for node in self._nodes():
+            for key in node.scan_iter(match="chd:{*}:m", count=1000):
+                yield _text(key)
 
     def close(self) -> None:
         with self._cache_lock:
             self._cache.clear()
             self._cached = 0
         self._client.close()
-
-    # --- optional capabilities --------------------------------------------------
 
     @contextmanager
     def lease(self, conversation_id: str) -> Iterator[bool]:
@@ -481,7 +581,17 @@ class RedisBackend:
         """Commit ``change`` on ``snapshot``: the new snapshot, or the (commit, meta) that overtook it."""
         keys, args, after = self._prepare(snapshot, change)
         reply = self._commit(keys=keys, args=args)
+        if reply[0] == _FULL:
+            raise self._full(snapshot.state.conversation_id, reply[1])
         return after if reply[0] else (_text(reply[1]), _text(reply[2]))
+
+    def _full(self, conversation_id: str, held: Any) -> TooLarge:
+        # The words of the limits layer (daemon/service/limits.py), which
+        # checks first; this is the check two replicas cannot both pass.
+        return TooLarge(
+            f"this daemon already holds {int(held)} conversations, the max_conversations limit; "
+            f"conversation {conversation_id!r} was not created"
+        )
 
     def _prepare(self, snapshot: _Snapshot, change: Change) -> tuple[list[str], list[Any], _Snapshot]:
         """The commit script's keys and arguments for ``change`` on ``snapshot``, and the snapshot it makes."""
@@ -520,18 +630,27 @@ class RedisBackend:
             summary_at=commit if change.summary is not None else old.summary_at,
             updated_at=commit if rewritten else old.updated_at,
         )
+        queued = "" if bool(state.pending) == bool(meta.pending) else ("1" if meta.pending else "0")
         args: list[Any] = [
             snapshot.commit,
             commit,
             meta.encode(),
             encode_summary(change.summary) if change.summary is not None else "",
             self._ttl_ms,
+            conversation_id,
+            queued,
+            self._limit,
             len(writes),
         ]
         for seq, u in writes.items():
             args += (seq, encode_utterance(u))
         args += sorted(gone - writes.keys())
-        keys = [conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u")]
+        tag = conversation_tag(conversation_id)
+        keys = [
+            "chd:{" + tag + "}:m",
+            "chd:{" + tag + "}:u",
+            *index_keys(partition_of(tag, self.cluster)),
+        ]
         if new_state.is_empty:
             args[2] = ""
             return keys, args, _Snapshot("", _Meta(conversation_id), new_state)
@@ -601,6 +720,9 @@ class RedisBackend:
                         f"Redis refused the write: out of memory (maxmemory): {_reason(reply)}"
                     )
                     request.done = True
+                    lost[cid] = None
+                elif reply[0] == _FULL:
+                    request.error, request.done = self._full(cid, reply[1]), True
                     lost[cid] = None
                 elif reply[0]:
                     request.value, request.done = value, True
@@ -689,6 +811,12 @@ def _stored(state: ConversationState, seq: int) -> Utterance | None:
         if i < len(items) and items[i].seq == seq:
             return items[i]
     return None
+
+
+def _streamed(ids: Iterator[str]) -> Iterator[str]:
+    """``ids`` with Redis failures raised as storage errors, page by page."""
+    with _translated():
+        yield from ids
 
 
 def _text(value: Any) -> str:
