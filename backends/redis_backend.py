@@ -179,6 +179,9 @@ end
 return {1}
 """.replace("_RECENT_CHARS", str(RECENT_COMMIT_CHARS))
 
+# Seconds a cluster's swept conversation count is reused (count_conversations).
+_CLUSTER_COUNT_AGE = 5.0
+
 # The commit script's reply when max_conversations refuses a new conversation.
 _FULL = 2
 
@@ -345,6 +348,9 @@ class RedisBackend:
         self._fetch = self._client.register_script(_FETCH)
         self._release = self._client.register_script(_RELEASE)
         self._index = RedisIndex(self._client, self.cluster)
+        self._count_lock = threading.Lock()
+        self._swept: tuple[int, float] | None = None
+        self._created = 0  # conversations this replica created less those it emptied since the sweep
         try:
             self._index.ensure_built(self._meta_keys)
         except redis.RedisError as exc:
@@ -411,6 +417,9 @@ class RedisBackend:
                 outcome = self._apply(snapshot, change)
                 if isinstance(outcome, _Snapshot):
                     self._remember(outcome)
+                    if bool(snapshot.commit) != bool(outcome.commit):
+                        with self._count_lock:
+                            self._created += 1 if outcome.commit else -1
                     return value
                 commit, meta_text = outcome
                 try:
@@ -443,9 +452,23 @@ class RedisBackend:
         return iter(sorted(cid for cid in found if not after or cid > after))
 
     def count_conversations(self) -> int:
-        """From the index the commit script keeps: one command (a pipeline of one per slot on a cluster)."""
+        """From the index the commit script keeps: one command on standalone Redis.
+
+        On a cluster the exact count is a sweep of every slot (16384 small
+        scripts, ~0.8 s on loopback), so it is taken at most every
+        ``_CLUSTER_COUNT_AGE`` seconds and this replica's own creations and
+        removals since are added: exact for one replica, behind by what
+        other replicas created since the sweep.
+        """
         with _translated():
-            return self._index.count()
+            if not self.cluster:
+                return self._index.count()
+            with self._count_lock:
+                now = time.monotonic()
+                if self._swept is None or now - self._swept[1] > _CLUSTER_COUNT_AGE:
+                    self._created = 0
+                    self._swept = (self._index.count(), now)
+                return self._swept[0] + self._created
 
     def queued_conversations(self) -> Iterator[str]:
         """Conversations with a non-empty summary queue, from the index."""

@@ -29,9 +29,10 @@ import json
 import logging
 import os
 import time
+from binascii import crc_hqx
 from typing import Any, Callable, Iterable, Iterator
 
-from chd.backends.redis_keys import STANDALONE, conversation_of, index_keys, partition_of, partitions
+from chd.backends.redis_keys import SLOTS, STANDALONE, conversation_of, index_keys, partition_of, partitions
 from chd.backends.seq_runs import SeqRuns
 
 __all__ = ["RedisIndex", "INDEX_MARKER", "NOW_MS", "run_lengths"]
@@ -118,26 +119,35 @@ class RedisIndex:
         return iter(sorted(found))
 
     def _every_slot(self, script: Any, call: Callable[[list[str]], tuple[list[str], list[Any]]]) -> list[Any]:
-        """``script`` on every slot's index keys, one pipeline per master; the replies in slot order.
+        """``script`` on every slot's index keys; the replies in slot order."""
+        tags = partitions(True)
+        return self._pipelined(script, [(slot, *call(index_keys(tag))) for slot, tag in enumerate(tags)])
 
-        redis-py's cluster pipeline refuses scripts, so the slots are grouped
-        by the master the client's slot map names and each group goes to
-        that master's own connection.
+    def _pipelined(self, script: Any, calls: list[tuple[int, list[str], list[Any]]]) -> list[Any]:
+        """``script`` once per ``(slot, keys, args)``, one pipeline per master; the replies in order.
+
+        redis-py's cluster pipeline refuses scripts, so on a cluster the
+        calls are grouped by the master the client's slot map names and each
+        group goes down that master's own connection.
         """
+        if not self._cluster:
+            pipe = self._client.pipeline(transaction=False)
+            for _, keys, args in calls:
+                script(keys=keys, args=args, client=pipe)
+            return list(pipe.execute())
         slots_cache = self._client.nodes_manager.slots_cache
         groups: dict[str, tuple[Any, list[int]]] = {}
-        for slot in range(len(partitions(True))):
+        for i, (slot, _, _) in enumerate(calls):
             node = slots_cache[slot][0]
-            groups.setdefault(node.name, (node, []))[1].append(slot)
-        replies: list[Any] = [None] * len(partitions(True))
-        tags = partitions(True)
-        for node, slots in groups.values():
+            groups.setdefault(node.name, (node, []))[1].append(i)
+        replies: list[Any] = [None] * len(calls)
+        for node, members in groups.values():
             pipe = self._client.get_redis_connection(node).pipeline(transaction=False)
-            for slot in slots:
-                keys, args = call(index_keys(tags[slot]))
+            for i in members:
+                _, keys, args = calls[i]
                 script(keys=keys, args=args, client=pipe)
-            for slot, reply in zip(slots, pipe.execute()):
-                replies[slot] = reply
+            for i, reply in zip(members, pipe.execute()):
+                replies[i] = reply
         return replies
 
     def _members(self, part: str, which: int, after: str) -> Iterator[str]:
@@ -190,15 +200,12 @@ class RedisIndex:
     def _index_batch(self, meta_keys: list[str]) -> int:
         if not meta_keys:
             return 0
-        pipe = self._client.pipeline(transaction=False)
+        calls = []
         for key in meta_keys:
             tag = key[len("chd:{"):-len("}:m")]
-            self._index_one(
-                keys=[key, *index_keys(partition_of(tag, self._cluster))],
-                args=[conversation_of(key).encode()],
-                client=pipe,
-            )
-        return sum(int(n) for n in pipe.execute())
+            slot = crc_hqx(tag.encode(), 0) % SLOTS
+            calls.append((slot, [key, *index_keys(partition_of(tag, self._cluster))], [conversation_of(key).encode()]))
+        return sum(int(n) for n in self._pipelined(self._index_one, calls))
 
 
 def run_lengths(meta_text: str) -> tuple[int, int]:

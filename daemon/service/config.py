@@ -573,5 +573,7 @@ def backend_options(config: Config) -> dict[str, Any]:
     if config.backend != "redis":
         return {}
     # The transfer tools load only some keys (load_keys): the rest keep the backend's defaults.
-    names = ("redis_url", "redis_password", "redis_cluster", "conversation_ttl", "fold_lease")
+    # max_conversations: the commit script checks it too, so replicas creating
+    # at once cannot both take the last place (the transfer tools load no limit).
+    names = ("redis_url", "redis_password", "redis_cluster", "conversation_ttl", "fold_lease", "max_conversations")
     return {name: config.values[name] for name in names if name in config.values}
