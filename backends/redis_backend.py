@@ -68,7 +68,7 @@ from chd.backends.records import (
     encode_utterance,
 )
 from chd.backends.seq_runs import SeqRuns
-from chd.core.errors import StorageError, StorageFull, TooLarge
+from chd.core.errors import InvalidRequest, StorageError, StorageFull, TooLarge
 from chd.core.utterance import Summary, Utterance
 
 __all__ = ["RedisBackend", "conversation_key", "mask_url"]
@@ -308,6 +308,8 @@ class RedisBackend:
             conversation past this many, checked by the commit script against
             the index on standalone Redis, so replicas creating at once never
             pass it; None for no limit.
+        redis_tls_ca: with ``rediss://``, the PEM CA bundle that must have
+            signed the server's certificate (None: the system's CAs).
 
     Raises:
         StorageError: Redis cannot be reached or refuses the connection
@@ -326,6 +328,7 @@ class RedisBackend:
         cached_utterances: int = 200_000,
         socket_timeout: float = 5.0,
         max_conversations: int | None = None,
+        redis_tls_ca: str | None = None,
     ) -> None:
         self.url = mask_url(redis_url)
         self._ttl_ms = str(int(conversation_ttl * 1000)) if conversation_ttl else "0"
@@ -338,6 +341,11 @@ class RedisBackend:
         }
         if redis_password and urlsplit(redis_url).password is None:
             options["password"] = redis_password
+        if redis_tls_ca is not None:
+            if urlsplit(redis_url).scheme != "rediss":
+                # Accepting it would let a user believe the connection is verified.
+                raise InvalidRequest(f"redis_tls_ca is for TLS: use a rediss:// URL, not {self.url}")
+            options["ssl_ca_certs"] = redis_tls_ca
         try:
             self._client = self._connect(redis_url, redis_cluster, options)
         except redis.RedisError as exc:
