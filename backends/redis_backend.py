@@ -60,6 +60,7 @@ from chd.backends.base import Change, ConversationState, T, apply_change
 from chd.backends.group_commit import GroupCommit, Request
 from chd.backends.redis_index import RedisIndex, run_lengths
 from chd.backends.redis_keys import conversation_key, conversation_of, conversation_tag, index_keys, partition_of
+from chd.backends.redis_quota import ClusterQuota
 from chd.backends.records import (
     _dump,
     decode_summary,
@@ -92,9 +93,11 @@ RECENT_COMMIT_CHARS = 1024
 # this commit's id, meta record ('' for an empty state: delete the
 # conversation), summary record ('' unchanged), idle ttl in ms ('0' none), the
 # id (the index's member), the queue after ('1' not empty, '0' empty, ''
-# unchanged), max_conversations ('0' none), number of utterance records to
-# set, then seq/record pairs, then seqs to delete.
-# Replies {1} applied, {0, commit, meta} overtaken, {2, count} refused: full.
+# unchanged), max_conversations ('0' none), the deadline of this creation's
+# place in a cluster's quota (ms, '0' none: backends/redis_quota.py), number
+# of utterance records to set, then seq/record pairs, then seqs to delete.
+# Replies {1} applied, {0, commit, meta} overtaken, {2, count} refused: full,
+# {3} the quota reservation ran out before the commit: reserve again.
 # The first write is the meta HSET: under maxmemory Redis refuses a script's
 # first write that needs memory and nothing is written (later writes of a
 # script that has started writing are never refused halfway); the limit is
@@ -129,6 +132,8 @@ if c == '' or ttl > 0 then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 if c == '' then
+  local reserved = tonumber(ARGV[9])
+  if reserved > 0 and now > reserved then return {3} end
   local limit = tonumber(ARGV[8])
   if limit > 0 then
     local held = redis.call('ZCARD', KEYS[3]) - redis.call('ZCOUNT', KEYS[5], '-inf', now)
@@ -145,8 +150,8 @@ end
 redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3], 'r', recent)
 redis.call('HINCRBY', KEYS[1], 'v', 1)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 's', ARGV[4]) end
-local i = 10
-for _ = 1, tonumber(ARGV[9]) do
+local i = 11
+for _ = 1, tonumber(ARGV[10]) do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
   i = i + 2
 end
@@ -184,6 +189,8 @@ _CLUSTER_COUNT_AGE = 5.0
 
 # The commit script's reply when max_conversations refuses a new conversation.
 _FULL = 2
+# Its reply when a cluster quota reservation ran out before the commit.
+_EXPIRED = 3
 
 # KEYS: meta, utterances. ARGV: expected commit id, '1' to return the
 # summary, then seqs. Reads the records a replica lacks, atomically with a
@@ -356,6 +363,12 @@ class RedisBackend:
         self._fetch = self._client.register_script(_FETCH)
         self._release = self._client.register_script(_RELEASE)
         self._index = RedisIndex(self._client, self.cluster)
+        # A cluster's scripts cannot see other slots' index: its creations
+        # reserve a place in one key first (backends/redis_quota.py).
+        self._quota = (
+            ClusterQuota(self._client, max_conversations, int(self._ttl_ms))
+            if self.cluster and max_conversations else None
+        )
         self._count_lock = threading.Lock()
         self._swept: tuple[int, float] | None = None
         self._created = 0  # conversations this replica created less those it emptied since the sweep
@@ -423,6 +436,8 @@ class RedisBackend:
                     snapshot, verified = self._current(conversation_id), True
                     continue
                 outcome = self._apply(snapshot, change)
+                if outcome is None:  # its place in the quota ran out: reserve again
+                    continue
                 if isinstance(outcome, _Snapshot):
                     self._remember(outcome)
                     if bool(snapshot.commit) != bool(outcome.commit):
@@ -608,12 +623,26 @@ class RedisBackend:
 
     # --- writing --------------------------------------------------------------------
 
-    def _apply(self, snapshot: _Snapshot, change: Change) -> _Snapshot | tuple[str, str]:
-        """Commit ``change`` on ``snapshot``: the new snapshot, or the (commit, meta) that overtook it."""
-        keys, args, after = self._prepare(snapshot, change)
+    def _apply(self, snapshot: _Snapshot, change: Change) -> _Snapshot | tuple[str, str] | None:
+        """Commit ``change`` on ``snapshot``: the new snapshot, the (commit, meta) that overtook it,
+        or None if its quota reservation ran out first."""
+        conversation_id = snapshot.state.conversation_id
+        deadline = 0
+        if self._quota is not None and not snapshot.commit:
+            deadline, held = self._quota.reserve(conversation_id)
+            if not deadline:
+                raise self._full(conversation_id, held)
+        keys, args, after = self._prepare(snapshot, change, deadline)
         reply = self._commit(keys=keys, args=args)
         if reply[0] == _FULL:
-            raise self._full(snapshot.state.conversation_id, reply[1])
+            raise self._full(conversation_id, reply[1])
+        if reply[0] == _EXPIRED:
+            return None
+        if reply[0] and self._quota is not None:
+            if deadline and after.commit:
+                self._quota.confirm(conversation_id, deadline)
+            elif snapshot.commit and not after.commit:
+                self._quota.release(conversation_id)
         return after if reply[0] else (_text(reply[1]), _text(reply[2]))
 
     def _full(self, conversation_id: str, held: Any) -> TooLarge:
@@ -624,7 +653,9 @@ class RedisBackend:
             f"conversation {conversation_id!r} was not created"
         )
 
-    def _prepare(self, snapshot: _Snapshot, change: Change) -> tuple[list[str], list[Any], _Snapshot]:
+    def _prepare(
+        self, snapshot: _Snapshot, change: Change, reserved: int = 0
+    ) -> tuple[list[str], list[Any], _Snapshot]:
         """The commit script's keys and arguments for ``change`` on ``snapshot``, and the snapshot it makes."""
         state, old = snapshot.state, snapshot.meta
         conversation_id = state.conversation_id
@@ -671,6 +702,7 @@ class RedisBackend:
             conversation_id,
             queued,
             self._limit,
+            reserved,
             len(writes),
         ]
         for seq, u in writes.items():

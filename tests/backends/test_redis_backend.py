@@ -323,16 +323,16 @@ class TestRetriedCommits:
                 before = client.hget(meta, "c").decode()
                 script = client.register_script(backend_module._COMMIT)
                 meta_text = client.hget(meta, "m").decode()
-                x = [before, "test.x", meta_text, "", 0, "c", "", 0, 0]
+                x = [before, "test.x", meta_text, "", 0, "c", "", 0, 0, 0]
                 assert script(keys=[meta, utterances, *index], args=x) == [1]
-                y = ["test.x", "test.y", meta_text, "", 0, "c", "", 0, 0]
+                y = ["test.x", "test.y", meta_text, "", 0, "c", "", 0, 0, 0]
                 assert script(keys=[meta, utterances, *index], args=y) == [1]
                 versions = client.hget(meta, "v")
                 # The retry of X: its expected id is stale, but X is among the recent commits.
                 assert script(keys=[meta, utterances, *index], args=x) == [1]
                 assert client.hget(meta, "v") == versions and client.hget(meta, "c") == b"test.y"
                 # A commit that never happened still loses the race, as it must.
-                z = [before, "test.z", meta_text, "", 0, "c", "", 0, 0]
+                z = [before, "test.z", meta_text, "", 0, "c", "", 0, 0, 0]
                 assert script(keys=[meta, utterances, *index], args=z)[0] == 0
         finally:
             backend.close()

@@ -15,7 +15,7 @@ from chd.core.errors import TooLarge
 from chd.v1 import daemon_pb2_grpc
 from tests.backends.backend_kinds import append_next, utterance
 from tests.conftest import DaemonProcess, query
-from tests.redis_support import RedisCluster, shared_cluster_url, shared_redis_url
+from tests.redis_support import shared_cluster_url, shared_redis_url, wait_for
 
 
 def _queued(state: ConversationState) -> tuple[Change, None]:
@@ -100,16 +100,15 @@ def test_a_store_written_before_the_index_is_indexed_once_at_start(
         upgraded.close()
 
 
-def test_two_replicas_creating_at_once_never_pass_max_conversations(tmp_path: Path) -> None:
-    """Four threads on two replicas race to create 40 conversations under a limit of 10: exactly 10 exist."""
-    url = shared_redis_url(tmp_path)
-    replicas = [RedisBackend(url, max_conversations=10) for _ in range(2)]
-    created, refused = [], []
+def _race(replicas: list[RedisBackend], workers: int = 4, each: int = 10) -> tuple[list[str], list[str]]:
+    """``workers`` threads spread over ``replicas`` each create ``each`` conversations: (created, refused)."""
+    created: list[str] = []
+    refused: list[str] = []
     lock = threading.Lock()
 
     def create(worker: int) -> None:
-        replica = replicas[worker % 2]
-        for i in range(10):
+        replica = replicas[worker % len(replicas)]
+        for i in range(each):
             cid = f"w{worker}-{i}"
             try:
                 replica.transact(cid, append_next())
@@ -119,17 +118,31 @@ def test_two_replicas_creating_at_once_never_pass_max_conversations(tmp_path: Pa
             with lock:
                 outcome.append(cid)
 
-    threads = [threading.Thread(target=create, args=(w,)) for w in range(4)]
+    threads = [threading.Thread(target=create, args=(w,)) for w in range(workers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    return created, refused
+
+
+def _emptied(state: ConversationState) -> tuple[Change, None]:
+    return Change(remove={u.seq for u in state.utterances}, next_seq=1, last_turn=0), None
+
+
+def test_two_replicas_creating_at_once_never_pass_max_conversations(tmp_path: Path) -> None:
+    """Four threads on two replicas race to create 40 conversations under a limit of 10: exactly 10 exist."""
+    replicas = [RedisBackend(shared_redis_url(tmp_path), max_conversations=10) for _ in range(2)]
     try:
+        created, refused = _race(replicas)
         assert len(created) == 10 and len(refused) == 30
         assert replicas[0].count_conversations() == 10
         assert replicas[1].conversations() == sorted(created)
         # A conversation that exists still takes stores at the limit.
         assert replicas[1].transact(created[0], append_next()) == 2
+        # Emptying one frees its place at once (the script checks the index).
+        replicas[0].transact(created[1], _emptied)
+        assert replicas[1].transact("late", append_next()) == 1
     finally:
         for replica in replicas:
             replica.close()
@@ -175,3 +188,27 @@ def test_on_a_cluster_the_index_of_a_conversation_shares_its_slot(tmp_path: Path
         assert len(masters) == 3
     finally:
         backend.close()
+
+
+def test_on_a_cluster_two_replicas_creating_at_once_never_pass_max_conversations(tmp_path: Path) -> None:
+    """The quota key bounds creations over every slot: 40 racing creations under a limit of 10 leave 10."""
+    replicas = [RedisBackend(shared_cluster_url(tmp_path), max_conversations=10) for _ in range(2)]
+    try:
+        created, refused = _race(replicas)
+        assert len(created) == 10 and len(refused) == 30
+        assert replicas[1].conversations() == sorted(created)
+        assert replicas[0].transact(created[0], append_next()) == 2
+        # Emptying one frees its place once the quota has checked it against the data.
+        replicas[0].transact(created[1], _emptied)
+
+        def created_late() -> bool:
+            try:
+                return replicas[1].transact("late", append_next()) == 1
+            except TooLarge:
+                return False
+
+        wait_for(created_late, "the emptied conversation's place to be freed", timeout=30)
+        assert sorted(replicas[0].conversations()) == sorted([*created[:1], *created[2:], "late"])
+    finally:
+        for replica in replicas:
+            replica.close()
