@@ -13,20 +13,10 @@ from chd.backends.base import Change, ConversationState
 from chd.backends.redis_backend import RedisBackend
 from chd.core.errors import TooLarge
 from chd.v1 import daemon_pb2_grpc
-from tests.backends.backend_kinds import append_next, utterance
+from tests.backends.backend_kinds import append_next
+from tests.backends.test_scale import _queued
 from tests.conftest import DaemonProcess, query
 from tests.redis_support import shared_cluster_url, shared_redis_url, wait_for
-
-
-def _queued(state: ConversationState) -> tuple[Change, None]:
-    """A store that evicted: one utterance in the buffer, one waiting for the summary."""
-    cid, seq = state.conversation_id, state.next_seq
-    return Change(
-        append=[utterance(seq + 1, conversation_id=cid)],
-        pending_add=[utterance(seq, conversation_id=cid)],
-        next_seq=seq + 2,
-        last_turn=seq + 1,
-    ), None
 
 
 def _folded(state: ConversationState) -> tuple[Change, None]:
