@@ -56,7 +56,7 @@ import redis.cluster
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from chd.backends.base import Change, ConversationState, T, apply_change
+from chd.backends.base import Change, ConversationState, Decide, Outcome, T, apply_change
 from chd.backends.group_commit import GroupCommit, Request
 from chd.backends.redis_index import RedisIndex, run_lengths
 from chd.backends.redis_keys import conversation_key, conversation_of, conversation_tag, index_keys, partition_of
@@ -498,6 +498,28 @@ class RedisBackend:
         with _translated():
             return iter(list(self._index.queued()))
 
+    def transact_many(self, calls: list[tuple[str, Decide]]) -> list[Outcome]:
+        """The calls of an import's batch; each outcome its own.
+
+        Not one transaction, unlike disk: each conversation's commit is its
+        own atomic script (a script may not span slots, and no conversation
+        needs another's). On standalone Redis the batch is decided at once
+        and sent as one pipeline per round, as concurrent stores are; on a
+        cluster, whose pipelines refuse scripts, one commit at a time.
+        """
+        requests = [Request(cid, decide) for cid, decide in calls]
+        if self._group is not None:
+            with self._group.lock, _translated():
+                self._commit_batch(requests)
+            return [Outcome(request.value, request.error) for request in requests]
+        outcomes = []
+        for conversation_id, decide in calls:
+            try:
+                outcomes.append(Outcome(value=self.transact(conversation_id, decide)))
+            except Exception as exc:  # the caller's to see, like transact's own
+                outcomes.append(Outcome(error=exc))
+        return outcomes
+
     def iter_sizes(self) -> Iterator[tuple[str, int, int]]:
         """Buffer and queue lengths from the meta records' seq runs, a pipelined page at a time."""
         page: list[str] = []
@@ -577,6 +599,28 @@ class RedisBackend:
             # this read was on the wire: never put an older one over it.
             self._remember(snapshot, replacing=before)
             return snapshot
+
+    def _current_many(self, batch: list[Request]) -> dict[str, _Snapshot]:
+        """The current snapshots of the batch's uncached conversations, their meta in one pipeline.
+
+        An import's batch is mostly conversations this replica never read:
+        one round trip for all of them instead of one each.
+        """
+        missing = [cid for cid in dict.fromkeys(r.conversation_id for r in batch) if self._cached_snapshot(cid) is None]
+        if len(missing) < 2:
+            return {}
+        pipe = self._client.pipeline(transaction=False)
+        for cid in missing:
+            pipe.hmget(conversation_key(cid, "m"), ["c", "m"])
+        found = {}
+        for cid, (commit, meta_text) in zip(missing, pipe.execute()):
+            try:
+                snapshot = self._refreshed(cid, _text(commit), _text(meta_text), None)
+            except _Conflict:
+                snapshot = self._current(cid)
+            self._remember(snapshot, replacing=None)
+            found[cid] = snapshot
+        return found
 
     def _refreshed(self, conversation_id: str, commit: str, meta_text: str, old: _Snapshot | None) -> _Snapshot:
         """The snapshot at ``commit`` (whose meta record is ``meta_text``), reusing what ``old`` holds.
@@ -732,7 +776,9 @@ class RedisBackend:
         # conversation -> (snapshot, verified): verified means read from (or
         # committed to) Redis during this batch, so a refusal or a no-op may
         # be answered from it.
-        working: dict[str, tuple[_Snapshot, bool]] = {}
+        working: dict[str, tuple[_Snapshot, bool]] = {
+            cid: (snapshot, True) for cid, snapshot in self._current_many(batch).items()
+        }
         waiting = list(batch)
         for attempt in range(_MAX_ATTEMPTS):
             sent: list[tuple[Request, Any, _Snapshot]] = []
