@@ -38,7 +38,6 @@ the search index, which syncs to the state it is given, follows.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import random
@@ -60,15 +59,15 @@ from chd.backends.base import Change, ConversationState, Decide, Outcome, T, app
 from chd.backends.group_commit import GroupCommit, Request
 from chd.backends.redis_index import RedisIndex, run_lengths
 from chd.backends.redis_keys import conversation_key, conversation_of, conversation_tag, index_keys, partition_of
+from chd.backends.redis_meta import Meta
 from chd.backends.redis_quota import ClusterQuota
+from chd.backends.redis_scripts import COMMIT, EXPIRED, FETCH, FULL, RELEASE_LEASE
 from chd.backends.records import (
-    _dump,
     decode_summary,
     decode_utterance,
     encode_summary,
     encode_utterance,
 )
-from chd.backends.seq_runs import SeqRuns
 from chd.core.errors import InvalidRequest, StorageError, StorageFull, TooLarge
 from chd.core.utterance import Summary, Utterance
 
@@ -76,144 +75,12 @@ __all__ = ["RedisBackend", "conversation_key", "mask_url"]
 
 log = logging.getLogger(__name__)
 
-# The meta record's own layout version (the utterance and summary records
-# are the disk backend's, which carry theirs).
-META_SCHEMA = 1
 # Past this many lost races in a row a transact gives up (StorageError):
 # only a conversation written by very many replicas at once gets there.
 _MAX_ATTEMPTS = 200
 
-# The ids of a conversation's last commits (about 40 of them) kept in its meta
-# hash, so a commit re-sent after a lost reply is recognised even when other
-# replicas committed in between.
-RECENT_COMMIT_CHARS = 1024
-
-# KEYS: meta, utterances, then the index of the conversation's partition
-# (backends/redis_index.py): ids, queued, expiries. ARGV: expected commit id,
-# this commit's id, meta record ('' for an empty state: delete the
-# conversation), summary record ('' unchanged), idle ttl in ms ('0' none), the
-# id (the index's member), the queue after ('1' not empty, '0' empty, ''
-# unchanged), max_conversations ('0' none), the deadline of this creation's
-# place in a cluster's quota (ms, '0' none: backends/redis_quota.py), number
-# of utterance records to set, then seq/record pairs, then seqs to delete.
-# Replies {1} applied, {0, commit, meta} overtaken, {2, count} refused: full,
-# {3} the quota reservation ran out before the commit: reserve again.
-# The first write is the meta HSET: under maxmemory Redis refuses a script's
-# first write that needs memory and nothing is written (later writes of a
-# script that has started writing are never refused halfway); the limit is
-# checked before it with reads only.
-_COMMIT = """
-local c = redis.call('HGET', KEYS[1], 'c') or ''
-local recent = redis.call('HGET', KEYS[1], 'r') or ''
-if c ~= ARGV[1] then
-  if c == ARGV[2] then return {1} end
-  -- redis-py re-sends a script whose reply was lost with the connection; if
-  -- this commit was applied and another replica's came after it, deciding
-  -- again would store the utterance twice: answered as applied instead.
-  if string.find(' ' .. recent .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then return {1} end
-  return {0, c, redis.call('HGET', KEYS[1], 'm') or ''}
-end
-local member = ARGV[6]
-if ARGV[3] == '' then
-  -- Back to an empty state (settings cleared, a clear before any store): no
-  -- keys, so it is neither listed nor counted.
-  redis.call('DEL', KEYS[1], KEYS[2])
-  redis.call('ZREM', KEYS[3], member)
-  redis.call('ZREM', KEYS[4], member)
-  redis.call('ZREM', KEYS[5], member)
-  return {1}
-end
-local ttl = tonumber(ARGV[5])
-local now = 0
-if c == '' or ttl > 0 then
-  -- TIME before a write needs effects replication on Redis 6 (the default on 7).
-  redis.replicate_commands()
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-if c == '' then
-  local reserved = tonumber(ARGV[9])
-  if reserved > 0 and now > reserved then return {3} end
-  local limit = tonumber(ARGV[8])
-  if limit > 0 then
-    local held = redis.call('ZCARD', KEYS[3]) - redis.call('ZCOUNT', KEYS[5], '-inf', now)
-    local expires = redis.call('ZSCORE', KEYS[5], member)
-    local counted = redis.call('ZSCORE', KEYS[3], member) and not (expires and tonumber(expires) <= now)
-    if not counted and held >= limit then return {2, held} end
-  end
-end
-recent = ARGV[2] .. ' ' .. recent
-if #recent > _RECENT_CHARS then
-  -- Cut at an id's end: a cut id could match another, newer one.
-  recent = string.match(string.sub(recent, 1, _RECENT_CHARS), '^(.*) ') or ''
-end
-redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3], 'r', recent)
-redis.call('HINCRBY', KEYS[1], 'v', 1)
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 's', ARGV[4]) end
-local i = 11
-for _ = 1, tonumber(ARGV[10]) do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-  i = i + 2
-end
-for j = i, #ARGV do redis.call('HDEL', KEYS[2], ARGV[j]) end
-if c == '' then
-  -- A new conversation (or one Redis expired): drop what expired from the
-  -- index first, so the sets do not grow with conversations long gone.
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 100)
-  for _, old in ipairs(gone) do
-    if old ~= member then
-      redis.call('ZREM', KEYS[3], old)
-      redis.call('ZREM', KEYS[4], old)
-    end
-    redis.call('ZREM', KEYS[5], old)
-  end
-  redis.call('ZADD', KEYS[3], 0, member)
-  if ARGV[7] == '' then redis.call('ZREM', KEYS[4], member) end
-end
-if ARGV[7] == '1' then redis.call('ZADD', KEYS[4], 0, member)
-elseif ARGV[7] == '0' then redis.call('ZREM', KEYS[4], member) end
-if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('ZADD', KEYS[5], now + ttl, member)
-elseif redis.call('ZREM', KEYS[5], member) == 1 then
-  -- conversation_ttl was turned off since it was last written.
-  redis.call('PERSIST', KEYS[1])
-  redis.call('PERSIST', KEYS[2])
-end
-return {1}
-""".replace("_RECENT_CHARS", str(RECENT_COMMIT_CHARS))
-
 # Seconds a cluster's swept conversation count is reused (count_conversations).
 _CLUSTER_COUNT_AGE = 5.0
-
-# The commit script's reply when max_conversations refuses a new conversation.
-_FULL = 2
-# Its reply when a cluster quota reservation ran out before the commit.
-_EXPIRED = 3
-
-# KEYS: meta, utterances. ARGV: expected commit id, '1' to return the
-# summary, then seqs. Reads the records a replica lacks, atomically with a
-# check that nothing was committed since the meta record it is building on.
-_FETCH = """
-if (redis.call('HGET', KEYS[1], 'c') or '') ~= ARGV[1] then return {0} end
-local out = {1, ARGV[2] == '1' and (redis.call('HGET', KEYS[1], 's') or '') or ''}
-local n = #ARGV
-local i = 3
-while i <= n do
-  local j = math.min(i + 499, n)
-  local got = redis.call('HMGET', KEYS[2], unpack(ARGV, i, j))
-  for k = 1, #got do out[#out + 1] = got[k] end
-  i = j + 1
-end
-return out
-"""
-
-# KEYS: lease. ARGV: token. Deletes the lease only if it is still ours.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 def mask_url(url: str) -> str:
@@ -231,62 +98,11 @@ def mask_url(url: str) -> str:
 
 
 @dataclass(slots=True)
-class _Meta:
-    """The meta record: what every operation reads first.
-
-    ``summary_at`` and ``updated_at`` name the commit that last wrote the
-    summary and the last that rewrote a stored utterance in place (a mark):
-    a replica whose cached state was read at another commit fetches those
-    again, and otherwise only the seqs it has not seen.
-    """
-
-    conversation_id: str
-    next_seq: int = 1
-    last_turn: int = 0
-    buffer: SeqRuns = SeqRuns()
-    pending: SeqRuns = SeqRuns()
-    archive: SeqRuns = SeqRuns()
-    settings: dict[str, Any] | None = None
-    summary_at: str = ""
-    updated_at: str = ""
-
-    def encode(self) -> str:
-        settings = _dump(self.settings) if self.settings else "{}"
-        return (
-            f'{{"schema":{META_SCHEMA},"id":{_dump(self.conversation_id)},"next_seq":{self.next_seq:d},'
-            f'"last_turn":{self.last_turn:d},"buffer":{self.buffer.to_json()},'
-            f'"pending":{self.pending.to_json()},"archive":{self.archive.to_json()},'
-            f'"settings":{settings},"summary_at":"{self.summary_at}","updated_at":"{self.updated_at}"}}'
-        )
-
-    @classmethod
-    def decode(cls, text: str, conversation_id: str) -> _Meta:
-        what = f"the meta record of conversation {conversation_id!r} in Redis"
-        try:
-            record = json.loads(text)
-            if record["schema"] > META_SCHEMA:
-                raise StorageError(f"{what} was written by a newer chd (schema {record['schema']}): upgrade chd")
-            return cls(
-                conversation_id=conversation_id,
-                next_seq=int(record["next_seq"]),
-                last_turn=int(record["last_turn"]),
-                buffer=SeqRuns(tuple(r) for r in record["buffer"]),
-                pending=SeqRuns(tuple(r) for r in record["pending"]),
-                archive=SeqRuns(tuple(r) for r in record["archive"]),
-                settings=dict(record["settings"]),
-                summary_at=str(record["summary_at"]),
-                updated_at=str(record["updated_at"]),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StorageError(f"{what} is malformed: {exc!r}") from None
-
-
-@dataclass(slots=True)
 class _Snapshot:
     """A state and the commit it was read at (``commit`` '' : nothing stored)."""
 
     commit: str
-    meta: _Meta
+    meta: Meta
     state: ConversationState
 
     @property
@@ -359,9 +175,9 @@ class RedisBackend:
             raise StorageError(f"cannot use Redis at {self.url}: {_reason(exc)}") from None
         except ValueError as exc:  # a URL redis-py cannot parse
             raise StorageError(f"bad Redis URL {self.url}: {exc}") from None
-        self._commit = self._client.register_script(_COMMIT)
-        self._fetch = self._client.register_script(_FETCH)
-        self._release = self._client.register_script(_RELEASE)
+        self._commit = self._client.register_script(COMMIT)
+        self._fetch = self._client.register_script(FETCH)
+        self._release = self._client.register_script(RELEASE_LEASE)
         self._index = RedisIndex(self._client, self.cluster)
         # A cluster's scripts cannot see other slots' index: its creations
         # reserve a place in one key first (backends/redis_quota.py).
@@ -631,8 +447,8 @@ class RedisBackend:
         if old is not None and old.commit == commit:
             return old
         if not commit:
-            return _Snapshot("", _Meta(conversation_id), ConversationState(conversation_id))
-        meta = _Meta.decode(meta_text, conversation_id)
+            return _Snapshot("", Meta(conversation_id), ConversationState(conversation_id))
+        meta = Meta.decode(meta_text, conversation_id)
         known: dict[int, Utterance] = {}
         if old is not None and old.commit and old.meta.updated_at == meta.updated_at:
             for items in (old.state.utterances, old.state.pending, old.state.archive):
@@ -678,9 +494,9 @@ class RedisBackend:
                 raise self._full(conversation_id, held)
         keys, args, after = self._prepare(snapshot, change, deadline)
         reply = self._commit(keys=keys, args=args)
-        if reply[0] == _FULL:
+        if reply[0] == FULL:
             raise self._full(conversation_id, reply[1])
-        if reply[0] == _EXPIRED:
+        if reply[0] == EXPIRED:
             return None
         if reply[0] and self._quota is not None:
             if deadline and after.commit:
@@ -725,7 +541,7 @@ class RedisBackend:
             for seq in (*change.remove, *change.pending_remove, *change.archive_remove)
             if seq not in buffer and seq not in pending and seq not in archive
         }
-        meta = _Meta(
+        meta = Meta(
             conversation_id=conversation_id,
             next_seq=new_state.next_seq,
             last_turn=new_state.last_turn,
@@ -760,7 +576,7 @@ class RedisBackend:
         ]
         if new_state.is_empty:
             args[2] = ""
-            return keys, args, _Snapshot("", _Meta(conversation_id), new_state)
+            return keys, args, _Snapshot("", Meta(conversation_id), new_state)
         return keys, args, _Snapshot(commit, meta, new_state)
 
     def _commit_batch(self, batch: list[Request]) -> None:
@@ -830,7 +646,7 @@ class RedisBackend:
                     )
                     request.done = True
                     lost[cid] = None
-                elif reply[0] == _FULL:
+                elif reply[0] == FULL:
                     request.error, request.done = self._full(cid, reply[1]), True
                     lost[cid] = None
                 elif reply[0]:

@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chd.backends import open_backend
 from chd.backends.base import Change
-from chd.backends import redis_backend as backend_module
+from chd.backends import redis_scripts
 from chd.backends.redis_backend import RedisBackend, conversation_key, mask_url
 from chd.core.errors import StorageError, StorageFull
 from chd.v1 import daemon_pb2_grpc
@@ -321,7 +321,7 @@ class TestRetriedCommits:
             index = ["chd:{!}:n", "chd:{!}:q", "chd:{!}:e"]
             with redis_server.client() as client:
                 before = client.hget(meta, "c").decode()
-                script = client.register_script(backend_module._COMMIT)
+                script = client.register_script(redis_scripts.COMMIT)
                 meta_text = client.hget(meta, "m").decode()
                 x = [before, "test.x", meta_text, "", 0, "c", "", 0, 0, 0]
                 assert script(keys=[meta, utterances, *index], args=x) == [1]
@@ -347,7 +347,7 @@ class TestRetriedCommits:
                 recent = client.hget(conversation_key("c", "m"), "r").decode().split(" ")
                 current = client.hget(conversation_key("c", "m"), "c").decode()
             assert recent[0] == current
-            assert len(" ".join(recent)) <= backend_module.RECENT_COMMIT_CHARS
+            assert len(" ".join(recent)) <= redis_scripts.RECENT_COMMIT_CHARS
             assert 20 <= len(recent) < 120
             prefix = current.rsplit(".", 1)[0]
             assert all(r.startswith(prefix + ".") and r.rsplit(".", 1)[1].isdigit() for r in recent)
