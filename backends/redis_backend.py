@@ -323,18 +323,18 @@ class RedisBackend:
         and sent as one pipeline per round, as concurrent stores are; on a
         cluster, whose pipelines refuse scripts, one commit at a time.
         """
+        if self._group is None:  # a cluster: its creations may also reserve places one at a time
+            return [self._outcome(conversation_id, decide) for conversation_id, decide in calls]
         requests = [Request(cid, decide) for cid, decide in calls]
-        if self._group is not None:
-            with self._group.lock, _translated():
-                self._commit_batch(requests)
-            return [Outcome(request.value, request.error) for request in requests]
-        outcomes = []
-        for conversation_id, decide in calls:
-            try:
-                outcomes.append(Outcome(value=self.transact(conversation_id, decide)))
-            except Exception as exc:  # the caller's to see, like transact's own
-                outcomes.append(Outcome(error=exc))
-        return outcomes
+        with self._group.lock, _translated():
+            self._commit_batch(requests)
+        return [Outcome(request.value, request.error) for request in requests]
+
+    def _outcome(self, conversation_id: str, decide: Decide) -> Outcome:
+        try:
+            return Outcome(value=self.transact(conversation_id, decide))
+        except Exception as exc:  # the caller's to see, like transact's own
+            return Outcome(error=exc)
 
     def iter_sizes(self) -> Iterator[tuple[str, int, int]]:
         """Buffer and queue lengths from the meta records' seq runs, a pipelined page at a time."""
