@@ -202,3 +202,22 @@ def test_on_a_cluster_two_replicas_creating_at_once_never_pass_max_conversations
     finally:
         for replica in replicas:
             replica.close()
+
+
+def test_a_batch_gives_each_call_its_own_outcome_and_indexes_what_it_created(redis_url: str) -> None:
+    """transact_many: values in order, a refusing decide's error in its place, the rest committed and counted."""
+    from chd.backends.base import transact_many
+
+    def refuse(state: ConversationState) -> tuple[Change, None]:
+        raise ValueError("no")
+
+    backend = RedisBackend(redis_url)
+    try:
+        backend.transact("old", append_next())
+        calls = [("old", append_next()), ("new", append_next()), ("bad", refuse), ("new", append_next())]
+        outcomes = transact_many(backend, calls)
+        assert [o.value for o in outcomes] == [2, 1, None, 2]
+        assert isinstance(outcomes[2].error, ValueError)
+        assert backend.conversations() == ["new", "old"] and backend.count_conversations() == 2
+    finally:
+        backend.close()
