@@ -187,6 +187,7 @@ class RedisBackend:
         )
         self._count_lock = threading.Lock()
         self._swept: tuple[int, float] | None = None
+        self._sweeping = False
         self._created = 0  # conversations this replica created less those it emptied since the sweep
         try:
             self._index.ensure_built(self._meta_keys)
@@ -294,20 +295,46 @@ class RedisBackend:
         """From the index the commit script keeps: one command on standalone Redis.
 
         On a cluster the exact count is a sweep of every slot (16384 small
-        scripts, ~0.8 s on loopback), so it is taken at most every
-        ``_CLUSTER_COUNT_AGE`` seconds and this replica's own creations and
-        removals since are added: exact for one replica, behind by what
-        other replicas created since the sweep.
+        scripts, ~0.8 s on loopback): the first call sweeps, later ones
+        answer at once from the last sweep plus this replica's own creations
+        and removals since, and start a new sweep in the background once it
+        is ``_CLUSTER_COUNT_AGE`` seconds old. Exact for one replica, behind
+        by what other replicas created since the sweep (the quota, not this
+        count, keeps a cluster within max_conversations).
         """
         with _translated():
             if not self.cluster:
                 return self._index.count()
             with self._count_lock:
-                now = time.monotonic()
-                if self._swept is None or now - self._swept[1] > _CLUSTER_COUNT_AGE:
-                    self._created = 0
-                    self._swept = (self._index.count(), now)
+                swept = self._swept
+                if swept is not None:
+                    if time.monotonic() - swept[1] > _CLUSTER_COUNT_AGE and not self._sweeping:
+                        self._sweeping = True
+                        threading.Thread(target=self._sweep, name="chd-redis-count", daemon=True).start()
+                    return swept[0] + self._created
+            self._sweep()
+            with self._count_lock:
+                assert self._swept is not None
                 return self._swept[0] + self._created
+
+    def _sweep(self) -> None:
+        """Count every slot's index; creations meanwhile stay in the delta (counted twice at worst)."""
+        with self._count_lock:
+            self._sweeping = True
+            before, started = self._created, time.monotonic()
+        try:
+            counted = self._index.count()
+        except redis.RedisError as exc:
+            if self._swept is None:
+                raise
+            log.warning("could not count the cluster's conversations (kept the last count): %s", _reason(exc))
+            return
+        finally:
+            with self._count_lock:
+                self._sweeping = False
+        with self._count_lock:
+            self._swept = (counted, started)
+            self._created -= before
 
     def queued_conversations(self) -> Iterator[str]:
         """Conversations with a non-empty summary queue, from the index."""
