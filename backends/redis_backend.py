@@ -14,10 +14,14 @@ conversation carries the same hash tag, hence one cluster slot):
                        archive, only the meta's runs change
     chd:{<tag>}:lease  the fold lease (a token with an expiry)
 
-Atomicity is Redis's: every commit is one Lua script that applies the
-change only if the conversation's last commit id is still the one the
-decision was made on (compare-and-set), so nothing is half-written and two
-replicas never both commit on the same state. A lost race returns the
+beside the conversation index of its slot (backends/redis_index.py) and,
+on a cluster with max_conversations, the quota (backends/redis_quota.py).
+
+Atomicity is Redis's: every commit is one Lua script (backends/redis_scripts.py)
+that applies the change, and keeps the index, only if the conversation's
+last commit id is still the one the decision was made on (compare-and-set),
+so nothing is half-written and two replicas never both commit on the same
+state. A lost race returns the
 current meta record in the same reply; the replica fetches the utterances
 it lacks, decides again and retries. Concurrent writes of one process are
 group-committed (backends/group_commit.py): the leading thread decides every
