@@ -15,7 +15,8 @@ conversation carries the same hash tag, hence one cluster slot):
     chd:{<tag>}:lease  the fold lease (a token with an expiry)
 
 beside the conversation index of its slot (backends/redis_index.py) and,
-on a cluster with max_conversations, the quota (backends/redis_quota.py).
+on a cluster, the quota that keeps it within max_conversations
+(backends/redis_quota.py).
 
 Atomicity is Redis's: every commit is one Lua script (backends/redis_scripts.py)
 that applies the change, and keeps the index, only if the conversation's
@@ -184,11 +185,9 @@ class RedisBackend:
         self._release = self._client.register_script(RELEASE_LEASE)
         self._index = RedisIndex(self._client, self.cluster)
         # A cluster's scripts cannot see other slots' index: its creations
-        # reserve a place in one key first (backends/redis_quota.py).
-        self._quota = (
-            ClusterQuota(self._client, max_conversations, int(self._ttl_ms))
-            if self.cluster and max_conversations else None
-        )
+        # reserve a place in one key first (backends/redis_quota.py), also
+        # without a limit (chd import), so the quota always holds them all.
+        self._quota = ClusterQuota(self._client, max_conversations, int(self._ttl_ms)) if self.cluster else None
         self._count_lock = threading.Lock()
         self._swept: tuple[int, float] | None = None
         self._sweeping = False

@@ -32,7 +32,15 @@ import time
 from binascii import crc_hqx
 from typing import Any, Callable, Iterable, Iterator
 
-from chd.backends.redis_keys import SLOTS, STANDALONE, conversation_of, index_keys, partition_of, partitions
+from chd.backends.redis_keys import (
+    QUOTA_KEY,
+    SLOTS,
+    STANDALONE,
+    conversation_of,
+    index_keys,
+    partition_of,
+    partitions,
+)
 from chd.backends.seq_runs import SeqRuns
 
 __all__ = ["RedisIndex", "INDEX_MARKER", "NOW_MS", "run_lengths"]
@@ -205,7 +213,14 @@ class RedisIndex:
             tag = key[len("chd:{"):-len("}:m")]
             slot = crc_hqx(tag.encode(), 0) % SLOTS
             calls.append((slot, [key, *index_keys(partition_of(tag, self._cluster))], [conversation_of(key).encode()]))
-        return sum(int(n) for n in self._pipelined(self._index_one, calls))
+        found = self._pipelined(self._index_one, calls)
+        if self._cluster:
+            # The quota holds every live conversation (backends/redis_quota.py); NX
+            # keeps a reservation a replica made meanwhile.
+            live = {conversation_of(key): float("inf") for key, n in zip(meta_keys, found) if int(n)}
+            if live:
+                self._client.zadd(QUOTA_KEY, live, nx=True)
+        return sum(int(n) for n in found)
 
 
 def run_lengths(meta_text: str) -> tuple[int, int]:

@@ -16,10 +16,21 @@ from binascii import crc_hqx
 from functools import lru_cache
 from urllib.parse import quote, unquote
 
-__all__ = ["SLOTS", "conversation_key", "conversation_of", "conversation_tag", "index_keys", "partition_of", "partitions"]
+__all__ = [
+    "SLOTS",
+    "QUOTA_KEY",
+    "conversation_key",
+    "conversation_of",
+    "conversation_tag",
+    "index_keys",
+    "partition_of",
+    "partitions",
+]
 
 SLOTS = 16384
 STANDALONE = "!"
+# Redis Cluster only: the places conversations take (backends/redis_quota.py).
+QUOTA_KEY = "chd:{!}:quota"
 
 
 def conversation_tag(conversation_id: str) -> str:

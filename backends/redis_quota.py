@@ -1,5 +1,9 @@
 """max_conversations on Redis Cluster: places reserved in one key before a conversation is created.
 
+Every replica on a cluster keeps the quota, with or without a limit (the
+transfer tools have none), so that it always holds every live conversation;
+an index build (backends/redis_index.py) adds the conversations it finds.
+
 On standalone Redis the commit script checks the limit against the index
 itself. On a cluster it cannot: a script may only touch its own slot, and
 the conversations are spread over all of them. So creations there go
@@ -35,11 +39,10 @@ from __future__ import annotations
 from typing import Any
 
 from chd.backends.redis_index import NOW_MS
-from chd.backends.redis_keys import conversation_key
+from chd.backends.redis_keys import QUOTA_KEY, conversation_key
 
-__all__ = ["ClusterQuota", "QUOTA_KEY", "RESERVATION_MS", "SKEW_MS"]
+__all__ = ["ClusterQuota", "RESERVATION_MS", "SKEW_MS"]
 
-QUOTA_KEY = "chd:{!}:quota"
 # How long a reservation may wait for its creation commit.
 RESERVATION_MS = 10_000
 # Past a deadline by this much on the quota's node, no node's commit script
@@ -49,12 +52,13 @@ _REPAIR_BATCH = 200
 
 _WRITES = "redis.replicate_commands()\n" + NOW_MS
 
-# KEYS: quota. ARGV: id, limit, reservation ms. {1, deadline} or {0, held}.
+# KEYS: quota. ARGV: id, limit (0: none), reservation ms. {1, deadline} or {0, held}.
 _RESERVE = _WRITES + """
 local deadline = now + tonumber(ARGV[3])
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+local limit = tonumber(ARGV[2])
+if limit > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   local held = redis.call('ZCARD', KEYS[1])
-  if held >= tonumber(ARGV[2]) then return {0, held} end
+  if held >= limit then return {0, held} end
 end
 redis.call('ZADD', KEYS[1], deadline, ARGV[1])
 return {1, deadline}
@@ -96,9 +100,9 @@ return 1
 class ClusterQuota:
     """The reservations of one replica against ``limit`` (see the module docstring)."""
 
-    def __init__(self, client: Any, limit: int, ttl_ms: int) -> None:
+    def __init__(self, client: Any, limit: int | None, ttl_ms: int) -> None:
         self._client = client
-        self._limit = limit
+        self._limit = limit or 0
         self._ttl_ms = ttl_ms
         self._reserve = client.register_script(_RESERVE)
         self._confirm = client.register_script(_CONFIRM)

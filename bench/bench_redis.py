@@ -148,6 +148,10 @@ def _stores(history: Any, prefix: str, count: int) -> float:
     return (time.perf_counter() - start) / count * 1e6
 
 
+def _encode(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
 def compare_parsers(blocks: int) -> None:
     """Paired A/B in one process: redis-py's pure-Python parser and packer against hiredis's."""
     from redis._parsers import _HiredisParser, _RESP3Parser
@@ -157,7 +161,7 @@ def compare_parsers(blocks: int) -> None:
     server = start_redis(data / "redis", "--appendonly", "yes", "--appendfsync", "everysec")
     try:
         histories = _histories(server.url, {
-            "python": (_RESP3Parser, PythonRespSerializer(6000, lambda value: value if isinstance(value, bytes) else str(value).encode())),
+            "python": (_RESP3Parser, PythonRespSerializer(6000, _encode)),
             "hiredis": (_HiredisParser, None),
         })
         times: dict[str, list[float]] = {"python": [], "hiredis": []}
