@@ -139,12 +139,15 @@ class ClusterQuota:
         for conversation_id, _ in stale:
             pipe.pttl(conversation_key(conversation_id, "m"))
         ttls = pipe.execute()
-        freed = 0
+        # One pipeline down the quota's own master (a cluster pipeline refuses scripts).
+        node = self._client.get_node_from_key(QUOTA_KEY)
+        settle = self._client.get_redis_connection(node).pipeline(transaction=False)
+        gone = []
         for (conversation_id, score), ttl in zip(stale, ttls):
             live = int(ttl) != -2  # -2: no such key
-            settled = int(self._settle(keys=[QUOTA_KEY], args=[conversation_id, score, int(live), int(ttl)]))
-            freed += settled if not live else 0
-        return freed
+            gone.append(not live)
+            self._settle(keys=[QUOTA_KEY], args=[conversation_id, score, int(live), int(ttl)], client=settle)
+        return sum(int(n) for n, dead in zip(settle.execute(), gone) if dead)
 
 
 def _text(value: Any) -> str:
