@@ -14,10 +14,15 @@ conversation carries the same hash tag, hence one cluster slot):
                        archive, only the meta's runs change
     chd:{<tag>}:lease  the fold lease (a token with an expiry)
 
-Atomicity is Redis's: every commit is one Lua script that applies the
-change only if the conversation's last commit id is still the one the
-decision was made on (compare-and-set), so nothing is half-written and two
-replicas never both commit on the same state. A lost race returns the
+beside the conversation index of its slot (backends/redis_index.py) and,
+on a cluster, the quota that keeps it within max_conversations
+(backends/redis_quota.py).
+
+Atomicity is Redis's: every commit is one Lua script (backends/redis_scripts.py)
+that applies the change, and keeps the index, only if the conversation's
+last commit id is still the one the decision was made on (compare-and-set),
+so nothing is half-written and two replicas never both commit on the same
+state. A lost race returns the
 current meta record in the same reply; the replica fetches the utterances
 it lacks, decides again and retries. Concurrent writes of one process are
 group-committed (backends/group_commit.py): the leading thread decides every
@@ -38,7 +43,6 @@ the search index, which syncs to the state it is given, follows.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import random
@@ -49,119 +53,39 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.cluster
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from chd.backends.base import Change, ConversationState, T, apply_change
+from chd.backends.base import Change, ConversationState, Decide, Outcome, T, apply_change
 from chd.backends.group_commit import GroupCommit, Request
+from chd.backends.redis_index import RedisIndex, run_lengths
+from chd.backends.redis_keys import conversation_key, conversation_of, conversation_tag, index_keys, partition_of
+from chd.backends.redis_meta import Meta
+from chd.backends.redis_quota import ClusterQuota
+from chd.backends.redis_scripts import COMMIT, EXPIRED, FETCH, FULL, RELEASE_LEASE
 from chd.backends.records import (
-    _dump,
     decode_summary,
     decode_utterance,
     encode_summary,
     encode_utterance,
 )
-from chd.backends.seq_runs import SeqRuns
-from chd.core.errors import StorageError, StorageFull
+from chd.core.errors import InvalidRequest, StorageError, StorageFull, TooLarge
 from chd.core.utterance import Summary, Utterance
 
 __all__ = ["RedisBackend", "conversation_key", "mask_url"]
 
 log = logging.getLogger(__name__)
 
-# The meta record's own layout version (the utterance and summary records
-# are the disk backend's, which carry theirs).
-META_SCHEMA = 1
 # Past this many lost races in a row a transact gives up (StorageError):
 # only a conversation written by very many replicas at once gets there.
 _MAX_ATTEMPTS = 200
 
-# The ids of a conversation's last commits (about 40 of them) kept in its meta
-# hash, so a commit re-sent after a lost reply is recognised even when other
-# replicas committed in between.
-RECENT_COMMIT_CHARS = 1024
-
-# KEYS: meta, utterances. ARGV: expected commit id, this commit's id, meta
-# record ('' for an empty state: delete the conversation), summary record ('' unchanged), idle ttl in ms ('0' none), number of
-# utterance records to set, then seq/record pairs, then seqs to delete.
-# The first write is the meta HSET: under maxmemory Redis refuses a script's
-# first write that needs memory and nothing is written (later writes of a
-# script that has started writing are never refused halfway).
-_COMMIT = """
-local c = redis.call('HGET', KEYS[1], 'c') or ''
-local recent = redis.call('HGET', KEYS[1], 'r') or ''
-if c ~= ARGV[1] then
-  if c == ARGV[2] then return {1} end
-  -- redis-py re-sends a script whose reply was lost with the connection; if
-  -- this commit was applied and another replica's came after it, deciding
-  -- again would store the utterance twice: answered as applied instead.
-  if string.find(' ' .. recent .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then return {1} end
-  return {0, c, redis.call('HGET', KEYS[1], 'm') or ''}
-end
-if ARGV[3] == '' then
-  -- Back to an empty state (settings cleared before any store): no keys,
-  -- so conversations() does not list it.
-  redis.call('DEL', KEYS[1], KEYS[2])
-  return {1}
-end
-recent = ARGV[2] .. ' ' .. recent
-if #recent > _RECENT_CHARS then
-  -- Cut at an id's end: a cut id could match another, newer one.
-  recent = string.match(string.sub(recent, 1, _RECENT_CHARS), '^(.*) ') or ''
-end
-redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3], 'r', recent)
-redis.call('HINCRBY', KEYS[1], 'v', 1)
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 's', ARGV[4]) end
-local i = 7
-for _ = 1, tonumber(ARGV[6]) do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-  i = i + 2
-end
-for j = i, #ARGV do redis.call('HDEL', KEYS[2], ARGV[j]) end
-local ttl = tonumber(ARGV[5])
-if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-end
-return {1}
-""".replace("_RECENT_CHARS", str(RECENT_COMMIT_CHARS))
-
-# KEYS: meta, utterances. ARGV: expected commit id, '1' to return the
-# summary, then seqs. Reads the records a replica lacks, atomically with a
-# check that nothing was committed since the meta record it is building on.
-_FETCH = """
-if (redis.call('HGET', KEYS[1], 'c') or '') ~= ARGV[1] then return {0} end
-local out = {1, ARGV[2] == '1' and (redis.call('HGET', KEYS[1], 's') or '') or ''}
-local n = #ARGV
-local i = 3
-while i <= n do
-  local j = math.min(i + 499, n)
-  local got = redis.call('HMGET', KEYS[2], unpack(ARGV, i, j))
-  for k = 1, #got do out[#out + 1] = got[k] end
-  i = j + 1
-end
-return out
-"""
-
-# KEYS: lease. ARGV: token. Deletes the lease only if it is still ours.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
-def conversation_key(conversation_id: str, part: str) -> str:
-    """``chd:{<escaped id>}:<part>``: percent-encoding is injective and leaves no ``{``, ``}`` or ``*``."""
-    return "chd:{" + (quote(conversation_id, safe="") or "%") + "}:" + part
-
-
-def _conversation_of(meta_key: str) -> str:
-    tag = meta_key[len("chd:{"):-len("}:m")]
-    return "" if tag == "%" else unquote(tag, errors="strict")
+# Seconds a cluster's swept conversation count is reused (count_conversations).
+_CLUSTER_COUNT_AGE = 5.0
 
 
 def mask_url(url: str) -> str:
@@ -179,62 +103,11 @@ def mask_url(url: str) -> str:
 
 
 @dataclass(slots=True)
-class _Meta:
-    """The meta record: what every operation reads first.
-
-    ``summary_at`` and ``updated_at`` name the commit that last wrote the
-    summary and the last that rewrote a stored utterance in place (a mark):
-    a replica whose cached state was read at another commit fetches those
-    again, and otherwise only the seqs it has not seen.
-    """
-
-    conversation_id: str
-    next_seq: int = 1
-    last_turn: int = 0
-    buffer: SeqRuns = SeqRuns()
-    pending: SeqRuns = SeqRuns()
-    archive: SeqRuns = SeqRuns()
-    settings: dict[str, Any] | None = None
-    summary_at: str = ""
-    updated_at: str = ""
-
-    def encode(self) -> str:
-        settings = _dump(self.settings) if self.settings else "{}"
-        return (
-            f'{{"schema":{META_SCHEMA},"id":{_dump(self.conversation_id)},"next_seq":{self.next_seq:d},'
-            f'"last_turn":{self.last_turn:d},"buffer":{self.buffer.to_json()},'
-            f'"pending":{self.pending.to_json()},"archive":{self.archive.to_json()},'
-            f'"settings":{settings},"summary_at":"{self.summary_at}","updated_at":"{self.updated_at}"}}'
-        )
-
-    @classmethod
-    def decode(cls, text: str, conversation_id: str) -> _Meta:
-        what = f"the meta record of conversation {conversation_id!r} in Redis"
-        try:
-            record = json.loads(text)
-            if record["schema"] > META_SCHEMA:
-                raise StorageError(f"{what} was written by a newer chd (schema {record['schema']}): upgrade chd")
-            return cls(
-                conversation_id=conversation_id,
-                next_seq=int(record["next_seq"]),
-                last_turn=int(record["last_turn"]),
-                buffer=SeqRuns(tuple(r) for r in record["buffer"]),
-                pending=SeqRuns(tuple(r) for r in record["pending"]),
-                archive=SeqRuns(tuple(r) for r in record["archive"]),
-                settings=dict(record["settings"]),
-                summary_at=str(record["summary_at"]),
-                updated_at=str(record["updated_at"]),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StorageError(f"{what} is malformed: {exc!r}") from None
-
-
-@dataclass(slots=True)
 class _Snapshot:
     """A state and the commit it was read at (``commit`` '' : nothing stored)."""
 
     commit: str
-    meta: _Meta
+    meta: Meta
     state: ConversationState
 
     @property
@@ -259,6 +132,12 @@ class RedisBackend:
         fold_lease: seconds one replica's fold lease lasts (a replica that
             dies mid-fold blocks the others' folds of it this long at most).
         cached_utterances: how many utterances the per-replica state cache holds.
+        max_conversations: refuse (TooLarge) a commit that would create a
+            conversation past this many, checked by the commit script against
+            the index on standalone Redis, so replicas creating at once never
+            pass it; None for no limit.
+        redis_tls_ca: with ``rediss://``, the PEM CA bundle that must have
+            signed the server's certificate (None: the system's CAs).
 
     Raises:
         StorageError: Redis cannot be reached or refuses the connection
@@ -276,25 +155,47 @@ class RedisBackend:
         fold_lease: float = 30.0,
         cached_utterances: int = 200_000,
         socket_timeout: float = 5.0,
+        max_conversations: int | None = None,
+        redis_tls_ca: str | None = None,
     ) -> None:
         self.url = mask_url(redis_url)
         self._ttl_ms = str(int(conversation_ttl * 1000)) if conversation_ttl else "0"
         self._lease_ms = max(1, int(fold_lease * 1000))
+        self.max_conversations = max_conversations
+        self._limit = str(max_conversations) if max_conversations else "0"
         options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": min(socket_timeout, 2.0),
         }
         if redis_password and urlsplit(redis_url).password is None:
             options["password"] = redis_password
+        if redis_tls_ca is not None:
+            if urlsplit(redis_url).scheme != "rediss":
+                # Accepting it would let a user believe the connection is verified.
+                raise InvalidRequest(f"redis_tls_ca is for TLS: use a rediss:// URL, not {self.url}")
+            options["ssl_ca_certs"] = redis_tls_ca
         try:
             self._client = self._connect(redis_url, redis_cluster, options)
         except redis.RedisError as exc:
             raise StorageError(f"cannot use Redis at {self.url}: {_reason(exc)}") from None
         except ValueError as exc:  # a URL redis-py cannot parse
             raise StorageError(f"bad Redis URL {self.url}: {exc}") from None
-        self._commit = self._client.register_script(_COMMIT)
-        self._fetch = self._client.register_script(_FETCH)
-        self._release = self._client.register_script(_RELEASE)
+        self._commit = self._client.register_script(COMMIT)
+        self._fetch = self._client.register_script(FETCH)
+        self._release = self._client.register_script(RELEASE_LEASE)
+        self._index = RedisIndex(self._client, self.cluster)
+        # A cluster's scripts cannot see other slots' index: its creations
+        # reserve a place in one key first (backends/redis_quota.py), also
+        # without a limit (chd import), so the quota always holds them all.
+        self._quota = ClusterQuota(self._client, max_conversations, int(self._ttl_ms)) if self.cluster else None
+        self._count_lock = threading.Lock()
+        self._swept: tuple[int, float] | None = None
+        self._sweeping = False
+        self._created = 0  # conversations this replica created less those it emptied since the sweep
+        try:
+            self._index.ensure_built(self._meta_keys)
+        except redis.RedisError as exc:
+            raise StorageError(f"cannot use Redis at {self.url}: {_reason(exc)}") from None
         self._ids = _CommitIds()
         self._cache: OrderedDict[str, _Snapshot] = OrderedDict()
         self._cache_lock = threading.Lock()
@@ -355,8 +256,13 @@ class RedisBackend:
                     snapshot, verified = self._current(conversation_id), True
                     continue
                 outcome = self._apply(snapshot, change)
+                if outcome is None:  # its place in the quota ran out: reserve again
+                    continue
                 if isinstance(outcome, _Snapshot):
                     self._remember(outcome)
+                    if bool(snapshot.commit) != bool(outcome.commit):
+                        with self._count_lock:
+                            self._created += 1 if outcome.commit else -1
                     return value
                 commit, meta_text = outcome
                 try:
@@ -371,21 +277,129 @@ class RedisBackend:
             )
 
     def conversations(self) -> list[str]:
-        found: set[str] = set()
+        return list(self.iter_conversations())
+
+    # --- optional capabilities (backends/base.py) ----------------------------------
+
+    def iter_conversations(self, after: str = "") -> Iterator[str]:
+        """Every conversation with state above ``after``, sorted.
+
+        Standalone: pages of the index (ZRANGEBYLEX), streamed. Cluster: the
+        index is split by slot, so SCAN on each master (cursor-based, never
+        KEYS) collects the ids, which are sorted once.
+        """
+        if not self.cluster:
+            return _streamed(self._index.ids(after))
         with _translated():
-            for node in self._nodes():
-                for key in node.scan_iter(match="chd:{*}:m", count=1000):
-                    text = key.decode() if isinstance(key, bytes) else key
-                    found.add(_conversation_of(text))
-        return sorted(found)
+            found = {conversation_of(key) for key in self._meta_keys()}
+        return iter(sorted(cid for cid in found if not after or cid > after))
+
+    def count_conversations(self) -> int:
+        """From the index the commit script keeps: one command on standalone Redis.
+
+        On a cluster the exact count is a sweep of every slot (16384 small
+        scripts, ~0.8 s on loopback): the first call sweeps, later ones
+        answer at once from the last sweep plus this replica's own creations
+        and removals since, and start a new sweep in the background once it
+        is ``_CLUSTER_COUNT_AGE`` seconds old. Exact for one replica, behind
+        by what other replicas created since the sweep (the quota, not this
+        count, keeps a cluster within max_conversations).
+        """
+        with _translated():
+            if not self.cluster:
+                return self._index.count()
+            with self._count_lock:
+                swept = self._swept
+                if swept is not None:
+                    if time.monotonic() - swept[1] > _CLUSTER_COUNT_AGE and not self._sweeping:
+                        self._sweeping = True
+                        threading.Thread(target=self._sweep, name="chd-redis-count", daemon=True).start()
+                    return swept[0] + self._created
+            self._sweep()
+            with self._count_lock:
+                assert self._swept is not None
+                return self._swept[0] + self._created
+
+    def _sweep(self) -> None:
+        """Count every slot's index; creations meanwhile stay in the delta (counted twice at worst)."""
+        with self._count_lock:
+            self._sweeping = True
+            before, started = self._created, time.monotonic()
+        try:
+            counted = self._index.count()
+        except redis.RedisError as exc:
+            if self._swept is None:
+                raise
+            log.warning("could not count the cluster's conversations (kept the last count): %s", _reason(exc))
+            return
+        finally:
+            with self._count_lock:
+                self._sweeping = False
+        with self._count_lock:
+            self._swept = (counted, started)
+            self._created -= before
+
+    def queued_conversations(self) -> Iterator[str]:
+        """Conversations with a non-empty summary queue, from the index."""
+        with _translated():
+            return iter(list(self._index.queued()))
+
+    def transact_many(self, calls: list[tuple[str, Decide]]) -> list[Outcome]:
+        """The calls of an import's batch; each outcome its own.
+
+        Not one transaction, unlike disk: each conversation's commit is its
+        own atomic script (a script may not span slots, and no conversation
+        needs another's). On standalone Redis the batch is decided at once
+        and sent as one pipeline per round, as concurrent stores are; on a
+        cluster, whose pipelines refuse scripts, one commit at a time.
+        """
+        if self._group is None:  # a cluster: its creations may also reserve places one at a time
+            return [self._outcome(conversation_id, decide) for conversation_id, decide in calls]
+        requests = [Request(cid, decide) for cid, decide in calls]
+        with self._group.lock, _translated():
+            self._commit_batch(requests)
+        return [Outcome(request.value, request.error) for request in requests]
+
+    def _outcome(self, conversation_id: str, decide: Decide) -> Outcome:
+        try:
+            return Outcome(value=self.transact(conversation_id, decide))
+        except Exception as exc:  # the caller's to see, like transact's own
+            return Outcome(error=exc)
+
+    def iter_sizes(self) -> Iterator[tuple[str, int, int]]:
+        """Buffer and queue lengths from the meta records' seq runs, a pipelined page at a time."""
+        page: list[str] = []
+        for conversation_id in self.iter_conversations():
+            page.append(conversation_id)
+            if len(page) >= 500:
+                yield from self._sizes(page)
+                page = []
+        yield from self._sizes(page)
+
+    def _sizes(self, ids: list[str]) -> Iterator[tuple[str, int, int]]:
+        if not ids:
+            return
+        with _translated():
+            pipe = self._client.pipeline(transaction=False)
+            for conversation_id in ids:
+                pipe.hget(conversation_key(conversation_id, "m"), "m")
+            texts = pipe.execute()
+        for conversation_id, text in zip(ids, texts):
+            if text is not None:  # expired or cleared since it was listed
+                buffered, pending = run_lengths(_text(text))
+                yield conversation_id, buffered, pending
+
+    def _meta_keys(self) -> Iterator[str]:
+        """Every conversation's meta key, by SCAN on each master."""
+        for node in self._nodes():
+            for key in node.scan_iter(match="chd:{*}:m", count=1000):
+                yield _text(key)
 
     def close(self) -> None:
         with self._cache_lock:
             self._cache.clear()
             self._cached = 0
         self._client.close()
-
-    # --- optional capabilities --------------------------------------------------
 
     @contextmanager
     def lease(self, conversation_id: str) -> Iterator[bool]:
@@ -432,6 +446,28 @@ class RedisBackend:
             self._remember(snapshot, replacing=before)
             return snapshot
 
+    def _current_many(self, batch: list[Request]) -> dict[str, _Snapshot]:
+        """The current snapshots of the batch's uncached conversations, their meta in one pipeline.
+
+        An import's batch is mostly conversations this replica never read:
+        one round trip for all of them instead of one each.
+        """
+        missing = [cid for cid in dict.fromkeys(r.conversation_id for r in batch) if self._cached_snapshot(cid) is None]
+        if len(missing) < 2:
+            return {}
+        pipe = self._client.pipeline(transaction=False)
+        for cid in missing:
+            pipe.hmget(conversation_key(cid, "m"), ["c", "m"])
+        found = {}
+        for cid, (commit, meta_text) in zip(missing, pipe.execute()):
+            try:
+                snapshot = self._refreshed(cid, _text(commit), _text(meta_text), None)
+            except _Conflict:
+                snapshot = self._current(cid)
+            self._remember(snapshot, replacing=None)
+            found[cid] = snapshot
+        return found
+
     def _refreshed(self, conversation_id: str, commit: str, meta_text: str, old: _Snapshot | None) -> _Snapshot:
         """The snapshot at ``commit`` (whose meta record is ``meta_text``), reusing what ``old`` holds.
 
@@ -441,8 +477,8 @@ class RedisBackend:
         if old is not None and old.commit == commit:
             return old
         if not commit:
-            return _Snapshot("", _Meta(conversation_id), ConversationState(conversation_id))
-        meta = _Meta.decode(meta_text, conversation_id)
+            return _Snapshot("", Meta(conversation_id), ConversationState(conversation_id))
+        meta = Meta.decode(meta_text, conversation_id)
         known: dict[int, Utterance] = {}
         if old is not None and old.commit and old.meta.updated_at == meta.updated_at:
             for items in (old.state.utterances, old.state.pending, old.state.archive):
@@ -477,13 +513,39 @@ class RedisBackend:
 
     # --- writing --------------------------------------------------------------------
 
-    def _apply(self, snapshot: _Snapshot, change: Change) -> _Snapshot | tuple[str, str]:
-        """Commit ``change`` on ``snapshot``: the new snapshot, or the (commit, meta) that overtook it."""
-        keys, args, after = self._prepare(snapshot, change)
+    def _apply(self, snapshot: _Snapshot, change: Change) -> _Snapshot | tuple[str, str] | None:
+        """Commit ``change`` on ``snapshot``: the new snapshot, the (commit, meta) that overtook it,
+        or None if its quota reservation ran out first."""
+        conversation_id = snapshot.state.conversation_id
+        deadline = 0
+        if self._quota is not None and not snapshot.commit:
+            deadline, held = self._quota.reserve(conversation_id)
+            if not deadline:
+                raise self._full(conversation_id, held)
+        keys, args, after = self._prepare(snapshot, change, deadline)
         reply = self._commit(keys=keys, args=args)
+        if reply[0] == FULL:
+            raise self._full(conversation_id, reply[1])
+        if reply[0] == EXPIRED:
+            return None
+        if reply[0] and self._quota is not None:
+            if deadline and after.commit:
+                self._quota.confirm(conversation_id, deadline)
+            elif snapshot.commit and not after.commit:
+                self._quota.release(conversation_id)
         return after if reply[0] else (_text(reply[1]), _text(reply[2]))
 
-    def _prepare(self, snapshot: _Snapshot, change: Change) -> tuple[list[str], list[Any], _Snapshot]:
+    def _full(self, conversation_id: str, held: Any) -> TooLarge:
+        # The words of the limits layer (daemon/service/limits.py), which
+        # checks first; this is the check two replicas cannot both pass.
+        return TooLarge(
+            f"this daemon already holds {int(held)} conversations, the max_conversations limit; "
+            f"conversation {conversation_id!r} was not created"
+        )
+
+    def _prepare(
+        self, snapshot: _Snapshot, change: Change, reserved: int = 0
+    ) -> tuple[list[str], list[Any], _Snapshot]:
         """The commit script's keys and arguments for ``change`` on ``snapshot``, and the snapshot it makes."""
         state, old = snapshot.state, snapshot.meta
         conversation_id = state.conversation_id
@@ -509,7 +571,7 @@ class RedisBackend:
             for seq in (*change.remove, *change.pending_remove, *change.archive_remove)
             if seq not in buffer and seq not in pending and seq not in archive
         }
-        meta = _Meta(
+        meta = Meta(
             conversation_id=conversation_id,
             next_seq=new_state.next_seq,
             last_turn=new_state.last_turn,
@@ -520,21 +582,31 @@ class RedisBackend:
             summary_at=commit if change.summary is not None else old.summary_at,
             updated_at=commit if rewritten else old.updated_at,
         )
+        queued = "" if bool(state.pending) == bool(meta.pending) else ("1" if meta.pending else "0")
         args: list[Any] = [
             snapshot.commit,
             commit,
             meta.encode(),
             encode_summary(change.summary) if change.summary is not None else "",
             self._ttl_ms,
+            conversation_id,
+            queued,
+            self._limit,
+            reserved,
             len(writes),
         ]
         for seq, u in writes.items():
             args += (seq, encode_utterance(u))
         args += sorted(gone - writes.keys())
-        keys = [conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u")]
+        tag = conversation_tag(conversation_id)
+        keys = [
+            "chd:{" + tag + "}:m",
+            "chd:{" + tag + "}:u",
+            *index_keys(partition_of(tag, self.cluster)),
+        ]
         if new_state.is_empty:
             args[2] = ""
-            return keys, args, _Snapshot("", _Meta(conversation_id), new_state)
+            return keys, args, _Snapshot("", Meta(conversation_id), new_state)
         return keys, args, _Snapshot(commit, meta, new_state)
 
     def _commit_batch(self, batch: list[Request]) -> None:
@@ -550,7 +622,9 @@ class RedisBackend:
         # conversation -> (snapshot, verified): verified means read from (or
         # committed to) Redis during this batch, so a refusal or a no-op may
         # be answered from it.
-        working: dict[str, tuple[_Snapshot, bool]] = {}
+        working: dict[str, tuple[_Snapshot, bool]] = {
+            cid: (snapshot, True) for cid, snapshot in self._current_many(batch).items()
+        }
         waiting = list(batch)
         for attempt in range(_MAX_ATTEMPTS):
             sent: list[tuple[Request, Any, _Snapshot]] = []
@@ -601,6 +675,9 @@ class RedisBackend:
                         f"Redis refused the write: out of memory (maxmemory): {_reason(reply)}"
                     )
                     request.done = True
+                    lost[cid] = None
+                elif reply[0] == FULL:
+                    request.error, request.done = self._full(cid, reply[1]), True
                     lost[cid] = None
                 elif reply[0]:
                     request.value, request.done = value, True
@@ -689,6 +766,12 @@ def _stored(state: ConversationState, seq: int) -> Utterance | None:
         if i < len(items) and items[i].seq == seq:
             return items[i]
     return None
+
+
+def _streamed(ids: Iterator[str]) -> Iterator[str]:
+    """``ids`` with Redis failures raised as storage errors, page by page."""
+    with _translated():
+        yield from ids
 
 
 def _text(value: Any) -> str:

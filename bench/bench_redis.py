@@ -1,6 +1,8 @@
 """Store and retrieve throughput over gRPC with 1, 2 and 4 replicas on one Redis, against the ceiling and disk.
 
     python bench/bench_redis.py [--requests 1000] [--clients 8] [--rounds 5] [--scenario storage|default]
+    python bench/bench_redis.py --parsers 20     # in-process: redis-py's Python parser against hiredis
+    python bench/bench_redis.py --profile        # in-process: cProfile of 2000 stores
 
 The method is bench/bench_backends.py's (its helpers are reused): every
 target is a server process on 127.0.0.1, driven by client threads in this
@@ -33,6 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -48,6 +51,7 @@ from bench_backends import (  # noqa: E402
     _steal,
     median_interval,
 )
+from bench_backends import store_text  # noqa: E402
 from chd.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
 from tests.redis_support import start_redis  # noqa: E402
 
@@ -116,13 +120,109 @@ def _round_trips(server, addresses: list[str], requests: list[daemon_pb2.QueryRe
     return sent[0] / (len(requests) + len(addresses))  # one warm-up request per replica
 
 
+def _histories(url: str, parsers: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
+    """A ConversationHistory per named (parser class, command packer) on the redis at ``url``, warmed up."""
+    from chd.backends.redis_backend import RedisBackend
+    from chd.core.history import ConversationHistory
+    from chd.core.settings import Settings
+
+    histories = {}
+    for name, (parser_class, packer) in parsers.items():
+        backend = RedisBackend(url)
+        pool = backend._client.connection_pool
+        if parser_class is not None:
+            pool.connection_kwargs["parser_class"] = parser_class
+            pool.connection_kwargs["command_packer"] = packer
+            pool.reset()  # connections made from now on use them
+        history = ConversationHistory(backend, Settings(buffer_size=10000, max_tokens=10_000_000), background=False)
+        _stores(history, name, 100)
+        histories[name] = history
+    return histories
+
+
+def _stores(history: Any, prefix: str, count: int) -> float:
+    """Microseconds per store of ``count`` stores into 8 conversations."""
+    start = time.perf_counter()
+    for i in range(count):
+        history.query(store_text(i), {"conversation_id": f"{prefix}{i % 8}"})
+    return (time.perf_counter() - start) / count * 1e6
+
+
+def _encode(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def compare_parsers(blocks: int) -> None:
+    """Paired A/B in one process: redis-py's pure-Python parser and packer against hiredis's."""
+    from redis._parsers import _HiredisParser, _RESP3Parser
+    from redis.connection import PythonRespSerializer
+
+    data = Path(tempfile.mkdtemp(prefix="chd-bench-redis-"))
+    server = start_redis(data / "redis", "--appendonly", "yes", "--appendfsync", "everysec")
+    try:
+        histories = _histories(server.url, {
+            "python": (_RESP3Parser, PythonRespSerializer(6000, _encode)),
+            "hiredis": (_HiredisParser, None),
+        })
+        times: dict[str, list[float]] = {"python": [], "hiredis": []}
+        ratios = []
+        for block in range(blocks):
+            order = ("python", "hiredis") if block % 2 else ("hiredis", "python")
+            took = {name: _stores(histories[name], name, 300) for name in order}
+            for name, us in took.items():
+                times[name].append(us)
+            ratios.append(took["hiredis"] / took["python"])
+        low, high = median_interval(ratios)
+        print(f"{blocks} alternating blocks of 300 stores, load average {os.getloadavg()[0]:.2f}")
+        print(f"us per store, median: python parser {statistics.median(times['python']):.0f}, "
+              f"hiredis {statistics.median(times['hiredis']):.0f}")
+        print(f"hiredis / python, median of paired ratios: {statistics.median(ratios):.3f} ({low:.3f}-{high:.3f})")
+    finally:
+        server.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def profile_stores() -> None:
+    """cProfile of 2000 in-process stores, by own time, and Redis's own time per command."""
+    import cProfile
+    import pstats
+
+    data = Path(tempfile.mkdtemp(prefix="chd-bench-redis-"))
+    server = start_redis(data / "redis", "--appendonly", "yes", "--appendfsync", "everysec")
+    try:
+        history = _histories(server.url, {"p": (None, None)})["p"]
+        with server.client() as client:
+            client.config_resetstat()
+            profiler = cProfile.Profile()
+            profiler.enable()
+            us = _stores(history, "p", 2000)
+            profiler.disable()
+            stats = client.info("commandstats")
+        print(f"{us:.0f} us per store under the profiler")
+        for name in ("cmdstat_evalsha", "cmdstat_hmget"):
+            if name in stats:
+                print(f"{name}: {stats[name]['calls']} calls, {stats[name]['usec_per_call']} us each in Redis")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+    finally:
+        server.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1000, help="requests per phase and round")
     parser.add_argument("--clients", type=int, default=8, help="client threads (spread over the replicas)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; medians are reported")
     parser.add_argument("--scenario", choices=tuple(SCENARIOS), default="storage")
+    parser.add_argument("--parsers", type=int, metavar="BLOCKS", help="compare the reply parsers in-process")
+    parser.add_argument("--profile", action="store_true", help="profile in-process stores")
     args = parser.parse_args()
+    if args.parsers:
+        compare_parsers(args.parsers)
+        return 0
+    if args.profile:
+        profile_stores()
+        return 0
 
     load = os.getloadavg()[0]
     cpu_before = _cpu_times()

@@ -55,7 +55,10 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        args = list(self.args)
+        # With --requirepass, a client without it waits out redis-py's retries on every probe.
+        password = args[args.index("--requirepass") + 1] if "--requirepass" in args else None
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, password=password)
 
     def start(self) -> None:
         """Start on ``port`` (a free one picked if 0), retrying on a port another process took."""

@@ -223,6 +223,9 @@ KEYS: tuple[Key, ...] = (
     Key("redis_url", Text(), None, "redis backend: redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// for TLS",
         secret=True),
     Key("redis_password", Text(), None, "redis backend: password, when the URL has none", secret=True),
+    Key("redis_tls_ca", FilePath(), None,
+        "redis backend: PEM CA bundle that signed the Redis server's certificate, for rediss:// "
+        "(unset: the system's CAs)"),
     Key("redis_cluster", Boolean(), None,
         "redis backend: true for Redis Cluster (unset: asked of the server at start)"),
     Key("conversation_ttl", Seconds(), None,
@@ -575,5 +578,8 @@ def backend_options(config: Config) -> dict[str, Any]:
     if config.backend != "redis":
         return {}
     # The transfer tools load only some keys (load_keys): the rest keep the backend's defaults.
-    names = ("redis_url", "redis_password", "redis_cluster", "conversation_ttl", "fold_lease")
+    # max_conversations: the commit script checks it too, so replicas creating
+    # at once cannot both take the last place (the transfer tools load no limit).
+    names = ("redis_url", "redis_password", "redis_cluster", "conversation_ttl", "fold_lease", "max_conversations",
+             "redis_tls_ca")
     return {name: config.values[name] for name in names if name in config.values}

@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chd.backends import open_backend
 from chd.backends.base import Change
-from chd.backends import redis_backend as backend_module
+from chd.backends import redis_scripts
 from chd.backends.redis_backend import RedisBackend, conversation_key, mask_url
 from chd.core.errors import StorageError, StorageFull
 from chd.v1 import daemon_pb2_grpc
@@ -209,6 +209,9 @@ class TestFailures:
                 backend.transact("big", append_next("x" * 20_000))
             assert backend.read("big") == before
             assert [u.text for u in backend.read("kept").utterances] == ["small"]
+            with redis_server.client() as client:
+                # Firmly over: near the line, freed client buffers let a write through.
+                client.config_set("maxmemory", "1")
             daemon = DaemonProcess("--backend", "redis", "--redis-url", redis_server.url)
             try:
                 with grpc.insecure_channel(daemon.target) as channel:
@@ -242,21 +245,22 @@ class TestRetention:
     def test_an_idle_conversation_expires_with_every_key_and_a_written_one_stays(
         self, redis_server: RedisServer
     ) -> None:
-        """Each write renews the ttl of all of a conversation's keys; none outlives the others."""
-        backend = RedisBackend(redis_server.url, conversation_ttl=60)
+        """Each write renews the ttl of all of a conversation's keys; none outlives the others, nor its count."""
+        backend = RedisBackend(redis_server.url, conversation_ttl=1.5)
         try:
             backend.transact("c", append_next("first"))
+            backend.transact("kept", append_next("first"))
             with redis_server.client() as client:
                 ttls = [client.pttl(conversation_key("c", part)) for part in ("m", "u")]
-                assert all(0 < ttl <= 60_000 for ttl in ttls)
-                for part in ("m", "u"):
-                    client.pexpire(conversation_key("c", part), 1)
+                assert all(0 < ttl <= 1500 for ttl in ttls)
+                # Redis's own expiry, on its own clock: the index goes by the same one.
                 wait_for(lambda: client.exists(conversation_key("c", "m"), conversation_key("c", "u")) == 0,
                          "the keys to expire")
             assert backend.read("c").is_empty
-            assert backend.conversations() == []
+            assert backend.conversations() == [] and backend.count_conversations() == 0
             # A replica whose cache still holds the expired state starts again from empty.
             assert backend.transact("c", append_next("new life")) == 1
+            assert backend.conversations() == ["c"] and backend.count_conversations() == 1
         finally:
             backend.close()
 
@@ -314,21 +318,22 @@ class TestRetriedCommits:
         try:
             backend.transact("c", append_next("first"))
             meta, utterances = conversation_key("c", "m"), conversation_key("c", "u")
+            index = ["chd:{!}:n", "chd:{!}:q", "chd:{!}:e"]
             with redis_server.client() as client:
                 before = client.hget(meta, "c").decode()
-                script = client.register_script(backend_module._COMMIT)
+                script = client.register_script(redis_scripts.COMMIT)
                 meta_text = client.hget(meta, "m").decode()
-                x = [before, "test.x", meta_text, "", 0, 0]
-                assert script(keys=[meta, utterances], args=x) == [1]
-                y = ["test.x", "test.y", meta_text, "", 0, 0]
-                assert script(keys=[meta, utterances], args=y) == [1]
+                x = [before, "test.x", meta_text, "", 0, "c", "", 0, 0, 0]
+                assert script(keys=[meta, utterances, *index], args=x) == [1]
+                y = ["test.x", "test.y", meta_text, "", 0, "c", "", 0, 0, 0]
+                assert script(keys=[meta, utterances, *index], args=y) == [1]
                 versions = client.hget(meta, "v")
                 # The retry of X: its expected id is stale, but X is among the recent commits.
-                assert script(keys=[meta, utterances], args=x) == [1]
+                assert script(keys=[meta, utterances, *index], args=x) == [1]
                 assert client.hget(meta, "v") == versions and client.hget(meta, "c") == b"test.y"
                 # A commit that never happened still loses the race, as it must.
-                z = [before, "test.z", meta_text, "", 0, 0]
-                assert script(keys=[meta, utterances], args=z)[0] == 0
+                z = [before, "test.z", meta_text, "", 0, "c", "", 0, 0, 0]
+                assert script(keys=[meta, utterances, *index], args=z)[0] == 0
         finally:
             backend.close()
 
@@ -342,7 +347,7 @@ class TestRetriedCommits:
                 recent = client.hget(conversation_key("c", "m"), "r").decode().split(" ")
                 current = client.hget(conversation_key("c", "m"), "c").decode()
             assert recent[0] == current
-            assert len(" ".join(recent)) <= backend_module.RECENT_COMMIT_CHARS
+            assert len(" ".join(recent)) <= redis_scripts.RECENT_COMMIT_CHARS
             assert 20 <= len(recent) < 120
             prefix = current.rsplit(".", 1)[0]
             assert all(r.startswith(prefix + ".") and r.rsplit(".", 1)[1].isdigit() for r in recent)

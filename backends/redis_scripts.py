@@ -1,0 +1,139 @@
+"""The Lua scripts of the redis backend (backends/redis_backend.py): commit, fetch, lease release.
+
+Each runs atomically in Redis and declares only keys of one conversation's
+slot (its own keys and its index partition's, backends/redis_keys.py), so
+they are legal on Redis Cluster too.
+"""
+
+from __future__ import annotations
+
+__all__ = ["COMMIT", "FETCH", "RELEASE_LEASE", "FULL", "EXPIRED", "RECENT_COMMIT_CHARS"]
+
+# The ids of a conversation's last commits (about 40 of them) kept in its meta
+# hash, so a commit re-sent after a lost reply is recognised even when other
+# replicas committed in between.
+RECENT_COMMIT_CHARS = 1024
+
+# KEYS: meta, utterances, then the index of the conversation's partition
+# (backends/redis_index.py): ids, queued, expiries. ARGV: expected commit id,
+# this commit's id, meta record ('' for an empty state: delete the
+# conversation), summary record ('' unchanged), idle ttl in ms ('0' none), the
+# id (the index's member), the queue after ('1' not empty, '0' empty, ''
+# unchanged), max_conversations ('0' none), the deadline of this creation's
+# place in a cluster's quota (ms, '0' none: backends/redis_quota.py), number
+# of utterance records to set, then seq/record pairs, then seqs to delete.
+# Replies {1} applied, {0, commit, meta} overtaken, {2, count} refused: full,
+# {3} the quota reservation ran out before the commit: reserve again.
+# The first write is the meta HSET: under maxmemory Redis refuses a script's
+# first write that needs memory and nothing is written (later writes of a
+# script that has started writing are never refused halfway); the limit is
+# checked before it with reads only.
+COMMIT = """
+local c = redis.call('HGET', KEYS[1], 'c') or ''
+local recent = redis.call('HGET', KEYS[1], 'r') or ''
+if c ~= ARGV[1] then
+  if c == ARGV[2] then return {1} end
+  -- redis-py re-sends a script whose reply was lost with the connection; if
+  -- this commit was applied and another replica's came after it, deciding
+  -- again would store the utterance twice: answered as applied instead.
+  if string.find(' ' .. recent .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then return {1} end
+  return {0, c, redis.call('HGET', KEYS[1], 'm') or ''}
+end
+local member = ARGV[6]
+if ARGV[3] == '' then
+  -- Back to an empty state (settings cleared, a clear before any store): no
+  -- keys, so it is neither listed nor counted.
+  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('ZREM', KEYS[3], member)
+  redis.call('ZREM', KEYS[4], member)
+  redis.call('ZREM', KEYS[5], member)
+  return {1}
+end
+local ttl = tonumber(ARGV[5])
+local now = 0
+if c == '' or ttl > 0 then
+  -- TIME before a write needs effects replication on Redis 6 (the default on 7).
+  redis.replicate_commands()
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+if c == '' then
+  local reserved = tonumber(ARGV[9])
+  if reserved > 0 and now > reserved then return {3} end
+  local limit = tonumber(ARGV[8])
+  if limit > 0 then
+    local held = redis.call('ZCARD', KEYS[3]) - redis.call('ZCOUNT', KEYS[5], '-inf', now)
+    local expires = redis.call('ZSCORE', KEYS[5], member)
+    local counted = redis.call('ZSCORE', KEYS[3], member) and not (expires and tonumber(expires) <= now)
+    if not counted and held >= limit then return {2, held} end
+  end
+end
+recent = ARGV[2] .. ' ' .. recent
+if #recent > _RECENT_CHARS then
+  -- Cut at an id's end: a cut id could match another, newer one.
+  recent = string.match(string.sub(recent, 1, _RECENT_CHARS), '^(.*) ') or ''
+end
+redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3], 'r', recent)
+redis.call('HINCRBY', KEYS[1], 'v', 1)
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 's', ARGV[4]) end
+local i = 11
+for _ = 1, tonumber(ARGV[10]) do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+for j = i, #ARGV do redis.call('HDEL', KEYS[2], ARGV[j]) end
+if c == '' then
+  -- A new conversation (or one Redis expired): drop what expired from the
+  -- index first, so the sets do not grow with conversations long gone.
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 100)
+  for _, old in ipairs(gone) do
+    if old ~= member then
+      redis.call('ZREM', KEYS[3], old)
+      redis.call('ZREM', KEYS[4], old)
+    end
+    redis.call('ZREM', KEYS[5], old)
+  end
+  redis.call('ZADD', KEYS[3], 0, member)
+  if ARGV[7] == '' then redis.call('ZREM', KEYS[4], member) end
+end
+if ARGV[7] == '1' then redis.call('ZADD', KEYS[4], 0, member)
+elseif ARGV[7] == '0' then redis.call('ZREM', KEYS[4], member) end
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('ZADD', KEYS[5], now + ttl, member)
+elseif redis.call('ZREM', KEYS[5], member) == 1 then
+  -- conversation_ttl was turned off since it was last written.
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
+end
+return {1}
+""".replace("_RECENT_CHARS", str(RECENT_COMMIT_CHARS))
+
+# The commit script's reply when max_conversations refuses a new conversation.
+FULL = 2
+# Its reply when a cluster quota reservation ran out before the commit.
+EXPIRED = 3
+
+# KEYS: meta, utterances. ARGV: expected commit id, '1' to return the
+# summary, then seqs. Reads the records a replica lacks, atomically with a
+# check that nothing was committed since the meta record it is building on.
+FETCH = """
+if (redis.call('HGET', KEYS[1], 'c') or '') ~= ARGV[1] then return {0} end
+local out = {1, ARGV[2] == '1' and (redis.call('HGET', KEYS[1], 's') or '') or ''}
+local n = #ARGV
+local i = 3
+while i <= n do
+  local j = math.min(i + 499, n)
+  local got = redis.call('HMGET', KEYS[2], unpack(ARGV, i, j))
+  for k = 1, #got do out[#out + 1] = got[k] end
+  i = j + 1
+end
+return out
+"""
+
+# KEYS: lease. ARGV: token. Deletes the lease only if it is still ours.
+RELEASE_LEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
