@@ -110,3 +110,36 @@ class TestLongFacts:
         text = summarize(offline, [], 30, previous)
         assert "callum@;" not in text and not text.endswith("callum@")
         assert "PL-451785" in text
+
+
+def _measurements(chars: int, sentence_chars: int, seed: int) -> str:
+    """``chars`` of "12 by 34 by 56 ..." in sentences of about ``sentence_chars``: one long fact each."""
+    import random
+
+    rng = random.Random(seed)
+    sentences: list[str] = []
+    while sum(len(s) + 1 for s in sentences) < chars:
+        words: list[str] = []
+        while sum(len(w) + 1 for w in words) < sentence_chars:
+            words.append(f"{rng.randrange(10, 99)} by")
+        sentences.append(" ".join(words) + " 7.")
+    return " ".join(sentences)
+
+
+class TestLongFactsCostLinearTime:
+    """A fact of hundreds of words (a run of names or measurements) costs no more per word than a short one."""
+
+    def test_four_times_longer_sentences_cost_about_the_same_per_character(self, offline):
+        """Same text length in 250- and 1000-character sentences: the cubic search for facts inside facts took 16x."""
+        import time
+
+        best = {250: float("inf"), 1000: float("inf")}
+        for round_ in range(3):
+            for length in best:
+                # Fresh text each round: the summarizer's caches must not answer for it.
+                batch = said(_measurements(8000, length, seed=round_ * 10 + length))
+                started = time.process_time()
+                summarize(offline, batch, 512)
+                best[length] = min(best[length], time.process_time() - started)
+        ratio = best[1000] / max(best[250], 1e-4)
+        assert ratio < 4, f"1000-character facts cost {ratio:.1f}x as much as 250-character ones"

@@ -502,6 +502,11 @@ def _score(sentences: list[_Sentence], weights: dict[str, float]) -> None:
 # Facts of up to this many words (names, "Ticket TCK-48601") make the facts
 # inside them redundant; longer ones (messages, decisions) do not.
 _SHORT_FACT_WORDS = 3
+# A long fact covers the facts said inside it of up to this many words (an
+# error message's names and codes). Every run of any length made a fact of
+# a few hundred words (a long run of names or measurements) cost cubic time:
+# 7 s for 64,000 characters of "3 by 4 by 5".
+_COVERED_WORDS = 8
 
 # Near-repeats are looked for among this many earlier sentences with the same
 # facts (and corrections among as many before it): a bound, so that a batch of
@@ -572,7 +577,7 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     for fact in where.values():
         words = fact.text.split(" ")
         if len(words) > _SHORT_FACT_WORDS:
-            fact.covers = tuple(sorted(t for t in _runs(words, fact.text) if t in where))
+            fact.covers = tuple(sorted(t for t in _runs(words, fact.text, _COVERED_WORDS) if t in where))
     for fact in where.values():
         words = _lower_words(fact.text)
         fact.weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
@@ -581,12 +586,13 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     return sorted(where.values(), key=lambda f: f.order)
 
 
-def _runs(words: list[str], whole: str) -> set[str]:
-    """The runs of ``words`` shorter than all of them (``whole``)."""
+def _runs(words: list[str], whole: str, most: int | None = None) -> set[str]:
+    """The runs of ``words`` shorter than all of them (``whole``), of at most ``most`` words."""
+    longest = len(words) if most is None else most
     return {
         run
         for i in range(len(words))
-        for j in range(i + 1, len(words) + 1)
+        for j in range(i + 1, min(len(words), i + longest) + 1)
         if (run := " ".join(words[i:j])) != whole
     }
 
