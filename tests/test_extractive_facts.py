@@ -143,3 +143,24 @@ class TestLongFactsCostLinearTime:
                 best[length] = min(best[length], time.process_time() - started)
         ratio = best[1000] / max(best[250], 1e-4)
         assert ratio < 4, f"1000-character facts cost {ratio:.1f}x as much as 250-character ones"
+
+    def test_a_previous_summary_of_thousands_of_lines_condenses_in_linear_time(self, offline):
+        """4x the lines of a previous summary condensed into a small budget: the pairwise join took 16x."""
+        import random
+        import time
+
+        def lines(n: int, seed: int) -> str:
+            rng = random.Random(seed)
+            return "\n".join(
+                f"Turns {2 * i + 1}–{2 * i + 2}: K{rng.randrange(10**6)}; {rng.randrange(10**5)} euros" for i in range(n)
+            )
+
+        best = {500: float("inf"), 2000: float("inf")}
+        for round_ in range(3):
+            for n in best:
+                previous = lines(n, seed=round_ * 10_000 + n)  # fresh text: no cache answers
+                started = time.process_time()
+                summarize(offline, [], 256, previous=previous)
+                best[n] = min(best[n], time.process_time() - started)
+        ratio = best[2000] / max(best[500], 1e-4)
+        assert ratio < 9, f"4x the lines took {ratio:.1f}x the time"  # linear: about 4x
