@@ -126,8 +126,8 @@ def _measurements(chars: int, sentence_chars: int, seed: int) -> str:
     return " ".join(sentences)
 
 
-class TestLongFactsCostLinearTime:
-    """A fact of hundreds of words (a run of names or measurements) costs no more per word than a short one."""
+class TestCostGrowsLinearly:
+    """Shapes the retention bench never has (long facts, summaries of thousands of lines) cost linear time too."""
 
     def test_four_times_longer_sentences_cost_about_the_same_per_character(self, offline):
         """Same text length in 250- and 1000-character sentences: the cubic search for facts inside facts took 16x."""
@@ -164,3 +164,22 @@ class TestLongFactsCostLinearTime:
                 best[n] = min(best[n], time.process_time() - started)
         ratio = best[2000] / max(best[500], 1e-4)
         assert ratio < 9, f"4x the lines took {ratio:.1f}x the time"  # linear: about 4x
+
+    def test_a_summary_of_thousands_of_blocks_renders_in_linear_time(self, offline):
+        """4x the lines in a budget with room for all: rendering scanned every item once per block (11x)."""
+        import random
+        import time
+
+        def lines(n: int, seed: int) -> str:
+            rng = random.Random(seed)
+            return "\n".join(f"Turn {i + 1}: K{rng.randrange(10**6)}" for i in range(n))
+
+        best = {1000: float("inf"), 4000: float("inf")}
+        for round_ in range(3):
+            for n in best:
+                previous = lines(n, seed=round_ * 10_000 + n)
+                started = time.process_time()
+                summarize(offline, [], 10**6, previous=previous)
+                best[n] = min(best[n], time.process_time() - started)
+        ratio = best[4000] / max(best[1000], 1e-4)
+        assert ratio < 8, f"4x the lines took {ratio:.1f}x the time"  # linear: about 4x

