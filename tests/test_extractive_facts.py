@@ -183,3 +183,27 @@ class TestCostGrowsLinearly:
                 best[n] = min(best[n], time.process_time() - started)
         ratio = best[4000] / max(best[1000], 1e-4)
         assert ratio < 8, f"4x the lines took {ratio:.1f}x the time"  # linear: about 4x
+
+    def test_facts_said_elsewhere_in_a_large_summary_are_found_in_linear_time(self, offline):
+        """16x the lines, in the segment and in the rest of the summary: a search of the rest per fact took 100x and more."""
+        import random
+        import time
+
+        def lines(n: int, seed: int, first: int = 0) -> str:
+            rng = random.Random(seed)
+            return "\n".join(
+                f"Turn {first + i + 1}: K{rng.randrange(10**6)}; {rng.randrange(10**4)} euros; LT{rng.randrange(10**4)}"
+                for i in range(n)
+            )
+
+        best = {250: float("inf"), 4000: float("inf")}
+        for round_ in range(3):
+            for n in best:
+                seed = round_ * 10_000 + n
+                context = SummaryContext(summary=lines(n, seed + 1))
+                previous = lines(n, seed, first=10**6)
+                started = time.process_time()
+                offline.summarize(previous, [], 10**7, context)
+                best[n] = min(best[n], time.process_time() - started)
+        ratio = best[4000] / max(best[250], 1e-4)
+        assert ratio < 40, f"16x the lines took {ratio:.1f}x the time"  # linear: about 16x

@@ -49,7 +49,7 @@ from chd.core.summaries.sentences import (
     STOPWORDS,
     facts_in,
     name_words,
-    said_in,
+    said_elsewhere,
     split_sentences,
     words_of,
 )
@@ -200,8 +200,9 @@ class ExtractiveSummarizer:
         if context is not None and context.summary:
             # Said elsewhere in the summary already: a copy here adds little.
             # As whole words: "€500" is not said by "€5000", nor "2" by "v2.1.0".
+            said = said_elsewhere((f.text for f in facts), context.summary)
             for fact in facts:
-                if said_in(fact.text, context.summary):
+                if fact.text in said:
                     fact.weight *= 0.2
         for fact in facts:
             fact.cost = self._count(fact.text) + 1
