@@ -207,3 +207,19 @@ class TestCostGrowsLinearly:
                 best[n] = min(best[n], time.process_time() - started)
         ratio = best[4000] / max(best[250], 1e-4)
         assert ratio < 40, f"16x the lines took {ratio:.1f}x the time"  # linear: about 16x
+
+
+class TestTextUnlikeTheBench:
+    """Conversations in other languages and scripts read as words, not fragments of them."""
+
+    def test_topic_words_of_a_german_conversation_are_whole_words(self, offline):
+        """'about München', never 'about nchen' (letters outside A-Z used to end a word)."""
+        text = summarize(offline, said(
+            "Wir fahren am Montag nach München zur Großmutter.",
+            "In München übernachten wir im Hotel Königshof für 120 Euro.",
+            "Die Großmutter wohnt in der Schönhauser Straße 12 in München.",
+            "Am Dienstag fahren wir von München weiter nach Zürich.",
+        ), 512)
+        head = text.split(":", 1)[0]
+        assert "München" in head and "Großmutter" in head, head
+        assert "nchen" not in head.replace("München", ""), head

@@ -105,3 +105,15 @@ class TestSaidElsewhere:
         text = "Turns 1–2: Ada; Bo asked for a refund of €5000 on release v2.1.0 (exit code 7.) and “Lena Park”."
         facts = ["€500", "2", "Ada", "code 7", "Lena Park", "Bo asked", "€5000", "v2.1.0", "Park Lena"]
         assert said_elsewhere(facts, text) == {"Ada", "code 7", "Lena Park", "Bo asked", "€5000", "v2.1.0"}
+
+
+class TestWords:
+    """Word tokens for weights, topics and near-repeats."""
+
+    def test_a_word_is_made_of_letters_of_any_script(self):
+        """'München', 'Élodie' and 'Москве' are one word each; a time stays one number."""
+        from chd.core.summaries.sentences import words_of
+
+        assert words_of("Élodie fährt nach München, Встреча в Москве um 10:30.") == [
+            "Élodie", "fährt", "nach", "München", "Встреча", "в", "Москве", "um", "10:30.",
+        ]

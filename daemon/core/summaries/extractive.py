@@ -373,7 +373,9 @@ def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> tuple[set[st
     usually what the conversation is about: the place, the allergen, the
     material (sentences.facts_of).
     """
-    words = {w for s in sentences for w in words_of(s) if w.islower() and len(w) >= 4}
+    # English words only: the table splits nearly every word of other scripts
+    # and languages ("übernachten"), which says nothing about its rarity there.
+    words = {w for s in sentences for w in words_of(s) if w.islower() and len(w) >= 4 and w.isascii()}
     split: set[str] = set()
     uncommon: set[str] = set()
     for word in words:

@@ -32,7 +32,10 @@ __all__ = ["said_in", "said_elsewhere", "split_sentences", "clean", "facts_of", 
 # one character after it, looked at outside the pattern (no lookahead that
 # could fail after an unbounded run and backtrack into it).
 _ENDS = re.compile(r"[.!?]+|\n")
-_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d[\d.,:]*")
+# Letters of any script ("München", not "M" and "nchen": a topic read
+# "about nchen"); the alternatives are single, disjoint characters, so the
+# repetition cannot backtrack.
+_WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['\-])*|\d[\d.,:]*")
 _LEADING = "\"'([{<“‘"
 _TRAILING = "\"')]}>.,;:!?”’…"
 
