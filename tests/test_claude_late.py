@@ -34,6 +34,10 @@ MODEL = "claude-late-model"
 TAGGED = '<fact turns="1-2">Claude kept parcel K000W for locker 3 and parcel K001W for locker 10.</fact>'
 RENDERED = "\n".join(render_tagged(TAGGED))
 CLAUDE = f"claude:{MODEL}"
+# Seconds a fold waits for Claude in tests where a reply that is not held
+# must come in time: the fake answers in milliseconds, but a shared 2-CPU
+# machine can stall a thread for a few hundred.
+PROMPT = 1.0
 
 
 @pytest.fixture
@@ -43,15 +47,22 @@ def api() -> Iterator[FakeAnthropic]:
 
 
 @contextmanager
-def folding(backend: Backend, api: FakeAnthropic, limit: int = 400) -> Iterator[ConversationHistory]:
-    """A history folding on each store (no worker), Claude waited for 0.2 s before the offline fallback."""
+def folding(
+    backend: Backend, api: FakeAnthropic, limit: int = 400, late_after: float = 0.2
+) -> Iterator[ConversationHistory]:
+    """A history folding on each store (no worker), Claude waited for ``late_after`` s before the offline fallback.
+
+    A test whose held call is the only one keeps the short wait (each held
+    call costs it); one that also needs a prompt reply to come in time
+    waits a second, so that a loaded machine cannot turn that reply late.
+    """
     claude = ClaudeSummarizer(
         ClaudeConfig(api_key="sk-test", model=MODEL, max_tokens=300, timeout=10, max_retries=0,
                      base_url=api.base_url),
         COUNTER,
     )
     writer = SummaryWriter(claude, COUNTER, ExtractiveSummarizer(COUNTER), attempts=1, backoff=0.01,
-                           late_after=0.2)
+                           late_after=late_after)
     history = ConversationHistory(
         backend=backend, settings=Settings(buffer_size=4, eviction_batch=2, summary_token_limit=limit),
         writer=writer, background=False,
@@ -119,7 +130,7 @@ class TestLateReply:
         rewritten = '<fact turns="1-4">Parcels K000W, K001W, K002W and K003W go to lockers 3 to 24.</fact>'
         api.script(Held(gate, Reply(TAGGED)), Reply(extended), Reply(rewritten))
         # 60 tokens: one segment, so the next batch extends the offline one.
-        with folding(MemoryBackend(), api, limit=60) as history:
+        with folding(MemoryBackend(), api, limit=60, late_after=PROMPT) as history:
             for i in range(7):
                 store(history, i)  # the seventh evicts seqs 3-4: Claude extends, then rewrites 1-2
             summary = history.backend.read("c").summary
@@ -141,7 +152,7 @@ class TestLateReply:
         late_lines = render_tagged(late)
         assert 170 < COUNTER.count("\n".join(late_lines)) <= 200  # within what it was asked for
         api.script(Held(gate, Reply(late)), Reply(newer))
-        with folding(MemoryBackend(), api, limit=200) as history:
+        with folding(MemoryBackend(), api, limit=200, late_after=PROMPT) as history:
             for i in range(7):
                 store(history, i)  # seqs 1-2 offline (late), then 3-4 by Claude in a segment of their own
             assert [s.made_by for s in history.backend.read("c").summary.segments] == ["extractive", CLAUDE]
@@ -183,12 +194,16 @@ class TestLateCalls:
 
 
 def claude_server(api: FakeAnthropic, monkeypatch: pytest.MonkeyPatch, backend: Backend | None = None,
-                  **values: object):
-    """The assembled daemon (chd.service.app.start) with Claude behind ``api``, waited for 0.3 s per fold."""
+                  wait: float = 0.3, **values: object):
+    """The assembled daemon (chd.service.app.start) with Claude behind ``api``, waited for ``wait`` s per fold.
+
+    The short default suits tests whose only slow call is held; one that
+    needs a prompt reply in time passes PROMPT.
+    """
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-daemon")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", api.base_url)
     return running(config(
-        summarizer="claude", summarizer_process=False, anthropic_model=MODEL, summarizer_wait=0.3,
+        summarizer="claude", summarizer_process=False, anthropic_model=MODEL, summarizer_wait=wait,
         summarizer_attempts=1, anthropic_max_retries=0, summarizer_timeout=10,
         buffer_size=4, eviction_batch=2, **values,
     ), backend=backend)
@@ -237,7 +252,7 @@ class TestThroughGrpc:
         later = '<fact turns="3-4">Parcels K002W and K003W go to lockers 17 and 24.</fact>'
         api.script(Reply(TAGGED), Held(gate, Reply(later)))
         # A long fold delay: the reader, not the worker, folds here.
-        with claude_server(api, monkeypatch, fold_delay=60) as server, channel_to(server) as channel:
+        with claude_server(api, monkeypatch, wait=PROMPT, fold_delay=60) as server, channel_to(server) as channel:
             store_five(channel)
             assert ask(channel, "Get summary", {"conversation_id": "c"}).result["summary"] == RENDERED
             for i in (5, 6):
@@ -248,7 +263,7 @@ class TestThroughGrpc:
                 "[turn 3] user: Parcel K002W goes to locker 17.", "[turn 4] user: Parcel K003W goes to locker 24.",
             ])
             assert answer.metadata["summary_pending_verbatim"] == 2 and answer.metadata["summary_pending"] == 2
-            assert "did not answer within 0.3 s" in answer.metadata["fold_error"]
+            assert f"did not answer within {PROMPT:g} s" in answer.metadata["fold_error"]
             assert stats_of(channel)["summary_segments"] == 1  # nothing offline was committed
             gate.set()
             expected = RENDERED + "\n" + "\n".join(render_tagged(later))

@@ -110,3 +110,116 @@ class TestLongFacts:
         text = summarize(offline, [], 30, previous)
         assert "callum@;" not in text and not text.endswith("callum@")
         assert "PL-451785" in text
+
+
+def _measurements(chars: int, sentence_chars: int, seed: int) -> str:
+    """``chars`` of "12 by 34 by 56 ..." in sentences of about ``sentence_chars``: one long fact each."""
+    import random
+
+    rng = random.Random(seed)
+    sentences: list[str] = []
+    while sum(len(s) + 1 for s in sentences) < chars:
+        words: list[str] = []
+        while sum(len(w) + 1 for w in words) < sentence_chars:
+            words.append(f"{rng.randrange(10, 99)} by")
+        sentences.append(" ".join(words) + " 7.")
+    return " ".join(sentences)
+
+
+class TestCostGrowsLinearly:
+    """Shapes the retention bench never has (long facts, summaries of thousands of lines) cost linear time too."""
+
+    def test_four_times_longer_sentences_cost_about_the_same_per_character(self, offline):
+        """Same text length in 250- and 1000-character sentences: the cubic search for facts inside facts took 16x."""
+        import time
+
+        best = {250: float("inf"), 1000: float("inf")}
+        for round_ in range(3):
+            for length in best:
+                # Fresh text each round: the summarizer's caches must not answer for it.
+                batch = said(_measurements(8000, length, seed=round_ * 10 + length))
+                started = time.process_time()
+                summarize(offline, batch, 512)
+                best[length] = min(best[length], time.process_time() - started)
+        ratio = best[1000] / max(best[250], 1e-4)
+        assert ratio < 4, f"1000-character facts cost {ratio:.1f}x as much as 250-character ones"
+
+    def test_a_previous_summary_of_thousands_of_lines_condenses_in_linear_time(self, offline):
+        """4x the lines of a previous summary condensed into a small budget: the pairwise join took 16x."""
+        import random
+        import time
+
+        def lines(n: int, seed: int) -> str:
+            rng = random.Random(seed)
+            return "\n".join(
+                f"Turns {2 * i + 1}–{2 * i + 2}: K{rng.randrange(10**6)}; {rng.randrange(10**5)} euros" for i in range(n)
+            )
+
+        best = {500: float("inf"), 2000: float("inf")}
+        for round_ in range(3):
+            for n in best:
+                previous = lines(n, seed=round_ * 10_000 + n)  # fresh text: no cache answers
+                started = time.process_time()
+                summarize(offline, [], 256, previous=previous)
+                best[n] = min(best[n], time.process_time() - started)
+        ratio = best[2000] / max(best[500], 1e-4)
+        assert ratio < 9, f"4x the lines took {ratio:.1f}x the time"  # linear: about 4x
+
+    def test_a_summary_of_thousands_of_blocks_renders_in_linear_time(self, offline):
+        """4x the lines in a budget with room for all: rendering scanned every item once per block (11x)."""
+        import random
+        import time
+
+        def lines(n: int, seed: int) -> str:
+            rng = random.Random(seed)
+            return "\n".join(f"Turn {i + 1}: K{rng.randrange(10**6)}" for i in range(n))
+
+        best = {1000: float("inf"), 4000: float("inf")}
+        for round_ in range(3):
+            for n in best:
+                previous = lines(n, seed=round_ * 10_000 + n)
+                started = time.process_time()
+                summarize(offline, [], 10**6, previous=previous)
+                best[n] = min(best[n], time.process_time() - started)
+        ratio = best[4000] / max(best[1000], 1e-4)
+        assert ratio < 8, f"4x the lines took {ratio:.1f}x the time"  # linear: about 4x
+
+    def test_facts_said_elsewhere_in_a_large_summary_are_found_in_linear_time(self, offline):
+        """16x the lines, in the segment and in the rest of the summary: a search of the rest per fact took 100x and more."""
+        import random
+        import time
+
+        def lines(n: int, seed: int, first: int = 0) -> str:
+            rng = random.Random(seed)
+            return "\n".join(
+                f"Turn {first + i + 1}: K{rng.randrange(10**6)}; {rng.randrange(10**4)} euros; LT{rng.randrange(10**4)}"
+                for i in range(n)
+            )
+
+        best = {250: float("inf"), 4000: float("inf")}
+        for round_ in range(3):
+            for n in best:
+                seed = round_ * 10_000 + n
+                context = SummaryContext(summary=lines(n, seed + 1))
+                previous = lines(n, seed, first=10**6)
+                started = time.process_time()
+                offline.summarize(previous, [], 10**7, context)
+                best[n] = min(best[n], time.process_time() - started)
+        ratio = best[4000] / max(best[250], 1e-4)
+        assert ratio < 40, f"16x the lines took {ratio:.1f}x the time"  # linear: about 16x
+
+
+class TestTextUnlikeTheBench:
+    """Conversations in other languages and scripts read as words, not fragments of them."""
+
+    def test_topic_words_of_a_german_conversation_are_whole_words(self, offline):
+        """'about München', never 'about nchen' (letters outside A-Z used to end a word)."""
+        text = summarize(offline, said(
+            "Wir fahren am Montag nach München zur Großmutter.",
+            "In München übernachten wir im Hotel Königshof für 120 Euro.",
+            "Die Großmutter wohnt in der Schönhauser Straße 12 in München.",
+            "Am Dienstag fahren wir von München weiter nach Zürich.",
+        ), 512)
+        head = text.split(":", 1)[0]
+        assert "München" in head and "Großmutter" in head, head
+        assert "nchen" not in head.replace("München", ""), head

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chd.core.summaries.sentences import facts_of, said_in
+from chd.core.summaries.sentences import facts_of, said_elsewhere, said_in
 
 
 class TestPhrasesAroundRareWords:
@@ -95,3 +95,25 @@ class TestSaidIn:
         assert not said_in("2", "release v2.1.0")
         assert said_in("Ada", "Turns 1–2: Ada; Bo")
         assert said_in("2", "exit code 2.")
+
+
+class TestSaidElsewhere:
+    """Which facts another text already says, as whole words, found in one pass over it."""
+
+    def test_whole_words_only_and_a_turn_range_is_not_a_number_said(self):
+        """'€500' is not said by '€5000' nor '2' by 'v2.1.0' or a head's 'Turns 1–2'; 'Ada' and 'code 7' are."""
+        text = "Turns 1–2: Ada; Bo asked for a refund of €5000 on release v2.1.0 (exit code 7.) and “Lena Park”."
+        facts = ["€500", "2", "Ada", "code 7", "Lena Park", "Bo asked", "€5000", "v2.1.0", "Park Lena"]
+        assert said_elsewhere(facts, text) == {"Ada", "code 7", "Lena Park", "Bo asked", "€5000", "v2.1.0"}
+
+
+class TestWords:
+    """Word tokens for weights, topics and near-repeats."""
+
+    def test_a_word_is_made_of_letters_of_any_script(self):
+        """'München', 'Élodie' and 'Москве' are one word each; a time stays one number."""
+        from chd.core.summaries.sentences import words_of
+
+        assert words_of("Élodie fährt nach München, Встреча в Москве um 10:30.") == [
+            "Élodie", "fährt", "nach", "München", "Встреча", "в", "Москве", "um", "10:30.",
+        ]

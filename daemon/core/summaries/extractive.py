@@ -38,6 +38,7 @@ attribution and facts survive any number of merges; lines in another format
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import re
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ from chd.core.summaries.sentences import (
     STOPWORDS,
     facts_in,
     name_words,
-    said_in,
+    said_elsewhere,
     split_sentences,
     words_of,
 )
@@ -199,8 +200,9 @@ class ExtractiveSummarizer:
         if context is not None and context.summary:
             # Said elsewhere in the summary already: a copy here adds little.
             # As whole words: "€500" is not said by "€5000", nor "2" by "v2.1.0".
+            said = said_elsewhere((f.text for f in facts), context.summary)
             for fact in facts:
-                if said_in(fact.text, context.summary):
+                if fact.text in said:
                     fact.weight *= 0.2
         for fact in facts:
             fact.cost = self._count(fact.text) + 1
@@ -371,7 +373,9 @@ def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> tuple[set[st
     usually what the conversation is about: the place, the allergen, the
     material (sentences.facts_of).
     """
-    words = {w for s in sentences for w in words_of(s) if w.islower() and len(w) >= 4}
+    # English words only: the table splits nearly every word of other scripts
+    # and languages ("übernachten"), which says nothing about its rarity there.
+    words = {w for s in sentences for w in words_of(s) if w.islower() and len(w) >= 4 and w.isascii()}
     split: set[str] = set()
     uncommon: set[str] = set()
     for word in words:
@@ -417,30 +421,49 @@ def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[str]] 
 def _join_blocks(
     blocks: list[_Block], sentences: list[_Sentence], facts: list[_Fact], most: int
 ) -> None:
-    """Join neighbouring headed blocks, the two with the least content first, down to ``most``."""
+    """Join neighbouring headed blocks, the two with the least content first, down to ``most``.
+
+    With a heap of neighbour pairs and the items moved once at the end: a
+    previous summary of thousands of lines condensed into a small budget
+    (a lowered summary_token_limit) cost quadratic time, 3 s for 4,000 lines.
+    """
+    headed = [b.turn_from is not None for b in blocks]
+    count = sum(headed)
+    if count <= most:
+        return
     size = [0] * len(blocks)
     for item in [*sentences, *facts]:
         size[item.block] += 1
-    alive = [i for i in range(len(blocks))]
-    while sum(1 for b in alive if blocks[b].turn_from is not None) > most:
-        pairs = [
-            (size[a] + size[b], k)
-            for k, (a, b) in enumerate(zip(alive, alive[1:]))
-            if blocks[a].turn_from is not None and blocks[b].turn_from is not None
-        ]
-        if not pairs:
-            return
-        _, k = min(pairs)
-        a, b = alive[k], alive[k + 1]
+    after = list(range(1, len(blocks) + 1))  # the next block still there (len: none)
+    before = list(range(-1, len(blocks) - 1))
+    into = list(range(len(blocks)))  # the block each one was joined into
+    # (joined size, left block): ties go to the leftmost pair, as the blocks read.
+    pairs = [(size[a] + size[a + 1], a) for a in range(len(blocks) - 1) if headed[a] and headed[a + 1]]
+    heapq.heapify(pairs)
+    while count > most and pairs:
+        joined, a = heapq.heappop(pairs)
+        b = after[a]
+        if into[a] != a or b >= len(blocks) or not headed[b] or size[a] + size[b] != joined:
+            continue  # stale: one of the two was joined since
         blocks[a] = _Block(
             min(blocks[a].turn_from, blocks[b].turn_from),  # type: ignore[type-var]
             max(blocks[a].turn_to, blocks[b].turn_to),  # type: ignore[type-var]
         )
-        for item in [*sentences, *facts]:
-            if item.block == b:
-                item.block = a
         size[a] += size[b]
-        alive.pop(k + 1)
+        into[b] = a
+        after[a] = after[b]
+        if after[b] < len(blocks):
+            before[after[b]] = a
+        count -= 1
+        for left in (before[a], a):
+            right = after[left] if left >= 0 else len(blocks)
+            if left >= 0 and right < len(blocks) and headed[left] and headed[right]:
+                heapq.heappush(pairs, (size[left] + size[right], left))
+    # A block is only ever joined into one on its left: resolved left to right.
+    for b in range(len(blocks)):
+        into[b] = into[into[b]]
+    for item in [*sentences, *facts]:
+        item.block = into[item.block]
 
 
 def _weights(
@@ -502,6 +525,11 @@ def _score(sentences: list[_Sentence], weights: dict[str, float]) -> None:
 # Facts of up to this many words (names, "Ticket TCK-48601") make the facts
 # inside them redundant; longer ones (messages, decisions) do not.
 _SHORT_FACT_WORDS = 3
+# A long fact covers the facts said inside it of up to this many words (an
+# error message's names and codes). Every run of any length made a fact of
+# a few hundred words (a long run of names or measurements) cost cubic time:
+# 7 s for 64,000 characters of "3 by 4 by 5".
+_COVERED_WORDS = 8
 
 # Near-repeats are looked for among this many earlier sentences with the same
 # facts (and corrections among as many before it): a bound, so that a batch of
@@ -572,7 +600,7 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     for fact in where.values():
         words = fact.text.split(" ")
         if len(words) > _SHORT_FACT_WORDS:
-            fact.covers = tuple(sorted(t for t in _runs(words, fact.text) if t in where))
+            fact.covers = tuple(sorted(t for t in _runs(words, fact.text, _COVERED_WORDS) if t in where))
     for fact in where.values():
         words = _lower_words(fact.text)
         fact.weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
@@ -581,12 +609,13 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     return sorted(where.values(), key=lambda f: f.order)
 
 
-def _runs(words: list[str], whole: str) -> set[str]:
-    """The runs of ``words`` shorter than all of them (``whole``)."""
+def _runs(words: list[str], whole: str, most: int | None = None) -> set[str]:
+    """The runs of ``words`` shorter than all of them (``whole``), of at most ``most`` words."""
+    longest = len(words) if most is None else most
     return {
         run
         for i in range(len(words))
-        for j in range(i + 1, len(words) + 1)
+        for j in range(i + 1, min(len(words), i + longest) + 1)
         if (run := " ".join(words[i:j])) != whole
     }
 
@@ -652,11 +681,17 @@ def _render(
     blocks: list[_Block], plan: _Plan, *, with_topics: bool, weights: dict[str, float] | None = None
 ) -> str:
     lines: list[str] = []
-    quoted = sorted(plan.quoted, key=lambda s: s.order)
-    listed = sorted(plan.listed, key=lambda f: f.order)
-    for b in sorted({s.block for s in quoted} | {f.block for f in listed}):
-        sentences = [s for s in quoted if s.block == b]
-        facts = [f.text for f in listed if f.block == b]
+    # Grouped in one pass: a scan of every item per block was quadratic in a
+    # large budget's blocks (2.2 s of a 4 s call at 2,000 lines).
+    quoted_in: dict[int, list[_Sentence]] = {}
+    for sentence in sorted(plan.quoted, key=lambda s: s.order):
+        quoted_in.setdefault(sentence.block, []).append(sentence)
+    listed_in: dict[int, list[str]] = {}
+    for fact in sorted(plan.listed, key=lambda f: f.order):
+        listed_in.setdefault(fact.block, []).append(fact.text)
+    for b in sorted(quoted_in.keys() | listed_in.keys()):
+        sentences = quoted_in.get(b, [])
+        facts = listed_in.get(b, [])
         block = blocks[b]
         if block.turn_from is None:
             parts = [s.text for s in sentences]

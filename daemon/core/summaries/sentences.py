@@ -26,13 +26,18 @@ import functools
 import re
 from typing import Iterable
 
-__all__ = ["said_in", "split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of", "utterance_key", "STOPWORDS"]
+__all__ = ["said_in", "said_elsewhere", "split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of", "utterance_key", "STOPWORDS"]
 
 # A run of sentence-ending marks; whether it ends a sentence depends on the
 # one character after it, looked at outside the pattern (no lookahead that
 # could fail after an unbounded run and backtrack into it).
 _ENDS = re.compile(r"[.!?]+|\n")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d[\d.,:]*")
+# The same with letters of any script ("München", not "M" and "nchen": a
+# topic read "about nchen"), for text that is not ASCII: 2.3x slower, so
+# ASCII text keeps the pattern above. Each repetition starts with a
+# different character, so neither can backtrack.
+_WORD_ANY_SCRIPT = re.compile(r"[^\W\d_]+(?:['\-][^\W\d_]*)*|\d[\d.,:]*")
 _LEADING = "\"'([{<“‘"
 _TRAILING = "\"')]}>.,;:!?”’…"
 
@@ -101,7 +106,7 @@ def _pieces(sentence: str) -> list[str]:
 
 def words_of(text: str) -> list[str]:
     """Word tokens: words with apostrophes and hyphens, and numbers with their dots."""
-    return _WORD.findall(text)
+    return (_WORD if text.isascii() else _WORD_ANY_SCRIPT).findall(text)
 
 
 def _core(token: str) -> tuple[str, int, bool]:
@@ -417,6 +422,46 @@ def said_in(fact: str, text: str) -> bool:
             return True
         start = text.find(fact, start + 1)
     return False
+
+
+# "Said elsewhere" compares facts of up to this many words; a longer one (a
+# run of names) is rarely repeated word for word and is not looked for.
+_SAID_WORDS = 8
+
+
+def said_elsewhere(facts: Iterable[str], text: str) -> set[str]:
+    """The ``facts`` said in ``text`` as whole words, found in one pass over ``text``.
+
+    Words are compared without the punctuation around them ("K1" is said
+    by "(K1)," but not by "K1/K2" nor "v2.1.0"). ``said_in`` per fact was a
+    search of the whole text for each fact: quadratic in a large budget
+    (1.7 s of a 2.6 s call at 4,000 summary lines). Here each word of
+    ``text`` that starts a fact is tried with the fact lengths that start
+    with it, at most ``_SAID_WORDS`` each: linear in ``text``.
+    """
+    wanted: dict[str, dict[tuple[str, ...], str]] = {}
+    for fact in facts:
+        words = tuple([token.lstrip(_LEADING).rstrip(_TRAILING) for token in fact.split(" ")])
+        if len(words) <= _SAID_WORDS and words[0]:
+            wanted.setdefault(words[0], {})[words] = fact
+    if not wanted:
+        return set()
+    lengths = {first: sorted({len(words) for words in group}) for first, group in wanted.items()}
+    cores = _cores_of(text)
+    found: set[str] = set()
+    for i in [i for i, core in enumerate(cores) if core in wanted]:
+        group = wanted[cores[i]]
+        for n in lengths[cores[i]]:
+            fact = group.get(cores[i:i + n])
+            if fact is not None:
+                found.add(fact)
+    return found
+
+
+@functools.lru_cache(maxsize=4)
+def _cores_of(text: str) -> tuple[str, ...]:
+    """The words of ``text`` without their punctuation (cached: a fold passes the same summary to each call)."""
+    return tuple(token.lstrip(_LEADING).rstrip(_TRAILING) for token in text.split())  # _core's, inlined
 
 
 def utterance_key(text: str) -> str:
