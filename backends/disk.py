@@ -38,15 +38,17 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import operator
 import os
 import sqlite3
 import threading
+import time
 from bisect import bisect_left
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, NoReturn
+from typing import Callable, Iterator, NoReturn, Sequence
 
 import diskcache
 import diskcache.core
@@ -75,20 +77,23 @@ from chd.backends.records import (
     encode_utterances_block,
     encode_in_block,
     encode_meta,
+    encode_own,
     encode_schema,
     encode_summary,
     encode_utterance,
     has_own_record,
     meta_key,
     queued_key,
+    split_block,
     summary_key,
     utterance_key,
 )
+from chd.backends.encoded import EncodedConversation, EncodedUtterance, encode_record, replacing_change
 from chd.backends.disk_errors import describe_open_error, is_full
 from chd.backends.group_commit import GroupCommit, Request
 from chd.backends.lazy_list import LazyList, is_unloaded
 from chd.backends.seq_runs import SeqRuns
-from chd.core.errors import StorageError, StorageFull
+from chd.core.errors import InvalidRequest, StorageError, StorageFull
 from chd.core.utterance import Summary, Utterance
 
 __all__ = ["DiskBackend", "DURABILITY", "InvalidChange"]
@@ -114,6 +119,17 @@ _PAGE = 1000
 # functions so a listing decodes no record in Python.
 _HAS_STATE = "(json_extract(value, '$.next_seq') > 1 OR json_extract(value, '$.settings') <> '{}')"
 
+
+_SEQ, _LONG, _TEXT = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+
+# _insert's statement: Cache.set's row for a text key and value, in one statement for many rows.
+_UPSERT = (
+    "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, tag, size, mode,"
+    f" filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, 0, {diskcache.core.MODE_RAW}, NULL, ?)"
+    " ON CONFLICT(key, raw) DO UPDATE SET store_time = excluded.store_time, expire_time = NULL,"
+    f" access_time = excluded.access_time, access_count = 0, tag = NULL, size = 0, mode = {diskcache.core.MODE_RAW},"
+    " filename = NULL, value = excluded.value"
+)
 
 # What one cached utterance costs in memory besides its text's characters:
 # the Utterance object and its other strings (measured with tracemalloc on
@@ -337,6 +353,175 @@ class DiskBackend:
         with self._group.lock:
             self._commit(requests)
         return [Outcome(request.value, request.error) for request in requests]
+
+    # --- bulk transfer (backends/encoded.py) ---------------------------------------
+
+    def read_encoded(self, conversation_id: str) -> EncodedConversation:
+        """The conversation as one snapshot, its utterances as the JSON texts its records hold.
+
+        For ``chd export``: no ``Utterance`` is built and nothing is cached.
+        """
+        with self._storage("read"):
+            for _ in range(_READ_ATTEMPTS):
+                text = self._meta_text(conversation_id)
+                if text is None:
+                    return EncodedConversation(conversation_id)
+                try:
+                    encoded = self._encoded(conversation_id, decode_meta(text, conversation_id))
+                except _Changed:
+                    continue
+                if self._meta_text(conversation_id) == text:  # one version throughout, as in read
+                    return encoded
+            with self._group.lock, self._cache.transact():
+                text = self._meta_text(conversation_id)
+                if text is None:
+                    return EncodedConversation(conversation_id)
+                try:
+                    return self._encoded(conversation_id, decode_meta(text, conversation_id))
+                except _Changed as missing:
+                    raise StorageError(
+                        f"conversation {conversation_id!r} is damaged in {self.path}: "
+                        f"its record {missing.args[0]} is missing"
+                    ) from None
+
+    def write_encoded(self, batch: Sequence[EncodedConversation], replace: bool) -> None:
+        """Write ``batch`` in one transaction (``chd import``), each conversation whole.
+
+        A conversation with no record yet (the usual import) has its rows
+        built straight from the texts and inserted in one statement; one
+        that has records goes through the general write path.
+
+        Raises:
+            InvalidRequest: a conversation holds data and ``replace`` is
+                False; the transaction is rolled back, so nothing of the
+                batch is written.
+            InvalidChange: a conversation's seqs are not ascending and distinct.
+        """
+        if self._closed:
+            raise StorageError("the disk backend is closed")
+        try:
+            with self._group.lock, self._cache.transact():
+                added = 0
+                for conversation in batch:
+                    cid = conversation.conversation_id
+                    text = self._meta_text(cid)
+                    if text is None:
+                        if not conversation.is_empty:
+                            self._insert(self._encoded_rows(conversation))
+                            added += 1
+                        continue
+                    current = self._current(cid, text)
+                    if not current.state.is_empty and not replace:
+                        raise InvalidRequest(
+                            f"conversation {cid!r} already holds data; use --replace to overwrite it"
+                        )
+                    imported = conversation.to_state()
+                    change = replacing_change(current.state, imported)
+                    new_state = apply_change(current.state, change)
+                    self._write(cid, current, change, new_state)
+                    self._index(cid, current.state, new_state)
+                if added:
+                    self._cache.set(COUNTS_KEY, encode_counts(decode_counts(self._cache.get(COUNTS_KEY)) + added))
+        except _STORAGE_ERRORS as exc:
+            self._failed(exc, "write")
+        self._checkpointer.note_commit()
+
+    def _encoded(self, conversation_id: str, meta: Meta) -> EncodedConversation:
+        """read_encoded's snapshot of the records ``meta`` names (raises _Changed if one is gone)."""
+        found: dict[int, EncodedUtterance] = {}
+        for number, text in self._numbered(block_key(conversation_id, 0)[:-1]).items():
+            found.update(split_block(text, conversation_id, number))
+        found.update((u.seq, encode_record(u)) for u in meta.open)
+        own = self._numbered(utterance_key(conversation_id, 0)[:-1])
+
+        def encoded(seqs: SeqRuns) -> list[EncodedUtterance]:
+            try:
+                return [found[seq] for seq in seqs]
+            except KeyError:
+                pass
+            out = []
+            for seq in seqs:
+                item = found.get(seq) if seq >= meta.own_below else None
+                if item is None:  # a long text, or stored by schema 1
+                    text = own.get(seq)
+                    if text is None:
+                        raise _Changed(f"{utterance_key(conversation_id, seq)!r} (or its block)")
+                    item = encode_record(decode_utterance(text, conversation_id, seq))
+                out.append(item)
+            return out
+
+        return EncodedConversation(
+            conversation_id=conversation_id,
+            next_seq=meta.next_seq,
+            last_turn=meta.last_turn,
+            settings=dict(meta.settings),
+            summary=self._summary(conversation_id) if meta.has_summary else Summary(),
+            buffer=encoded(meta.buffer),
+            pending=encoded(meta.pending),
+            archive=encoded(meta.archive),
+        )
+
+    def _encoded_rows(self, conversation: EncodedConversation) -> list[tuple[str, str]]:
+        """The records of a conversation that has none yet, as (key, value) rows: _write_new's, from texts."""
+        cid = conversation.conversation_id
+        lists = (conversation.buffer, conversation.pending, conversation.archive)
+        try:
+            runs = [SeqRuns.of(list(map(_SEQ, items))) for items in lists]
+        except ValueError as exc:
+            raise InvalidChange(f"refusing a change to conversation {cid!r}: {exc}") from None
+        ordered = sorted(itertools.chain(*lists))
+        seqs = list(map(_SEQ, ordered))
+        if not all(map(operator.lt, seqs, seqs[1:])):
+            raise InvalidChange(f"refusing a change to conversation {cid!r} that would leave its seqs duplicated")
+        rows: list[tuple[str, str]] = []
+        if any(map(_LONG, ordered)):
+            rows.extend((utterance_key(cid, seq), encode_own(record)) for seq, long, record in ordered if long)
+            ordered = [item for item in ordered if not item[1]]
+            seqs = list(map(_SEQ, ordered))
+        texts = list(map(_TEXT, ordered))
+        # Each block's records are a slice of the seq-ordered texts: a step per block, not per utterance.
+        open_block = block_of(conversation.next_seq)
+        opened: list[str] = []
+        start = 0
+        while start < len(seqs):
+            number = block_of(seqs[start])
+            end = bisect_left(seqs, (number + 1) * BLOCK_SIZE + 1, start)
+            if number == open_block:
+                opened = texts[start:end]
+            else:
+                rows.append((block_key(cid, number), encode_block(texts[start:end])))
+            start = end
+        summary = conversation.summary
+        has_summary = bool(summary.segments) or summary.through_seq > 0
+        if has_summary:
+            rows.append((summary_key(cid), encode_summary(summary)))
+        if conversation.pending:
+            rows.append((queued_key(cid), QUEUED_RECORD))
+        meta = Meta(
+            token=self._tokens.next(),
+            next_seq=conversation.next_seq,
+            last_turn=conversation.last_turn,
+            buffer=runs[0],
+            pending=runs[1],
+            archive=runs[2],
+            settings=dict(conversation.settings),
+            has_summary=has_summary,
+        )
+        rows.append((meta_key(cid), encode_meta(meta, opened)))
+        return rows
+
+    def _insert(self, rows: list[tuple[str, str]]) -> None:
+        """Rows as ``Cache.set`` would store each text value, in one statement.
+
+        The columns are diskcache's for a text key and a text value kept in
+        the database (raw key, ``MODE_RAW``, no file, size 0); a key that
+        already exists is updated in place, which fires the same triggers
+        as set's UPDATE.
+        """
+        now = time.time()
+        self._cache._con.executemany(  # diskcache's connection of this thread
+            _UPSERT, [(key, now, now, value) for key, value in rows]
+        )
 
     def _keys(self, prefix: str, after: str, where: str = "") -> Iterator[str]:
         """The ids after ``prefix`` of the keys above ``prefix + after``."""
