@@ -300,16 +300,19 @@ _BLOCK_HEAD = re.compile(r'\{"schema":(\d+),"utterances":\[')
 # import line checked to be so), and a JSON string cannot hold a bare '"':
 # so in a block this matches exactly at the start of each utterance.
 _RECORD_START = '{"seq":'
-_RECORD_KEYS = frozenset(("seq", "speaker", "text", "turn_number", "timestamp", "tokens", "conversation_id", "important"))
+_RECORD_KEYS = frozenset(
+    ("seq", "speaker", "text", "turn_number", "timestamp", "tokens", "conversation_id", "important")
+)
 _scan = json.JSONDecoder().raw_decode
 
 
 def split_block(text: Any, conversation_id: str, block: int) -> dict[int, tuple[int, bool, str]]:
-    """The utterances of a block record by seq, each as (seq, text longer than LONG_TEXT, its JSON object).
+    """The utterances of a block record by seq, as (seq, text longer than LONG_TEXT, its JSON object).
 
     Each object is cut out of the record as it is, by where each seq starts
-    (one str.split, no JSON decoding: that was most of an export's time). A block that does not split into ascending seqs of this
-    block is read with the JSON decoder instead.
+    (one str.split, no JSON decoding: that was most of an export's time). A
+    block that does not split into ascending seqs of this block is read with
+    the JSON decoder instead.
     """
     head = _BLOCK_HEAD.match(text) if isinstance(text, str) else None
     if head is None or int(head.group(1)) > SCHEMA_VERSION or not text.endswith("]}"):
