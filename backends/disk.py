@@ -181,10 +181,20 @@ _NO_META = Meta(token="")
 
 @dataclass(slots=True)
 class _Records:
-    """A conversation's block and own-utterance records as stored, by number, not decoded yet."""
+    """A conversation's records as stored, not decoded yet: blocks and own utterances by number."""
 
     blocks: dict[int, str]
     own: dict[int, str]
+    meta: str | None = None
+    summary: str | None = None
+
+
+# _fetch's statement: a conversation's meta and summary records, and its
+# block and own-utterance records by key range (each part an index seek).
+_FETCH = " UNION ALL ".join(
+    ["SELECT key, value FROM Cache WHERE key = ? AND raw = 1"] * 2
+    + ["SELECT key, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1"] * 2
+)
 
 
 class _Tokens:
@@ -288,24 +298,16 @@ class DiskBackend:
 
     def read(self, conversation_id: str) -> ConversationState:
         with self._storage("read"):
-            for _ in range(_READ_ATTEMPTS):
-                text = self._meta_text(conversation_id)
-                hit = self._cached(conversation_id, text)
-                if hit is not None:
-                    return hit.state
-                assert text is not None
-                meta = decode_meta(text, conversation_id)
-                try:
-                    state = self._load(conversation_id, meta)
-                except _Changed:
-                    continue
-                # The same meta record after the reads means no commit came
-                # between them: every key was read from one version.
-                if self._meta_text(conversation_id) == text:
-                    self._remember(conversation_id, _Cached(text, meta, state, chars=_chars(state)))
-                    return state
-            with self._group.lock, self._cache.transact():
-                return self._current(conversation_id, self._meta_text(conversation_id)).state
+            hit = self._cached(conversation_id, self._meta_text(conversation_id))
+            if hit is not None:
+                return hit.state
+            # A miss: every record of the conversation in one statement, which
+            # SQLite reads from one version (the meta record may be newer than
+            # the one just compared; it is the one the records go with).
+            entry = self._loaded(conversation_id, self._fetch(conversation_id))
+            if entry.text is not None:
+                self._remember(conversation_id, entry)
+            return entry.state
 
     def transact(
         self,
@@ -314,6 +316,16 @@ class DiskBackend:
     ) -> T:
         if self._closed:
             raise StorageError("the disk backend is closed")
+        if conversation_id not in self._states:
+            # Read (and decode) a state not cached yet before taking the write
+            # lock, so the commit finds it cached: decoding inside the commit
+            # held up every writer queued behind it (issue 17: a store to a
+            # conversation not touched since start-up cost 3 ms against 1.4).
+            # A failure here is the commit's to report.
+            try:
+                self.read(conversation_id)
+            except StorageError:
+                pass
         return self._group.run(conversation_id, decide)
 
     def conversations(self) -> list[str]:
@@ -582,34 +594,68 @@ class DiskBackend:
         hit = self._cached(conversation_id, text)
         if hit is not None:
             return hit
-        assert text is not None
+        entry = self._loaded(conversation_id, self._fetch(conversation_id))
+        self._remember(conversation_id, entry)
+        return entry
+
+    def _fetch(self, conversation_id: str) -> _Records:
+        """The conversation's meta, summary, block and own records, not decoded, in one statement.
+
+        One statement, not a query per kind of record: each SQLite call lets
+        go of the GIL, and getting it back while a fold runs in another
+        thread can wait a switch interval (5 ms); a miss made five of them.
+        """
+        blocks, own = block_key(conversation_id, 0)[:-1], utterance_key(conversation_id, 0)[:-1]
+        rows = self._cache._sql(_FETCH, (
+            meta_key(conversation_id), summary_key(conversation_id), blocks + "0", blocks + ":", own + "0", own + ":"
+        )).fetchall()
+        records = _Records({}, {})
+        for key, value in rows:
+            kind = key[0]
+            if kind == "b" or kind == "u":
+                number = key[len(blocks) :]
+                # Another conversation's id can continue this one's after the "#".
+                if number.isdigit():
+                    (records.blocks if kind == "b" else records.own)[int(number)] = value
+            elif kind == "m":
+                records.meta = value
+            else:
+                records.summary = value
+        return records
+
+    def _loaded(self, conversation_id: str, records: _Records) -> _Cached:
+        """The cache entry for ``records`` (from _fetch): the meta record's state, decoded.
+
+        Raises:
+            StorageError: a record the meta record names is not among them.
+        """
+        text = records.meta
+        if text is None:
+            return _Cached(None, None, ConversationState(conversation_id))
         meta = decode_meta(text, conversation_id)
         try:
-            state = self._load(conversation_id, meta)
+            state = self._load(conversation_id, meta, records)
         except _Changed as missing:
             raise StorageError(
                 f"conversation {conversation_id!r} is damaged in {self.path}: "
                 f"its record {missing.args[0]} is missing"
             ) from None
-        entry = _Cached(text, meta, state, chars=_chars(state))
-        self._remember(conversation_id, entry)
-        return entry
+        return _Cached(text, meta, state, chars=_chars(state))
 
-    def _load(self, conversation_id: str, meta: Meta) -> ConversationState:
+    def _load(self, conversation_id: str, meta: Meta, records: _Records) -> ConversationState:
         blocks: dict[int, dict[int, Utterance]] = {block_of(meta.next_seq): {u.seq: u for u in meta.open}}
-        # Every block and own record of the conversation in two range
-        # queries: a get per block cost more than decoding it (13 gets for a
-        # 100-utterance conversation).
-        records = _Records(
-            self._numbered(block_key(conversation_id, 0)[:-1]), self._numbered(utterance_key(conversation_id, 0)[:-1])
-        )
+        summary = Summary()
+        if meta.has_summary:
+            if records.summary is None:
+                raise _Changed(repr(summary_key(conversation_id)))
+            summary = decode_summary(records.summary, conversation_id)
         return ConversationState(
             conversation_id=conversation_id,
             next_seq=meta.next_seq,
             last_turn=meta.last_turn,
             utterances=self._utterances(conversation_id, meta, meta.buffer, blocks, records),
             pending=self._utterances(conversation_id, meta, meta.pending, blocks, records),
-            summary=self._summary(conversation_id) if meta.has_summary else Summary(),
+            summary=summary,
             settings=dict(meta.settings),
             archive=self._archive(conversation_id, meta, blocks, records),
         )
