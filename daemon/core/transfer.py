@@ -203,24 +203,16 @@ def read_export(lines: Iterable[str]) -> Iterator[EncodedConversation]:
     draft_id: Any = None
     seen: set[str] = set()
     fields, types, prefixes, speakers = _LINE_FIELDS, _LINE_TYPES, _PREFIXES, _SPEAKERS
+    match_type, long_text, starts = re.Match, LONG_TEXT, {where: len(prefix) for where, prefix in _PREFIXES.items()}
     for chunk in _chunks(lines):
         for number, line, record in chunk:
-            if type(record) is re.Match:
+            if type(record) is match_type:
                 # An utterance line as chd export writes it: what the pattern
-                # left to check is that it belongs here, its ranges and blanks.
-                where, seq, speaker, text, turn, timestamp, tokens, cid = record.groups()
-                seq = int(seq)
-                if (
-                    cid == draft_id and draft is not None and "\\" not in cid
-                    and timestamp.strip() and "\\" not in timestamp
-                    and 1 <= seq <= _MAX_INT
-                    # The pattern takes up to 16 digits; only then can a number pass 2**53.
-                    and (len(turn) < 16 or int(turn) <= _MAX_INT) and (len(tokens) < 16 or int(tokens) <= _MAX_INT)
-                ):
-                    long = len(text) > LONG_TEXT and (
-                        "\\" not in text or len(json.loads('"' + text + '"')) > LONG_TEXT
-                    )
-                    draft.lists[where].append((seq, long, "{" + line[len(prefixes[where]) :].rstrip(_BLANKS)))
+                # left to check is that it belongs here and has a timestamp.
+                where, seq, text, _, timestamp, _, cid = record.groups()
+                if cid == draft_id and timestamp.strip() and draft is not None:
+                    long = len(text) > long_text and ("\\" not in text or len(json.loads(f'"{text}"')) > long_text)
+                    draft.lists[where].append((int(seq), long, "{" + line[starts[where] :].rstrip(_BLANKS)))
                     continue
                 record = json.loads(line)  # for the checks below, which name what is wrong
             # The usual line, checked without a call per field: the ten
@@ -325,12 +317,14 @@ _BLANKS = " \t\r\n"  # JSON's whitespace
 # matching it checks the JSON syntax and most of each field without
 # decoding the line (decoding was half of an import's time). The groups:
 # in, seq, speaker, text, turn_number, timestamp, tokens, conversation_id.
-_STRING = r'"([^"\\\x00-\x1f]*(?:\\["\\/bfnrt][^"\\\x00-\x1f]*)*)"'  # JSON's, without \\u
-_NUMBER = r"(0|[1-9][0-9]{0,15})"
+_STRING = r'"([^"\\\x00-\x1f]*(?:\\["\\/bfnrt][^"\\\x00-\x1f]*)*)"'  # a JSON string with no \\u escape
+_PLAIN_STRING = r'"([^"\\\x00-\x1f]*)"'  # no escape at all: its text is its value
+# Up to 15 digits: below 2**53 whatever they are (a longer number takes the checking path).
+_COUNT, _POSITIVE = r"(0|[1-9][0-9]{0,14})", r"([1-9][0-9]{0,14})"
 _EXPORTED = re.compile(
-    r'\{"record":"utterance","in":"(buffer|pending|archive)","seq":' + _NUMBER
-    + r',"speaker":"(user|assistant|system)","text":' + _STRING + r',"turn_number":' + _NUMBER
-    + r',"timestamp":' + _STRING + r',"tokens":' + _NUMBER + r',"conversation_id":' + _STRING
+    r'\{"record":"utterance","in":"(buffer|pending|archive)","seq":' + _POSITIVE
+    + r',"speaker":"(?:user|assistant|system)","text":' + _STRING + r',"turn_number":' + _COUNT
+    + r',"timestamp":' + _PLAIN_STRING + r',"tokens":' + _COUNT + r',"conversation_id":' + _PLAIN_STRING
     + r',"important":(?:true|false)\}[ \t\r\n]*'
 )
 # The fields of an utterance line as chd export writes them, and their types.
