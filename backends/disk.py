@@ -35,6 +35,7 @@ transaction, and each call returns after that COMMIT with its own result.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -74,7 +75,6 @@ from chd.backends.records import (
     decode_utterance,
     encode_block,
     encode_counts,
-    encode_utterances_block,
     encode_in_block,
     encode_meta,
     encode_own,
@@ -419,7 +419,10 @@ class DiskBackend:
                     text = self._meta_text(cid)
                     if text is None:
                         if not conversation.is_empty:
-                            self._insert(self._encoded_rows(conversation))
+                            rows, _, _ = self._encoded_rows(conversation)
+                            if conversation.pending:
+                                rows.append((queued_key(cid), QUEUED_RECORD))
+                            self._insert(rows)
                             added += 1
                         continue
                     current = self._current(cid, text)
@@ -473,8 +476,13 @@ class DiskBackend:
             archive=encoded(meta.archive),
         )
 
-    def _encoded_rows(self, conversation: EncodedConversation) -> list[tuple[str, str]]:
-        """The records of a conversation that has none yet, as (key, value) rows: _write_new's, from texts."""
+    def _encoded_rows(self, conversation: EncodedConversation) -> tuple[list[tuple[str, str]], Meta, list[str]]:
+        """The records of a conversation that has none yet, as (key, value) rows, its meta, and its open block.
+
+        The meta record's row comes last; the open block's records are the
+        texts it holds (its ``Meta.open`` is left empty). The summary-queue
+        index and the count are the caller's.
+        """
         cid = conversation.conversation_id
         lists = (conversation.buffer, conversation.pending, conversation.archive)
         try:
@@ -507,8 +515,6 @@ class DiskBackend:
         has_summary = bool(summary.segments) or summary.through_seq > 0
         if has_summary:
             rows.append((summary_key(cid), encode_summary(summary)))
-        if conversation.pending:
-            rows.append((queued_key(cid), QUEUED_RECORD))
         meta = Meta(
             token=self._tokens.next(),
             next_seq=conversation.next_seq,
@@ -520,7 +526,7 @@ class DiskBackend:
             has_summary=has_summary,
         )
         rows.append((meta_key(cid), encode_meta(meta, opened)))
-        return rows
+        return rows, meta, opened
 
     def _insert(self, rows: list[tuple[str, str]]) -> None:
         """Rows as ``Cache.set`` would store each text value, in one statement.
@@ -838,54 +844,22 @@ class DiskBackend:
         return _Cached(text, new_meta, new_state, open_records)
 
     def _write_new(self, conversation_id: str, new_state: ConversationState) -> _Cached:
-        """_write for a conversation with no stored record yet (an import): each block encoded once.
+        """_write for a conversation with no stored record yet: the rows an import writes.
 
         The general path places and encodes utterance by utterance, which
         was half the cost of an import (issue 17); the records are the same.
         """
-        cache = self._cache
-        lists = (new_state.utterances, new_state.pending, new_state.archive)
-        try:
-            runs = [SeqRuns.of(u.seq for u in items) for items in lists]
-        except ValueError as exc:
-            raise InvalidChange(f"refusing a change to conversation {conversation_id!r}: {exc}") from None
-        if sum(map(len, runs)) != len({u.seq for items in lists for u in items}):
-            raise InvalidChange(
-                f"refusing a change to conversation {conversation_id!r} that would leave its seqs duplicated"
-            )
-        open_block = block_of(new_state.next_seq)
-        blocks: dict[int, list[Utterance]] = {}
-        opened: list[Utterance] = []
-        for utterance in sorted((u for items in lists for u in items), key=_seq):
-            if has_own_record(utterance, 1):
-                cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
-                continue
-            number = block_of(utterance.seq)
-            if number == open_block:
-                opened.append(utterance)
-            else:
-                blocks.setdefault(number, []).append(utterance)
-        for number, content in blocks.items():
-            cache.set(block_key(conversation_id, number), encode_utterances_block(content))
-        summary = new_state.summary
-        has_summary = bool(summary.segments) or summary.through_seq > 0
-        if has_summary:
-            cache.set(summary_key(conversation_id), encode_summary(summary))
-        meta = Meta(
-            token=self._tokens.next(),
-            next_seq=new_state.next_seq,
-            last_turn=new_state.last_turn,
-            buffer=runs[0],
-            pending=runs[1],
-            archive=runs[2],
-            settings=dict(new_state.settings),
-            has_summary=has_summary,
-            open=tuple(opened),
+        rows, meta, opened = self._encoded_rows(EncodedConversation.from_state(new_state))
+        self._insert(rows)
+        open_block = block_of(meta.next_seq)
+        opening = sorted(
+            (u for items in (new_state.utterances, new_state.pending, new_state.archive) for u in items
+             if block_of(u.seq) == open_block and not has_own_record(u, 1)),
+            key=_seq,
         )
-        open_records = {u.seq: encode_in_block(u) for u in opened}
-        text = encode_meta(meta, open_records.values())
-        cache.set(meta_key(conversation_id), text)
-        return _Cached(text, meta, new_state, open_records)
+        meta = dataclasses.replace(meta, open=tuple(opening))
+        text = rows[-1][1]  # the meta record's row comes last
+        return _Cached(text, meta, new_state, dict(zip((u.seq for u in opening), opened)))
 
     def _write(
         self, conversation_id: str, current: _Cached, change: Change, new_state: ConversationState

@@ -78,7 +78,6 @@ __all__ = [
     "decode_utterance",
     "encode_in_block",
     "encode_block",
-    "encode_utterances_block",
     "decode_block",
     "encode_own",
     "split_block",
@@ -276,11 +275,6 @@ def encode_block(records: Iterable[str]) -> str:
 def encode_own(record: str) -> str:
     """``encode_utterance`` of an utterance given as the JSON object of its ``to_record()``."""
     return '{"schema":' + str(SCHEMA_VERSION) + "," + record[1:]
-
-
-def encode_utterances_block(utterances: Iterable[Utterance]) -> str:
-    """``encode_block`` of these utterances, encoded in one call (a whole conversation's import)."""
-    return '{"schema":' + str(SCHEMA_VERSION) + ',"utterances":' + _dump([u.to_record() for u in utterances]) + "}"
 
 
 def decode_block(text: Any, conversation_id: str, block: int) -> dict[int, Utterance]:
