@@ -35,18 +35,20 @@ transaction, and each call returns after that COMMIT with its own result.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-import json
 import logging
+import operator
 import os
 import sqlite3
 import threading
+import time
 from bisect import bisect_left
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, NoReturn
+from typing import Callable, Iterator, NoReturn, Sequence
 
 import diskcache
 import diskcache.core
@@ -72,23 +74,25 @@ from chd.backends.records import (
     decode_utterance,
     encode_block,
     encode_counts,
-    encode_utterances_block,
     encode_in_block,
     encode_meta,
+    encode_own,
     encode_schema,
     encode_summary,
     encode_utterance,
     has_own_record,
     meta_key,
     queued_key,
+    split_block,
     summary_key,
     utterance_key,
 )
+from chd.backends.encoded import EncodedConversation, EncodedUtterance, encode_record, replacing_change
 from chd.backends.disk_errors import describe_open_error, is_full
 from chd.backends.group_commit import GroupCommit, Request
 from chd.backends.lazy_list import LazyList, is_unloaded
 from chd.backends.seq_runs import SeqRuns
-from chd.core.errors import StorageError, StorageFull
+from chd.core.errors import InvalidRequest, StorageError, StorageFull
 from chd.core.utterance import Summary, Utterance
 
 __all__ = ["DiskBackend", "DURABILITY", "InvalidChange"]
@@ -114,6 +118,23 @@ _PAGE = 1000
 # functions so a listing decodes no record in Python.
 _HAS_STATE = "(json_extract(value, '$.next_seq') > 1 OR json_extract(value, '$.settings') <> '{}')"
 
+
+_SEQ, _LONG, _TEXT = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+
+# How many seqs a meta record's SeqRuns field (such as [[1,20],[25,25]]) holds, in SQL.
+_RUN_LENGTH = (
+    "(SELECT COALESCE(SUM(json_extract(r.value, '$[1]') - json_extract(r.value, '$[0]') + 1), 0)"
+    " FROM json_each(Cache.value, '$.%s') AS r)"
+)
+
+# _insert's statement: Cache.set's row for a text key and value, in one statement for many rows.
+_UPSERT = (
+    "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, tag, size, mode,"
+    f" filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, 0, {diskcache.core.MODE_RAW}, NULL, ?)"
+    " ON CONFLICT(key, raw) DO UPDATE SET store_time = excluded.store_time, expire_time = NULL,"
+    f" access_time = excluded.access_time, access_count = 0, tag = NULL, size = 0, mode = {diskcache.core.MODE_RAW},"
+    " filename = NULL, value = excluded.value"
+)
 
 # What one cached utterance costs in memory besides its text's characters:
 # the Utterance object and its other strings (measured with tracemalloc on
@@ -165,10 +186,20 @@ _NO_META = Meta(token="")
 
 @dataclass(slots=True)
 class _Records:
-    """A conversation's block and own-utterance records as stored, by number, not decoded yet."""
+    """A conversation's records as stored, not decoded yet: blocks and own utterances by number."""
 
     blocks: dict[int, str]
     own: dict[int, str]
+    meta: str | None = None
+    summary: str | None = None
+
+
+# _fetch's statement: a conversation's meta and summary records, and its
+# block and own-utterance records by key range (each part an index seek).
+_FETCH = " UNION ALL ".join(
+    ["SELECT key, value FROM Cache WHERE key = ? AND raw = 1"] * 2
+    + ["SELECT key, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1"] * 2
+)
 
 
 class _Tokens:
@@ -272,24 +303,16 @@ class DiskBackend:
 
     def read(self, conversation_id: str) -> ConversationState:
         with self._storage("read"):
-            for _ in range(_READ_ATTEMPTS):
-                text = self._meta_text(conversation_id)
-                hit = self._cached(conversation_id, text)
-                if hit is not None:
-                    return hit.state
-                assert text is not None
-                meta = decode_meta(text, conversation_id)
-                try:
-                    state = self._load(conversation_id, meta)
-                except _Changed:
-                    continue
-                # The same meta record after the reads means no commit came
-                # between them: every key was read from one version.
-                if self._meta_text(conversation_id) == text:
-                    self._remember(conversation_id, _Cached(text, meta, state, chars=_chars(state)))
-                    return state
-            with self._group.lock, self._cache.transact():
-                return self._current(conversation_id, self._meta_text(conversation_id)).state
+            hit = self._cached(conversation_id, self._meta_text(conversation_id))
+            if hit is not None:
+                return hit.state
+            # A miss: every record of the conversation in one statement, which
+            # SQLite reads from one version (the meta record may be newer than
+            # the one just compared; it is the one the records go with).
+            entry = self._loaded(conversation_id, self._fetch(conversation_id))
+            if entry.text is not None:
+                self._remember(conversation_id, entry)
+            return entry.state
 
     def transact(
         self,
@@ -298,6 +321,16 @@ class DiskBackend:
     ) -> T:
         if self._closed:
             raise StorageError("the disk backend is closed")
+        if conversation_id not in self._states:
+            # Read (and decode) a state not cached yet before taking the write
+            # lock, so the commit finds it cached: decoding inside the commit
+            # held up every writer queued behind it (issue 17: a store to a
+            # conversation not touched since start-up cost 3 ms against 1.4).
+            # A failure here is the commit's to report.
+            try:
+                self.read(conversation_id)
+            except StorageError:
+                pass
         return self._group.run(conversation_id, decide)
 
     def conversations(self) -> list[str]:
@@ -318,13 +351,17 @@ class DiskBackend:
             return decode_counts(self._cache.get(COUNTS_KEY))
 
     def iter_sizes(self) -> Iterator[tuple[str, int, int]]:
-        """Buffer and queue lengths from the meta records' seq runs; no utterance is read."""
+        """Buffer and queue lengths from the meta records' seq runs; no utterance is read.
+
+        SQLite sums the runs (``_RUN_LENGTH``), without the GIL: the metrics
+        count this in a thread while the daemon starts, and decoding the runs
+        in Python (1-2 s of CPU at 100,000 conversations) held back the rest
+        of start-up, SERVING included.
+        """
         start = len(META_PREFIX)
-        rows = self._rows(
-            META_PREFIX, "", "key, json_extract(value, '$.buffer'), json_extract(value, '$.pending')", _HAS_STATE
-        )
-        for key, buffer, pending in rows:
-            yield key[start:], _run_length(buffer), _run_length(pending)
+        columns = f"key, {_RUN_LENGTH % 'buffer'}, {_RUN_LENGTH % 'pending'}"
+        for key, buffered, pending in self._rows(META_PREFIX, "", columns, _HAS_STATE):
+            yield key[start:], buffered, pending
 
     def queued_conversations(self) -> Iterator[str]:
         return self._keys(QUEUED_PREFIX, "")
@@ -337,6 +374,181 @@ class DiskBackend:
         with self._group.lock:
             self._commit(requests)
         return [Outcome(request.value, request.error) for request in requests]
+
+    # --- bulk transfer (backends/encoded.py) ---------------------------------------
+
+    def read_encoded(self, conversation_id: str) -> EncodedConversation:
+        """The conversation as one snapshot, its utterances as the JSON texts its records hold.
+
+        For ``chd export``: no ``Utterance`` is built and nothing is cached.
+        """
+        with self._storage("read"):
+            for _ in range(_READ_ATTEMPTS):
+                text = self._meta_text(conversation_id)
+                if text is None:
+                    return EncodedConversation(conversation_id)
+                try:
+                    encoded = self._encoded(conversation_id, decode_meta(text, conversation_id))
+                except _Changed:
+                    continue
+                if self._meta_text(conversation_id) == text:  # one version throughout, as in read
+                    return encoded
+            with self._group.lock, self._cache.transact():
+                text = self._meta_text(conversation_id)
+                if text is None:
+                    return EncodedConversation(conversation_id)
+                try:
+                    return self._encoded(conversation_id, decode_meta(text, conversation_id))
+                except _Changed as missing:
+                    raise StorageError(
+                        f"conversation {conversation_id!r} is damaged in {self.path}: "
+                        f"its record {missing.args[0]} is missing"
+                    ) from None
+
+    def write_encoded(self, batch: Sequence[EncodedConversation], replace: bool) -> None:
+        """Write ``batch`` in one transaction (``chd import``), each conversation whole.
+
+        A conversation with no record yet (the usual import) has its rows
+        built straight from the texts and inserted in one statement; one
+        that has records goes through the general write path.
+
+        Raises:
+            InvalidRequest: a conversation holds data and ``replace`` is
+                False; the transaction is rolled back, so nothing of the
+                batch is written.
+            InvalidChange: a conversation's seqs are not ascending and distinct.
+        """
+        if self._closed:
+            raise StorageError("the disk backend is closed")
+        try:
+            with self._group.lock, self._cache.transact():
+                added = 0
+                for conversation in batch:
+                    cid = conversation.conversation_id
+                    text = self._meta_text(cid)
+                    if text is None:
+                        if not conversation.is_empty:
+                            rows, _, _ = self._encoded_rows(conversation)
+                            if conversation.pending:
+                                rows.append((queued_key(cid), QUEUED_RECORD))
+                            self._insert(rows)
+                            added += 1
+                        continue
+                    current = self._current(cid, text)
+                    if not current.state.is_empty and not replace:
+                        raise InvalidRequest(
+                            f"conversation {cid!r} already holds data; use --replace to overwrite it"
+                        )
+                    imported = conversation.to_state()
+                    change = replacing_change(current.state, imported)
+                    new_state = apply_change(current.state, change)
+                    self._write(cid, current, change, new_state)
+                    self._index(cid, current.state, new_state)
+                if added:
+                    self._cache.set(COUNTS_KEY, encode_counts(decode_counts(self._cache.get(COUNTS_KEY)) + added))
+        except _STORAGE_ERRORS as exc:
+            self._failed(exc, "write")
+        self._checkpointer.note_commit()
+
+    def _encoded(self, conversation_id: str, meta: Meta) -> EncodedConversation:
+        """read_encoded's snapshot of the records ``meta`` names (raises _Changed if one is gone)."""
+        found: dict[int, EncodedUtterance] = {}
+        for number, text in self._numbered(block_key(conversation_id, 0)[:-1]).items():
+            found.update(split_block(text, conversation_id, number))
+        found.update((u.seq, encode_record(u)) for u in meta.open)
+        own = self._numbered(utterance_key(conversation_id, 0)[:-1])
+
+        def encoded(seqs: SeqRuns) -> list[EncodedUtterance]:
+            try:
+                return [found[seq] for seq in seqs]
+            except KeyError:
+                pass
+            out = []
+            for seq in seqs:
+                item = found.get(seq) if seq >= meta.own_below else None
+                if item is None:  # a long text, or stored by schema 1
+                    text = own.get(seq)
+                    if text is None:
+                        raise _Changed(f"{utterance_key(conversation_id, seq)!r} (or its block)")
+                    item = encode_record(decode_utterance(text, conversation_id, seq))
+                out.append(item)
+            return out
+
+        return EncodedConversation(
+            conversation_id=conversation_id,
+            next_seq=meta.next_seq,
+            last_turn=meta.last_turn,
+            settings=dict(meta.settings),
+            summary=self._summary(conversation_id) if meta.has_summary else Summary(),
+            buffer=encoded(meta.buffer),
+            pending=encoded(meta.pending),
+            archive=encoded(meta.archive),
+        )
+
+    def _encoded_rows(self, conversation: EncodedConversation) -> tuple[list[tuple[str, str]], Meta, list[str]]:
+        """The records of a conversation that has none yet, as (key, value) rows, its meta, and its open block.
+
+        The meta record's row comes last; the open block's records are the
+        texts it holds (its ``Meta.open`` is left empty). The summary-queue
+        index and the count are the caller's.
+        """
+        cid = conversation.conversation_id
+        lists = (conversation.buffer, conversation.pending, conversation.archive)
+        try:
+            runs = [SeqRuns.of(list(map(_SEQ, items))) for items in lists]
+        except ValueError as exc:
+            raise InvalidChange(f"refusing a change to conversation {cid!r}: {exc}") from None
+        ordered = sorted(itertools.chain(*lists))
+        seqs = list(map(_SEQ, ordered))
+        if not all(map(operator.lt, seqs, seqs[1:])):
+            raise InvalidChange(f"refusing a change to conversation {cid!r} that would leave its seqs duplicated")
+        rows: list[tuple[str, str]] = []
+        if any(map(_LONG, ordered)):
+            rows.extend((utterance_key(cid, seq), encode_own(record)) for seq, long, record in ordered if long)
+            ordered = [item for item in ordered if not item[1]]
+            seqs = list(map(_SEQ, ordered))
+        texts = list(map(_TEXT, ordered))
+        # Each block's records are a slice of the seq-ordered texts: a step per block, not per utterance.
+        open_block = block_of(conversation.next_seq)
+        opened: list[str] = []
+        start = 0
+        while start < len(seqs):
+            number = block_of(seqs[start])
+            end = bisect_left(seqs, (number + 1) * BLOCK_SIZE + 1, start)
+            if number == open_block:
+                opened = texts[start:end]
+            else:
+                rows.append((block_key(cid, number), encode_block(texts[start:end])))
+            start = end
+        summary = conversation.summary
+        has_summary = bool(summary.segments) or summary.through_seq > 0
+        if has_summary:
+            rows.append((summary_key(cid), encode_summary(summary)))
+        meta = Meta(
+            token=self._tokens.next(),
+            next_seq=conversation.next_seq,
+            last_turn=conversation.last_turn,
+            buffer=runs[0],
+            pending=runs[1],
+            archive=runs[2],
+            settings=dict(conversation.settings),
+            has_summary=has_summary,
+        )
+        rows.append((meta_key(cid), encode_meta(meta, opened)))
+        return rows, meta, opened
+
+    def _insert(self, rows: list[tuple[str, str]]) -> None:
+        """Rows as ``Cache.set`` would store each text value, in one statement.
+
+        The columns are diskcache's for a text key and a text value kept in
+        the database (raw key, ``MODE_RAW``, no file, size 0); a key that
+        already exists is updated in place, which fires the same triggers
+        as set's UPDATE.
+        """
+        now = time.time()
+        self._cache._con.executemany(  # diskcache's connection of this thread
+            _UPSERT, [(key, now, now, value) for key, value in rows]
+        )
 
     def _keys(self, prefix: str, after: str, where: str = "") -> Iterator[str]:
         """The ids after ``prefix`` of the keys above ``prefix + after``."""
@@ -397,34 +609,68 @@ class DiskBackend:
         hit = self._cached(conversation_id, text)
         if hit is not None:
             return hit
-        assert text is not None
+        entry = self._loaded(conversation_id, self._fetch(conversation_id))
+        self._remember(conversation_id, entry)
+        return entry
+
+    def _fetch(self, conversation_id: str) -> _Records:
+        """The conversation's meta, summary, block and own records, not decoded, in one statement.
+
+        One statement, not a query per kind of record: each SQLite call lets
+        go of the GIL, and getting it back while a fold runs in another
+        thread can wait a switch interval (5 ms); a miss made five of them.
+        """
+        blocks, own = block_key(conversation_id, 0)[:-1], utterance_key(conversation_id, 0)[:-1]
+        rows = self._cache._sql(_FETCH, (
+            meta_key(conversation_id), summary_key(conversation_id), blocks + "0", blocks + ":", own + "0", own + ":"
+        )).fetchall()
+        records = _Records({}, {})
+        for key, value in rows:
+            kind = key[0]
+            if kind == "b" or kind == "u":
+                number = key[len(blocks) :]
+                # Another conversation's id can continue this one's after the "#".
+                if number.isdigit():
+                    (records.blocks if kind == "b" else records.own)[int(number)] = value
+            elif kind == "m":
+                records.meta = value
+            else:
+                records.summary = value
+        return records
+
+    def _loaded(self, conversation_id: str, records: _Records) -> _Cached:
+        """The cache entry for ``records`` (from _fetch): the meta record's state, decoded.
+
+        Raises:
+            StorageError: a record the meta record names is not among them.
+        """
+        text = records.meta
+        if text is None:
+            return _Cached(None, None, ConversationState(conversation_id))
         meta = decode_meta(text, conversation_id)
         try:
-            state = self._load(conversation_id, meta)
+            state = self._load(conversation_id, meta, records)
         except _Changed as missing:
             raise StorageError(
                 f"conversation {conversation_id!r} is damaged in {self.path}: "
                 f"its record {missing.args[0]} is missing"
             ) from None
-        entry = _Cached(text, meta, state, chars=_chars(state))
-        self._remember(conversation_id, entry)
-        return entry
+        return _Cached(text, meta, state, chars=_chars(state))
 
-    def _load(self, conversation_id: str, meta: Meta) -> ConversationState:
+    def _load(self, conversation_id: str, meta: Meta, records: _Records) -> ConversationState:
         blocks: dict[int, dict[int, Utterance]] = {block_of(meta.next_seq): {u.seq: u for u in meta.open}}
-        # Every block and own record of the conversation in two range
-        # queries: a get per block cost more than decoding it (13 gets for a
-        # 100-utterance conversation).
-        records = _Records(
-            self._numbered(block_key(conversation_id, 0)[:-1]), self._numbered(utterance_key(conversation_id, 0)[:-1])
-        )
+        summary = Summary()
+        if meta.has_summary:
+            if records.summary is None:
+                raise _Changed(repr(summary_key(conversation_id)))
+            summary = decode_summary(records.summary, conversation_id)
         return ConversationState(
             conversation_id=conversation_id,
             next_seq=meta.next_seq,
             last_turn=meta.last_turn,
             utterances=self._utterances(conversation_id, meta, meta.buffer, blocks, records),
             pending=self._utterances(conversation_id, meta, meta.pending, blocks, records),
-            summary=self._summary(conversation_id) if meta.has_summary else Summary(),
+            summary=summary,
             settings=dict(meta.settings),
             archive=self._archive(conversation_id, meta, blocks, records),
         )
@@ -607,54 +853,22 @@ class DiskBackend:
         return _Cached(text, new_meta, new_state, open_records)
 
     def _write_new(self, conversation_id: str, new_state: ConversationState) -> _Cached:
-        """_write for a conversation with no stored record yet (an import): each block encoded once.
+        """_write for a conversation with no stored record yet: the rows an import writes.
 
         The general path places and encodes utterance by utterance, which
         was half the cost of an import (issue 17); the records are the same.
         """
-        cache = self._cache
-        lists = (new_state.utterances, new_state.pending, new_state.archive)
-        try:
-            runs = [SeqRuns.of(u.seq for u in items) for items in lists]
-        except ValueError as exc:
-            raise InvalidChange(f"refusing a change to conversation {conversation_id!r}: {exc}") from None
-        if sum(map(len, runs)) != len({u.seq for items in lists for u in items}):
-            raise InvalidChange(
-                f"refusing a change to conversation {conversation_id!r} that would leave its seqs duplicated"
-            )
-        open_block = block_of(new_state.next_seq)
-        blocks: dict[int, list[Utterance]] = {}
-        opened: list[Utterance] = []
-        for utterance in sorted((u for items in lists for u in items), key=_seq):
-            if has_own_record(utterance, 1):
-                cache.set(utterance_key(conversation_id, utterance.seq), encode_utterance(utterance))
-                continue
-            number = block_of(utterance.seq)
-            if number == open_block:
-                opened.append(utterance)
-            else:
-                blocks.setdefault(number, []).append(utterance)
-        for number, content in blocks.items():
-            cache.set(block_key(conversation_id, number), encode_utterances_block(content))
-        summary = new_state.summary
-        has_summary = bool(summary.segments) or summary.through_seq > 0
-        if has_summary:
-            cache.set(summary_key(conversation_id), encode_summary(summary))
-        meta = Meta(
-            token=self._tokens.next(),
-            next_seq=new_state.next_seq,
-            last_turn=new_state.last_turn,
-            buffer=runs[0],
-            pending=runs[1],
-            archive=runs[2],
-            settings=dict(new_state.settings),
-            has_summary=has_summary,
-            open=tuple(opened),
+        rows, meta, opened = self._encoded_rows(EncodedConversation.from_state(new_state))
+        self._insert(rows)
+        open_block = block_of(meta.next_seq)
+        opening = sorted(
+            (u for items in (new_state.utterances, new_state.pending, new_state.archive) for u in items
+             if block_of(u.seq) == open_block and not has_own_record(u, 1)),
+            key=_seq,
         )
-        open_records = {u.seq: encode_in_block(u) for u in opened}
-        text = encode_meta(meta, open_records.values())
-        cache.set(meta_key(conversation_id), text)
-        return _Cached(text, meta, new_state, open_records)
+        meta = dataclasses.replace(meta, open=tuple(opening))
+        text = rows[-1][1]  # the meta record's row comes last
+        return _Cached(text, meta, new_state, dict(zip((u.seq for u in opening), opened)))
 
     def _write(
         self, conversation_id: str, current: _Cached, change: Change, new_state: ConversationState
@@ -961,11 +1175,6 @@ def _chars(state: ConversationState) -> int:
     if not is_unloaded(state.archive):
         lists.append(state.archive)
     return sum(len(u.text) for items in lists for u in items)
-
-
-def _run_length(runs: str) -> int:
-    """How many seqs a SeqRuns record such as ``[[1,20],[25,25]]`` holds."""
-    return sum(last - first + 1 for first, last in json.loads(runs))
 
 
 def _seq(utterance: Utterance) -> int:

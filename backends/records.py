@@ -44,6 +44,7 @@ first open of an older data dir builds both, once, from the meta records.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, TypeVar
 
@@ -77,8 +78,9 @@ __all__ = [
     "decode_utterance",
     "encode_in_block",
     "encode_block",
-    "encode_utterances_block",
     "decode_block",
+    "encode_own",
+    "split_block",
     "encode_summary",
     "decode_summary",
     "encode_schema",
@@ -270,9 +272,9 @@ def encode_block(records: Iterable[str]) -> str:
     return '{"schema":' + str(SCHEMA_VERSION) + ',"utterances":[' + ",".join(records) + "]}"
 
 
-def encode_utterances_block(utterances: Iterable[Utterance]) -> str:
-    """``encode_block`` of these utterances, encoded in one call (a whole conversation's import)."""
-    return '{"schema":' + str(SCHEMA_VERSION) + ',"utterances":' + _dump([u.to_record() for u in utterances]) + "}"
+def encode_own(record: str) -> str:
+    """``encode_utterance`` of an utterance given as the JSON object of its ``to_record()``."""
+    return '{"schema":' + str(SCHEMA_VERSION) + "," + record[1:]
 
 
 def decode_block(text: Any, conversation_id: str, block: int) -> dict[int, Utterance]:
@@ -282,6 +284,80 @@ def decode_block(text: Any, conversation_id: str, block: int) -> dict[int, Utter
         f"block {block} of conversation {conversation_id!r}",
         lambda record: {u.seq: u for u in map(Utterance.from_record, record["utterances"])},
     )
+
+
+# A block as encode_block writes it: then each utterance's text is cut out
+# of the record as it is (split_block), not decoded and encoded again.
+_BLOCK_HEAD = re.compile(r'\{"schema":(\d+),"utterances":\[')
+# Where each utterance of a block starts. Every utterance record chd writes
+# starts with its seq and holds no object or list (to_record's fields, or an
+# import line checked to be so), and a JSON string cannot hold a bare '"':
+# so in a block this matches exactly at the start of each utterance.
+_RECORD_START = '{"seq":'
+_RECORD_KEYS = frozenset(
+    ("seq", "speaker", "text", "turn_number", "timestamp", "tokens", "conversation_id", "important")
+)
+_scan = json.JSONDecoder().raw_decode
+
+
+def split_block(text: Any, conversation_id: str, block: int) -> dict[int, tuple[int, bool, str]]:
+    """The utterances of a block record by seq, as (seq, text longer than LONG_TEXT, its JSON object).
+
+    Each object is cut out of the record as it is, by where each seq starts
+    (one str.split, no JSON decoding: that was most of an export's time). A
+    block that does not split into ascending seqs of this block is read with
+    the JSON decoder instead.
+    """
+    head = _BLOCK_HEAD.match(text) if isinstance(text, str) else None
+    if head is None or int(head.group(1)) > SCHEMA_VERSION or not text.endswith("]}"):
+        return _split_decoded(text, conversation_id, block)
+    body = text[head.end() : -2]
+    if not body:
+        return {}
+    high = (block + 1) * BLOCK_SIZE
+    previous = block * BLOCK_SIZE
+    out: dict[int, tuple[int, bool, str]] = {}
+    if body.startswith(_RECORD_START):
+        for piece in body[len(_RECORD_START) :].split("," + _RECORD_START):
+            digits = piece[: piece.find(",")]
+            if not (digits.isascii() and digits.isdigit()) or not previous < int(digits) <= high:
+                break
+            previous = int(digits)
+            out[previous] = (previous, False, _RECORD_START + piece)
+        else:
+            return out
+    return _split_scanned(text, conversation_id, block, head.end())
+
+
+def _split_scanned(text: str, conversation_id: str, block: int, i: int) -> dict[int, tuple[int, bool, str]]:
+    """split_block's objects found by the JSON decoder, each cut out as it is when it is a plain record."""
+    out: dict[int, tuple[int, bool, str]] = {}
+    try:
+        if text[i] == "]":
+            return out if text[i + 1 :] == "}" else _split_decoded(text, conversation_id, block)
+        while True:
+            record, end = _scan(text, i)
+            if not (
+                type(record) is dict and len(record) == 8 and record.keys() == _RECORD_KEYS
+                and type(record["seq"]) is int and type(record["text"]) is str
+            ):
+                return _split_decoded(text, conversation_id, block)
+            out[record["seq"]] = (record["seq"], len(record["text"]) > LONG_TEXT, text[i:end])
+            if text[end] == "]":
+                break
+            if text[end] != ",":
+                return _split_decoded(text, conversation_id, block)
+            i = end + 1
+    except (ValueError, IndexError):  # JSONDecodeError is a ValueError
+        return _split_decoded(text, conversation_id, block)
+    return out if text[end + 1 :] == "}" else _split_decoded(text, conversation_id, block)
+
+
+def _split_decoded(text: Any, conversation_id: str, block: int) -> dict[int, tuple[int, bool, str]]:
+    return {
+        seq: (seq, len(u.text) > LONG_TEXT, _dump(u.to_record()))
+        for seq, u in decode_block(text, conversation_id, block).items()
+    }
 
 
 def encode_summary(summary: Summary) -> str:

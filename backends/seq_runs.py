@@ -8,6 +8,7 @@ of it instead of a list that grows with the buffer.
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_right
 from typing import Iterable, Iterator
 
@@ -45,6 +46,10 @@ class SeqRuns:
     @classmethod
     def of(cls, seqs: Iterable[int]) -> SeqRuns:
         """The runs of ascending ``seqs``; raises ValueError if they are not ascending."""
+        seqs = seqs if isinstance(seqs, list) else list(seqs)
+        if seqs and seqs[-1] - seqs[0] == len(seqs) - 1 and all(map(operator.lt, seqs, seqs[1:])):
+            # One run, told without a step per seq (an import's usual buffer and archive).
+            return cls._trusted(((seqs[0], seqs[-1]),), len(seqs))
         runs: list[list[int]] = []
         for seq in seqs:
             if runs and seq == runs[-1][1] + 1:

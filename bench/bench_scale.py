@@ -97,10 +97,11 @@ def write_export(path: Path, size: int, seed: int = 17) -> int:
             out.write(json.dumps(header, separators=(",", ":")) + "\n")
             for where, seqs in (("buffer", range(ARCHIVED + 1, total + 1)), ("archive", range(1, ARCHIVED + 1))):
                 for seq in seqs:
-                    record = {"record": "utterance", "in": where, "conversation_id": cid, "seq": seq,
+                    # The fields in the order `chd export` writes them.
+                    record = {"record": "utterance", "in": where, "seq": seq,
                               "speaker": "user" if seq % 2 else "assistant", "text": _text(rng, seq),
                               "turn_number": seq, "timestamp": f"2026-01-01T00:{seq // 60:02d}:{seq % 60:02d}.000000Z",
-                              "tokens": 14, "important": False}
+                              "tokens": 14, "conversation_id": cid, "important": False}
                     out.write(json.dumps(record, separators=(",", ":")) + "\n")
                     lines += 1
     return lines

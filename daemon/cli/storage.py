@@ -18,19 +18,23 @@ from __future__ import annotations
 
 import argparse
 import logging
+import marshal
 import os
 import shutil
 import sys
 import tempfile
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Iterable, Iterator, TextIO
+from typing import Any, BinaryIO, Iterable, Iterator, TextIO
 
-from chd.backends import ALIASES, Backend, ConversationState, open_backend
+from chd.backends import ALIASES, Backend, open_backend
 from chd.backends.base import iter_conversations
 from chd.core.errors import DaemonError, InvalidRequest
-from chd.core.transfer import ImportCounts, check_lines, export_lines, import_stream, iter_states
+from chd.core.utterance import Summary
+from chd.backends.base import count_conversations
+from chd.backends.encoded import EncodedConversation
+from chd.core.transfer import ImportCounts, export_text, import_encoded, read_export
 from chd.service import config
 
 __all__ = [
@@ -171,17 +175,18 @@ def run_transfer(args: argparse.Namespace) -> int:
         fresh_dir = Path(data_dir).expanduser().absolute()
         while not fresh_dir.parent.exists():  # opening creates the missing parents too
             fresh_dir = fresh_dir.parent
-    with _readable(args.file) if args.command == "import" else nullcontext(None) as path:
-        return _transfer(args, storage, data_dir, fresh_dir, path)
+    with tempfile.TemporaryFile() if args.command == "import" else nullcontext(None) as spool:
+        return _transfer(args, storage, data_dir, fresh_dir, spool)
 
 
 def _transfer(
-    args: argparse.Namespace, storage: config.Config, data_dir: str | None, fresh_dir: Path | None, path: str | None
+    args: argparse.Namespace, storage: config.Config, data_dir: str | None, fresh_dir: Path | None,
+    spool: BinaryIO | None,
 ) -> int:
     try:
         # Checked before storage is opened: a bad file creates nothing. One
         # conversation at a time, so the file's size does not matter (issue 17).
-        ids = _check_import(path) if path is not None else None
+        ids = _check_import(args.file, spool) if spool is not None else None
     except DaemonError as exc:
         print(f"chd: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -192,10 +197,10 @@ def _transfer(
         return EXIT_FAILED
     done = False
     try:
-        if path is None or ids is None:
+        if spool is None or ids is None:
             code = _export(backend, args)
         else:
-            code = _import(backend, path, ids, args.replace)
+            code = _import(backend, spool, ids, args.replace)
         done = True
         return code
     except DaemonError as exc:
@@ -225,39 +230,66 @@ def _export(backend: Backend, args: argparse.Namespace) -> int:
         # Streamed: a listing of 100,000 ids is not held, nor read twice.
         ids = iter_conversations(backend)
     progress = _Progress("exported")
-    counted = progress.conversations(ids)
     if args.output == "-":
-        _write_lines(sys.stdout, export_lines(backend, counted), progress)
+        _write_conversations(sys.stdout, export_text(backend, ids), progress)
     else:
         # Written aside and renamed, so a failed export never leaves half a backup.
         partial = f"{args.output}.partial"
         with _open(partial, "w") as out:
-            _write_lines(out, export_lines(backend, counted), progress)
+            _write_conversations(out, export_text(backend, ids), progress)
         os.replace(partial, args.output)
     progress.end()
     print(f"exported {progress.done} conversation(s)", file=sys.stderr)
     return 0
 
 
-def _write_lines(out: TextIO, lines: Iterator[str], progress: "_Progress") -> None:
+def _write_conversations(out: TextIO, conversations: Iterator[tuple[str, int]], progress: "_Progress") -> None:
     write = out.write
-    for line in lines:
-        write(line)
-        write("\n")
-        if line.startswith('{"record":"utterance"'):
-            progress.utterances += 1
+    for text, utterances in conversations:
+        write(text)
+        progress.done += 1
+        progress.utterances += utterances
+        progress.show()
 
 
-def _check_import(path: str) -> list[str]:
-    """The ids of the conversations in the file at ``path``, after checking all of it."""
+def _check_import(path: str, spool: BinaryIO) -> list[str]:
+    """The ids of the conversations in the file at ``path`` (``-``: stdin), after checking all of it.
+
+    Each checked conversation goes to ``spool`` as it is read, so the write
+    pass takes them from there, checked once, and stdin is read only once.
+    """
+    ids = []
     with _open(path, "r") as source:
-        return check_lines(source)
+        for conversation in read_export(source):
+            packed = marshal.dumps(_packed(conversation))
+            spool.write(len(packed).to_bytes(8, "little"))
+            spool.write(packed)
+            ids.append(conversation.conversation_id)
+    spool.seek(0)
+    return ids
 
 
-def _import(backend: Backend, path: str, ids: list[str], replace: bool = False) -> int:
-    if not replace:
+def _packed(conversation: EncodedConversation) -> tuple[Any, ...]:
+    # marshal, not pickle: the spool holds only plain values, and loading it runs no code.
+    c = conversation
+    summary = c.summary.to_record()
+    return (c.conversation_id, c.next_seq, c.last_turn, c.settings, summary, c.buffer, c.pending, c.archive)
+
+
+def _unpacked(spool: BinaryIO, count: int) -> Iterator[EncodedConversation]:
+    for _ in range(count):
+        # Length-prefixed: marshal.load from a file reads it in small pieces, 30x slower.
+        size = int.from_bytes(spool.read(8), "little")
+        cid, next_seq, last_turn, settings, summary, buffer, pending, archive = marshal.loads(spool.read(size))
+        yield EncodedConversation(cid, next_seq, last_turn, settings, Summary.from_record(summary),
+                                  buffer, pending, archive)
+
+
+def _import(backend: Backend, spool: BinaryIO, ids: list[str], replace: bool = False) -> int:
+    if not replace and count_conversations(backend) > 0:
         # Before the first write, as when the whole file was held (a writer
         # that gets in meanwhile is still refused inside its transaction).
+        # An empty backend (a restore into a new dir) has nothing to refuse.
         for conversation_id in ids:
             if not backend.read(conversation_id).is_empty:
                 raise InvalidRequest(
@@ -266,20 +298,18 @@ def _import(backend: Backend, path: str, ids: list[str], replace: bool = False) 
     progress = _Progress("imported")
     report = not progress.enabled
 
-    def written(batch: list[ConversationState], counts: ImportCounts) -> None:
+    def written(batch: list[EncodedConversation], counts: ImportCounts) -> None:
         progress.done, progress.utterances = counts.conversations, counts.utterances
         progress.show()
         if report:  # piped: one line per conversation, as before
-            for state in batch:
-                print(
-                    f"imported {state.conversation_id}: {len(state.utterances)} in the buffer, "
-                    f"{len(state.pending)} queued for the summary, {len(state.archive)} archived, "
-                    f"summary through #{state.summary.through_seq}",
-                    file=sys.stderr,
-                )
+            print("\n".join(
+                f"imported {c.conversation_id}: {len(c.buffer)} in the buffer, "
+                f"{len(c.pending)} queued for the summary, {len(c.archive)} archived, "
+                f"summary through #{c.summary.through_seq}"
+                for c in batch
+            ), file=sys.stderr)
 
-    with _open(path, "r") as source:
-        import_stream(backend, iter_states(source), replace=replace, on_batch=written)
+    import_encoded(backend, _unpacked(spool, len(ids)), replace=replace, on_batch=written)
     progress.end()
     return 0
 
@@ -294,12 +324,6 @@ class _Progress:
         self.done = 0
         self.utterances = 0
         self._start = self._shown = time.monotonic()
-
-    def conversations(self, ids: Iterable[str]) -> Iterator[str]:
-        for conversation_id in ids:
-            yield conversation_id
-            self.done += 1
-            self.show()
 
     def show(self) -> None:
         if not self.enabled:
@@ -319,20 +343,6 @@ class _Progress:
             self._shown = 0.0
             self.show()
             self.stream.write("\n")
-
-
-@contextmanager
-def _readable(path: str) -> Iterator[str]:
-    """``path``, or a spooled copy of stdin for ``-``: an import reads its input twice."""
-    if path != "-":
-        yield path
-        return
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".jsonl", delete=False) as spool:
-        shutil.copyfileobj(sys.stdin, spool)
-    try:
-        yield spool.name
-    finally:
-        os.unlink(spool.name)
 
 
 def _open(path: str, mode: str) -> TextIO:

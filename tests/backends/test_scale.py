@@ -119,6 +119,22 @@ class TestListing:
         assert sorted(iter_sizes(any_backend)) == [("a", 1, 0), ("b", 1, 0), ("c", 1, 0)]
 
 
+    def test_the_disk_backend_sums_buffer_and_queue_runs_with_gaps_in_sql(self, tmp_path: Path) -> None:
+        """iter_sizes adds up the meta records' seq runs in SQLite: gaps, a queue, an empty buffer."""
+        backend = DiskBackend(tmp_path)
+        for _ in range(9):
+            backend.transact("gaps", append_next())
+        backend.transact("gaps", lambda s: (Change(remove={4, 7}), None))
+        backend.transact("gaps", lambda s: (Change(
+            remove={1, 2}, pending_add=[u for u in s.utterances if u.seq in (1, 2)]), None))
+        backend.transact("queued", append_next())
+        backend.transact("queued", lambda s: (Change(remove={1}, pending_add=list(s.utterances)), None))
+        expected = {cid: (len(s.utterances), len(s.pending)) for cid in ("gaps", "queued") for s in [backend.read(cid)]}
+        assert expected == {"gaps": (5, 2), "queued": (0, 1)}
+        assert sorted(backend.iter_sizes()) == [("gaps", 5, 2), ("queued", 0, 1)]
+        backend.close()
+
+
 class TestCounters:
     """The count and the queue index agree with a full scan after every kind of change."""
 
@@ -294,4 +310,39 @@ class TestArchiveDecodedWhenAsked:
         other.close()
         assert old.archive == expected.archive
         assert backend.read("c").archive == replacement.archive
+        backend.close()
+
+
+class TestMissOutsideTheLock:
+    """A store to a conversation not cached yet reads it in one statement, before the write transaction."""
+
+    @staticmethod
+    def _statements(backend: DiskBackend) -> list[str]:
+        seen: list[str] = []
+        backend._cache._con.set_trace_callback(seen.append)  # this thread's connection, as the backend uses it
+        return seen
+
+    def test_a_cache_miss_reads_the_conversation_in_one_statement(self, tmp_path: Path) -> None:
+        """Each SQLite call lets go of the GIL; a miss made five (meta, blocks, own records, summary, meta)."""
+        TestArchiveDecodedWhenAsked._archived(tmp_path)
+        backend = DiskBackend(tmp_path)
+        seen = self._statements(backend)
+        state = backend.read("c")
+        assert [u.seq for u in state.utterances] == list(range(31, 41)) and len(state.archive) == 30
+        assert len([s for s in seen if s.lstrip().upper().startswith("SELECT")]) == 2  # the meta's get, then the rest
+        seen.clear()
+        backend.read("c")  # cached: the meta's get only
+        assert len(seen) == 1
+        backend.close()
+
+    def test_a_store_decodes_an_uncached_conversation_before_its_write_transaction(self, tmp_path: Path) -> None:
+        """Decoding inside BEGIN IMMEDIATE held every other writer (and the folds) behind it."""
+        TestArchiveDecodedWhenAsked._archived(tmp_path)
+        backend = DiskBackend(tmp_path)
+        seen = self._statements(backend)
+        backend.transact("c", append_next())
+        begin = next(i for i, s in enumerate(seen) if s.startswith("BEGIN"))
+        fetches = [i for i, s in enumerate(seen) if "UNION ALL" in s]
+        assert fetches and all(i < begin for i in fetches)
+        assert [u.seq for u in backend.read("c").utterances][-1] == 41
         backend.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -133,6 +134,168 @@ class TestRoundTrip:
 
 
 def _moved(utterance, conversation_id: str):
-    from dataclasses import replace
-
     return replace(utterance, conversation_id=conversation_id)
+
+
+def _line(where: str, **fields) -> str:
+    """An utterance line as chd export writes it (fields in Utterance.to_record's order)."""
+    record = {"seq": 1, "speaker": "user", "text": "hello", "turn_number": 1, "timestamp": "2026-01-01T00:00:00Z",
+              "tokens": 2, "conversation_id": "c", "important": False}
+    record.update(fields)
+    return json.dumps({"record": "utterance", "in": where, **record}, ensure_ascii=False, separators=(",", ":"))
+
+
+def _header(cid: str = "c", next_seq: int = 10, **fields) -> str:
+    return json.dumps({"record": "conversation", "format": 1, "conversation_id": cid, "next_seq": next_seq,
+                       "last_turn": 9, "settings": {}, **fields})
+
+
+def _stored_rows(directory: Path) -> dict[str, tuple]:
+    """Every row of the data dir's Cache table but its times, the meta records' tokens blanked."""
+    import re
+    import sqlite3
+
+    with sqlite3.connect(directory / "cache.db") as db:
+        rows = db.execute("SELECT key, raw, expire_time, access_count, tag, size, mode, filename, value FROM Cache")
+        return {row[0]: (*row[1:8], re.sub(r'"token":"[^"]*"', '"token":""', str(row[8]))) for row in rows}
+
+
+class TestRecordsAsText:
+    """Utterances move as the JSON text of their records (issue 17), and still come out as chd writes them."""
+
+    def test_lines_in_any_valid_form_are_stored_and_exported_as_chd_writes_them(self, tmp_path: Path) -> None:
+        """Spaces, key order, escapes, a repeated key, a record-like text: same states, canonical export."""
+        from chd.core.transfer import import_encoded, read_export
+
+        tricky = 'a text with {"seq":2,"speaker":"user"} and ,{"seq":3, inside, \\ and "quotes" and [brackets]'
+        lines = [
+            _header(next_seq=12),
+            # As chd writes it, but a text that looks like the start of another record.
+            _line("archive", seq=1, text=tricky),
+            # Spaces after the separators.
+            json.dumps(json.loads(_line("archive", seq=2))),
+            # The fields in another order, an escaped character, no "important".
+            '{"record":"utterance","in":"archive","conversation_id":"c","text":"caf\\u00e9","seq":3,'
+            '"speaker":"assistant","turn_number":3,"timestamp":"t3","tokens":4}',
+            # "in" twice: JSON keeps the last, so it is archived, and no stored record keeps an "in".
+            _line("buffer", seq=4)[:-1] + ',"in":"archive"}',
+            # A repeated key whose first value is a record-like object.
+            _line("buffer", seq=5)[:-1].replace('"seq":5,', '"seq":{"seq":9},"seq":5,', 1) + "}",
+            _line("pending", seq=6, text="x" * 600),  # a long text: its own record
+            _line("buffer", seq=7, text="y" * 600, speaker="system", important=True),
+            _line("buffer", seq=8, text='an "escaped" quote'),
+            _line("buffer", seq=11, text="last"),
+        ]
+        conversations = list(read_export(lines))
+        target = DiskBackend(tmp_path / "data")
+        import_encoded(target, conversations)
+        state = target.read("c")
+        assert [u.seq for u in state.archive] == [1, 2, 3, 4]
+        assert [u.seq for u in state.pending] == [6]
+        assert [u.seq for u in state.utterances] == [5, 7, 8, 11]
+        assert state.archive[0].text == tricky and state.archive[2].text == "café"
+        assert state.utterances[0].seq == 5 and state.utterances[1].important
+        exported = list(export_lines(target, ["c"]))
+        canonical = [
+            _line("buffer", **u.to_record()) for u in state.utterances
+        ] + [_line("pending", **u.to_record()) for u in state.pending] + [
+            _line("archive", **u.to_record()) for u in state.archive
+        ]
+        assert exported[1:] == canonical
+        # Read afresh from disk (no cache), the same.
+        target.close()
+        again = DiskBackend(tmp_path / "data")
+        assert list(export_lines(again, ["c"])) == exported
+        assert again.read("c") == state
+        again.close()
+
+    def test_a_lone_surrogate_escape_is_refused_naming_its_line(self, tmp_path: Path) -> None:
+        """JSON lets "\\ud800" through, but no UTF-8 can hold it: it was a traceback from SQLite after the check."""
+        half = _line("buffer", seq=2, text="half X a pair").replace("X", "\\ud800")
+        lone = [_header(next_seq=3), _line("buffer", seq=1), half]
+        path = tmp_path / "lone.jsonl"
+        path.write_text("\n".join(lone) + "\n", encoding="utf-8")
+        done = run_chd("import", str(path), "--data-dir", str(tmp_path / "data"))
+        assert done.returncode == 1
+        assert done.stderr.strip() == (
+            "chd: line 3: holds a \\ud800-\\udfff escape without its pair, which is not a character"
+        )
+        assert not (tmp_path / "data").exists()
+        # A whole pair is one character, and imports.
+        pair = _line("buffer", seq=2, text="X").replace("X", "\\ud83d\\ude00")
+        path.write_text("\n".join([*lone[:2], pair]) + "\n", encoding="utf-8")
+        done = run_chd("import", str(path), "--data-dir", str(tmp_path / "data"))
+        assert done.returncode == 0, done.stderr
+        backend = DiskBackend(tmp_path / "data")
+        assert backend.read("c").utterances[-1].text == "\U0001F600"
+        backend.close()
+
+    def test_the_batch_path_writes_the_rows_cache_set_writes(self, tmp_path: Path) -> None:
+        """write_encoded's rows, written with diskcache's own Cache.set, are the same rows, column for column."""
+        import diskcache
+
+        from chd.backends.encoded import EncodedConversation
+
+        source = MemoryBackend()
+        _filled(source, 4)
+        long_one = source.read("conv0002")
+        source.transact("conv0002", lambda s: (Change(append=[
+            replace(long_one.utterances[-1], seq=s.next_seq, text="z" * 700)], next_seq=s.next_seq + 1), None))
+        states = [source.read(cid) for cid in source.conversations()]
+        batched = DiskBackend(tmp_path / "batched")
+        batched.write_encoded([EncodedConversation.from_state(s) for s in states], replace=False)
+        batched.close()
+        rows = _stored_rows(tmp_path / "batched")
+        assert any(key.startswith("u:conv0002#") for key in rows)  # the long text, on its own
+        by_set = diskcache.Cache(str(tmp_path / "by-set"), eviction_policy="none", cull_limit=0,
+                                 disk_min_file_size=2**30)
+        for key, row in rows.items():
+            by_set.set(key, row[-1])
+        by_set.close()
+        assert _stored_rows(tmp_path / "by-set") == rows
+        reopened = DiskBackend(tmp_path / "batched")
+        assert [reopened.read(s.conversation_id) for s in states] == states
+        assert reopened.count_conversations() == 4
+        assert list(reopened.queued_conversations()) == [s.conversation_id for s in states if s.pending]
+        reopened.close()
+
+    def test_a_batch_with_a_conversation_that_holds_data_writes_nothing_unless_replacing(self, tmp_path: Path) -> None:
+        """The whole batch is one transaction: refused, none of it is written; with replace, all of it is."""
+        from chd.backends.encoded import EncodedConversation
+
+        source = MemoryBackend()
+        _filled(source, 3)
+        target = DiskBackend(tmp_path / "data")
+        target.transact("conv0001", lambda s: (Change(next_seq=40, settings={"buffer_size": 3}), None))
+        batch = [EncodedConversation.from_state(source.read(cid)) for cid in source.conversations()]
+        with pytest.raises(InvalidRequest, match="'conv0001' already holds data; use --replace"):
+            target.write_encoded(batch, replace=False)
+        assert target.conversations() == ["conv0001"] and target.count_conversations() == 1
+        assert target.read("conv0000").is_empty
+        target.write_encoded(batch, replace=True)
+        assert [target.read(cid) for cid in source.conversations()] == [
+            source.read(cid) for cid in source.conversations()
+        ]
+        assert target.count_conversations() == 3
+        assert list(target.queued_conversations()) == [c for c in source.conversations() if source.read(c).pending]
+        target.close()
+
+    def test_a_block_not_in_the_form_chd_writes_is_still_exported_right(self, tmp_path: Path) -> None:
+        """A block record with spaces or extra fields is read with the JSON decoder, not cut by position."""
+        import diskcache
+
+        from chd.backends.records import block_key
+
+        backend = DiskBackend(tmp_path / "data")
+        _filled(backend, 1)
+        expected = list(export_lines(backend, ["conv0000"]))
+        backend.close()
+        cache = diskcache.Cache(str(tmp_path / "data"))
+        key = block_key("conv0000", 0)
+        record = json.loads(cache.get(key))
+        record["utterances"][0]["note"] = "a field chd does not write"
+        cache.set(key, json.dumps(record, indent=1))
+        cache.close()
+        reopened = DiskBackend(tmp_path / "data")
+        assert list(export_lines(reopened, ["conv0000"])) == expected
+        reopened.close()
