@@ -50,7 +50,9 @@ log = logging.getLogger(__name__)
 TRANSFER_COMMANDS = ("export", "import")
 # The configuration keys the transfer tools share with `chd serve`: same
 # flags, same CHD_* variables, same checks (chd.service.config).
-STORAGE_KEYS = ("backend", "data_dir", "durability", "redis_url", "redis_password", "redis_cluster")
+STORAGE_KEYS = (
+    "backend", "data_dir", "durability", "redis_url", "redis_password", "redis_cluster", "redis_tls_ca",
+)
 # A transfer works on storage outside a daemon: a data dir, so disk by default.
 TRANSFER_DEFAULTS = {"backend": "disk"}
 EXIT_FAILED = 1
@@ -80,6 +82,10 @@ def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--redis-cluster", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
         help="redis backend: the URL names a Redis Cluster (CHD_REDIS_CLUSTER; default: asked of the server)",
+    )
+    parser.add_argument(
+        "--redis-tls-ca", metavar="FILE", default=argparse.SUPPRESS,
+        help="redis backend: the CA that signed the server's certificate, for rediss:// (CHD_REDIS_TLS_CA)",
     )
 
 

@@ -137,6 +137,30 @@ def test_chd_serve_over_rediss_answers_and_a_wrong_ca_fails_in_one_line(
     assert "s3cret" not in refused.stderr and "Traceback" not in refused.stderr
 
 
+def test_export_and_import_reach_a_rediss_store_with_the_ca(
+    tls_redis, certificates: dict[str, str], tmp_path: Path
+) -> None:
+    """`chd export` / `chd import` take --redis-tls-ca like `chd serve`, so conversations move over TLS."""
+    _, proxy = tls_redis
+    url = f"rediss://:s3cret@127.0.0.1:{proxy.port}/0"
+    backend = RedisBackend(url, redis_tls_ca=certificates["ca"])
+    try:
+        backend.transact("moved", append_next("kept over tls"))
+    finally:
+        backend.close()
+    dump = tmp_path / "dump.jsonl"
+    tls = ("--backend", "redis", "--redis-url", url, "--redis-tls-ca", certificates["ca"])
+    exported = run_chd("export", *tls, "--output", str(dump), timeout=60)
+    assert exported.returncode == 0, exported.stderr
+    assert "kept over tls" in dump.read_text()
+    imported = run_chd("import", "--backend", "disk", "--data-dir", str(tmp_path / "data"), str(dump), timeout=60)
+    assert imported.returncode == 0, imported.stderr
+    refused = run_chd("export", "--backend", "redis", "--redis-url", url, "--redis-tls-ca", certificates["other"],
+                      "--output", str(tmp_path / "no.jsonl"), timeout=60)
+    assert refused.returncode != 0 and "certificate verify failed" in refused.stderr
+    assert "s3cret" not in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_a_tls_ca_with_a_plain_redis_url_is_refused(tmp_path: Path, certificates: dict[str, str]) -> None:
     """redis_tls_ca without rediss:// would be silently unused: refused, naming the URL."""
     with pytest.raises(InvalidRequest, match="rediss://"):
