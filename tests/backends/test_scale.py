@@ -119,6 +119,22 @@ class TestListing:
         assert sorted(iter_sizes(any_backend)) == [("a", 1, 0), ("b", 1, 0), ("c", 1, 0)]
 
 
+    def test_the_disk_backend_sums_buffer_and_queue_runs_with_gaps_in_sql(self, tmp_path: Path) -> None:
+        """iter_sizes adds up the meta records' seq runs in SQLite: gaps, a queue, an empty buffer."""
+        backend = DiskBackend(tmp_path)
+        for _ in range(9):
+            backend.transact("gaps", append_next())
+        backend.transact("gaps", lambda s: (Change(remove={4, 7}), None))
+        backend.transact("gaps", lambda s: (Change(
+            remove={1, 2}, pending_add=[u for u in s.utterances if u.seq in (1, 2)]), None))
+        backend.transact("queued", append_next())
+        backend.transact("queued", lambda s: (Change(remove={1}, pending_add=list(s.utterances)), None))
+        expected = {cid: (len(s.utterances), len(s.pending)) for cid in ("gaps", "queued") for s in [backend.read(cid)]}
+        assert expected == {"gaps": (5, 2), "queued": (0, 1)}
+        assert sorted(backend.iter_sizes()) == [("gaps", 5, 2), ("queued", 0, 1)]
+        backend.close()
+
+
 class TestCounters:
     """The count and the queue index agree with a full scan after every kind of change."""
 
