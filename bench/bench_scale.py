@@ -11,6 +11,10 @@ then measures, on a ``chd serve --backend disk`` process:
   ``--metrics-port``, whose gauges used to read every conversation first);
 * RSS right after that, and after touching 1,000 random conversations;
 * median and p99 of ``--stores`` stores to random conversations, over gRPC;
+  at 1k the 1,000 touched are all of them, so every store hits the state
+  cache, and at 100k almost none does: two like-for-like rows beside it,
+  200 stores to conversations untouched since start (before the touches)
+  and 200 to conversations just read, show growth with the data alone;
 * a store to a new conversation once ``max_conversations`` is reached
   (the daemon runs with the limit set to the size), median of 50;
 * after the daemon stops: ``chd export`` of everything and the ``chd
@@ -52,6 +56,8 @@ from percentiles import percentile  # noqa: E402
 from chd.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
 
 BUFFER, ARCHIVED, SEGMENTS = 20, 80, 4
+FIRST_TOUCHES = 200  # stores of each like-for-like row
+SETTLE = 3.0  # seconds for the folds of those stores (about 3 ms each) to finish
 WORDS = "harbour lighthouse ferry tide anchor rope gull pier storm beacon chart compass".split()
 
 
@@ -63,6 +69,8 @@ class Figures:
     rss_touched_mb: float = 0.0
     store_median_ms: float = 0.0
     store_p99_ms: float = 0.0
+    first_touch_median_ms: float = 0.0
+    cached_median_ms: float = 0.0
     refused_median_ms: float = 0.0
     export_rate: float = 0.0
     export_cpu_rate: float = 0.0
@@ -210,9 +218,21 @@ def measure(size: int, work: Path, stores: int, keep: bool) -> Figures:
         ids = [f"conv{i:06d}" for i in range(size)]
         with grpc.insecure_channel(target) as channel:
             stub = daemon_pb2_grpc.DaemonStub(channel)
-            for cid in rng.sample(ids, min(1000, size)):
+            # Like for like at every size: stores to conversations nothing has
+            # read since start (each a state-cache miss), then, below, stores
+            # to conversations just read. The mixed median after them draws
+            # from all ids, so at 1k every store hits and at 100k almost none.
+            first = rng.sample(ids, min(FIRST_TOUCHES, size))
+            figures.first_touch_median_ms = statistics.median(
+                ask(stub, f"Add utterance: {_text(rng, n)}", cid) for n, cid in enumerate(first)) * 1000
+            time.sleep(SETTLE)  # let the folds those stores queued finish before the next figures
+            touched = rng.sample(ids, min(1000, size))
+            for cid in touched:
                 ask(stub, "Get the last 5 utterances", cid)
             figures.rss_touched_mb = rss_mb(proc.pid)
+            figures.cached_median_ms = statistics.median(
+                ask(stub, f"Add utterance: {_text(rng, n)}", cid) for n, cid in enumerate(touched[:FIRST_TOUCHES])
+            ) * 1000
             latencies = [ask(stub, f"Add utterance: {_text(rng, n)}", rng.choice(ids)) for n in range(stores)]
             figures.store_median_ms = statistics.median(latencies) * 1000
             figures.store_p99_ms = percentile(latencies, 99) * 1000
@@ -253,6 +273,8 @@ ROWS = (
     ("RSS after 1,000 touched (MB)", "rss_touched_mb", "{:.0f}"),
     ("store median (ms)", "store_median_ms", "{:.2f}"),
     ("store p99 (ms)", "store_p99_ms", "{:.2f}"),
+    ("store to an untouched conversation (ms)", "first_touch_median_ms", "{:.2f}"),
+    ("store to a just-read conversation (ms)", "cached_median_ms", "{:.2f}"),
     ("refused store at the limit, median (ms)", "refused_median_ms", "{:.2f}"),
     ("export (utterances/s)", "export_rate", "{:,.0f}"),
     ("export (utterances/CPU-s)", "export_cpu_rate", "{:,.0f}"),
@@ -281,6 +303,9 @@ def report(results: list[Figures]) -> None:
     print(f"  SERVING < 1 s at {largest.size:,}: {'yes' if serving < 1 else 'NO'} ({serving:.2f} s)")
     ratio = largest.store_median_ms / base.store_median_ms
     print(f"  store median within 1.5x of {base.size:,}: {'yes' if ratio <= 1.5 else 'NO'} ({ratio:.2f}x)")
+    for label, name in (("an untouched", "first_touch_median_ms"), ("a just-read", "cached_median_ms")):
+        like = getattr(largest, name) / getattr(base, name)
+        print(f"    like for like, store to {label} conversation: {like:.2f}x of {base.size:,}")
     for label, name in (("export", "export_rate"), ("import", "import_rate"),
                         ("export per CPU-s", "export_cpu_rate"), ("import per CPU-s", "import_cpu_rate")):
         worst = min(getattr(r, name) for r in results)
