@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -76,7 +76,6 @@ class Figures:
     export_cpu_rate: float = 0.0
     import_rate: float = 0.0
     import_cpu_rate: float = 0.0
-    notes: list[str] = field(default_factory=list)
 
 
 def _text(rng: random.Random, n: int) -> str:
