@@ -41,6 +41,7 @@ from chd.backends.redis_keys import (
     partition_of,
     partitions,
 )
+from chd.backends.redis_scripts import RELEASE_LEASE
 from chd.backends.seq_runs import SeqRuns
 
 __all__ = ["RedisIndex", "INDEX_MARKER", "NOW_MS", "run_lengths"]
@@ -98,6 +99,7 @@ class RedisIndex:
         self._count = client.register_script(_COUNT)
         self._page = client.register_script(_PAGE_SCRIPT)
         self._index_one = client.register_script(_INDEX_ONE)
+        self._release = client.register_script(RELEASE_LEASE)
 
     def count(self) -> int:
         """Conversations with state now: one script, or one per slot pipelined on a cluster."""
@@ -202,8 +204,8 @@ class RedisIndex:
                     "indexed its %d conversations once", indexed,
                 )
         finally:
-            if _text(self._client.get(_BUILD_LOCK)) == token:
-                self._client.delete(_BUILD_LOCK)
+            # Compare and delete in one step: a lease that expired mid-build may be another replica's now.
+            self._release(keys=[_BUILD_LOCK], args=[token])
 
     def _index_batch(self, meta_keys: list[str]) -> int:
         if not meta_keys:
