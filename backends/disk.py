@@ -105,10 +105,6 @@ DURABILITY = {"normal": 1, "full": 2}
 # What diskcache raises for a storage failure; _failed translates them.
 _STORAGE_ERRORS = (diskcache.Timeout, sqlite3.Error, OSError)
 
-# Optimistic reads retry when a writer commits between their key reads; past
-# this many tries they read inside a transaction instead.
-_READ_ATTEMPTS = 5
-
 # Keys per listing query: a page is one index seek, so the listing is linear
 # whatever its length (diskcache's iterkeys re-scanned the index from its
 # start on every page of 100: 5.9 s at 10k conversations, ~566 s at 100k).
@@ -381,29 +377,16 @@ class DiskBackend:
         """The conversation as one snapshot, its utterances as the JSON texts its records hold.
 
         For ``chd export``: no ``Utterance`` is built and nothing is cached.
+        The records come from one statement, one version, as a cache miss reads them.
         """
         with self._storage("read"):
-            for _ in range(_READ_ATTEMPTS):
-                text = self._meta_text(conversation_id)
-                if text is None:
-                    return EncodedConversation(conversation_id)
-                try:
-                    encoded = self._encoded(conversation_id, decode_meta(text, conversation_id))
-                except _Changed:
-                    continue
-                if self._meta_text(conversation_id) == text:  # one version throughout, as in read
-                    return encoded
-            with self._group.lock, self._cache.transact():
-                text = self._meta_text(conversation_id)
-                if text is None:
-                    return EncodedConversation(conversation_id)
-                try:
-                    return self._encoded(conversation_id, decode_meta(text, conversation_id))
-                except _Changed as missing:
-                    raise StorageError(
-                        f"conversation {conversation_id!r} is damaged in {self.path}: "
-                        f"its record {missing.args[0]} is missing"
-                    ) from None
+            records = self._fetch(conversation_id)
+            if records.meta is None:
+                return EncodedConversation(conversation_id)
+            try:
+                return self._encoded(conversation_id, decode_meta(records.meta, conversation_id), records)
+            except _Changed as missing:
+                raise self._damaged(conversation_id, missing) from None
 
     def write_encoded(self, batch: Sequence[EncodedConversation], replace: bool) -> None:
         """Write ``batch`` in one transaction (``chd import``), each conversation whole.
@@ -450,13 +433,13 @@ class DiskBackend:
             self._failed(exc, "write")
         self._checkpointer.note_commit()
 
-    def _encoded(self, conversation_id: str, meta: Meta) -> EncodedConversation:
+    def _encoded(self, conversation_id: str, meta: Meta, records: _Records) -> EncodedConversation:
         """read_encoded's snapshot of the records ``meta`` names (raises _Changed if one is gone)."""
         found: dict[int, EncodedUtterance] = {}
-        for number, text in self._numbered(block_key(conversation_id, 0)[:-1]).items():
+        for number, text in records.blocks.items():
             found.update(split_block(text, conversation_id, number))
         found.update((u.seq, encode_record(u)) for u in meta.open)
-        own = self._numbered(utterance_key(conversation_id, 0)[:-1])
+        own = records.own
 
         def encoded(seqs: SeqRuns) -> list[EncodedUtterance]:
             try:
@@ -479,7 +462,7 @@ class DiskBackend:
             next_seq=meta.next_seq,
             last_turn=meta.last_turn,
             settings=dict(meta.settings),
-            summary=self._summary(conversation_id) if meta.has_summary else Summary(),
+            summary=self._summary_of(conversation_id, meta, records),
             buffer=encoded(meta.buffer),
             pending=encoded(meta.pending),
             archive=encoded(meta.archive),
@@ -651,19 +634,17 @@ class DiskBackend:
         try:
             state = self._load(conversation_id, meta, records)
         except _Changed as missing:
-            raise StorageError(
-                f"conversation {conversation_id!r} is damaged in {self.path}: "
-                f"its record {missing.args[0]} is missing"
-            ) from None
+            raise self._damaged(conversation_id, missing) from None
         return _Cached(text, meta, state, chars=_chars(state))
+
+    def _damaged(self, conversation_id: str, missing: _Changed) -> StorageError:
+        return StorageError(
+            f"conversation {conversation_id!r} is damaged in {self.path}: its record {missing.args[0]} is missing"
+        )
 
     def _load(self, conversation_id: str, meta: Meta, records: _Records) -> ConversationState:
         blocks: dict[int, dict[int, Utterance]] = {block_of(meta.next_seq): {u.seq: u for u in meta.open}}
-        summary = Summary()
-        if meta.has_summary:
-            if records.summary is None:
-                raise _Changed(repr(summary_key(conversation_id)))
-            summary = decode_summary(records.summary, conversation_id)
+        summary = self._summary_of(conversation_id, meta, records)
         return ConversationState(
             conversation_id=conversation_id,
             next_seq=meta.next_seq,
@@ -674,15 +655,6 @@ class DiskBackend:
             settings=dict(meta.settings),
             archive=self._archive(conversation_id, meta, blocks, records),
         )
-
-    def _numbered(self, prefix: str) -> dict[int, str]:
-        """The records whose keys are ``prefix`` and digits, by that number (one range query)."""
-        rows = self._cache._sql(
-            "SELECT key, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1", (prefix + "0", prefix + ":")
-        ).fetchall()
-        start = len(prefix)
-        # Another conversation's id can continue this one's after the "#".
-        return {int(key[start:]): value for key, value in rows if key[start:].isdigit()}
 
     def _archive(
         self, conversation_id: str, meta: Meta, blocks: dict[int, dict[int, Utterance]], records: _Records
@@ -767,12 +739,13 @@ class DiskBackend:
             out.append(found)
         return out
 
-    def _summary(self, conversation_id: str) -> Summary:
-        key = summary_key(conversation_id)
-        text = self._cache.get(key)
-        if text is None:
-            raise _Changed(repr(key))
-        return decode_summary(text, conversation_id)
+    @staticmethod
+    def _summary_of(conversation_id: str, meta: Meta, records: _Records) -> Summary:
+        if not meta.has_summary:
+            return Summary()
+        if records.summary is None:
+            raise _Changed(repr(summary_key(conversation_id)))
+        return decode_summary(records.summary, conversation_id)
 
     def _remember(self, conversation_id: str, entry: _Cached) -> None:
         with self._states_lock:

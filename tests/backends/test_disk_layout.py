@@ -210,3 +210,17 @@ class TestDamage:
         with pytest.raises(StorageError, match=r"b:c#0"):
             damaged.transact("c", append_next())
         damaged.close()
+
+    def test_an_export_of_a_conversation_missing_a_block_fails_naming_the_damage(self, tmp_path: Path) -> None:
+        """read_encoded (chd export) reads the same one-statement snapshot: damage is an error, never a gap."""
+        backend = DiskBackend(tmp_path)
+        for _ in range(BLOCK_SIZE + 1):
+            backend.transact("c", append_next())
+        assert len(backend.read_encoded("c").buffer) == BLOCK_SIZE + 1
+        backend.close()
+        with diskcache.Cache(str(tmp_path)) as cache:
+            assert cache.delete(block_key("c", 0))
+        damaged = DiskBackend(tmp_path)
+        with pytest.raises(StorageError, match=r"'c' is damaged .* its record .*c#1"):
+            damaged.read_encoded("c")
+        damaged.close()
