@@ -62,6 +62,7 @@ from redis.retry import Retry
 
 from chd.backends.base import Change, ConversationState, Decide, Outcome, T, apply_change
 from chd.backends.group_commit import GroupCommit, Request
+from chd.backends.redis_direct import ThreadConnections
 from chd.backends.redis_index import RedisIndex, run_lengths
 from chd.backends.redis_keys import conversation_key, conversation_of, conversation_tag, index_keys, partition_of
 from chd.backends.redis_meta import Meta
@@ -162,6 +163,7 @@ class RedisBackend:
         self._ttl_ms = str(int(conversation_ttl * 1000)) if conversation_ttl else "0"
         self._lease_ms = max(1, int(fold_lease * 1000))
         self.max_conversations = max_conversations
+        self._direct: ThreadConnections | None = None  # standalone Redis only: _connect sets it
         self._limit = str(max_conversations) if max_conversations else "0"
         options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
@@ -208,12 +210,12 @@ class RedisBackend:
         self._group = None if self.cluster else GroupCommit(self._commit_batch)
 
     def _connect(self, url: str, cluster: bool | None, options: dict[str, Any]) -> Any:
-        retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), 2)
         if not cluster:
-            client = redis.Redis.from_url(url, retry=retry, **options)
+            client = redis.Redis.from_url(url, retry=_retry(), **options)
             client.ping()
             if cluster is False or not _cluster_enabled(client):
                 self.cluster = False
+                self._direct = ThreadConnections(client, _retry())
                 return client
             client.close()
         client = redis.cluster.RedisCluster.from_url(url, **options)
@@ -399,6 +401,8 @@ class RedisBackend:
         with self._cache_lock:
             self._cache.clear()
             self._cached = 0
+        if self._direct is not None:
+            self._direct.close()
         self._client.close()
 
     @contextmanager
@@ -436,7 +440,7 @@ class RedisBackend:
         """The conversation as of its last commit: one round trip when the cache is current."""
         while True:
             before = self._cached_snapshot(conversation_id)
-            commit, meta_text = self._client.hmget(conversation_key(conversation_id, "m"), ["c", "m"])
+            ((commit, meta_text),) = self._meta_of([conversation_id])
             try:
                 snapshot = self._refreshed(conversation_id, _text(commit), _text(meta_text), before)
             except _Conflict:
@@ -455,11 +459,8 @@ class RedisBackend:
         missing = [cid for cid in dict.fromkeys(r.conversation_id for r in batch) if self._cached_snapshot(cid) is None]
         if len(missing) < 2:
             return {}
-        pipe = self._client.pipeline(transaction=False)
-        for cid in missing:
-            pipe.hmget(conversation_key(cid, "m"), ["c", "m"])
         found = {}
-        for cid, (commit, meta_text) in zip(missing, pipe.execute()):
+        for cid, (commit, meta_text) in zip(missing, self._meta_of(missing)):
             try:
                 snapshot = self._refreshed(cid, _text(commit), _text(meta_text), None)
             except _Conflict:
@@ -487,10 +488,12 @@ class RedisBackend:
         seqs = [seq for runs in (meta.buffer, meta.pending, meta.archive) for seq in runs if seq not in known]
         summary = old.state.summary if old is not None and not want_summary else Summary()
         if seqs or want_summary:
-            reply = self._fetch(
-                keys=[conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u")],
-                args=[commit, "1" if want_summary else "0", *seqs],
-            )
+            (reply,) = self._scripts(self._fetch, [(
+                [conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u")],
+                [commit, "1" if want_summary else "0", *seqs],
+            )])
+            if isinstance(reply, Exception):
+                raise reply
             if not reply[0]:
                 raise _Conflict
             if want_summary:
@@ -704,18 +707,31 @@ class RedisBackend:
 
     def _send(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         """Run commit scripts in one round trip; each reply, or the exception of its call."""
-        if not calls:
-            return []
-        if len(calls) == 1:
-            keys, args = calls[0]
-            try:
-                return [self._commit(keys=keys, args=args)]
-            except redis.ResponseError as exc:
-                return [exc]
-        pipe = self._client.pipeline(transaction=False)
+        return self._scripts(self._commit, calls) if calls else []
+
+    def _scripts(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Each call's reply to ``script``, or its error reply as the exception, in one round trip
+        (one per call on a cluster, whose calls may live on different nodes)."""
+        if self._direct is not None:
+            return self._direct.scripts(script, calls)
+        replies: list[Any] = []
         for keys, args in calls:
-            self._commit(keys=keys, args=args, client=pipe)
-        return pipe.execute(raise_on_error=False)
+            try:
+                replies.append(script(keys=keys, args=args))
+            except redis.ResponseError as exc:
+                replies.append(exc)
+        return replies
+
+    def _meta_of(self, conversation_ids: list[str]) -> list[tuple[Any, Any]]:
+        """Each conversation's last commit id and meta record, in one round trip."""
+        commands = [("HMGET", conversation_key(cid, "m"), "c", "m") for cid in conversation_ids]
+        if self._direct is None:
+            return [self._client.execute_command(*command) for command in commands]
+        replies = self._direct.run(commands)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     # --- the cache and locks ------------------------------------------------------------
 
@@ -757,6 +773,10 @@ class _CommitIds:
 
     def next(self) -> str:
         return self._prefix + str(next(self._count))
+
+
+def _retry() -> Retry:
+    return Retry(ExponentialBackoff(cap=0.5, base=0.05), 2)
 
 
 def _stored(state: ConversationState, seq: int) -> Utterance | None:

@@ -3,6 +3,7 @@
     python bench/bench_redis.py [--requests 1000] [--clients 8] [--rounds 5] [--scenario storage|default]
     python bench/bench_redis.py --parsers 20     # in-process: redis-py's Python parser against hiredis
     python bench/bench_redis.py --profile        # in-process: cProfile of 2000 stores
+    python bench/bench_redis.py --direct 20      # in-process: an HMGET through redis-py's client and direct
 
 The method is bench/bench_backends.py's (its helpers are reused): every
 target is a server process on 127.0.0.1, driven by client threads in this
@@ -182,6 +183,46 @@ def compare_parsers(blocks: int) -> None:
         shutil.rmtree(data, ignore_errors=True)
 
 
+def compare_direct(blocks: int) -> None:
+    """Paired A/B in one process: one HMGET through redis-py's client, and on a thread's own
+    connection as the backend sends it (backends/redis_direct.py)."""
+    from redis.retry import Retry
+    from redis.backoff import NoBackoff
+
+    from chd.backends.redis_direct import ThreadConnections
+
+    data = Path(tempfile.mkdtemp(prefix="chd-bench-redis-"))
+    server = start_redis(data / "redis")
+    try:
+        with server.client() as client:
+            client.hset("k", mapping={"c": "commit", "m": "x" * 300})
+            direct = ThreadConnections(client, Retry(NoBackoff(), 0))
+            ways = {
+                "client": lambda: client.hmget("k", ["c", "m"]),
+                "direct": lambda: direct.run([("HMGET", "k", "c", "m")]),
+            }
+            times: dict[str, list[float]] = {name: [] for name in ways}
+            ratios = []
+            for block in range(blocks):
+                took = {}
+                for name in (("client", "direct") if block % 2 else ("direct", "client")):
+                    start = time.perf_counter()
+                    for _ in range(2000):
+                        ways[name]()
+                    took[name] = (time.perf_counter() - start) / 2000 * 1e6
+                    times[name].append(took[name])
+                ratios.append(took["direct"] / took["client"])
+            direct.close()
+        low, high = median_interval(ratios)
+        print(f"{blocks} alternating blocks of 2000 HMGETs, load average {os.getloadavg()[0]:.2f}")
+        print(f"us per HMGET, median: client {statistics.median(times['client']):.1f}, "
+              f"direct {statistics.median(times['direct']):.1f}")
+        print(f"direct / client, median of paired ratios: {statistics.median(ratios):.3f} ({low:.3f}-{high:.3f})")
+    finally:
+        server.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def profile_stores() -> None:
     """cProfile of 2000 in-process stores, by own time, and Redis's own time per command."""
     import cProfile
@@ -216,7 +257,13 @@ def main() -> int:
     parser.add_argument("--scenario", choices=tuple(SCENARIOS), default="storage")
     parser.add_argument("--parsers", type=int, metavar="BLOCKS", help="compare the reply parsers in-process")
     parser.add_argument("--profile", action="store_true", help="profile in-process stores")
+    parser.add_argument("--direct", type=int, metavar="BLOCKS", help="compare client and direct HMGETs in-process")
+    parser.add_argument("--replicas", default=",".join(map(str, REPLICAS)),
+                        help="comma-separated replica counts to run (default: %(default)s)")
     args = parser.parse_args()
+    if args.direct:
+        compare_direct(args.direct)
+        return 0
     if args.parsers:
         compare_parsers(args.parsers)
         return 0
@@ -234,7 +281,7 @@ def main() -> int:
         "ceiling": [[sys.executable, str(ROOT / "bench" / "bench_backends.py"), "--null-server"]],
         "disk": [[*chd, "--backend", "disk", "--data-dir", str(data / "disk"), "--durability", "normal"]],
     }
-    for count in REPLICAS:
+    for count in (int(n) for n in args.replicas.split(",")):
         groups[f"redis-x{count}"] = [redis_chd] * count
     results = {name: {"store": [], "retrieve": []} for name in groups}
     trips: dict[str, list[float]] = {name: [] for name in groups if name.startswith("redis")}  # store, retrieve

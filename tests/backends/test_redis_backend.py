@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -354,3 +356,63 @@ class TestRetriedCommits:
             assert [int(r.rsplit(".", 1)[1]) for r in recent] == sorted((int(r.rsplit(".", 1)[1]) for r in recent), reverse=True)
         finally:
             backend.close()
+
+
+class TestDirectConnections:
+    """Reads and commits on each thread's own connection (backends/redis_direct.py) lose nothing to Redis's events."""
+
+    def test_a_flushed_script_cache_reloads_the_scripts_and_runs_each_commit_once(
+        self, redis_server: RedisServer
+    ) -> None:
+        """After SCRIPT FLUSH, concurrent commits answered NOSCRIPT are sent again: seqs stay 1..N, none twice."""
+        backend = RedisBackend(redis_server.url)
+        try:
+            backend.transact("c", append_next("before"))
+            with redis_server.client() as client:
+                client.script_flush()
+            with ThreadPoolExecutor(max_workers=6) as pool:
+                seqs = sorted(pool.map(lambda i: backend.transact("c", append_next(f"after {i}")), range(30)))
+            assert seqs == list(range(2, 32))
+            fresh = RedisBackend(redis_server.url)
+            try:
+                state = fresh.read("c")
+            finally:
+                fresh.close()
+            assert sorted(u.seq for u in (*state.archive, *state.pending, *state.utterances)) == list(range(1, 32))
+        finally:
+            backend.close()
+
+    def test_connections_killed_by_redis_are_made_again_and_the_read_is_current(
+        self, redis_server: RedisServer
+    ) -> None:
+        """CLIENT KILL of every connection: the next read and write reconnect and see every commit."""
+        backend, other = RedisBackend(redis_server.url), RedisBackend(redis_server.url)
+        try:
+            backend.transact("c", append_next("one"))
+            assert [u.text for u in backend.read("c").utterances] == ["one"]
+            with redis_server.client() as client:
+                client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+            other.transact("c", append_next("two"))
+            assert [u.text for u in backend.read("c").utterances] == ["one", "two"]
+            assert backend.transact("c", append_next("three")) == 3
+        finally:
+            backend.close()
+            other.close()
+
+    def test_close_ends_the_connection_of_every_thread(self, redis_server: RedisServer) -> None:
+        """Connections made by reads on several threads are all gone from CLIENT LIST after close."""
+        with redis_server.client() as client:
+            baseline = len(client.client_list())
+            backend = RedisBackend(redis_server.url)
+            backend.transact("c", append_next())
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                barrier = threading.Barrier(4)
+
+                def read(_: int) -> int:
+                    barrier.wait()  # four threads at once, so four connections
+                    return len(backend.read("c").utterances)
+
+                assert list(pool.map(read, range(4))) == [1] * 4
+            assert len(client.client_list()) >= baseline + 4
+            backend.close()
+            wait_for(lambda: len(client.client_list()) == baseline, "the backend's connections to close", timeout=5)
