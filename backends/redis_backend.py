@@ -52,7 +52,7 @@ from bisect import bisect_left
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -67,7 +67,8 @@ from chd.backends.redis_index import RedisIndex, run_lengths
 from chd.backends.redis_keys import conversation_key, conversation_of, conversation_tag, index_keys, partition_of
 from chd.backends.redis_meta import Meta
 from chd.backends.redis_quota import ClusterQuota
-from chd.backends.redis_scripts import COMMIT, EXPIRED, FETCH, FULL, RELEASE_LEASE
+from chd.backends.redis_read_lease import LEASE_KEY, READ_LEASE, ReadLease, stamp
+from chd.backends.redis_scripts import COMMIT, EXPIRED, FETCH, FULL, RELEASE_LEASE, WAIT
 from chd.backends.records import (
     decode_summary,
     decode_utterance,
@@ -110,6 +111,8 @@ class _Snapshot:
     commit: str
     meta: Meta
     state: ConversationState
+    # The read lease tenure it was last confirmed in (backends/redis_read_lease.py); 0: none.
+    tenure: int = 0
 
     @property
     def size(self) -> int:
@@ -194,11 +197,19 @@ class RedisBackend:
         self._swept: tuple[int, float] | None = None
         self._sweeping = False
         self._created = 0  # conversations this replica created less those it emptied since the sweep
+        self._ids = _CommitIds()
+        # Standalone only: a cluster's lease key would be in another slot than
+        # the commit's keys. Not with a ttl: Redis expires conversations
+        # without a commit the cache could see.
+        self._read_lease = (
+            ReadLease(self._client, self._ids.replica) if not self.cluster and not conversation_ttl else None
+        )
         try:
             self._index.ensure_built(self._meta_keys)
+            if self._read_lease is not None:
+                self._read_lease.start()
         except redis.RedisError as exc:
             raise StorageError(f"cannot use Redis at {self.url}: {_reason(exc)}") from None
-        self._ids = _CommitIds()
         self._cache: OrderedDict[str, _Snapshot] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._cached = 0
@@ -226,6 +237,12 @@ class RedisBackend:
     # --- the protocol -----------------------------------------------------------
 
     def read(self, conversation_id: str) -> ConversationState:
+        if self._read_lease is not None:
+            tenure = self._read_lease.tenure()
+            if tenure is not None:
+                cached = self._cached_snapshot(conversation_id)
+                if cached is not None and cached.tenure == tenure:
+                    return cached.state  # no other replica has written since it was confirmed
         with _translated():
             return self._current(conversation_id).state
 
@@ -401,6 +418,8 @@ class RedisBackend:
         with self._cache_lock:
             self._cache.clear()
             self._cached = 0
+        if self._read_lease is not None:
+            self._read_lease.close()
         if self._direct is not None:
             self._direct.close()
         self._client.close()
@@ -440,11 +459,13 @@ class RedisBackend:
         """The conversation as of its last commit: one round trip when the cache is current."""
         while True:
             before = self._cached_snapshot(conversation_id)
+            tenure = self._tenure()
             ((commit, meta_text),) = self._meta_of([conversation_id])
             try:
                 snapshot = self._refreshed(conversation_id, _text(commit), _text(meta_text), before)
             except _Conflict:
                 continue
+            stamp(snapshot, tenure)
             # A commit of this process may have cached a newer state while
             # this read was on the wire: never put an older one over it.
             self._remember(snapshot, replacing=before)
@@ -460,9 +481,11 @@ class RedisBackend:
         if len(missing) < 2:
             return {}
         found = {}
+        tenure = self._tenure()
         for cid, (commit, meta_text) in zip(missing, self._meta_of(missing)):
             try:
                 snapshot = self._refreshed(cid, _text(commit), _text(meta_text), None)
+                stamp(snapshot, tenure)
             except _Conflict:
                 snapshot = self._current(cid)
             self._remember(snapshot, replacing=None)
@@ -597,6 +620,8 @@ class RedisBackend:
             self._limit,
             reserved,
             len(writes),
+            "" if self.cluster else self._ids.replica,
+            int(READ_LEASE * 1000),
         ]
         for seq, u in writes.items():
             args += (seq, encode_utterance(u))
@@ -607,6 +632,8 @@ class RedisBackend:
             "chd:{" + tag + "}:u",
             *index_keys(partition_of(tag, self.cluster)),
         ]
+        if not self.cluster:
+            keys.append(LEASE_KEY)
         if new_state.is_empty:
             args[2] = ""
             return keys, args, _Snapshot("", Meta(conversation_id), new_state)
@@ -665,7 +692,14 @@ class RedisBackend:
                 calls.append((keys, args))
                 working[cid] = (after, False)
                 speculative.add(cid)
-            replies = self._send(calls)
+            tenure = self._tenure()
+            try:
+                replies = self._send(calls)
+            except BaseException:
+                # Some of these commits may have landed with their replies
+                # lost: the cache must not answer for them any more.
+                self._forget(request.conversation_id for request, _, _ in sent)
+                raise
             lost: dict[str, tuple[str, str] | None] = {}
             for (request, value, after), reply in zip(sent, replies):
                 cid = request.conversation_id
@@ -685,6 +719,7 @@ class RedisBackend:
                 elif reply[0]:
                     request.value, request.done = value, True
                     working[cid] = (after, True)
+                    stamp(after, tenure)
                     self._remember(after)
                 else:
                     later.append(request)
@@ -706,8 +741,23 @@ class RedisBackend:
         raise StorageError(f"{len(waiting)} writes kept losing to other replicas in {_MAX_ATTEMPTS} attempts")
 
     def _send(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Run commit scripts in one round trip; each reply, or the exception of its call."""
-        return self._scripts(self._commit, calls) if calls else []
+        """Run commit scripts in one round trip; each reply, or the exception of its call.
+
+        Calls answered "wait" (another replica's read lease is running out)
+        wrote nothing: they go again, in order, once it has.
+        """
+        replies = self._scripts(self._commit, calls) if calls else []
+        for _ in range(3):
+            waiting = [i for i, reply in enumerate(replies) if isinstance(reply, list) and reply[0] == WAIT]
+            if not waiting:
+                break
+            time.sleep(max(int(replies[i][1]) for i in waiting) / 1000)
+            for i, reply in zip(waiting, self._scripts(self._commit, [calls[i] for i in waiting])):
+                replies[i] = reply
+        else:
+            if any(isinstance(reply, list) and reply[0] == WAIT for reply in replies):
+                raise StorageError("writes kept waiting for other replicas' read leases to run out")
+        return replies
 
     def _scripts(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         """Each call's reply to ``script``, or its error reply as the exception, in one round trip
@@ -734,6 +784,16 @@ class RedisBackend:
         return replies
 
     # --- the cache and locks ------------------------------------------------------------
+
+    def _tenure(self) -> int:
+        return self._read_lease.current() if self._read_lease is not None else 0
+
+    def _forget(self, conversation_ids: Iterable[str]) -> None:
+        with self._cache_lock:
+            for conversation_id in conversation_ids:
+                dropped = self._cache.pop(conversation_id, None)
+                if dropped is not None:
+                    self._cached -= dropped.size
 
     def _cached_snapshot(self, conversation_id: str) -> _Snapshot | None:
         with self._cache_lock:
@@ -768,7 +828,8 @@ class _CommitIds:
     """Commit ids unique across replicas and restarts: a random 64-bit prefix and a counter."""
 
     def __init__(self) -> None:
-        self._prefix = os.urandom(8).hex() + "."
+        self.replica = os.urandom(8).hex()
+        self._prefix = self.replica + "."
         self._count = itertools.count(1)
 
     def next(self) -> str:

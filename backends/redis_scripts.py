@@ -7,7 +7,9 @@ they are legal on Redis Cluster too.
 
 from __future__ import annotations
 
-__all__ = ["COMMIT", "FETCH", "RELEASE_LEASE", "FULL", "EXPIRED", "RECENT_COMMIT_CHARS"]
+__all__ = [
+    "COMMIT", "FETCH", "RELEASE_LEASE", "HEARTBEAT", "LEAVE", "FULL", "EXPIRED", "WAIT", "RECENT_COMMIT_CHARS",
+]
 
 # The ids of a conversation's last commits (about 40 of them) kept in its meta
 # hash, so a commit re-sent after a lost reply is recognised even when other
@@ -21,9 +23,13 @@ RECENT_COMMIT_CHARS = 1024
 # id (the index's member), the queue after ('1' not empty, '0' empty, ''
 # unchanged), max_conversations ('0' none), the deadline of this creation's
 # place in a cluster's quota (ms, '0' none: backends/redis_quota.py), number
-# of utterance records to set, then seq/record pairs, then seqs to delete.
+# of utterance records to set, this replica's id ('' on a cluster: no read
+# lease), the read lease in ms, then seq/record pairs, then seqs to delete.
+# On standalone Redis KEYS[6] is the read lease key (backends/redis_read_lease.py).
 # Replies {1} applied, {0, commit, meta} overtaken, {2, count} refused: full,
-# {3} the quota reservation ran out before the commit: reserve again.
+# {3} the quota reservation ran out before the commit: reserve again,
+# {4, ms} another replica answers reads from its cache: nothing written, send
+# again after ms, when its lease has run out.
 # The first write is the meta HSET: under maxmemory Redis refuses a script's
 # first write that needs memory and nothing is written (later writes of a
 # script that has started writing are never refused halfway); the limit is
@@ -38,6 +44,23 @@ if c ~= ARGV[1] then
   -- again would store the utterance twice: answered as applied instead.
   if string.find(' ' .. recent .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then return {1} end
   return {0, c, redis.call('HGET', KEYS[1], 'm') or ''}
+end
+if ARGV[11] ~= '' then
+  local w = redis.call('GET', KEYS[6])
+  if w and w ~= 'sole:' .. ARGV[11] then
+    redis.replicate_commands()
+    local t = redis.call('TIME')
+    local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if string.sub(w, 1, 5) == 'sole:' then
+      -- End its lease: it renews only 'sole:<its id>', so it stops answering
+      -- from its cache within one lease, and no write lands before that.
+      local lease = tonumber(ARGV[12])
+      redis.call('SET', KEYS[6], 'writers:' .. (at + lease), 'PX', lease + 1000)
+      return {4, lease}
+    end
+    local open = tonumber(string.sub(w, 9))
+    if at < open then return {4, open - at} end
+  end
 end
 local member = ARGV[6]
 if ARGV[3] == '' then
@@ -76,7 +99,7 @@ end
 redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3], 'r', recent)
 redis.call('HINCRBY', KEYS[1], 'v', 1)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 's', ARGV[4]) end
-local i = 11
+local i = 13
 for _ = 1, tonumber(ARGV[10]) do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
   i = i + 2
@@ -114,6 +137,8 @@ return {1}
 FULL = 2
 # Its reply when a cluster quota reservation ran out before the commit.
 EXPIRED = 3
+# Its reply when a read lease of another replica must run out first.
+WAIT = 4
 
 # KEYS: meta, utterances. ARGV: expected commit id, '1' to return the
 # summary, then seqs. Reads the records a replica lacks, atomically with a
@@ -136,4 +161,36 @@ return out
 RELEASE_LEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+"""
+
+# KEYS: the read lease, the replicas (a sorted set: id -> when its presence
+# expires). ARGV: this replica's id, the lease in ms, the presence in ms, '1'
+# if it may take the lease. Marks the replica present, renews its lease, or
+# takes the lease when it is alone and no write is waiting for one to run out.
+# Replies 1 renewed, 2 taken (a new tenure), 0 not held.
+HEARTBEAT = """
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]))
+local w = redis.call('GET', KEYS[1])
+if w == 'sole:' .. ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], lease)
+  return 1
+end
+if ARGV[4] ~= '1' or redis.call('ZCARD', KEYS[2]) > 1 then return 0 end
+if w and (string.sub(w, 1, 5) == 'sole:' or now < tonumber(string.sub(w, 9))) then return 0 end
+redis.call('SET', KEYS[1], 'sole:' .. ARGV[1], 'PX', lease)
+return 2
+"""
+
+# KEYS: the read lease, the replicas. ARGV: this replica's id. At close: gone
+# from the replicas, and its lease (if it holds it) ended at once.
+LEAVE = """
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('GET', KEYS[1]) == 'sole:' .. ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
 """

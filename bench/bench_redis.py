@@ -89,11 +89,18 @@ def _run_spread(addresses: list[str], requests: list[daemon_pb2.QueryRequest], c
             channel.close()
 
 
-def _round_trips(server, addresses: list[str], requests: list[daemon_pb2.QueryRequest], clients: int) -> float:
-    """Redis round trips per request while ``requests`` run (untimed: MONITOR slows Redis down).
+def _database(url: str, db: int) -> str:
+    return url.rsplit("/", 1)[0] + f"/{db}"
+
+
+def _round_trips(server, db: int, addresses: list[str], requests: list[daemon_pb2.QueryRequest],
+                 clients: int) -> float:
+    """Redis round trips per request in database ``db`` while ``requests`` run (untimed: MONITOR
+    slows Redis down).
 
     MONITOR shows every command a client sent, and marks those a Lua script
-    ran as coming from "lua"; health checks' PINGs are left out.
+    ran as coming from "lua"; health checks' PINGs are left out, and so are
+    other databases' commands (the other groups' idle replicas).
     """
     marker = f"chd-bench-end-{time.monotonic_ns()}"
     sent: list[int] = [0]
@@ -107,7 +114,8 @@ def _round_trips(server, addresses: list[str], requests: list[daemon_pb2.QueryRe
                 text = command["command"]
                 if marker in text:
                     return
-                if command.get("client_type") != "lua" and not text.upper().startswith("PING"):
+                if (command.get("client_type") != "lua" and not text.upper().startswith("PING")
+                        and int(command.get("db", db)) == db):
                     sent[0] += 1
 
     watcher = threading.Thread(target=watch)
@@ -276,13 +284,16 @@ def main() -> int:
     data = Path(tempfile.mkdtemp(prefix="chd-bench-redis-"))
     server = start_redis(data / "redis", "--appendonly", "yes", "--appendfsync", "everysec")
     chd = [sys.executable, "-m", "chd", "serve", "--port", "0", "--log-level", "WARNING", *SCENARIOS[args.scenario]]
-    redis_chd = [*chd, "--backend", "redis", "--redis-url", server.url]
+    redis_chd = [*chd, "--backend", "redis", "--redis-url"]
     groups: dict[str, list[list[str]]] = {
         "ceiling": [[sys.executable, str(ROOT / "bench" / "bench_backends.py"), "--null-server"]],
         "disk": [[*chd, "--backend", "disk", "--data-dir", str(data / "disk"), "--durability", "normal"]],
     }
-    for count in (int(n) for n in args.replicas.split(",")):
-        groups[f"redis-x{count}"] = [redis_chd] * count
+    for db, count in enumerate((int(n) for n in args.replicas.split(",")), start=1):
+        # A database of its own per group: the groups run side by side, and
+        # each group's replicas must be the only ones on their store (a lone
+        # replica takes the read lease, backends/redis_read_lease.py).
+        groups[f"redis-x{count}"] = [[*redis_chd, _database(server.url, db)]] * count
     results = {name: {"store": [], "retrieve": []} for name in groups}
     trips: dict[str, list[float]] = {name: [] for name in groups if name.startswith("redis")}  # store, retrieve
     targets: dict[str, list[Target]] = {}
@@ -305,7 +316,8 @@ def main() -> int:
                 # One client per replica: no two stores of a replica share a
                 # pipeline, so every command is a round trip of its own.
                 addresses = [t.address for t in targets[name]]
-                trips[name].append(_round_trips(server, addresses, requests, len(addresses)))
+                db = int(groups[name][0][-1].rsplit("/", 1)[1])
+                trips[name].append(_round_trips(server, db, addresses, requests, len(addresses)))
     finally:
         for started in targets.values():
             for target in started:

@@ -1,0 +1,128 @@
+"""The read lease: while one replica is the only one writing, it answers reads from its cache.
+
+A replica must never answer from a state another replica has overtaken, so
+a read normally asks Redis for the conversation's commit id first, a round
+trip that disk answers with a local SQLite read. When a replica is alone,
+that round trip only ever confirms what it already knows. So a replica that
+finds itself the only one present takes a lease in Redis
+(``chd:{!}:readers``, ``sole:<its id>``) and, while it holds it, answers
+reads of conversations it has read or written during that lease from its
+cache, with no round trip.
+
+Safety rests on the commit script (backends/redis_scripts.py), not on the
+lease's holder: a commit of any other replica (or ``chd import``) that finds
+another replica's lease replaces it with ``writers:<when>`` and answers
+"wait", and no commit lands until ``<when>``, one ``READ_LEASE`` later. The
+holder renews only a ``sole:<its id>`` lease, and trusts its cache for at
+most ``READ_LEASE`` after it sent its last successful renewal, so by the
+time anyone else writes it has stopped trusting its cache. The lease in
+Redis lasts ``_HELD`` (2.5 times as long), so that a Redis restarted from an
+AOF that lost its last second still holds a lease its holder trusts.
+
+What this costs: the first write through a second replica waits up to
+``READ_LEASE`` (2 s) while the lease runs out, once; replicas that only
+read never end it. Not on Redis Cluster, and not with ``conversation_ttl``
+(Redis expires conversations without a commit a cache could see).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import redis
+
+from chd.backends.redis_scripts import HEARTBEAT, LEAVE
+
+__all__ = ["ReadLease", "READ_LEASE", "LEASE_KEY"]
+
+log = logging.getLogger(__name__)
+
+LEASE_KEY = "chd:{!}:readers"
+REPLICAS_KEY = "chd:{!}:replicas"
+
+# Seconds a holder trusts its cache after a renewal, and a breaking write waits.
+READ_LEASE = 2.0
+_HELD = READ_LEASE * 2.5  # the lease key's own expiry in Redis
+_RENEW = READ_LEASE / 2  # a holder renews this often, so one late renewal costs nothing
+_PRESENT = READ_LEASE * 1.5  # a replica that stops renewing is gone after this
+
+
+class ReadLease:
+    """This replica's side of the read lease: a renewing thread and the tenure it is in.
+
+    ``tenure()`` is the number of the lease tenure the replica holds now, or
+    None. A cached state may be answered from only if it was confirmed
+    (read from Redis, or committed) after the current tenure began: every
+    read and commit takes ``current()`` before it goes to Redis and stamps
+    what it caches with it.
+    """
+
+    def __init__(self, client: redis.Redis, replica: str) -> None:
+        self._replica = replica
+        self._heartbeat = client.register_script(HEARTBEAT)
+        self._leave = client.register_script(LEAVE)
+        self._lock = threading.Lock()
+        self._tenure = 0
+        self._until = 0.0  # monotonic: trusted until then
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chd-redis-read-lease", daemon=True)
+
+    def start(self) -> None:
+        self._beat()  # present before the first write, so nobody takes the lease past it
+        self._thread.start()
+
+    def tenure(self) -> int | None:
+        """The current tenure's number while the lease is held and trusted, else None."""
+        with self._lock:
+            return self._tenure if time.monotonic() < self._until else None
+
+    def current(self) -> int:
+        """The tenure number to stamp a state confirmed from now on with."""
+        with self._lock:
+            return self._tenure
+
+    def close(self) -> None:
+        """Stop renewing and give the lease back, so another replica's writes need not wait it out."""
+        self._stop.set()
+        with self._lock:
+            self._until = 0.0
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        try:
+            self._leave(keys=[LEASE_KEY, REPLICAS_KEY], args=[self._replica])
+        except redis.RedisError:
+            log.debug("could not leave the read lease; it runs out by itself")
+
+    def _run(self) -> None:
+        while not self._stop.wait(_RENEW):
+            self._beat()
+
+    def _beat(self) -> None:
+        sent = time.monotonic()
+        try:
+            held = int(self._heartbeat(
+                keys=[LEASE_KEY, REPLICAS_KEY],
+                args=[self._replica, int(_HELD * 1000), int(_PRESENT * 1000), "0" if self._stop.is_set() else "1"],
+            ))
+        except redis.RedisError as exc:
+            # Trust runs out by itself at _until: an unreachable Redis takes no writes either.
+            log.debug("read lease renewal failed: %s", exc)
+            return
+        with self._lock:
+            if self._stop.is_set():
+                return
+            if held == 2:
+                self._tenure += 1
+            if held:
+                self._until = sent + READ_LEASE
+            else:
+                self._until = 0.0
+
+
+def stamp(snapshot: Any, tenure: int) -> None:
+    """Mark ``snapshot`` confirmed in ``tenure`` (never lowering a later mark)."""
+    if tenure > snapshot.tenure:
+        snapshot.tenure = tenure
