@@ -35,9 +35,12 @@ Every replica caches states beside the commit id they were read at. A
 ``transact`` decides on the cached state and lets the script's check catch
 a stale one, so a store costs one round trip when nothing else wrote and
 three when another replica did (lost commit, fetch, commit). A ``read``
-always asks Redis for the current commit id first (one round trip, two if
-another replica wrote), so a replica never answers from a stale state and
-the search index, which syncs to the state it is given, follows.
+asks Redis for the current commit id first (one round trip, two if another
+replica wrote), so a replica never answers from a stale state and the
+search index, which syncs to the state it is given, follows; unless the
+replica is alone and holds the read lease (backends/redis_read_lease.py),
+when no other replica can have written. Reads and commits go on each
+thread's own connection (backends/redis_direct.py).
 """
 
 from __future__ import annotations
