@@ -202,10 +202,10 @@ class RedisBackend:
         self._created = 0  # conversations this replica created less those it emptied since the sweep
         self._ids = _CommitIds()
         # Standalone only: a cluster's lease key would be in another slot than
-        # the commit's keys. Not with a ttl: Redis expires conversations
-        # without a commit the cache could see.
+        # the commit's keys. Never held with a ttl: Redis expires
+        # conversations without a commit the cache could see.
         self._read_lease = (
-            ReadLease(self._client, self._ids.replica) if not self.cluster and not conversation_ttl else None
+            None if self.cluster else ReadLease(self._client, self._ids.replica, may_hold=not conversation_ttl)
         )
         try:
             self._index.ensure_built(self._meta_keys)

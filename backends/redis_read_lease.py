@@ -21,8 +21,11 @@ AOF that lost its last second still holds a lease its holder trusts.
 
 What this costs: the first write through a second replica waits up to
 ``READ_LEASE`` (2 s) while the lease runs out, once; replicas that only
-read never end it. Not on Redis Cluster, and not with ``conversation_ttl``
-(Redis expires conversations without a commit a cache could see).
+read never end it. Not on Redis Cluster; never held by a replica with
+``conversation_ttl`` (Redis expires conversations without a commit a cache
+could see), though such a replica is present like any other. The waits are
+timed by Redis's clock and the holder's monotonic clock: a Redis host whose
+wall clock jumps ahead can shorten one, as it shortens every key's expiry.
 """
 
 from __future__ import annotations
@@ -60,8 +63,11 @@ class ReadLease:
     what it caches with it.
     """
 
-    def __init__(self, client: redis.Redis, replica: str) -> None:
+    def __init__(self, client: redis.Redis, replica: str, may_hold: bool = True) -> None:
         self._replica = replica
+        # A replica that may not hold the lease is still present: a lone
+        # replica that took it would keep its writes waiting.
+        self._may_hold = may_hold
         self._heartbeat = client.register_script(HEARTBEAT)
         self._leave = client.register_script(LEAVE)
         self._lock = threading.Lock()
@@ -105,7 +111,8 @@ class ReadLease:
         try:
             held = int(self._heartbeat(
                 keys=[LEASE_KEY, REPLICAS_KEY],
-                args=[self._replica, int(_HELD * 1000), int(_PRESENT * 1000), "0" if self._stop.is_set() else "1"],
+                args=[self._replica, int(_HELD * 1000), int(_PRESENT * 1000),
+                      "1" if self._may_hold and not self._stop.is_set() else "0"],
             ))
         except redis.RedisError as exc:
             # Trust runs out by itself at _until: an unreachable Redis takes no writes either.
