@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Callable, Iterator
 
 import grpc
@@ -186,3 +187,36 @@ def test_the_fold_lease_is_held_by_one_replica_at_a_time_and_expires(redis_serve
     finally:
         first.close()
         second.close()
+
+
+def test_a_lone_replica_answers_from_its_read_lease_and_a_second_replicas_write_is_read_at_once(
+    tmp_path: Path,
+) -> None:
+    """Alone, retrieves send Redis nothing; once a second replica stores, the first's next retrieve and search have it."""
+    for server in running_redis(tmp_path / "own"):
+        first = DaemonProcess("--backend", "redis", "--redis-url", server.url)
+        second = None
+        try:
+            with ExitStack() as stack:
+                (a,) = stubs([first], stack)
+                meta = {"conversation_id": "leased"}
+                store(a, "leased", "the zeppelin leaves at noon")
+                assert len(query(a, "Get all utterances", meta).result["utterances"]) == 1
+                with server.client() as client:
+                    client.config_resetstat()
+                    for _ in range(10):
+                        assert len(query(a, "Get all utterances", meta).result["utterances"]) == 1
+                    calls = {name: stat["calls"] for name, stat in client.info("commandstats").items()}
+                assert calls.get("cmdstat_hmget", 0) == 0
+                assert calls.get("cmdstat_evalsha", 0) <= 2  # the lease's heartbeats, once a second
+                second = DaemonProcess("--backend", "redis", "--redis-url", server.url)
+                (b,) = stubs([second], stack)
+                store(b, "leased", "the submarine leaves at dawn")  # waits out the first's lease
+                texts = [u["text"] for u in query(a, "Get all utterances", meta).result["utterances"]]
+                assert texts == ["the zeppelin leaves at noon", "the submarine leaves at dawn"]
+                hits = query(a, "Find utterances about submarine", meta).result["utterances"]
+                assert [h["text"] for h in hits] == ["the submarine leaves at dawn"]
+        finally:
+            first.kill()
+            if second is not None:
+                second.kill()
