@@ -23,25 +23,29 @@ the live conversations (member: the id; score: ms on the Redis clock):
 * repair (when the set looks full): members whose score has passed by more
   than ``SKEW_MS`` are checked against the data: a live one is confirmed
   again, a dead one removed, each only if its score did not change since it
-  was read, so a reservation made meanwhile is never undone.
+  was read, so a reservation made meanwhile is never undone. If that frees
+  nothing, a page of confirmed (``+inf``) members is checked the same way,
+  at most every ``AUDIT_SECONDS`` per replica and a page further each time:
+  that finds the place of a conversation emptied by a replica killed before
+  its release.
 
 Every live conversation is in the set at all times, so the set's size, which
 reserve never lets past the limit, bounds them: replicas creating at once
 never pass it. What the set holds beyond the live conversations (a creation
 that failed, a replica killed between its commit and the release, a
-conversation Redis expired) only makes it refuse early until repaired; the
-one case never repaired is a replica killed between emptying a conversation
-and releasing its place (that place stays taken).
+conversation Redis expired, a replica killed between emptying a conversation
+and releasing its place) only makes it refuse early until repaired.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from chd.backends.redis_index import NOW_MS
 from chd.backends.redis_keys import QUOTA_KEY, conversation_key
 
-__all__ = ["ClusterQuota", "RESERVATION_MS", "SKEW_MS"]
+__all__ = ["ClusterQuota", "RESERVATION_MS", "SKEW_MS", "AUDIT_SECONDS"]
 
 # How long a reservation may wait for its creation commit.
 RESERVATION_MS = 10_000
@@ -49,6 +53,9 @@ RESERVATION_MS = 10_000
 # can still take it: the bound on the clock difference between nodes.
 SKEW_MS = 2_000
 _REPAIR_BATCH = 200
+# The most often one replica checks a page of confirmed places (a refused
+# creation pays for it, so it stays about the cost of a store on average).
+AUDIT_SECONDS = 5.0
 
 _WRITES = "redis.replicate_commands()\n" + NOW_MS
 
@@ -109,6 +116,8 @@ class ClusterQuota:
         self._release = client.register_script(_RELEASE)
         self._stale = client.register_script(_STALE)
         self._settle = client.register_script(_SETTLE)
+        self._audited = float("-inf")  # monotonic: when a page of confirmed places was last checked
+        self._audit_from = 0  # where in the confirmed places the next page starts
 
     def reserve(self, conversation_id: str) -> tuple[int, int]:
         """``(deadline, 0)`` with a place held until ``deadline`` (ms, Redis clock), or ``(0, held)`` when full.
@@ -130,9 +139,23 @@ class ClusterQuota:
         self._release(keys=[QUOTA_KEY], args=[conversation_id])
 
     def repair(self) -> int:
-        """Settle one batch of members past their score; how many places that freed."""
+        """Settle one batch of members past their score, else audit a page of confirmed ones;
+        how many places that freed."""
         flat = self._stale(keys=[QUOTA_KEY], args=[SKEW_MS, _REPAIR_BATCH])
-        stale = [(_text(flat[i]), _text(flat[i + 1])) for i in range(0, len(flat), 2)]
+        freed = self._settled(_pairs(flat))
+        if freed or time.monotonic() - self._audited < AUDIT_SECONDS:
+            return freed
+        self._audited = time.monotonic()
+        flat = self._client.zrangebyscore(
+            QUOTA_KEY, "+inf", "+inf", start=self._audit_from, num=_REPAIR_BATCH, withscores=True,
+            score_cast_func=_text,
+        )
+        page = [(_text(member), score) for member, score in flat]
+        self._audit_from = self._audit_from + len(page) if len(page) == _REPAIR_BATCH else 0
+        return self._settled(page)
+
+    def _settled(self, stale: list[tuple[str, str]]) -> int:
+        """Check each (member, score read) against the data and settle it; how many were removed."""
         if not stale:
             return 0
         pipe = self._client.pipeline(transaction=False)
@@ -148,6 +171,10 @@ class ClusterQuota:
             gone.append(not live)
             self._settle(keys=[QUOTA_KEY], args=[conversation_id, score, int(live), int(ttl)], client=settle)
         return sum(int(n) for n, dead in zip(settle.execute(), gone) if dead)
+
+
+def _pairs(flat: list[Any]) -> list[tuple[str, str]]:
+    return [(_text(flat[i]), _text(flat[i + 1])) for i in range(0, len(flat), 2)]
 
 
 def _text(value: Any) -> str:

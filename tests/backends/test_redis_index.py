@@ -230,3 +230,22 @@ def test_a_batch_gives_each_call_its_own_outcome_and_indexes_what_it_created(red
         assert backend.conversations() == ["new", "old"] and backend.count_conversations() == 2
     finally:
         backend.close()
+
+
+def test_on_a_cluster_the_place_of_a_replica_killed_before_its_release_is_found_and_freed(tmp_path: Path) -> None:
+    """Emptied, then killed before releasing its place: the next creation that finds the quota full frees it."""
+    url = shared_cluster_url(tmp_path)
+    replica, dying = RedisBackend(url, max_conversations=2), RedisBackend(url, max_conversations=2)
+    try:
+        replica.transact("kept", append_next())
+        replica.transact("emptied", append_next())
+        dying._quota.release = lambda conversation_id: None  # killed between its commit and the release
+        dying.transact("emptied", _emptied)
+        assert replica.conversations() == ["kept"]
+        assert replica.transact("new", append_next()) == 1
+        assert replica.conversations() == ["kept", "new"]
+        with pytest.raises(TooLarge):
+            replica.transact("one too many", append_next())
+    finally:
+        replica.close()
+        dying.close()
