@@ -24,6 +24,7 @@ from chd.core.summaries.folding import PENDING_HEADER
 from chd.core.summaries.late import LateCalls
 from chd.core.summaries.writer import SummaryWriter
 from chd.core.tokens import default_counter
+from tests.backends.backend_kinds import utterance
 from tests.fake_anthropic import FakeAnthropic, Held, Reply
 from tests.ops_support import ask, channel_to, config, running
 from tests.redis_support import wait_for
@@ -191,6 +192,37 @@ class TestLateCalls:
         assert calls.start("a", "r1", slow) is first  # just answered: the answer is reused
         calls.stop()
         assert calls.start("a", "r6", slow) is None
+
+
+    def test_a_call_refused_by_the_caps_is_not_a_failure_and_the_next_reader_asks_claude(self, api):
+        """Busy is not failed: no cooldown, so once the late call ends an impatient reader reaches Claude again."""
+        claude = ClaudeSummarizer(
+            ClaudeConfig(api_key="sk-test", model=MODEL, max_tokens=300, timeout=10, max_retries=0,
+                         base_url=api.base_url),
+            COUNTER,
+        )
+        writer = SummaryWriter(claude, COUNTER, ExtractiveSummarizer(COUNTER), attempts=1, backoff=0.01,
+                               late_after=0.2)
+        writer.late = LateCalls(per_key=1, total=1)
+        gate = threading.Event()
+        api.script(Held(gate, Reply(TAGGED)))
+        batches = [[utterance(seq, f"Parcel K{seq:03d}W goes to locker {seq}.") for seq in (n, n + 1)]
+                   for n in (1, 3, 5)]
+        try:
+            first = writer.write("", batches[0], 200, patient=False, late_key="c")
+            assert first.made_by == "extractive" and first.late is not None
+            refused = writer.write("", batches[1], 200, patient=False, late_key="c")
+            assert refused.made_by == "extractive" and refused.late is None
+            assert "still running late" in refused.error and "failed" not in refused.error
+            assert len(api.requests) == 1  # the caps started no second call
+            gate.set()
+            assert first.late.future.result(timeout=10)
+            wait_for(lambda: writer.late.in_flight == 0, "the late call to end")
+            after = writer.write("", batches[2], 200, patient=False, late_key="c")
+            assert after.made_by == CLAUDE and not after.error
+        finally:
+            writer.late.stop()
+            claude.close()
 
 
 def claude_server(api: FakeAnthropic, monkeypatch: pytest.MonkeyPatch, backend: Backend | None = None,

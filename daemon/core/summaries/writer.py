@@ -167,6 +167,8 @@ class SummaryWriter:
                         self.name, outcome.error, summarizer_name(self.fallback))
             written = self._fall_back(previous, utterances, token_limit, outcome.error, context)
             return Summarized(written.text, written.made_by, written.error, outcome.late)
+        if outcome.busy:
+            return self._fall_back(previous, utterances, token_limit, outcome.error, context)
         log.warning(
             "summarizer %s gave up; %s folds this batch instead", self.name,
             summarizer_name(self.fallback),
@@ -200,6 +202,10 @@ class SummaryWriter:
                     text = self._waited(previous, utterances, token_limit, context, *late)
                 self._failed = None
                 return _Outcome(Summarized(self.bounded(text, token_limit), self.name))
+            except _Busy as busy:
+                # Busy is not failed either: nothing was asked, so no cooldown
+                # sends the next readers offline for a minute.
+                return _Outcome(None, str(busy), busy=True)
             except _Overdue as overdue:
                 # Slow is not failed: no cooldown, so the next reader joins this call (late.py).
                 error = f"{self.name} did not answer within {overdue.waited:g} s; its reply replaces this text if it comes"
@@ -233,10 +239,9 @@ class SummaryWriter:
         )
         if future is None:
             if not patient:
-                raise SummarizerError(
+                raise _Busy(
                     f"{self.late.in_flight} {self.name} calls are still running late; "
-                    "no other is started while a caller waits",
-                    retryable=False,
+                    "no other is started while a caller waits"
                 )
             return _call(self.primary, previous, utterances, token_limit, context)  # as before: waited to its end
         try:
@@ -325,6 +330,11 @@ class _Outcome:
     written: Summarized | None
     error: str = ""
     late: Late | None = None
+    busy: bool = False  # no call was made (the caps on late calls): not a failure
+
+
+class _Busy(Exception):
+    """The caps on calls running late (late.py) refused a new call: none was made."""
 
 
 class _Overdue(Exception):
