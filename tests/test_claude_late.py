@@ -167,6 +167,24 @@ class TestLateReply:
         assert 0 < len(kept) < len(late_lines) and kept == late_lines[: len(kept)]
 
 
+class TestForgetting:
+    """A remove leaves nothing of the conversation's late answers in memory."""
+
+    def test_a_remove_forgets_the_answers_kept_for_joining(self, backend, api):
+        """After the late reply landed its answer is kept for joining, until a remove of the conversation."""
+        gate = threading.Event()
+        api.script(Held(gate, Reply(TAGGED)))
+        with folding(backend, api) as history:
+            for i in range(5):
+                store(history, i)
+            gate.set()
+            wait_for(lambda: late_counts(history)["applied"] == 1, "the late reply applied")
+            calls = history.writer.late
+            assert calls is not None and calls.kept("c") == 1
+            history.execute(RemoveIntent(all=True), "c")
+            assert calls.kept("c") == 0
+
+
 class TestLateCalls:
     """The bounds on calls running late, and joining a call already made."""
 
@@ -193,6 +211,31 @@ class TestLateCalls:
         calls.stop()
         assert calls.start("a", "r6", slow) is None
 
+
+    def test_a_forgotten_conversation_keeps_no_answer_for_joining_now_or_when_its_call_ends(self):
+        """forget drops the answers kept for a key, and a call in flight then is not kept when it answers."""
+        release = threading.Event()
+
+        def slow() -> str:
+            release.wait(10)
+            return "the text of a removed utterance"
+
+        calls = LateCalls()
+        answered = calls.start("a", "r1", lambda: "answered")
+        assert answered is not None and answered.result(timeout=10) == "answered"
+        wait_for(lambda: calls.kept("a") == 1, "the answer kept for joining")
+        flying = calls.start("a", "r2", slow)
+        other = calls.start("b", "r3", lambda: "another conversation")
+        assert flying is not None and other is not None and other.result(timeout=10)
+        calls.forget("a")
+        assert calls.kept("a") == 0
+        release.set()
+        assert flying.result(timeout=10)
+        wait_for(lambda: calls.in_flight == 0, "every call ended")
+        assert calls.kept("a") == 0 and calls.kept("b") == 1
+        again = calls.start("a", "r1", lambda: "asked again")
+        assert again is not answered and again is not None and again.result(timeout=10) == "asked again"
+        calls.stop()
 
     def test_a_call_refused_by_the_caps_is_not_a_failure_and_the_next_reader_asks_claude(self, api):
         """Busy is not failed: no cooldown, so once the late call ends an impatient reader reaches Claude again."""

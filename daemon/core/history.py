@@ -426,6 +426,7 @@ class ConversationHistory:
             return change, (sorted([*victims, *archived], key=lambda u: u.seq), forgotten)
 
         removed, forgotten = self.backend.transact(conversation_id, decide)
+        self.folder.forget_late(conversation_id)  # its answers kept for joining may quote what was removed
         return QueryResult(
             "remove",
             {

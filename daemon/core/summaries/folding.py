@@ -124,6 +124,11 @@ class Folder:
             "in_flight": calls.in_flight,
         }}
 
+    def forget_late(self, conversation_id: str) -> None:
+        """After utterances left the conversation: late calls keep nothing of it for joining."""
+        if self.writer.late is not None:
+            self.writer.late.forget(conversation_id)
+
     def close(self) -> None:
         """Abandon late calls in flight: their ranges keep their originals for a rewrite after restart."""
         if self.writer.late is not None:

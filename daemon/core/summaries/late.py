@@ -14,6 +14,10 @@ while in flight, or just after it answered (a fold retried after a lost
 commit, or the worker folding the batch a reader gave up on), joins that
 call instead of paying for a second one.
 
+A conversation that loses utterances (a remove or a clear) is forgotten
+here (``forget``): the answers kept for joining hold its texts, and those
+must not outlive the utterances in this process's memory.
+
 At shutdown (``stop``) calls in flight are abandoned: their results are not
 committed, and the originals their ranges keep are rewritten by the normal
 path after the next start.
@@ -42,11 +46,12 @@ class LateCalls:
         self.total = total
         self._recent_max = recent
         self._lock = threading.Lock()
-        self._flights: dict[Hashable, Future[str]] = {}
+        self._flights: dict[Hashable, tuple[str, Future[str]]] = {}
         self._keys: Counter[str] = Counter()
         # The last few answers, for a request repeated right after its call
         # ended (the worker folding what a reader's call has just answered).
-        self._recent: OrderedDict[Hashable, Future[str]] = OrderedDict()
+        self._recent: OrderedDict[Hashable, tuple[str, Future[str]]] = OrderedDict()
+        self._unwanted: set[Hashable] = set()  # flights of forgotten conversations: not kept when they end
         self.stopped = False
         self.applied = 0
         self.dropped = 0
@@ -64,12 +69,12 @@ class LateCalls:
                 return None
             joined = self._flights.get(request) or self._recent.get(request)
             if joined is not None:
-                return joined
+                return joined[1]
             if len(self._flights) >= self.total or self._keys[key] >= self.per_key:
                 return None
             future: Future[str] = Future()
             future.set_running_or_notify_cancel()
-            self._flights[request] = future
+            self._flights[request] = (key, future)
             self._keys[key] += 1
         threading.Thread(
             target=self._run, args=(key, request, future, call), name="chd-late-call", daemon=True
@@ -80,6 +85,18 @@ class LateCalls:
         """Count a late result as ``applied``, ``dropped`` or ``failed``."""
         with self._lock:
             setattr(self, outcome, getattr(self, outcome) + 1)
+
+    def forget(self, key: str) -> None:
+        """Keep nothing of ``key``'s calls for joining: its answers now, its calls in flight when they end."""
+        with self._lock:
+            for request in [request for request, (owner, _) in self._recent.items() if owner == key]:
+                del self._recent[request]
+            self._unwanted.update(request for request, (owner, _) in self._flights.items() if owner == key)
+
+    def kept(self, key: str) -> int:
+        """How many answers of ``key``'s calls are kept for joining."""
+        with self._lock:
+            return sum(1 for owner, _ in self._recent.values() if owner == key)
 
     def stop(self) -> None:
         """Abandon the calls in flight: nothing they answer is committed."""
@@ -99,8 +116,10 @@ class LateCalls:
             self._keys[key] -= 1
             if not self._keys[key]:
                 del self._keys[key]
-            if error is None and not self.stopped:
-                self._recent[request] = future
+            wanted = request not in self._unwanted
+            self._unwanted.discard(request)
+            if error is None and not self.stopped and wanted:
+                self._recent[request] = (key, future)
                 while len(self._recent) > self._recent_max:
                     self._recent.popitem(last=False)
         # Outside the lock: the callbacks commit to the backend.
