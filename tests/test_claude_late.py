@@ -185,6 +185,39 @@ class TestForgetting:
             assert calls.kept("c") == 0
 
 
+class TestLanding:
+    """A late reply finds the segment it was asked for."""
+
+    def test_a_late_reply_lands_on_the_segment_of_its_range_when_another_reads_the_same(self, backend, api):
+        """Two offline segments with the same text: the reply replaces the one that spans its seqs."""
+        from concurrent.futures import Future
+
+        from chd.backends.base import Change
+        from chd.core.summaries.summarizer import Late, Summarized
+        from chd.core.utterance import Summary, SummarySegment
+
+        same = "Parcels went to lockers."
+        tokens = COUNTER.count(same)
+        segments = tuple(
+            SummarySegment(same, tokens, first, last, first, last, made_by="extractive", error="claude was slow")
+            for first, last in ((1, 2), (3, 4))
+        )
+        summary = Summary(segments=segments, through_seq=4, tokens=2 * tokens)
+        with folding(backend, api) as history:
+            for i in range(6):
+                store(history, i)
+            backend.transact("c", lambda state: (Change(summary=summary), None))
+            future: Future[str] = Future()
+            future.set_running_or_notify_cancel()
+            late = Late(future, frozenset({3, 4}), 200)
+            history.folder._await_late("c", summary, [Summarized(same, "extractive", "claude was slow", late)])
+            future.set_result(RENDERED)  # as the summarizer returns it
+            wait_for(lambda: late_counts(history)["applied"] == 1, "the late reply applied")
+            first, second = history.backend.read("c").summary.segments
+        assert (first.seq_from, first.text, first.made_by) == (1, same, "extractive")
+        assert (second.seq_from, second.made_by) == (3, CLAUDE) and second.text == RENDERED
+
+
 class TestLateCalls:
     """The bounds on calls running late, and joining a call already made."""
 

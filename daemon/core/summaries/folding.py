@@ -363,8 +363,13 @@ class Folder:
             if outcome.late is None:
                 continue
             late = outcome.late
+            first, last = (min(late.seqs), max(late.seqs)) if late.seqs else (0, -1)
+            # The text alone could match another offline segment that reads
+            # the same: the segment must also span the seqs the call was for.
             target = next(
-                (s for s in summary.segments if s.error and s.text == outcome.text and s.made_by == outcome.made_by),
+                (s for s in summary.segments
+                 if s.error and s.text == outcome.text and s.made_by == outcome.made_by
+                 and s.seq_from <= first and last <= s.seq_to),
                 None,
             )
             if target is None:
