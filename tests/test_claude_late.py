@@ -47,6 +47,18 @@ def api() -> Iterator[FakeAnthropic]:
         yield fake
 
 
+def late_writer(api: FakeAnthropic, late_after: float) -> tuple[ClaudeSummarizer, SummaryWriter]:
+    """Claude behind ``api``, waited for ``late_after`` s before the offline fallback writes the text."""
+    claude = ClaudeSummarizer(
+        ClaudeConfig(api_key="sk-test", model=MODEL, max_tokens=300, timeout=10, max_retries=0,
+                     base_url=api.base_url),
+        COUNTER,
+    )
+    writer = SummaryWriter(claude, COUNTER, ExtractiveSummarizer(COUNTER), attempts=1, backoff=0.01,
+                           late_after=late_after)
+    return claude, writer
+
+
 @contextmanager
 def folding(
     backend: Backend, api: FakeAnthropic, limit: int = 400, late_after: float = 0.2
@@ -57,13 +69,7 @@ def folding(
     call costs it); one that also needs a prompt reply to come in time
     waits a second, so that a loaded machine cannot turn that reply late.
     """
-    claude = ClaudeSummarizer(
-        ClaudeConfig(api_key="sk-test", model=MODEL, max_tokens=300, timeout=10, max_retries=0,
-                     base_url=api.base_url),
-        COUNTER,
-    )
-    writer = SummaryWriter(claude, COUNTER, ExtractiveSummarizer(COUNTER), attempts=1, backoff=0.01,
-                           late_after=late_after)
+    claude, writer = late_writer(api, late_after)
     history = ConversationHistory(
         backend=backend, settings=Settings(buffer_size=4, eviction_batch=2, summary_token_limit=limit),
         writer=writer, background=False,
@@ -272,13 +278,7 @@ class TestLateCalls:
 
     def test_a_call_refused_by_the_caps_is_not_a_failure_and_the_next_reader_asks_claude(self, api):
         """Busy is not failed: no cooldown, so once the late call ends an impatient reader reaches Claude again."""
-        claude = ClaudeSummarizer(
-            ClaudeConfig(api_key="sk-test", model=MODEL, max_tokens=300, timeout=10, max_retries=0,
-                         base_url=api.base_url),
-            COUNTER,
-        )
-        writer = SummaryWriter(claude, COUNTER, ExtractiveSummarizer(COUNTER), attempts=1, backoff=0.01,
-                               late_after=0.2)
+        claude, writer = late_writer(api, 0.2)
         writer.late = LateCalls(per_key=1, total=1)
         gate = threading.Event()
         api.script(Held(gate, Reply(TAGGED)))
