@@ -460,18 +460,24 @@ class RedisBackend:
 
     def _current(self, conversation_id: str) -> _Snapshot:
         """The conversation as of its last commit: one round trip when the cache is current."""
+        lease = self._read_lease
         while True:
             before = self._cached_snapshot(conversation_id)
             tenure = self._tenure()
+            commits = lease.commits() if lease is not None else 0
             ((commit, meta_text),) = self._meta_of([conversation_id])
             try:
                 snapshot = self._refreshed(conversation_id, _text(commit), _text(meta_text), before)
             except _Conflict:
                 continue
-            stamp(snapshot, tenure)
             # A commit of this process may have cached a newer state while
             # this read was on the wire: never put an older one over it.
             self._remember(snapshot, replacing=before)
+            # Nothing cached when the read began is also what the cache holds
+            # once such a commit's state was evicted or forgotten: then the
+            # read's state is cached for deciding, not trusted by the lease.
+            if before is not None or lease is None or lease.commits() == commits:
+                stamp(snapshot, tenure)
             return snapshot
 
     def _current_many(self, batch: list[Request]) -> dict[str, _Snapshot]:
@@ -722,6 +728,8 @@ class RedisBackend:
                 elif reply[0]:
                     request.value, request.done = value, True
                     working[cid] = (after, True)
+                    if self._read_lease is not None:
+                        self._read_lease.committed()  # before it is cached (and maybe evicted)
                     stamp(after, tenure)
                     self._remember(after)
                 else:
@@ -792,6 +800,8 @@ class RedisBackend:
         return self._read_lease.current() if self._read_lease is not None else 0
 
     def _forget(self, conversation_ids: Iterable[str]) -> None:
+        if self._read_lease is not None:
+            self._read_lease.committed()  # some of them may have committed with their replies lost
         with self._cache_lock:
             for conversation_id in conversation_ids:
                 dropped = self._cache.pop(conversation_id, None)

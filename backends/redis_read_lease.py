@@ -73,6 +73,7 @@ class ReadLease:
         self._lock = threading.Lock()
         self._tenure = 0
         self._until = 0.0  # monotonic: trusted until then
+        self._commits = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chd-redis-read-lease", daemon=True)
 
@@ -89,6 +90,22 @@ class ReadLease:
         """The tenure number to stamp a state confirmed from now on with."""
         with self._lock:
             return self._tenure
+
+    def committed(self) -> None:
+        """Count a commit of this replica confirmed (or one whose reply was lost).
+
+        A read that found nothing cached caches what it read only if the cache
+        still holds nothing, which is also true once a newer commit of this
+        replica was cached and then evicted or forgotten: so such a read's
+        state is trusted only if no commit was counted while it was on the wire.
+        """
+        with self._lock:
+            self._commits += 1
+
+    def commits(self) -> int:
+        """How many commits ``committed`` has counted."""
+        with self._lock:
+            return self._commits
 
     def close(self) -> None:
         """Stop renewing and give the lease back, so another replica's writes need not wait it out."""
@@ -107,12 +124,15 @@ class ReadLease:
             self._beat()
 
     def _beat(self) -> None:
+        with self._lock:
+            holding = self._tenure
+        taking = holding + 1  # never used before: no state is stamped with it yet
         sent = time.monotonic()
         try:
             held = int(self._heartbeat(
                 keys=[LEASE_KEY, REPLICAS_KEY],
                 args=[self._replica, int(_HELD * 1000), int(_PRESENT * 1000),
-                      "1" if self._may_hold and not self._stop.is_set() else "0"],
+                      "1" if self._may_hold and not self._stop.is_set() else "0", holding, taking],
             ))
         except redis.RedisError as exc:
             # Trust runs out by itself at _until: an unreachable Redis takes no writes either.
@@ -122,7 +142,7 @@ class ReadLease:
             if self._stop.is_set():
                 return
             if held == 2:
-                self._tenure += 1
+                self._tenure = taking
             if held:
                 self._until = sent + READ_LEASE
             else:
