@@ -7,6 +7,7 @@ state older than a write acknowledged before it began.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -106,3 +107,85 @@ def test_a_read_that_saw_a_state_before_an_acknowledged_commit_is_never_trusted_
     finally:
         resume.set()
         backend.close()
+
+
+def test_reads_through_the_holder_see_every_write_acknowledged_before_them_while_replicas_come_and_go(
+    redis_server: RedisServer,
+) -> None:
+    """Linearizability under churn: what A or a passing replica B acknowledged, A's later reads have."""
+    # Room for two or three of the conversations (about 30 utterances each): commits and reads evict each other.
+    holder = RedisBackend(redis_server.url, cached_utterances=60)
+    asked, answered = itertools.count(), itertools.count()  # reads that went to Redis, all reads
+    real = holder._meta_of
+    readers: set[threading.Thread] = set()
+
+    def counted(conversation_ids: list[str]) -> list[Any]:
+        if threading.current_thread() in readers:
+            next(asked)
+        return real(conversation_ids)
+
+    holder._meta_of = counted  # type: ignore[method-assign]
+    conversations = [f"c{i}" for i in range(6)]
+    acknowledged = {cid: 0 for cid in conversations}  # the highest seq acknowledged, by conversation
+    guard = threading.Lock()
+    stop = threading.Event()
+    stale: list[str] = []
+    failures: list[BaseException] = []
+
+    def acknowledge(cid: str, seq: int) -> None:
+        with guard:
+            acknowledged[cid] = max(acknowledged[cid], seq)
+
+    def guarded(work: Any) -> Any:
+        def run() -> None:
+            try:
+                work()
+            except BaseException as exc:  # the test's to report
+                failures.append(exc)
+                stop.set()
+        return run
+
+    def write_through_holder() -> None:
+        for n in itertools.count():
+            if stop.is_set():
+                return
+            cid = conversations[n % len(conversations)]
+            acknowledge(cid, holder.transact(cid, append_next(f"a{n}")))
+            stop.wait(0.005)  # paced, so conversations stay small enough to be cached
+
+    def come_write_and_go() -> None:
+        for round_ in range(2):
+            wait_for(lambda: _lease(redis_server).startswith("sole:") or stop.is_set(), "A to hold the lease", 10)
+            passing = RedisBackend(redis_server.url)
+            try:
+                for n, cid in enumerate(conversations):
+                    acknowledge(cid, passing.transact(cid, append_next(f"b{round_}.{n}")))
+            finally:
+                passing.close()
+        stop.set()
+
+    def read_through_holder() -> None:
+        readers.add(threading.current_thread())
+        while not stop.is_set():
+            with guard:
+                before = dict(acknowledged)
+            for cid, seq in before.items():
+                state = holder.read(cid)
+                next(answered)
+                if state.next_seq <= seq:
+                    stale.append(f"{cid}: read next_seq {state.next_seq} after seq {seq} was acknowledged")
+
+    threads = [threading.Thread(target=guarded(work)) for work in
+               (write_through_holder, come_write_and_go, read_through_holder, read_through_holder)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        stop.set()
+        holder.close()
+    assert not failures
+    assert not stale, stale[:5]
+    assert all(seq > len(conversations) for seq in acknowledged.values())  # both replicas wrote each
+    assert next(asked) < next(answered) / 2  # most reads were the lease's, from the cache
