@@ -463,9 +463,23 @@ class RedisBackend:
         lease = self._read_lease
         while True:
             before = self._cached_snapshot(conversation_id)
-            tenure = self._tenure()
+            # Stamped for the lease only while it is trusted: a tenure whose
+            # trust lapsed is renewed at once or never trusted again.
+            tenure = lease.tenure() if lease is not None else None
             commits = lease.commits() if lease is not None else 0
-            ((commit, meta_text),) = self._meta_of([conversation_id])
+            if tenure is not None and self._direct is not None:
+                key = conversation_key(conversation_id, "m")
+                replies = self._direct.run([("HMGET", key, "c", "m"), ("PTTL", key)])
+                for reply in replies:
+                    if isinstance(reply, Exception):
+                        raise reply
+                (commit, meta_text), ttl = replies
+                # Keys written with a conversation_ttl (since turned off) still
+                # expire, with no commit the lease would see: never trusted.
+                trusted = int(ttl) < 0
+            else:
+                ((commit, meta_text),) = self._meta_of([conversation_id])
+                trusted = False
             try:
                 snapshot = self._refreshed(conversation_id, _text(commit), _text(meta_text), before)
             except _Conflict:
@@ -476,8 +490,9 @@ class RedisBackend:
             # Nothing cached when the read began is also what the cache holds
             # once such a commit's state was evicted or forgotten: then the
             # read's state is cached for deciding, not trusted by the lease.
-            if before is not None or lease is None or lease.commits() == commits:
-                stamp(snapshot, tenure)
+            if trusted and tenure is not None and lease is not None:
+                if before is not None or lease.commits() == commits:
+                    stamp(snapshot, tenure)
             return snapshot
 
     def _current_many(self, batch: list[Request]) -> dict[str, _Snapshot]:
@@ -490,11 +505,11 @@ class RedisBackend:
         if len(missing) < 2:
             return {}
         found = {}
-        tenure = self._tenure()
+        # Not stamped for the read lease: whether they expire is not asked
+        # (a batch's commits stamp the states they make).
         for cid, (commit, meta_text) in zip(missing, self._meta_of(missing)):
             try:
                 snapshot = self._refreshed(cid, _text(commit), _text(meta_text), None)
-                stamp(snapshot, tenure)
             except _Conflict:
                 snapshot = self._current(cid)
             self._remember(snapshot, replacing=None)

@@ -36,7 +36,8 @@ What this costs: the first write through a second replica waits up to
 ``READ_LEASE`` (2 s) while the lease runs out, once; replicas that only
 read never end it. Not on Redis Cluster; never held by a replica with
 ``conversation_ttl`` (Redis expires conversations without a commit a cache
-could see), though such a replica is present like any other. The waits are
+could see), though such a replica is present like any other; nor trusted for
+a conversation whose keys still expire (written while conversation_ttl was on). The waits are
 timed by Redis's clock and the holder's ``CLOCK_BOOTTIME`` (which, unlike
 the monotonic clock, runs on while the host is suspended): a Redis host
 whose wall clock jumps ahead can shorten one, as it shortens every key's

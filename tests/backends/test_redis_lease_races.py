@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from chd.backends import redis_read_lease
-from chd.backends.redis_backend import RedisBackend
+from chd.backends.redis_backend import RedisBackend, conversation_key
 from chd.backends.redis_read_lease import LEASE_KEY
 from tests.backends.backend_kinds import append_next
 from tests.redis_support import RedisServer, running_redis, wait_for
@@ -116,15 +116,15 @@ def test_reads_through_the_holder_see_every_write_acknowledged_before_them_while
     # Room for two or three of the conversations (about 30 utterances each): commits and reads evict each other.
     holder = RedisBackend(redis_server.url, cached_utterances=60)
     asked, answered = itertools.count(), itertools.count()  # reads that went to Redis, all reads
-    real = holder._meta_of
+    real = holder._refreshed
     readers: set[threading.Thread] = set()
 
-    def counted(conversation_ids: list[str]) -> list[Any]:
+    def counted(*args: Any) -> Any:
         if threading.current_thread() in readers:
             next(asked)
-        return real(conversation_ids)
+        return real(*args)
 
-    holder._meta_of = counted  # type: ignore[method-assign]
+    holder._refreshed = counted  # type: ignore[method-assign]
     conversations = [f"c{i}" for i in range(6)]
     acknowledged = {cid: 0 for cid in conversations}  # the highest seq acknowledged, by conversation
     guard = threading.Lock()
@@ -189,3 +189,24 @@ def test_reads_through_the_holder_see_every_write_acknowledged_before_them_while
     assert not stale, stale[:5]
     assert all(seq > len(conversations) for seq in acknowledged.values())  # both replicas wrote each
     assert next(asked) < next(answered) / 2  # most reads were the lease's, from the cache
+
+
+def test_a_conversation_written_with_a_ttl_is_never_answered_from_the_lease_after_redis_expired_it(
+    redis_server: RedisServer,
+) -> None:
+    """conversation_ttl turned off: keys written with it still expire, so the lease never trusts them."""
+    earlier = RedisBackend(redis_server.url, conversation_ttl=0.5)
+    try:
+        earlier.transact("c", append_next("one"))
+    finally:
+        earlier.close()
+    backend = RedisBackend(redis_server.url)  # alone, without a ttl: it holds the lease
+    try:
+        assert _lease(redis_server).startswith("sole:")
+        assert _texts(backend, "c") == ["one"]
+        assert _texts(backend, "c") == ["one"]
+        with redis_server.client() as client:
+            wait_for(lambda: not client.exists(conversation_key("c", "m")), "Redis to expire the conversation", 10)
+        assert _texts(backend, "c") == []
+    finally:
+        backend.close()
