@@ -210,3 +210,26 @@ def test_a_conversation_written_with_a_ttl_is_never_answered_from_the_lease_afte
         assert _texts(backend, "c") == []
     finally:
         backend.close()
+
+
+def test_a_redis_killed_and_restarted_from_its_aof_still_makes_the_next_writer_wait_out_the_lease(
+    redis_server: RedisServer,
+) -> None:
+    """The lease is in the AOF: B's first write after the restart waits until A trusts nothing from before."""
+    holder = RedisBackend(redis_server.url)
+    try:
+        holder.transact("c", append_next("one"))
+        assert _texts(holder, "c") == ["one"]
+        taken = _lease(redis_server)
+        assert taken.startswith("sole:")
+        redis_server.kill()
+        redis_server.start()  # same port, same AOF; well within the holder's trust
+        assert _lease(redis_server) == taken
+        writer = RedisBackend(redis_server.url)
+        try:
+            writer.transact("c", append_next("two"))
+        finally:
+            writer.close()
+        assert _texts(holder, "c") == ["one", "two"]
+    finally:
+        holder.close()
