@@ -233,3 +233,43 @@ def test_a_redis_killed_and_restarted_from_its_aof_still_makes_the_next_writer_w
         assert _texts(holder, "c") == ["one", "two"]
     finally:
         holder.close()
+
+
+def test_a_renewal_whose_reply_is_handled_late_trusts_nothing_past_when_it_was_sent(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A heartbeat thread starved after its renewal ran: B's write in between is in A's next read."""
+    monkeypatch.setattr(redis_read_lease, "_RENEW", 3600.0)  # the test beats by hand
+    first = RedisBackend(redis_server.url)
+    beating: threading.Thread | None = None
+    replied, resume = threading.Event(), threading.Event()
+    try:
+        lease = first._read_lease
+        assert lease is not None
+        first.transact("c", append_next("one"))
+        assert _texts(first, "c") == ["one"]
+        real = lease._heartbeat
+
+        def starved(*args: Any, **kwargs: Any) -> Any:
+            reply = real(*args, **kwargs)  # renewed in Redis
+            replied.set()
+            resume.wait(10)  # the thread gets the GIL back only now
+            return reply
+
+        lease._heartbeat = starved
+        beating = threading.Thread(target=lease._beat)
+        beating.start()
+        assert replied.wait(10)
+        second = RedisBackend(redis_server.url)
+        try:
+            second.transact("c", append_next("two"))  # ends the renewed lease, waits it out
+        finally:
+            second.close()
+        resume.set()
+        beating.join(10)
+        assert _texts(first, "c") == ["one", "two"]
+    finally:
+        resume.set()
+        if beating is not None:
+            beating.join(10)
+        first.close()
