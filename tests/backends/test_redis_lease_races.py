@@ -1,41 +1,30 @@
-"""The read lease under races (backends/redis_read_lease.py): lost replies, evictions, waits mid-batch.
+"""The read lease under races (backends/redis_read_lease.py): lost and late replies, evictions, restarts, ttls.
 
-Each test holds a thread or drives the heartbeat by hand at the point where
-a stale answer could slip in, then checks the promise: no read answers a
-state older than a write acknowledged before it began.
+Most tests hold a thread or drive the heartbeat by hand at the point where a
+stale answer could slip in; one runs replicas at once and checks every read.
+The promise checked: no read answers a state older than a write
+acknowledged before it began.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import redis
 
 from chd.backends import redis_read_lease
 from chd.backends.redis_backend import RedisBackend, conversation_key
-from chd.backends.redis_read_lease import LEASE_KEY
 from tests.backends.backend_kinds import append_next
-from tests.redis_support import RedisServer, running_redis, wait_for
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    yield from running_redis(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
-
-
-def _lease(server: RedisServer) -> str:
-    with server.client() as client:
-        value = client.get(LEASE_KEY)
-    return value.decode() if value is not None else ""
-
-
-def _texts(backend: RedisBackend, conversation_id: str) -> list[str]:
-    state = backend.read(conversation_id)
-    return [u.text for u in (*state.archive, *state.pending, *state.utterances)]
+from tests.backends.test_redis_read_lease import (  # noqa: F401 (redis_server: a fixture)
+    _lease,
+    _texts,
+    _write_through_another,
+    redis_server,
+)
+from tests.redis_support import RedisServer, wait_for
 
 
 def test_a_lease_taken_with_its_reply_lost_is_a_new_tenure_when_the_next_heartbeat_finds_it(
@@ -49,11 +38,7 @@ def test_a_lease_taken_with_its_reply_lost_is_a_new_tenure_when_the_next_heartbe
         assert lease is not None
         first.transact("c", append_next("one"))
         assert _texts(first, "c") == ["one"]  # cached in the first tenure
-        second = RedisBackend(redis_server.url)
-        try:
-            second.transact("c", append_next("two"))  # ends the lease, waits it out, acknowledged
-        finally:
-            second.close()
+        _write_through_another(redis_server, "c", "two")  # ends the lease, waits it out, acknowledged
         wait_for(lambda: _lease(redis_server) == "", "the writers' mark to expire", 10)
         real = lease._heartbeat
 
@@ -225,11 +210,7 @@ def test_a_redis_killed_and_restarted_from_its_aof_still_makes_the_next_writer_w
         redis_server.kill()
         redis_server.start()  # same port, same AOF; well within the holder's trust
         assert _lease(redis_server) == taken
-        writer = RedisBackend(redis_server.url)
-        try:
-            writer.transact("c", append_next("two"))
-        finally:
-            writer.close()
+        _write_through_another(redis_server, "c", "two")
         assert _texts(holder, "c") == ["one", "two"]
     finally:
         holder.close()
@@ -260,11 +241,7 @@ def test_a_renewal_whose_reply_is_handled_late_trusts_nothing_past_when_it_was_s
         beating = threading.Thread(target=lease._beat)
         beating.start()
         assert replied.wait(10)
-        second = RedisBackend(redis_server.url)
-        try:
-            second.transact("c", append_next("two"))  # ends the renewed lease, waits it out
-        finally:
-            second.close()
+        _write_through_another(redis_server, "c", "two")  # ends the renewed lease, waits it out
         resume.set()
         beating.join(10)
         assert _texts(first, "c") == ["one", "two"]
