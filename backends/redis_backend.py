@@ -463,8 +463,8 @@ class RedisBackend:
         lease = self._read_lease
         while True:
             before = self._cached_snapshot(conversation_id)
-            # Stamped for the lease only while it is trusted: a tenure whose
-            # trust lapsed is renewed at once or never trusted again.
+            # Stamped for the lease only while it is trusted (a state read
+            # while trust had lapsed is asked for again once it is back).
             tenure = lease.tenure() if lease is not None else None
             commits = lease.commits() if lease is not None else 0
             if tenure is not None and self._direct is not None:
