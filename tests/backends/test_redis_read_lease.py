@@ -45,7 +45,7 @@ def _write_through_another(server: RedisServer, conversation_id: str, text: str,
 
 
 def test_a_lone_replica_takes_the_lease_and_answers_reads_without_asking_redis(redis_server: RedisServer) -> None:
-    """Alone, a replica holds 'sole:<id>', and reads of what it stored send no command to Redis."""
+    """Alone, a replica holds 'sole:<id>:<tenure>', and reads of what it stored send no command to Redis."""
     backend = RedisBackend(redis_server.url)
     try:
         assert _lease(redis_server).startswith("sole:")
