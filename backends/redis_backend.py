@@ -460,18 +460,39 @@ class RedisBackend:
 
     def _current(self, conversation_id: str) -> _Snapshot:
         """The conversation as of its last commit: one round trip when the cache is current."""
+        lease = self._read_lease
         while True:
             before = self._cached_snapshot(conversation_id)
-            tenure = self._tenure()
-            ((commit, meta_text),) = self._meta_of([conversation_id])
+            # Stamped for the lease only while it is trusted (a state read
+            # while trust had lapsed is asked for again once it is back).
+            tenure = lease.tenure() if lease is not None else None
+            commits = lease.commits() if lease is not None else 0
+            if tenure is not None and self._direct is not None:
+                key = conversation_key(conversation_id, "m")
+                replies = self._direct.run([("HMGET", key, "c", "m"), ("PTTL", key)])
+                for reply in replies:
+                    if isinstance(reply, Exception):
+                        raise reply
+                (commit, meta_text), ttl = replies
+                # Keys written with a conversation_ttl (since turned off) still
+                # expire, with no commit the lease would see: never trusted.
+                trusted = int(ttl) < 0
+            else:
+                ((commit, meta_text),) = self._meta_of([conversation_id])
+                trusted = False
             try:
                 snapshot = self._refreshed(conversation_id, _text(commit), _text(meta_text), before)
             except _Conflict:
                 continue
-            stamp(snapshot, tenure)
             # A commit of this process may have cached a newer state while
             # this read was on the wire: never put an older one over it.
             self._remember(snapshot, replacing=before)
+            # Nothing cached when the read began is also what the cache holds
+            # once such a commit's state was evicted or forgotten: then the
+            # read's state is cached for deciding, not trusted by the lease.
+            if trusted and tenure is not None and lease is not None:
+                if before is not None or lease.commits() == commits:
+                    stamp(snapshot, tenure)
             return snapshot
 
     def _current_many(self, batch: list[Request]) -> dict[str, _Snapshot]:
@@ -484,11 +505,11 @@ class RedisBackend:
         if len(missing) < 2:
             return {}
         found = {}
-        tenure = self._tenure()
+        # Not stamped for the read lease: whether they expire is not asked
+        # (a batch's commits stamp the states they make).
         for cid, (commit, meta_text) in zip(missing, self._meta_of(missing)):
             try:
                 snapshot = self._refreshed(cid, _text(commit), _text(meta_text), None)
-                stamp(snapshot, tenure)
             except _Conflict:
                 snapshot = self._current(cid)
             self._remember(snapshot, replacing=None)
@@ -722,6 +743,8 @@ class RedisBackend:
                 elif reply[0]:
                     request.value, request.done = value, True
                     working[cid] = (after, True)
+                    if self._read_lease is not None:
+                        self._read_lease.committed()  # before it is cached (and maybe evicted)
                     stamp(after, tenure)
                     self._remember(after)
                 else:
@@ -792,6 +815,8 @@ class RedisBackend:
         return self._read_lease.current() if self._read_lease is not None else 0
 
     def _forget(self, conversation_ids: Iterable[str]) -> None:
+        if self._read_lease is not None:
+            self._read_lease.committed()  # some of them may have committed with their replies lost
         with self._cache_lock:
             for conversation_id in conversation_ids:
                 dropped = self._cache.pop(conversation_id, None)

@@ -47,13 +47,14 @@ if c ~= ARGV[1] then
 end
 if ARGV[11] ~= '' then
   local w = redis.call('GET', KEYS[6])
-  if w and w ~= 'sole:' .. ARGV[11] then
+  local mine = 'sole:' .. ARGV[11] .. ':'
+  if w and string.sub(w, 1, #mine) ~= mine then
     redis.replicate_commands()
     local t = redis.call('TIME')
     local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     if string.sub(w, 1, 5) == 'sole:' then
-      -- End its lease: it renews only 'sole:<its id>', so it stops answering
-      -- from its cache within one lease, and no write lands before that.
+      -- End its lease: it renews only 'sole:<its id>:<its tenure>', so it stops
+      -- answering from its cache within one lease, and no write lands before that.
       local lease = tonumber(ARGV[12])
       redis.call('SET', KEYS[6], 'writers:' .. (at + lease), 'PX', lease + 1000)
       return {4, lease}
@@ -165,9 +166,14 @@ return 0
 
 # KEYS: the read lease, the replicas (a sorted set: id -> when its presence
 # expires). ARGV: this replica's id, the lease in ms, the presence in ms, '1'
-# if it may take the lease. Marks the replica present, renews its lease, or
-# takes the lease when it is alone and no write is waiting for one to run out.
-# Replies 1 renewed, 2 taken (a new tenure), 0 not held.
+# if it may take the lease, the tenure it holds, the tenure a take starts.
+# Marks the replica present, renews its lease, or takes the lease when it is
+# alone and no write is waiting for one to run out. The lease names its
+# tenure ('sole:<id>:<tenure>'): a renewal is of that tenure only, so a take
+# whose reply was lost (or that redis-py re-sent) is found by the next
+# heartbeat as the new tenure it is, never as the old one renewed, which a
+# write of another replica may have ended in between.
+# Replies 1 renewed, 2 taken (the new tenure starts), 0 not held.
 HEARTBEAT = """
 redis.replicate_commands()
 local t = redis.call('TIME')
@@ -177,20 +183,24 @@ redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]))
 local w = redis.call('GET', KEYS[1])
-if w == 'sole:' .. ARGV[1] then
+local mine = 'sole:' .. ARGV[1] .. ':'
+if w == mine .. ARGV[5] or w == mine .. ARGV[6] then
   redis.call('PEXPIRE', KEYS[1], lease)
-  return 1
+  return w == mine .. ARGV[5] and 1 or 2
 end
 if ARGV[4] ~= '1' or redis.call('ZCARD', KEYS[2]) > 1 then return 0 end
-if w and (string.sub(w, 1, 5) == 'sole:' or now < tonumber(string.sub(w, 9))) then return 0 end
-redis.call('SET', KEYS[1], 'sole:' .. ARGV[1], 'PX', lease)
+if w and string.sub(w, 1, 5) == 'sole:' and string.sub(w, 1, #mine) ~= mine then return 0 end
+if w and string.sub(w, 1, 8) == 'writers:' and now < tonumber(string.sub(w, 9)) then return 0 end
+redis.call('SET', KEYS[1], mine .. ARGV[6], 'PX', lease)
 return 2
 """
 
 # KEYS: the read lease, the replicas. ARGV: this replica's id. At close: gone
-# from the replicas, and its lease (if it holds it) ended at once.
+# from the replicas, and its lease (if it holds one) ended at once.
 LEAVE = """
 redis.call('ZREM', KEYS[2], ARGV[1])
-if redis.call('GET', KEYS[1]) == 'sole:' .. ARGV[1] then redis.call('DEL', KEYS[1]) end
+local w = redis.call('GET', KEYS[1])
+local mine = 'sole:' .. ARGV[1] .. ':'
+if w and string.sub(w, 1, #mine) == mine then redis.call('DEL', KEYS[1]) end
 return 1
 """

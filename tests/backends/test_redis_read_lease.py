@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -35,8 +35,17 @@ def _texts(backend: RedisBackend, conversation_id: str) -> list[str]:
     return [u.text for u in (*state.archive, *state.pending, *state.utterances)]
 
 
+def _write_through_another(server: RedisServer, conversation_id: str, text: str, **options: Any) -> int:
+    """Store ``text`` through a second replica that comes, writes and leaves."""
+    writer = RedisBackend(server.url, **options)
+    try:
+        return writer.transact(conversation_id, append_next(text))
+    finally:
+        writer.close()
+
+
 def test_a_lone_replica_takes_the_lease_and_answers_reads_without_asking_redis(redis_server: RedisServer) -> None:
-    """Alone, a replica holds 'sole:<id>', and reads of what it stored send no command to Redis."""
+    """Alone, a replica holds 'sole:<id>:<tenure>', and reads of what it stored send no command to Redis."""
     backend = RedisBackend(redis_server.url)
     try:
         assert _lease(redis_server).startswith("sole:")
@@ -113,11 +122,7 @@ def test_a_ttl_replicas_write_still_ends_another_replicas_lease(redis_server: Re
     try:
         holder.transact("c", append_next("one"))
         assert _texts(holder, "c") == ["one"]
-        writer = RedisBackend(redis_server.url, conversation_ttl=60)
-        try:
-            writer.transact("c", append_next("two"))
-        finally:
-            writer.close()
+        _write_through_another(redis_server, "c", "two", conversation_ttl=60)
         assert _texts(holder, "c") == ["one", "two"]
     finally:
         holder.close()
