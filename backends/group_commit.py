@@ -38,7 +38,10 @@ class GroupCommit:
     Args:
         commit: Decides and writes a batch in one transaction. It sets each
             request's ``value``, or ``error`` for a decide that raised, and
-            raises StorageError if the transaction as a whole failed.
+            raises StorageError if the transaction as a whole failed. A
+            commit that writes in several rounds (Redis) marks a request
+            ``done`` once its outcome is final; a failure after that leaves
+            the request's outcome as it is.
         max_batch: The most calls one transaction takes, which bounds how
             long the storage's write lock is held.
     """
@@ -81,7 +84,12 @@ class GroupCommit:
                     raise
                 # One call's write may be the cause (a full disk fails them
                 # all anyway): commit each alone so only the culprit fails.
+                # A call the commit already answered (a backend committing in
+                # rounds marks those done) is never run again: its write may
+                # have landed.
                 for request in batch:
+                    if request.done:
+                        continue
                     request.error = None
                     try:
                         self._commit([request])
@@ -89,7 +97,8 @@ class GroupCommit:
                         request.error = exc
         except BaseException as exc:
             for request in batch:
-                request.error = request.error or exc
+                if not request.done:
+                    request.error = request.error or exc
         finally:
             for request in batch:
                 request.done = True

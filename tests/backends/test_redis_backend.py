@@ -339,6 +339,47 @@ class TestRetriedCommits:
         finally:
             backend.close()
 
+    def test_a_batch_failing_in_a_later_round_never_applies_its_earlier_commits_twice(
+        self, redis_server: RedisServer
+    ) -> None:
+        """x lands in round one, y is overtaken and round two fails: x is answered once and stored once."""
+        first, other = RedisBackend(redis_server.url), RedisBackend(redis_server.url)
+        try:
+            first.transact("y", append_next("y1"))
+            first.read("y")
+            other.transact("y", append_next("y2 by the other replica"))  # first's cached y is stale now
+            real, sends = first._send, []
+
+            def send(calls):  # white box: the second round's round trip fails
+                sends.append(len(calls))
+                if len(sends) == 2:
+                    raise StorageError("writes kept waiting for other replicas' read leases to run out")
+                return real(calls)
+
+            first._send = send
+            outcomes: dict[str, object] = {}
+
+            def call(cid: str) -> None:
+                try:
+                    outcomes[cid] = first.transact(cid, append_next(f"{cid} once"))
+                except StorageError as exc:
+                    outcomes[cid] = exc
+
+            threads = [threading.Thread(target=call, args=(cid,)) for cid in ("x", "y")]
+            with first._group.lock:  # white box: both queued before one leader takes them
+                for thread in threads:
+                    thread.start()
+                wait_for(lambda: len(first._group) == 2, "both calls queued", timeout=10)
+            for thread in threads:
+                thread.join()
+            assert outcomes["x"] == 1
+            assert [u.text for u in other.read("x").utterances] == ["x once"]
+            stored_y = [u.text for u in other.read("y").utterances].count("y once")
+            assert stored_y == (1 if isinstance(outcomes["y"], int) else 0)
+        finally:
+            first.close()
+            other.close()
+
     def test_the_recent_ids_are_cut_at_an_id_boundary(self, redis_server: RedisServer) -> None:
         """Many commits keep a bounded list of whole ids: the newest are found, a cut one never matches."""
         backend = RedisBackend(redis_server.url)
