@@ -475,13 +475,16 @@ def _cores_of(text: str) -> tuple[str, ...]:
 def utterance_key(text: str) -> str:
     """The most telling word of an utterance: its first fact, else its longest content word ("" for small talk)."""
     sentences = split_sentences(text)
-    names = name_words(sentences)
+    names: set[str] | None = None
     for sentence in sentences:
-        # facts_in(sentence, names, set())[0], without the scan past the first
-        # fact nor a cache entry: a fold keys every utterance it folds, in the
-        # daemon, beside the requests (issue 17).
+        # facts_in(sentence, name_words(sentences), set())[0], without the
+        # scan past the first fact, the names unless the opener could be one
+        # (names are capitalised), or a cache entry: a fold keys every
+        # utterance it folds, in the daemon, beside the requests (issue 17).
         opener = _core(sentence.split(" ", 1)[0])[0]
-        facts = facts_of(sentence, {opener} if opener in names else set(), first=True)
+        if _capitalised(opener) and names is None:
+            names = name_words(sentences)
+        facts = facts_of(sentence, {opener} if names and opener in names else set(), first=True)
         if facts:
             return facts[0]
     words = [w for w in words_of(text) if len(w) >= 4 and w.lower() not in STOPWORDS]
