@@ -38,9 +38,21 @@ the result. Defaults listen on 127.0.0.1:50051 with in-memory storage.
 """
 
 
+class _Version(argparse.Action):
+    """argparse's version action, reading ``chd.__version__`` only when asked (see chd/__init__.py)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"chd {chd.__version__}")  # to stdout, as argparse's own version action
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chd", description="chd, the Conversation History Daemon")
-    parser.add_argument("--version", action="version", version=f"chd {chd.__version__}")
+    parser.add_argument("--version", action=_Version, help="show the program's version number and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the daemon", description=SERVE_DESCRIPTION)
