@@ -431,7 +431,7 @@ class DiskBackend:
                     self._cache.set(COUNTS_KEY, encode_counts(decode_counts(self._cache.get(COUNTS_KEY)) + added))
         except _STORAGE_ERRORS as exc:
             self._failed(exc, "write")
-        self._checkpointer.note_commit()
+        self._checkpointer.note_commit(bulk=True)
 
     def _encoded(self, conversation_id: str, meta: Meta, records: _Records) -> EncodedConversation:
         """read_encoded's snapshot of the records ``meta`` names (raises _Changed if one is gone)."""
