@@ -78,7 +78,7 @@ class TestJoinedCounts:
     ]
 
     def test_joined_counts_equal_the_count_of_the_joined_text(self) -> None:
-        """Thousands of joins of tricky parts, long (remembered) and short, agree with a plain count."""
+        """Thousands of joins of tricky parts, long and short, agree with a plain count, as do long texts."""
         import random
 
         counter = TiktokenCounter()
@@ -88,6 +88,7 @@ class TestJoinedCounts:
             texts = [rng.choice(self.PARTS) + rng.choice(["", " ", ".", "\n", " and more words"])
                      for _ in range(rng.randint(1, 5))]
             assert counter.count_joined(texts) == len(plain("\n".join(texts))), texts
+            assert counter.count("\n".join(texts)) == counter.count_joined(texts), texts
 
     def test_a_segment_counted_once_is_not_encoded_again_and_its_text_is_not_kept(self) -> None:
         """The second count of a summary encodes only its new segment; the memory holds digests, not texts."""
@@ -101,5 +102,5 @@ class TestJoinedCounts:
         new = "A new segment about the lighthouse keeper and the ferry timetable. " * 4
         assert counter.count_joined(segments[1:] + [new]) == counter._encoding.encode_ordinary(
             "\n".join(segments[1:] + [new])).__len__()
-        assert encoded == [segments[3] + "\n", new]  # the old last one now ends in a newline
+        assert encoded == [segments[3] + "\n", new]  # the old last line now ends in a newline
         assert all(isinstance(key, bytes) and len(key) == 16 for key in counter._known)

@@ -32,10 +32,14 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _PIECE = 4096
 _WORD_START = re.compile(r"(?<=\S) (?=[^\W\d_])")
 
-# Counts of texts at least this long are remembered (a summary segment's
-# text, counted again by every fold of its conversation), at most
-# _REMEMBERED of them, by a 16-byte digest: a count never keeps its text
-# in memory. Shorter texts (a stored utterance) are new each time.
+# Where a text may be cut into lines that count alone (count_joined): after
+# a newline, before anything but whitespace (Python's \s is str.isspace,
+# which holds all of Unicode's White_Space, tiktoken's \s).
+_LINES = re.compile(r"(?<=\n)(?=\S)")
+# Line counts of texts at least this long (a summary segment, counted again
+# by every fold of its conversation) are remembered, at most _REMEMBERED of
+# them, by a 16-byte digest: a count never keeps its text in memory.
+# Shorter texts (a stored utterance) are new each time.
 _REMEMBER_FROM = 200
 _REMEMBERED = 4096
 
@@ -65,41 +69,42 @@ class TiktokenCounter:
         self._lock = threading.Lock()
 
     def count(self, text: str) -> int:
-        if len(text) < _REMEMBER_FROM:
+        if len(text) < _REMEMBER_FROM or len(text) > _PIECE:
             return len(self._ids(text))
-        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        return sum(map(self._line_count, _LINES.split(text)))
+
+    def count_joined(self, texts: Sequence[str]) -> int:
+        """``count("\\n".join(texts))``: a summary's count, from the counts of its lines.
+
+        tiktoken splits a text into pieces by its pattern and encodes each
+        piece alone. No piece runs from a newline into a character that is
+        not whitespace (the pieces that take newlines end at the last one),
+        and no piece looks behind, so a text is counted line by line, cut
+        after each newline followed by such a character (``_LINES``). The
+        lines of a summary's segments are counted again by every fold of
+        its conversation (five counts of the whole summary per fold,
+        holding the GIL; issue 17); their counts are remembered.
+        tests/test_tokens.py compares this with a plain count on generated texts.
+        """
+        joined = "\n".join(texts)
+        if len(joined) > _PIECE:  # encoded in pieces cut elsewhere (_pieces)
+            return len(self._ids(joined))
+        return sum(map(self._line_count, _LINES.split(joined)))
+
+    def _line_count(self, line: str) -> int:
+        """The count of one of _LINES's parts, remembered by a 16-byte digest, never by its text."""
+        key = hashlib.blake2b(line.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         with self._lock:
             known = self._known.get(key)
             if known is not None:
                 self._known.move_to_end(key)
                 return known
-        known = len(self._ids(text))
+        known = len(self._ids(line))
         with self._lock:
             self._known[key] = known
             if len(self._known) > _REMEMBERED:
                 self._known.popitem(last=False)
         return known
-
-    def count_joined(self, texts: Sequence[str]) -> int:
-        """``count("\\n".join(texts))``, from the counts of its parts where that is exact.
-
-        tiktoken splits a text into pieces by its pattern and encodes each
-        piece alone. A piece never runs past a newline into a text that
-        starts with anything but whitespace (the pieces that take newlines
-        end at the last one), and no piece looks behind, so then
-        ``count(a + "\\n" + b) == count(a + "\\n") + count(b)``: a summary of
-        segments is counted from its segments' counts, which ``count``
-        remembers, instead of encoding all of it again on every fold (six
-        counts of the whole summary per fold, holding the GIL; issue 17).
-        tests/test_tokens.py compares it with ``count`` on generated texts.
-        """
-        texts = list(texts)
-        joined = len(texts) - 1 + sum(map(len, texts))
-        if not texts or joined > _PIECE or any(not t or t[0].isspace() for t in texts[1:]):
-            # Longer texts are encoded in pieces cut elsewhere (_pieces);
-            # a part that starts with whitespace may join the newline.
-            return self.count("\n".join(texts))
-        return sum(self.count(t + "\n") for t in texts[:-1]) + self.count(texts[-1])
 
     def token_ids(self, text: str) -> list[int]:
         """The token ids of ``text``: an id's rank tells how common the word is (summaries/extractive.py)."""
