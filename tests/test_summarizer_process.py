@@ -15,7 +15,7 @@ from conftest import DaemonProcess
 from chd.core.summaries.extractive import ExtractiveSummarizer
 from chd.core.summaries.summarizer import SummarizerError, SummaryContext
 from chd.core.summaries.writer import build_writer
-from chd.core.summaries.process import ProcessSummarizer
+from chd.core.summaries.process import NICE, ProcessSummarizer
 from chd.core.tokens import default_counter
 from chd.core.utterance import Utterance
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
@@ -141,6 +141,13 @@ class TestProcessSummarizer:
             assert child.summarize("", batch, 9) == _Echo().summarize("", tuple(batch), 9)
         finally:
             child.close()
+
+    def test_the_child_runs_at_a_lower_cpu_priority_than_the_daemon(self, child):
+        """Folds are background work: the child yields a busy core to the threads answering requests."""
+        child.summarize("", _batch(1), 60)
+        with open(f"/proc/{child.pid}/stat") as stat:
+            niceness = int(stat.read().rsplit(")", 1)[1].split()[16])
+        assert niceness == min(19, os.nice(0) + NICE)
 
     def test_no_child_until_the_first_summary(self, child):
         assert child.pid is None

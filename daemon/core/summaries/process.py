@@ -40,9 +40,19 @@ from chd.core.summaries.summarizer import Summarizer, SummarizerError, SummaryCo
 from chd.core.tokens import default_counter
 from chd.core.utterance import Utterance
 
-__all__ = ["ProcessSummarizer", "offline_summarizer"]
+__all__ = ["NICE", "ProcessSummarizer", "offline_summarizer"]
 
 log = logging.getLogger(__name__)
+
+# How much lower the child's CPU priority is than the daemon's. Folds are
+# background work: at equal priority the child took a core's share from the
+# threads answering requests whenever stores came faster than folds (every
+# store to a full buffer queues one; issue 17), and the store median rose
+# with it. Under Linux's scheduler a child at +10 still gets an idle core
+# whole, and about a tenth of a busy one, so folds lag under a sustained
+# overload instead of slowing requests; the queue's limit
+# (max_utterances_per_conversation) stays the back-pressure.
+NICE = 10
 
 
 def offline_summarizer() -> Summarizer:
@@ -82,6 +92,7 @@ def _call(summarizer: Summarizer, message: tuple) -> str:
 def _serve(connection: Connection) -> None:
     """The child's loop: the factory first, then one ``_message`` in, one ``(ok, text or error)`` out."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(NICE)
     try:
         make = connection.recv()
     except (EOFError, OSError):
