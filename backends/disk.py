@@ -132,6 +132,9 @@ _UPSERT = (
     " filename = NULL, value = excluded.value"
 )
 
+# _meta_text's statement: a text value by key.
+_GET = "SELECT value FROM Cache WHERE key = ? AND raw = 1"
+
 # What one cached utterance costs in memory besides its text's characters:
 # the Utterance object and its other strings (measured with tracemalloc on
 # decoded blocks: 330-370 bytes).
@@ -431,7 +434,7 @@ class DiskBackend:
                     self._cache.set(COUNTS_KEY, encode_counts(decode_counts(self._cache.get(COUNTS_KEY)) + added))
         except _STORAGE_ERRORS as exc:
             self._failed(exc, "write")
-        self._checkpointer.note_commit()
+        self._checkpointer.note_commit(bulk=True)
 
     def _encoded(self, conversation_id: str, meta: Meta, records: _Records) -> EncodedConversation:
         """read_encoded's snapshot of the records ``meta`` names (raises _Changed if one is gone)."""
@@ -533,6 +536,16 @@ class DiskBackend:
             _UPSERT, [(key, now, now, value) for key, value in rows]
         )
 
+    def _set(self, key: str, value: str) -> None:
+        """``Cache.set(key, value)`` for a text value, inside the caller's transaction, as one statement.
+
+        Cache.set looks the row up, then updates or inserts it, and checks
+        for culling: three times the cost of the one UPSERT (a store writes
+        the meta record, a fold a block, the summary and the meta record).
+        """
+        now = time.time()
+        self._cache._con.execute(_UPSERT, (key, now, now, value))  # diskcache's connection of this thread
+
     def _keys(self, prefix: str, after: str, where: str = "") -> Iterator[str]:
         """The ids after ``prefix`` of the keys above ``prefix + after``."""
         start = len(prefix)
@@ -574,7 +587,11 @@ class DiskBackend:
     # --- reading ---------------------------------------------------------------
 
     def _meta_text(self, conversation_id: str) -> str | None:
-        return self._cache.get(meta_key(conversation_id))
+        # What Cache.get returns for the text values chd stores (MODE_RAW, no
+        # expiry), in one statement of a third of its cost: every read and
+        # every commit asks.
+        row = self._cache._sql(_GET, (meta_key(conversation_id),)).fetchone()  # this thread's connection
+        return None if row is None else row[0]
 
     def _cached(self, conversation_id: str, text: str | None) -> _Cached | None:
         """The cached state if ``text`` is still its meta record (no commit since)."""
@@ -822,7 +839,7 @@ class DiskBackend:
             open=(*old.open, utterance),
         )
         text = encode_meta(new_meta, open_records.values())
-        self._cache.set(meta_key(conversation_id), text)
+        self._set(meta_key(conversation_id), text)
         return _Cached(text, new_meta, new_state, open_records)
 
     def _write_new(self, conversation_id: str, new_state: ConversationState) -> _Cached:
@@ -902,7 +919,7 @@ class DiskBackend:
                 elif before is not None and not own:
                     cache.delete(utterance_key(conversation_id, seq))
             if own:
-                cache.set(utterance_key(conversation_id, seq), encode_utterance(utterance))
+                self._set(utterance_key(conversation_id, seq), encode_utterance(utterance))
                 return
             encoded[seq] = encode_in_block(utterance)
             if seq >= state.next_seq and block_of(seq) == old_open:
@@ -955,14 +972,14 @@ class DiskBackend:
             if number != open_block:
                 content = _block_content(new_state, number, own_below, archive)
                 if content:
-                    cache.set(block_key(conversation_id, number), encode_block(map(record, content)))
+                    self._set(block_key(conversation_id, number), encode_block(map(record, content)))
                 else:
                     cache.delete(block_key(conversation_id, number))
         has_summary = old.has_summary
         if change.summary is not None:
             has_summary = bool(new_state.summary.segments) or new_state.summary.through_seq > 0
             if has_summary:
-                cache.set(summary_key(conversation_id), encode_summary(new_state.summary))
+                self._set(summary_key(conversation_id), encode_summary(new_state.summary))
             else:
                 cache.delete(summary_key(conversation_id))
         new_meta = Meta(
@@ -978,7 +995,7 @@ class DiskBackend:
             open=opened,
         )
         text = encode_meta(new_meta, open_records.values())
-        cache.set(meta_key(conversation_id), text)
+        self._set(meta_key(conversation_id), text)
         return _Cached(text, new_meta, new_state, open_records)
 
     def _index(self, conversation_id: str, old: ConversationState, new: ConversationState) -> None:
@@ -991,10 +1008,10 @@ class DiskBackend:
         cache = self._cache
         if old.is_empty != new.is_empty:
             count = decode_counts(cache.get(COUNTS_KEY)) + (1 if old.is_empty else -1)
-            cache.set(COUNTS_KEY, encode_counts(count))
+            self._set(COUNTS_KEY, encode_counts(count))
         if bool(old.pending) != bool(new.pending):
             if new.pending:
-                cache.set(queued_key(conversation_id), QUEUED_RECORD)
+                self._set(queued_key(conversation_id), QUEUED_RECORD)
             else:
                 cache.delete(queued_key(conversation_id))
 
@@ -1069,6 +1086,11 @@ class DiskBackend:
             # thread's connection (diskcache issue #112); closing the
             # connection rolls it back, and the next call opens a new one.
             self._cache.close()
+            if _rolled_back(exc):
+                # SQLite ended the transaction itself on the error (an UPSERT
+                # meeting a full disk does), so diskcache's ROLLBACK failed:
+                # the error to report is the one it was handling.
+                exc = exc.__context__  # type: ignore[assignment]
         if is_full(exc):
             log.error("data dir %s is full: %s", self.path, exc)
             raise StorageFull(
@@ -1076,6 +1098,15 @@ class DiskBackend:
             ) from exc
         log.error("storage error on %s in %s: %s", doing, self.path, exc)
         raise StorageError(f"storage error in {self.path}: {exc}") from exc
+
+
+def _rolled_back(exc: BaseException) -> bool:
+    """True for diskcache's ROLLBACK failing because SQLite had already rolled back on an earlier error."""
+    return (
+        isinstance(exc, sqlite3.OperationalError)
+        and "no transaction is active" in str(exc)
+        and isinstance(exc.__context__, _STORAGE_ERRORS)
+    )
 
 
 def _plain_append(change: Change, state: ConversationState, new_state: ConversationState, old: Meta) -> bool:

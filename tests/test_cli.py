@@ -125,6 +125,29 @@ class TestServeCommand:
             daemon.kill()
 
 
+def test_start_up_objects_are_left_out_of_later_collections_and_new_garbage_is_not() -> None:
+    """`chd serve` freezes what start-up built (settle_heap); cycles made afterwards are still collected."""
+    import gc
+    import weakref
+
+    from chd.cli.main import settle_heap
+
+    class Node:
+        pass
+
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() > 0
+        later = Node()
+        later.self = later  # type: ignore[attr-defined]
+        gone = weakref.ref(later)
+        del later
+        gc.collect()
+        assert gone() is None
+    finally:
+        gc.unfreeze()
+
+
 def test_remove_of_summarized_turns_says_the_summary_forgot_them() -> None:
     """A remove that only reaches the summary reports the dropped segments, not just 'nothing'."""
     daemon = DaemonProcess("--buffer-size", "2", "--eviction-batch", "1")

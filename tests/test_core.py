@@ -350,3 +350,25 @@ def test_data_store_without_text_is_invalid_argument(history: ConversationHistor
     """data.operation store with no text names the missing field instead of crashing."""
     with pytest.raises(InvalidRequest, match="store needs text"):
         history.query("", {}, {"operation": "store"})
+
+
+class TestUtteranceRecords:
+    """An utterance read back from its record is the utterance that was stored."""
+
+    def test_from_record_makes_what_the_constructor_makes_for_every_field(self):
+        """Every field round-trips, numbers given as text are converted, and nothing is left unset."""
+        import dataclasses
+
+        from chd.core.utterance import Utterance
+
+        stored = Utterance("conv-7", 42, "assistant", "the ferry leaves at 9:40", 21, "2026-01-01T00:00:00.000000Z",
+                           9, important=True)
+        assert Utterance.from_record(stored.to_record()) == stored
+        assert hash(Utterance.from_record(stored.to_record())) == hash(stored)
+        loose = {**stored.to_record(), "seq": "42", "tokens": "9", "turn_number": "21"}
+        del loose["important"]
+        assert Utterance.from_record(loose) == dataclasses.replace(stored, important=False)
+        made = Utterance.from_record(stored.to_record())
+        assert {f.name: getattr(made, f.name) for f in dataclasses.fields(Utterance)} == dataclasses.asdict(stored)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            made.seq = 1  # type: ignore[misc]

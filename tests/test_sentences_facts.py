@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from chd.core.summaries.sentences import facts_of, said_elsewhere, said_in
+from chd.core.summaries.sentences import (
+    STOPWORDS,
+    facts_in,
+    facts_of,
+    name_words,
+    said_elsewhere,
+    said_in,
+    split_sentences,
+    utterance_key,
+    words_of,
+)
 
 
 class TestPhrasesAroundRareWords:
@@ -117,3 +127,47 @@ class TestWords:
         assert words_of("Élodie fährt nach München, Встреча в Москве um 10:30.") == [
             "Élodie", "fährt", "nach", "München", "Встреча", "в", "Москве", "um", "10:30.",
         ]
+
+
+SENTENCES = [
+    "We want the herringbone parquet in the hall.",
+    "Then Declan replied quickly.",
+    "That comes from pydantic 2.7.0, which changed parse_obj.",
+    "Then you need 8.2 square metres with waste.",
+    "TypeError in src/a.py at line 40: unexpected keyword argument 'tz'.",
+    "Updated: the budget is now 1700 euros.",
+    "The quote came in: £8,400 all in, reference Q-2291.",
+    "The room is 3.1 by 2.4 metres.",
+    "We stay at The Linden Inn tonight.",
+    "Seed & Sprout near the hotel has a vegetarian menu.",
+    "Delivery takes 3 business days after March 4.",
+    "The error says: connection refused",
+    "ok thanks",
+    "Maya is allergic to sesame. Maya likes Oslo.",
+    "message 3 about the harbour gull storm rope",
+]
+
+
+class TestFirstFact:
+    """The key of an utterance is its first fact, found without reading the rest of the sentence."""
+
+    def test_the_first_fact_is_the_first_of_all_the_facts(self):
+        """facts_of(first=True) gives facts_of's first, or nothing when it finds none."""
+        from tests.talk import fact
+
+        for sentence in SENTENCES + [fact(i) for i in range(60)]:
+            for names in (set(), {sentence.split(" ")[0]}):
+                assert facts_of(sentence, names, first=True) == facts_of(sentence, names)[:1], sentence
+
+    def test_an_utterance_key_is_the_first_fact_of_its_first_sentence_with_one(self):
+        """utterance_key as defined: facts_in over the sentences in turn, else the longest content word."""
+        from tests.talk import fact
+
+        for text in SENTENCES + [fact(i) + " " + fact(i + 1) for i in range(40)] + ["Hello there, how are you?"]:
+            sentences = split_sentences(text)
+            names = name_words(sentences)
+            expected = next((f[0] for f in (facts_in(s, names, set()) for s in sentences) if f), None)
+            if expected is None:
+                words = [w for w in words_of(text) if len(w) >= 4 and w.lower() not in STOPWORDS]
+                expected = max(words, key=len, default="")
+            assert utterance_key(text) == expected, text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import replace
 from collections.abc import Iterator
 
 import grpc
@@ -12,9 +13,9 @@ import pytest
 
 from conftest import DaemonProcess
 from chd.core.summaries.extractive import ExtractiveSummarizer
-from chd.core.summaries.summarizer import SummarizerError
+from chd.core.summaries.summarizer import SummarizerError, SummaryContext
 from chd.core.summaries.writer import build_writer
-from chd.core.summaries.process import ProcessSummarizer
+from chd.core.summaries.process import NICE, ProcessSummarizer
 from chd.core.tokens import default_counter
 from chd.core.utterance import Utterance
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
@@ -46,6 +47,21 @@ def failing_summarizer() -> ExtractiveSummarizer:
             raise ValueError("no summary today")
 
     return Failing(default_counter())
+
+
+class _Echo:
+    """Writes back everything it was given, context included."""
+
+    name = "extractive"
+    reads_context = True
+
+    def summarize(self, previous, utterances, token_limit, context=None):  # type: ignore[no-untyped-def]
+        return repr((previous, tuple(utterances), token_limit, context))
+
+
+def echoing_summarizer() -> _Echo:
+    """A factory for a child that answers with what reached it."""
+    return _Echo()
 
 
 def slow_summarizer() -> ExtractiveSummarizer:
@@ -114,6 +130,24 @@ class TestProcessSummarizer:
             assert theirs == local.summarize(previous, batch, 60)
             previous = theirs
         assert "Lyon" in previous or "budget" in previous
+
+    def test_the_child_gets_the_utterances_and_context_the_daemon_sent(self):
+        """Utterances cross as tuples of their fields; the child sees the very same ones."""
+        child = ProcessSummarizer(make=echoing_summarizer)
+        try:
+            context = SummaryContext(summary="earlier: Lyon", buffered=tuple(_batch(20, 3)), parts=((1, 2, "a"),))
+            batch = _batch(1) + [replace(_batch(6, 1)[0], important=True, text="naïve “quotes”\n")]
+            assert child.summarize("before", batch, 60, context) == _Echo().summarize("before", tuple(batch), 60, context)
+            assert child.summarize("", batch, 9) == _Echo().summarize("", tuple(batch), 9)
+        finally:
+            child.close()
+
+    def test_the_child_runs_at_a_lower_cpu_priority_than_the_daemon(self, child):
+        """Folds are background work: the child yields a busy core to the threads answering requests."""
+        child.summarize("", _batch(1), 60)
+        with open(f"/proc/{child.pid}/stat") as stat:
+            niceness = int(stat.read().rsplit(")", 1)[1].split()[16])
+        assert niceness == min(19, os.nice(0) + NICE)
 
     def test_no_child_until_the_first_summary(self, child):
         assert child.pid is None

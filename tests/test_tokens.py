@@ -65,3 +65,42 @@ def test_counting_works_with_network_blocked(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2"
+
+
+class TestJoinedCounts:
+    """A summary's count comes from its segments' counts, exactly as counting the joined text."""
+
+    PARTS = [
+        "Summary of turns 1 to 20: the harbour and the gull.", "ferry at 9:40", "it's", "'s", "’s fine",
+        "end.", "end. ", "end.\n", "end \n", "trailing  ", "\n", "...", "—", "🙂 emoji", "naïve café", "日本語の文",
+        "\xa0nbsp", "\u3000ideographic", "\x1cfile separator", "\tTab", " leading", "1234567", "x" * 250,
+        "word " * 60, "Sentence. " * 30 + "!", "a\r\nb", "q?\n\n", "<|endoftext|>",
+    ]
+
+    def test_joined_counts_equal_the_count_of_the_joined_text(self) -> None:
+        """Thousands of joins of tricky parts, long and short, agree with a plain count, as do long texts."""
+        import random
+
+        counter = TiktokenCounter()
+        plain = counter._encoding.encode_ordinary
+        rng = random.Random(3)
+        for _ in range(3000):
+            texts = [rng.choice(self.PARTS) + rng.choice(["", " ", ".", "\n", " and more words"])
+                     for _ in range(rng.randint(1, 5))]
+            assert counter.count_joined(texts) == len(plain("\n".join(texts))), texts
+            assert counter.count("\n".join(texts)) == counter.count_joined(texts), texts
+
+    def test_a_segment_counted_once_is_not_encoded_again_and_its_text_is_not_kept(self) -> None:
+        """The second count of a summary encodes only its new segment; the memory holds digests, not texts."""
+        counter = TiktokenCounter()
+        encoded: list[str] = []
+        ids = counter._ids
+        counter._ids = lambda text: (encoded.append(text), ids(text))[1]  # type: ignore[method-assign]
+        segments = [f"Segment {i}: " + "the harbour pilot logged tides and storms. " * 8 for i in range(4)]
+        counter.count_joined(segments)
+        encoded.clear()
+        new = "A new segment about the lighthouse keeper and the ferry timetable. " * 4
+        assert counter.count_joined(segments[1:] + [new]) == counter._encoding.encode_ordinary(
+            "\n".join(segments[1:] + [new])).__len__()
+        assert encoded == [segments[3] + "\n", new]  # the old last line now ends in a newline
+        assert all(isinstance(key, bytes) and len(key) == 16 for key in counter._known)

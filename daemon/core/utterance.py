@@ -77,19 +77,31 @@ class Utterance:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Utterance:
-        return cls(
-            conversation_id=record["conversation_id"],
-            seq=int(record["seq"]),
-            speaker=record["speaker"],
-            text=record["text"],
-            turn_number=int(record["turn_number"]),
-            timestamp=record["timestamp"],
-            tokens=int(record["tokens"]),
-            important=bool(record.get("important", False)),
-        )
+        # What __init__ would make, with the fields set through their slots:
+        # a frozen dataclass's __init__ goes through object.__setattr__ for
+        # each, twice the cost, and a state-cache miss decodes every buffered
+        # utterance (issue 17). tests/test_core.py checks it against __init__.
+        made = object.__new__(cls)
+        conversation_id, seq, speaker, text, turn_number, timestamp, tokens, important = _UTTERANCE_SLOTS
+        conversation_id(made, record["conversation_id"])
+        seq(made, int(record["seq"]))
+        speaker(made, record["speaker"])
+        text(made, record["text"])
+        turn_number(made, int(record["turn_number"]))
+        timestamp(made, record["timestamp"])
+        tokens(made, int(record["tokens"]))
+        important(made, bool(record.get("important", False)))
+        return made
 
     def with_important(self, important: bool) -> Utterance:
         return replace(self, important=important)
+
+
+# Utterance's slot setters, in from_record's order.
+_UTTERANCE_SLOTS = tuple(
+    vars(Utterance)[name].__set__
+    for name in ("conversation_id", "seq", "speaker", "text", "turn_number", "timestamp", "tokens", "important")
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,6 +176,23 @@ class TestLayout:
         assert stored_value(tmp_path, meta_key("c")).endswith('"open":[]}')
         backend.close()
 
+    def test_a_store_is_one_read_and_one_write_statement_in_its_transaction(self, tmp_path: Path) -> None:
+        """The meta record is read and written with a statement each (Cache.get and Cache.set took five)."""
+        backend = DiskBackend(tmp_path)
+        for _ in range(3):
+            backend.transact("c", append_next("short"))
+        statements: list[str] = []
+        connection = backend._cache._con  # this thread's, which the store below commits on (white box)
+        connection.set_trace_callback(statements.append)
+        try:
+            backend.transact("c", append_next("short"))
+        finally:
+            connection.set_trace_callback(None)
+        # SQLite traces a statement again for each trigger it fires (diskcache's counters): count it once.
+        distinct = [s for i, s in enumerate(statements) if i == 0 or s != statements[i - 1]]
+        assert [s.split()[0] for s in distinct] == ["BEGIN", "SELECT", "INSERT", "COMMIT"]
+        backend.close()
+
 
 class TestSchemaVersion:
     """Data from a newer chd is refused, never misread."""

@@ -49,6 +49,22 @@ class TestCheckpointer:
         backend.close()
         assert set(checkpoint_threads()) <= before
 
+    def test_an_import_batch_is_checkpointed_at_once_not_after_the_interval(self, tmp_path: Path) -> None:
+        """A bulk commit wakes the thread: its copy runs beside the next batch, not at close."""
+        DiskBackend(tmp_path).close()  # the database and its tables
+        checkpointer = Checkpointer(tmp_path / "cache.db", synchronous=1, interval=3600)
+        try:
+            checkpointer.note_commit()  # an ordinary commit waits for the interval (or WAKE_AFTER)
+            time.sleep(0.2)
+            assert checkpointer.checkpoints == 0
+            checkpointer.note_commit(bulk=True)
+            deadline = time.monotonic() + PATIENCE
+            while checkpointer.checkpoints == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert checkpointer.checkpoints == 1
+        finally:
+            checkpointer.close()
+
     def test_the_wal_stays_bounded_under_writes_that_never_pause(self, tmp_path: Path) -> None:
         """Background checkpoints alone cannot reset a WAL that keeps growing;
         SQLite's automatic checkpoint at BACKSTOP pages does."""

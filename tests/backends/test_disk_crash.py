@@ -104,7 +104,7 @@ _KILL_DURING_STORE = textwrap.dedent(
     from chd.core.settings import Settings
 
     backend = DiskBackend(sys.argv[1])
-    real_set, calls = backend._cache.set, [0]
+    real_set, calls = backend._set, [0]
 
     def dying_set(*args, **kwargs):
         calls[0] += 1
@@ -112,7 +112,7 @@ _KILL_DURING_STORE = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGKILL)
         return real_set(*args, **kwargs)
 
-    backend._cache.set = dying_set
+    backend._set = dying_set
     history = ConversationHistory(backend, Settings(buffer_size=4, eviction_batch=2), background=False)
     history.query("Add utterance: the one under test")
     print("finished", calls[0])

@@ -11,12 +11,14 @@ limit takes effect at once: the utterances that no longer fit are evicted
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from chd.backends.base import Backend, Change, ConversationState
 from chd.core.memory.eviction import evictions_to_fit
-from chd.core.language.intents import ConfigureIntent
 from chd.core.settings import Settings
+
+if TYPE_CHECKING:  # the language's intents: not loaded for `chd import`, which only reads settings here
+    from chd.core.language.intents import ConfigureIntent
 
 __all__ = ["CONFIGURABLE", "effective_settings", "settings_view", "configure"]
 

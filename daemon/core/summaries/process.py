@@ -21,7 +21,9 @@ it stops) and exits when the daemon closes the socket or dies.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import operator
 import os
 import signal
 import socket
@@ -34,13 +36,23 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from chd.core.summaries.extractive import ExtractiveSummarizer
-from chd.core.summaries.summarizer import Summarizer, SummarizerError, SummaryContext
+from chd.core.summaries.summarizer import Summarizer, SummarizerError, SummaryContext, summarize_with
 from chd.core.tokens import default_counter
 from chd.core.utterance import Utterance
 
-__all__ = ["ProcessSummarizer", "offline_summarizer"]
+__all__ = ["NICE", "ProcessSummarizer", "offline_summarizer"]
 
 log = logging.getLogger(__name__)
+
+# How much lower the child's CPU priority is than the daemon's. Folds are
+# background work: at equal priority the child took a core's share from the
+# threads answering requests whenever stores came faster than folds (every
+# store to a full buffer queues one; issue 17), and the store median rose
+# with it. Under Linux's scheduler a child at +10 still gets an idle core
+# whole, and about a tenth of a busy one, so folds lag under a sustained
+# overload instead of slowing requests; the queue's limit
+# (max_utterances_per_conversation) stays the back-pressure.
+NICE = 10
 
 
 def offline_summarizer() -> Summarizer:
@@ -48,10 +60,39 @@ def offline_summarizer() -> Summarizer:
     return ExtractiveSummarizer(default_counter())
 
 
+# Utterances cross the socket as tuples of their fields: pickling the
+# dataclasses ran their Python ``__getstate__`` per utterance, 0.1 ms of the
+# daemon's interpreter lock per fold (issue 17), against 0.01 ms for tuples.
+_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Utterance)))
+
+
+def _flat(utterances: Sequence[Utterance]) -> tuple[tuple, ...]:
+    return tuple(map(_FIELDS, utterances))
+
+
+def _built(rows: Sequence[tuple]) -> tuple[Utterance, ...]:
+    return tuple(Utterance(*row) for row in rows)
+
+
+def _message(previous: str, utterances: Sequence[Utterance], limit: int, context: SummaryContext | None) -> tuple:
+    """What the daemon sends for one summary (``_call`` reads it back in the child)."""
+    flat_context = None if context is None else (context.summary, _flat(context.buffered), context.parts)
+    return previous, _flat(utterances), limit, flat_context
+
+
+def _call(summarizer: Summarizer, message: tuple) -> str:
+    previous, rows, limit, flat_context = message
+    context = None
+    if flat_context is not None:  # for a summarizer that reads one (conversation-wide weights)
+        summary, buffered, parts = flat_context
+        context = SummaryContext(summary=summary, buffered=_built(buffered), parts=parts)
+    return summarize_with(summarizer, previous, _built(rows), limit, context)
+
+
 def _serve(connection: Connection) -> None:
-    """The child's loop: the factory first, then one ``(previous, utterances, limit, context)`` in,
-    one ``(ok, text or error)`` out."""
+    """The child's loop: the factory first, then one ``_message`` in, one ``(ok, text or error)`` out."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(NICE)
     try:
         make = connection.recv()
     except (EOFError, OSError):
@@ -66,10 +107,7 @@ def _serve(connection: Connection) -> None:
         if message is None:
             return
         try:
-            previous, utterances, limit, *rest = message
-            # The context, for a summarizer that reads one (conversation-wide weights).
-            extra = {"context": rest[0]} if rest and getattr(summarizer, "reads_context", False) else {}
-            reply: tuple[bool, str] = (True, summarizer.summarize(previous, utterances, limit, **extra))
+            reply: tuple[bool, str] = (True, _call(summarizer, message))
         except Exception as exc:  # the daemon's to report; the child goes on
             reply = (False, f"{type(exc).__name__}: {exc}")
         connection.send(reply)
@@ -132,10 +170,8 @@ class ProcessSummarizer:
                 connection = self._connection or self._start()
                 if not self._ready and not self._wait_ready(connection):
                     assert self._local is not None
-                    if context is not None and getattr(self._local, "reads_context", False):
-                        return self._local.summarize(previous, utterances, token_limit, context=context)  # type: ignore[call-arg]
-                    return self._local.summarize(previous, utterances, token_limit)
-                connection.send((previous, tuple(utterances), token_limit, context))
+                    return summarize_with(self._local, previous, utterances, token_limit, context)
+                connection.send(_message(previous, utterances, token_limit, context))
                 if not connection.poll(self._timeout):
                     raise TimeoutError("no answer in time")
                 ok, value = connection.recv()

@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 
 from chd.core.summaries.sentences import utterance_key
 from chd.core.summaries.summarizer import Summarized, SummaryContext
-from chd.core.tokens import TokenCounter
+from chd.core.tokens import TokenCounter, count_joined
 from chd.core.utterance import Summary, SummarySegment, Utterance
 
 __all__ = [
@@ -269,7 +269,7 @@ def _merge_least(
             error=first.error or second.error,
             keys=_keys((), (*first.keys, *second.keys)),
         )
-        joined = replace(joined, tokens=counter.count(joined.text))
+        joined = replace(joined, tokens=count_joined(counter, [t for t in (first.text, second.text) if t]))
         rest = [*segments[:k], joined, *segments[k + 2:]]
         share = allocations(rest, limit)[k]
         if joined.tokens > share:
@@ -291,8 +291,7 @@ def assemble(
 ) -> Summary:
     """A Summary of ``segments`` whose ``tokens`` is the exact count of the joined text."""
     kept = tuple(s for s in segments if s.text.strip())
-    text = "\n".join(s.text for s in kept)
-    return Summary(kept, through_seq, counter.count(text) if kept else 0)
+    return Summary(kept, through_seq, count_joined(counter, [s.text for s in kept]) if kept else 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,8 +182,12 @@ def facts_of(
     names: set[str],
     rare: set[str] = frozenset(),  # type: ignore[assignment]
     uncommon: set[str] = frozenset(),  # type: ignore[assignment]
+    first: bool = False,
 ) -> list[str]:
     """The facts of one cleaned sentence, in order, each as it is written there.
+
+    With ``first``, only the first of them (a list of at most one): facts
+    are only ever appended, so the scan stops as soon as there is one.
 
     Args:
         names: words known as names in the conversation (see ``name_words``).
@@ -212,6 +216,8 @@ def facts_of(
     skip = -1
     ends = False
     for i, token in enumerate(tokens):
+        if first and facts:
+            return facts
         if i <= skip:
             if ends:
                 close()
@@ -268,6 +274,8 @@ def facts_of(
         if ends:
             close()
     close()
+    if first and facts:
+        return facts[:1]
     if value is not None and value not in facts:
         facts.append(value)  # the names and numbers in it stay facts of their own too
     return facts
@@ -467,9 +475,16 @@ def _cores_of(text: str) -> tuple[str, ...]:
 def utterance_key(text: str) -> str:
     """The most telling word of an utterance: its first fact, else its longest content word ("" for small talk)."""
     sentences = split_sentences(text)
-    names = name_words(sentences)
+    names: set[str] | None = None
     for sentence in sentences:
-        facts = facts_in(sentence, names, set())
+        # facts_in(sentence, name_words(sentences), set())[0], without the
+        # scan past the first fact, the names unless the opener could be one
+        # (names are capitalised), or a cache entry: a fold keys every
+        # utterance it folds, in the daemon, beside the requests (issue 17).
+        opener = _core(sentence.split(" ", 1)[0])[0]
+        if _capitalised(opener) and names is None:
+            names = name_words(sentences)
+        facts = facts_of(sentence, {opener} if names and opener in names else set(), first=True)
         if facts:
             return facts[0]
     words = [w for w in words_of(text) if len(w) >= 4 and w.lower() not in STOPWORDS]

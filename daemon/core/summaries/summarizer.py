@@ -24,6 +24,7 @@ __all__ = [
     "Late",
     "SummaryContext",
     "summarizer_name",
+    "summarize_with",
     "trim_items",
     "SUMMARIZER_CHOICES",
     "DEFAULT_CLAUDE_MODEL",
@@ -129,3 +130,16 @@ SUMMARIZER_CHOICES = ("auto", "claude", "offline")
 # Here rather than in claude.py so that `chd --help` and `chd query`
 # do not import the SDK (two seconds).
 DEFAULT_CLAUDE_MODEL = "claude-haiku-4-5"
+
+
+def summarize_with(
+    summarizer: Summarizer,
+    previous: str,
+    utterances: Sequence[Utterance],
+    token_limit: int,
+    context: SummaryContext | None,
+) -> str:
+    """``summarizer.summarize``, with the context only for a summarizer that reads one."""
+    if context is not None and getattr(summarizer, "reads_context", False):
+        return summarizer.summarize(previous, utterances, token_limit, context=context)  # type: ignore[call-arg]
+    return summarizer.summarize(previous, utterances, token_limit)

@@ -27,6 +27,7 @@ from chd.core.summaries.summarizer import (
     SummarizerError,
     Summarizer,
     SummaryContext,
+    summarize_with,
     summarizer_name,
 )
 from chd.core.tokens import TokenCounter
@@ -197,7 +198,7 @@ class SummaryWriter:
         for attempt in range(1, tries + 1):
             try:
                 if late is None:
-                    text = _call(self.primary, previous, utterances, token_limit, context)
+                    text = summarize_with(self.primary, previous, utterances, token_limit, context)
                 else:
                     text = self._waited(previous, utterances, token_limit, context, *late)
                 self._failed = None
@@ -235,7 +236,7 @@ class SummaryWriter:
         assert self.late is not None
         request = (key, previous, tuple((u.seq, u.text) for u in utterances), token_limit)
         future = self.late.start(
-            key, request, lambda: _call(self.primary, previous, utterances, token_limit, context)
+            key, request, lambda: summarize_with(self.primary, previous, utterances, token_limit, context)
         )
         if future is None:
             if not patient:
@@ -243,7 +244,7 @@ class SummaryWriter:
                     f"{self.late.in_flight} {self.name} calls are still running late; "
                     "no other is started while a caller waits"
                 )
-            return _call(self.primary, previous, utterances, token_limit, context)  # as before: waited to its end
+            return summarize_with(self.primary, previous, utterances, token_limit, context)  # as before: waited to its end
         try:
             return future.result(timeout=patience)
         except FutureTimeout:
@@ -258,7 +259,7 @@ class SummaryWriter:
         context: SummaryContext | None = None,
     ) -> Summarized:
         assert self.fallback is not None
-        text = _call(self.fallback, previous, utterances, token_limit, context)
+        text = summarize_with(self.fallback, previous, utterances, token_limit, context)
         return Summarized(self.bounded(text, token_limit), summarizer_name(self.fallback), reason)
 
     def bounded(self, text: str, limit: int) -> str:
@@ -344,19 +345,6 @@ class _Overdue(Exception):
         super().__init__(f"no answer within {waited:g} s")
         self.future = future
         self.waited = waited
-
-
-def _call(
-    summarizer: Summarizer,
-    previous: str,
-    utterances: Sequence[Utterance],
-    token_limit: int,
-    context: SummaryContext | None,
-) -> str:
-    """``summarizer.summarize``, with the context only for a summarizer that reads one."""
-    if context is not None and getattr(summarizer, "reads_context", False):
-        return summarizer.summarize(previous, utterances, token_limit, context=context)  # type: ignore[call-arg]
-    return summarizer.summarize(previous, utterances, token_limit)
 
 
 def _describe(exc: BaseException) -> str:
