@@ -10,9 +10,11 @@ then measures, on a ``chd serve --backend disk`` process:
 * the time from spawning ``chd serve`` to health answering SERVING (with
   ``--metrics-port``, whose gauges used to read every conversation first);
 * RSS right after that, and after touching 1,000 random conversations;
-* median and p99 of ``--stores`` stores to random conversations, over gRPC;
-  at 1k the 1,000 touched are all of them, so every store hits the state
-  cache, and at 100k almost none does: two like-for-like rows beside it,
+* median and p99 of ``--stores`` stores to random conversations, over gRPC,
+  each to a different conversation no earlier store reached, so that every
+  store evicts and queues a fold at every size; at 1k the 1,000 touched are
+  all of them, so every store hits the state cache, and at 100k almost
+  none does: two like-for-like rows beside it,
   200 stores to conversations untouched since start (before the touches)
   and 200 to conversations just read, show growth with the data alone;
 * a store to a new conversation once ``max_conversations`` is reached
@@ -232,7 +234,14 @@ def measure(size: int, work: Path, stores: int, keep: bool) -> Figures:
             figures.cached_median_ms = statistics.median(
                 ask(stub, f"Add utterance: {_text(rng, n)}", cid) for n, cid in enumerate(touched[:FIRST_TOUCHES])
             ) * 1000
-            latencies = [ask(stub, f"Add utterance: {_text(rng, n)}", rng.choice(ids)) for n in range(stores)]
+            # Each to a conversation no store has reached since start, so every
+            # one meets a full buffer and queues a fold at every size. Drawn
+            # with repeats, as before, a store at 1k often came back to a
+            # conversation a store had just made room in (no fold), and at
+            # 100k almost never: the sizes did different work per store.
+            stored = set(first) | set(touched[:FIRST_TOUCHES])
+            fresh = rng.sample([cid for cid in ids if cid not in stored], min(stores, size - len(stored)))
+            latencies = [ask(stub, f"Add utterance: {_text(rng, n)}", cid) for n, cid in enumerate(fresh)]
             figures.store_median_ms = statistics.median(latencies) * 1000
             figures.store_p99_ms = percentile(latencies, 99) * 1000
             figures.refused_median_ms = statistics.median(refused(stub, f"new{n}") for n in range(50)) * 1000
