@@ -171,3 +171,18 @@ class TestFirstFact:
                 words = [w for w in words_of(text) if len(w) >= 4 and w.lower() not in STOPWORDS]
                 expected = max(words, key=len, default="")
             assert utterance_key(text) == expected, text
+
+    def test_an_utterance_key_looks_for_facts_only_in_the_first_characters(self, monkeypatch):
+        """A fact past KEY_SCAN_CHARS is not looked for, so a long text of tiny sentences costs a bounded scan."""
+        from chd.core.summaries import sentences
+        from tests.talk import fact
+
+        early, late = fact(1), fact(2)
+        assert utterance_key(early + " " + "ok. " * 10) == utterance_key(early)
+        padded = "ok. " * (sentences.KEY_SCAN_CHARS // 4) + late
+        assert utterance_key(padded) != utterance_key(late)  # the longest word instead
+        calls = []
+        real = sentences.facts_of
+        monkeypatch.setattr(sentences, "facts_of", lambda *a, **k: calls.append(1) or real(*a, **k))
+        utterance_key("a\n" * 16_000)
+        assert len(calls) <= sentences.KEY_SCAN_CHARS // 2
