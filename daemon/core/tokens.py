@@ -85,11 +85,9 @@ class TiktokenCounter:
         its conversation (five counts of the whole summary per fold,
         holding the GIL; issue 17); their counts are remembered.
         tests/test_tokens.py compares this with a plain count on generated texts.
+        ``count`` does the cutting, for any text long enough to be worth it.
         """
-        joined = "\n".join(texts)
-        if len(joined) > _PIECE:  # encoded in pieces cut elsewhere (_pieces)
-            return len(self._ids(joined))
-        return sum(map(self._line_count, _LINES.split(joined)))
+        return self.count("\n".join(texts))
 
     def _line_count(self, line: str) -> int:
         """The count of one of _LINES's parts, remembered by a 16-byte digest, never by its text."""
