@@ -469,11 +469,7 @@ class RedisBackend:
             commits = lease.commits() if lease is not None else 0
             if tenure is not None and self._direct is not None:
                 key = conversation_key(conversation_id, "m")
-                replies = self._direct.run([("HMGET", key, "c", "m"), ("PTTL", key)])
-                for reply in replies:
-                    if isinstance(reply, Exception):
-                        raise reply
-                (commit, meta_text), ttl = replies
+                (commit, meta_text), ttl = _raised(self._direct.run([("HMGET", key, "c", "m"), ("PTTL", key)]))
                 # Keys written with a conversation_ttl (since turned off) still
                 # expire, with no commit the lease would see: never trusted.
                 trusted = int(ttl) < 0
@@ -535,12 +531,10 @@ class RedisBackend:
         seqs = [seq for runs in (meta.buffer, meta.pending, meta.archive) for seq in runs if seq not in known]
         summary = old.state.summary if old is not None and not want_summary else Summary()
         if seqs or want_summary:
-            (reply,) = self._scripts(self._fetch, [(
+            (reply,) = _raised(self._scripts(self._fetch, [(
                 [conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u")],
                 [commit, "1" if want_summary else "0", *seqs],
-            )])
-            if isinstance(reply, Exception):
-                raise reply
+            )]))
             if not reply[0]:
                 raise _Conflict
             if want_summary:
@@ -773,16 +767,14 @@ class RedisBackend:
         wrote nothing: they go again, in order, once it has.
         """
         replies = self._scripts(self._commit, calls) if calls else []
-        for _ in range(3):
-            waiting = [i for i, reply in enumerate(replies) if isinstance(reply, list) and reply[0] == WAIT]
-            if not waiting:
-                break
+        resent = 0
+        while waiting := [i for i, reply in enumerate(replies) if isinstance(reply, list) and reply[0] == WAIT]:
+            if resent == 3:
+                raise StorageError("writes kept waiting for other replicas' read leases to run out")
             time.sleep(max(int(replies[i][1]) for i in waiting) / 1000)
             for i, reply in zip(waiting, self._scripts(self._commit, [calls[i] for i in waiting])):
                 replies[i] = reply
-        else:
-            if any(isinstance(reply, list) and reply[0] == WAIT for reply in replies):
-                raise StorageError("writes kept waiting for other replicas' read leases to run out")
+            resent += 1
         return replies
 
     def _scripts(self, script: Any, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
@@ -803,11 +795,7 @@ class RedisBackend:
         commands = [("HMGET", conversation_key(cid, "m"), "c", "m") for cid in conversation_ids]
         if self._direct is None:
             return [self._client.execute_command(*command) for command in commands]
-        replies = self._direct.run(commands)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
+        return _raised(self._direct.run(commands))
 
     # --- the cache and locks ------------------------------------------------------------
 
@@ -862,6 +850,14 @@ class _CommitIds:
 
     def next(self) -> str:
         return self._prefix + str(next(self._count))
+
+
+def _raised(replies: list[Any]) -> list[Any]:
+    """``replies``, with the first error reply among them raised."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 def _retry() -> Retry:
