@@ -601,14 +601,17 @@ class RedisBackend:
         archive = old.archive.without(change.archive_remove).with_added(u.seq for u in change.archive_add)
         writes: dict[int, Utterance] = {}
         rewritten = False
+        # Seqs from next_seq on are new: nothing stored can hold them (a
+        # store's common case, spared the lookups below).
+        fresh = state.next_seq
         for u in (*change.append, *change.pending_add, *change.archive_add):
-            if _stored(state, u.seq) is not u:
+            if u.seq >= fresh or _stored(state, u.seq) is not u:
                 writes[u.seq] = u
         for u in change.update:
             if u.seq in buffer and _stored(state, u.seq) is not u:
                 writes[u.seq] = u
         for seq in writes:
-            if any(seq in runs for runs in stored_before):
+            if seq < fresh and any(seq in runs for runs in stored_before):
                 rewritten = True
         gone = {
             seq
