@@ -343,6 +343,16 @@ def main() -> int:
         if name in trips:
             row += f" {trips[name][0]:>12.2f} {trips[name][1]:>10.2f}"
         print(row)
+    if "redis-x1" in results:
+        # The target, one replica at least at disk's share, read
+        # directly: disk and redis-x1 ran back to back in every round, so
+        # their ratio per round cancels most of the machine's drift.
+        print("redis-x1 against disk, median of each round's ratio (95 % interval):", end="")
+        for phase in ("store", "retrieve"):
+            paired = [x / d for x, d in zip(results["redis-x1"][phase], results["disk"][phase])]
+            low, high = median_interval(paired)
+            print(f" {phase} {statistics.median(paired):.2f}x ({low:.2f}-{high:.2f})", end="")
+        print()
     return 0
 
 
