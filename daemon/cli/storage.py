@@ -17,6 +17,7 @@ be exported in-process (``chd.core.transfer.export_lines``).
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import marshal
 import os
@@ -181,6 +182,10 @@ def run_transfer(args: argparse.Namespace) -> int:
         fresh_dir = Path(data_dir).expanduser().absolute()
         while not fresh_dir.parent.exists():  # opening creates the missing parents too
             fresh_dir = fresh_dir.parent
+    # What start-up built lives as long as the command: kept out of the
+    # collections that the objects of a transfer trigger (every 700 of them,
+    # a full one now and then, which walked all of it: 2-5% of an import).
+    gc.freeze()
     with tempfile.TemporaryFile() if args.command == "import" else nullcontext(None) as spool:
         return _transfer(args, storage, data_dir, fresh_dir, spool)
 

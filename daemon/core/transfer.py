@@ -26,6 +26,13 @@ Both directions move each utterance as the JSON text of its record
 as that record again, neither decoded into an ``Utterance`` nor encoded
 anew. That is what reaches 100,000 utterances a second (issue 17); every
 line is still checked field by field, once.
+
+Reading an export, a file is read in blocks of whole chunks of lines, and
+the utterance lines of one conversation and one list that chd export wrote
+are checked and taken apart a run at a time (_RUN, _run): a few calls per
+run, not a dozen per line. Any other line is read on its own as before, and
+a run that does not belong where it is is read again line by line, so each
+error names the same line it did.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import json
 import operator
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from chd.backends.base import Backend, Change, ConversationState, transact_many
 from chd.backends.encoded import EncodedConversation, EncodedUtterance, encode_record, replacing_change
@@ -110,36 +117,166 @@ def export_text(backend: Backend, conversation_ids: Iterable[str]) -> Iterator[t
 # on each call, a third of the cost of a short line.
 _dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
-# Lines decoded per json.loads call: one call for a chunk of lines (as one
-# JSON array) costs a fraction of a call per line.
+# Lines per chunk: a chunk's utterance lines are matched a run at a time
+# (_RUN) and its other lines decoded with one json.loads (_json), before
+# any of its lines is checked further (so a file or its lines, read either
+# way, report the same first error).
 _CHUNK = 512
+# Characters a file is read by: whole chunks of lines come out of these
+# blocks as one text each, with no string made per line.
+_READ = 1 << 20
+# A list's chunk of longer lines is taken a line at a time, not joined into one text.
+_CHUNK_CHARS = 1 << 22
 
 
 def _chunks(lines: Iterable[str]) -> Iterator[list[tuple[int, str, Any]]]:
     """``(line number, line, what it holds)`` of the non-blank lines, a chunk at a time.
 
-    What a line holds is a match of _EXPORTED (an utterance line as chd
-    export writes it), or else its decoded JSON.
+    What a line holds is a _Run (the line and the lines after it that _RUN
+    took; its line is then "", not needed), else a match of _EXPORTED (an
+    utterance line as chd export writes it), else its decoded JSON. A file
+    (anything with ``read``) is read in blocks, not line by line.
 
     Raises:
         InvalidRequest: naming the first line that is not JSON, or that
             holds a string that is not valid Unicode.
     """
-    numbered = enumerate(lines, start=1)
-    match = _EXPORTED.fullmatch
+    first = 1
+    if hasattr(lines, "read"):
+        for text in _file_chunks(lines):  # type: ignore[arg-type]
+            entries, count = _text_entries(text, first)
+            yield entries
+            first += count
+        return
+    source = iter(lines)
     while True:
-        chunk = [(number, line, match(line)) for number, line in itertools.islice(numbered, _CHUNK)]
+        chunk = list(itertools.islice(source, _CHUNK))
         if not chunk:
             return
-        rest = [(number, line) for number, line, found in chunk if found is None]
-        if rest:
-            decoded = dict(zip((number for number, _ in rest), _json(rest)))
-            chunk = [
-                (number, line, decoded[number] if found is None else found)
-                for number, line, found in chunk
-                if found is not None or number in decoded
-            ]
-        yield chunk
+        text = "".join(chunk)
+        # The text's lines are the chunk's if each ends in its one newline
+        # (as a file's lines do; a list's may not).
+        if (
+            len(text) <= _CHUNK_CHARS and text.count("\n") == len(chunk)
+            and all(map(str.endswith, chunk, itertools.repeat("\n")))
+        ):
+            yield _text_entries(text, first)[0]
+        else:
+            yield _line_entries(chunk, first)
+        first += len(chunk)
+
+
+def _file_chunks(source: TextIO) -> Iterator[str]:
+    """The text of ``source``, _CHUNK lines at a time (the last chunk may end without a newline).
+
+    Read in blocks of _READ characters: a file's lines one by one cost a
+    string each, then joined again. Linear: each block is searched once and
+    each chunk joined once, however long its lines.
+    """
+    pieces: list[str] = []  # the current chunk's text read so far
+    lines = 0  # the newlines in pieces
+    while True:
+        block = source.read(_READ)
+        if not block:
+            if pieces:
+                yield "".join(pieces)
+            return
+        taken = 0  # where in block the current chunk's text starts
+        at = block.find("\n")
+        while at >= 0:
+            lines += 1
+            if lines == _CHUNK:
+                pieces.append(block[taken : at + 1])
+                yield "".join(pieces)
+                pieces, lines, taken = [], 0, at + 1
+            at = block.find("\n", at + 1)
+        if taken < len(block):
+            pieces.append(block[taken:])
+
+
+def _text_entries(text: str, first: int) -> tuple[list[tuple[int, str, Any]], int]:
+    """_chunks' entries of the lines of ``text``, the first being line ``first``, and how many lines it holds."""
+    entries: list[tuple[int, str, Any]] = []
+    run, find, pos, number, end = _RUN.match, text.find, 0, first, len(text)
+    while pos < end:
+        if text[pos] == "\n":  # an empty line holds nothing
+            number += 1
+            pos += 1
+            continue
+        found = run(text, pos)
+        if found is not None:
+            taken = _run(found)
+            entries.append((number, "", taken))
+            number += len(taken.items)
+            pos = found.end()
+        else:
+            stop = find("\n", pos) + 1 or end
+            entries.append((number, text[pos:stop], None))
+            number += 1
+            pos = stop
+    return _singles(entries), number - first
+
+
+def _line_entries(lines: list[str], first: int) -> list[tuple[int, str, Any]]:
+    """_chunks' entries of ``lines``, the first being line ``first``, each line on its own (no _Run)."""
+    return _singles([(first + index, line, None) for index, line in enumerate(lines)])
+
+
+def _singles(entries: list[tuple[int, str, Any]]) -> list[tuple[int, str, Any]]:
+    """``entries`` with what each line not in a run holds filled in, and blank lines left out."""
+    match = _EXPORTED.fullmatch
+    rest, blank = [], []
+    for i, (number, line, held) in enumerate(entries):
+        if held is None:
+            found = match(line)
+            if found is not None:
+                entries[i] = (number, line, found)
+            elif line.strip():
+                rest.append(i)
+            else:
+                blank.append(i)
+    if rest:
+        for i, record in zip(rest, _json([entries[i][:2] for i in rest])):
+            entries[i] = (entries[i][0], entries[i][1], record)
+    if blank:  # a blank line holds nothing
+        skip = set(blank)
+        entries = [entry for i, entry in enumerate(entries) if i not in skip]
+    return entries
+
+
+class _Run:
+    """Consecutive utterance lines of one conversation and one list, as chd export writes them (_RUN)."""
+
+    __slots__ = ("where", "conversation_id", "items", "found")
+
+    def __init__(self, where: str, conversation_id: str, items: list[EncodedUtterance], found: re.Match[str]) -> None:
+        self.where = where
+        self.conversation_id = conversation_id
+        self.items = items
+        self.found = found  # the lines, for reading them one at a time after all
+
+    def lines(self) -> list[str]:
+        return [line + "\n" for line in self.found.group()[:-1].split("\n")]
+
+
+def _run(found: re.Match[str]) -> _Run:
+    """The utterances of the lines ``found`` took, each its line without ``"record"`` and ``"in"``.
+
+    A few calls for the whole run, not a dozen per line.
+    """
+    where = found["where"]
+    start, end = found.span()
+    # Each record is its line with "{" for the prefix, which is nowhere
+    # else (it holds '"', which no string here does); the last newline ends the text.
+    records = found.string[start : end - 1].replace(_PREFIXES[where], "{").split("\n")
+    # A record starts with {"seq": and its digits, which end at the first comma.
+    items = [(int(record[7 : record.index(",", 8)]), False, record) for record in records]
+    if max(map(len, records)) > LONG_TEXT:  # else no text is that long: it is shorter than its record
+        items = [
+            (seq, len(record) > LONG_TEXT and len(json.loads(record)["text"]) > LONG_TEXT, record)
+            for seq, _, record in items
+        ]
+    return _Run(where, found["cid"], items, found)
 
 
 def _json(chunk: list[tuple[int, str]]) -> list[Any]:
@@ -203,9 +340,21 @@ def read_export(lines: Iterable[str]) -> Iterator[EncodedConversation]:
     draft_id: Any = None
     seen: set[str] = set()
     fields, types, prefixes, speakers = _LINE_FIELDS, _LINE_TYPES, _PREFIXES, _SPEAKERS
-    match_type, long_text, starts = re.Match, LONG_TEXT, {where: len(prefix) for where, prefix in _PREFIXES.items()}
+    match_type, run_type = re.Match, _Run
+    long_text, starts = LONG_TEXT, {where: len(prefix) for where, prefix in _PREFIXES.items()}
     for chunk in _chunks(lines):
-        for number, line, record in chunk:
+        at = 0
+        while at < len(chunk):
+            number, line, record = chunk[at]
+            at += 1
+            if type(record) is run_type:
+                if record.conversation_id == draft_id and draft is not None:
+                    draft.lists[record.where] += record.items
+                    continue
+                # Not this conversation's, or before any: its lines are read
+                # one at a time like any other, which names what is wrong.
+                chunk[at:at] = _line_entries(record.lines(), number)
+                continue
             if type(record) is match_type:
                 # An utterance line as chd export writes it: what the pattern
                 # left to check is that it belongs here and has a timestamp.
@@ -313,19 +462,47 @@ def _take(record: Any, draft: _Draft | None) -> dict[str, Any]:
 _SPEAKERS = frozenset(SPEAKERS)
 _MAX_INT = 2**53
 _BLANKS = " \t\r\n"  # JSON's whitespace
+# The patterns below repeat possessively (*+): each piece can end in one
+# place only, so giving characters back could never find another match,
+# and a possessive repeat keeps no state for it. Matching a run of lines
+# (_RUN) costs 3,800 machine instructions a line so, 10,600 without.
+_CHARS = r'[^"\\\x00-\x1f]*+'  # string characters: no quote, backslash or control character
+_TEXT = r'"' + _CHARS + r'(?:\\["\\/bfnrt]' + _CHARS + r')*+"'  # a JSON string with no \\u escape
+# A string with no escape, not blank: a character that is not whitespace (str.strip's, which is \s's).
+_FILLED = r'"[^\S\x00-\x1f]*+[^\s"\\\x00-\x1f]' + _CHARS + '"'
+# Up to 15 digits: below 2**53 whatever they are (a longer number takes the checking path).
+_COUNT, _POSITIVE = r"(?:0|[1-9][0-9]{0,14}+)", r"[1-9][0-9]{0,14}+"
 # An utterance line exactly as chd export writes it, with no \\u escape:
 # matching it checks the JSON syntax and most of each field without
 # decoding the line (decoding was half of an import's time). The groups:
 # in, seq, speaker, text, turn_number, timestamp, tokens, conversation_id.
-_STRING = r'"([^"\\\x00-\x1f]*(?:\\["\\/bfnrt][^"\\\x00-\x1f]*)*)"'  # a JSON string with no \\u escape
-_PLAIN_STRING = r'"([^"\\\x00-\x1f]*)"'  # no escape at all: its text is its value
-# Up to 15 digits: below 2**53 whatever they are (a longer number takes the checking path).
-_COUNT, _POSITIVE = r"(0|[1-9][0-9]{0,14})", r"([1-9][0-9]{0,14})"
 _EXPORTED = re.compile(
-    r'\{"record":"utterance","in":"(buffer|pending|archive)","seq":' + _POSITIVE
-    + r',"speaker":"(?:user|assistant|system)","text":' + _STRING + r',"turn_number":' + _COUNT
-    + r',"timestamp":' + _PLAIN_STRING + r',"tokens":' + _COUNT + r',"conversation_id":' + _PLAIN_STRING
-    + r',"important":(?:true|false)\}[ \t\r\n]*'
+    r'\{"record":"utterance","in":"(buffer|pending|archive)","seq":(' + _POSITIVE
+    + r'),"speaker":"(?:user|assistant|system)","text":"(' + _TEXT[1:-1] + r')","turn_number":(' + _COUNT
+    + r'),"timestamp":"(' + _CHARS + r')","tokens":(' + _COUNT + r'),"conversation_id":"(' + _CHARS
+    + r')","important":(?:true|false)\}[ \t\r\n]*+'
+)
+
+
+def _run_line(where: str, conversation_id: str) -> str:
+    """_EXPORTED's line with a timestamp that is not blank, ending in "}" and its newline; no groups."""
+    return (
+        r'\{"record":"utterance","in":"' + where + r'","seq":' + _POSITIVE
+        + r',"speaker":"(?:user|assistant|system)","text":' + _TEXT + r',"turn_number":' + _COUNT
+        + r',"timestamp":' + _FILLED + r',"tokens":' + _COUNT + r',"conversation_id":"' + conversation_id
+        + r'","important":(?:true|false)\}\n'
+    )
+
+
+# A run of utterance lines as chd export writes them: consecutive lines of
+# one list ("in") and one conversation, the later ones repeating the first
+# one's "in" and conversation id. One match takes the whole run, so a run
+# costs a few calls whatever its length: matching and taking apart each
+# line on its own was most of an import's time. Linear: the lines are the
+# same unambiguous pieces as _EXPORTED's, and a line that fails ends the run.
+_RUN = re.compile(
+    _run_line("(?P<where>buffer|pending|archive)", "(?P<cid>" + _CHARS + ")")
+    + "(?:" + _run_line("(?P=where)", "(?P=cid)") + ")*+"
 )
 # The fields of an utterance line as chd export writes them, and their types.
 _LINE_FIELDS = operator.itemgetter(
@@ -371,6 +548,9 @@ def _utterance(record: dict[str, Any]) -> Utterance:
 
 _SEGMENT_NUMBERS = ("tokens", "seq_from", "seq_to", "turn_from", "turn_to")
 _SEGMENT_TEXTS = ("text", "made_by", "error")
+_NUMBERS_OF = operator.itemgetter(*_SEGMENT_NUMBERS)
+_INTS = (int,) * len(_SEGMENT_NUMBERS)
+_NO_KEYS: list[str] = []  # never changed
 
 
 def _summary(record: Any) -> Summary:
@@ -378,16 +558,8 @@ def _summary(record: Any) -> Summary:
     if not isinstance(record, dict) or not isinstance(record.get("segments"), list):
         raise InvalidRequest("summary must be an object with a list of segments")
     for i, segment in enumerate(record["segments"]):
-        if not isinstance(segment, dict):
-            raise InvalidRequest(f"summary segment {i} must be an object")
-        for name in _SEGMENT_NUMBERS:
-            as_int(f"summary segment {i} {name}", segment.get(name))
-        for name in _SEGMENT_TEXTS:
-            if name in segment or name == "text":
-                as_str(f"summary segment {i} {name}", segment.get(name), allow_empty=True)
-        keys = segment.get("keys", [])
-        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-            raise InvalidRequest(f"summary segment {i} keys must be a list of strings")
+        if not _plain_segment(segment):
+            _check_segment(i, segment)
     as_int("summary through_seq", record.get("through_seq"))
     as_int("summary tokens", record.get("tokens"))
     held = record.get("held", [])
@@ -395,8 +567,48 @@ def _summary(record: Any) -> Summary:
         raise InvalidRequest("summary held must be a list of utterance objects")
     for name in ("held_dropped", "held_dropped_through"):
         as_int(f"summary {name}", record.get(name, 0))
+    if not held:
+        return Summary.from_record(record)
     # The originals kept for a Claude rewrite (issue 13), checked like any utterance.
     return replace(Summary.from_record({**record, "held": []}), held=tuple(_utterance(u) for u in held))
+
+
+def _plain_segment(segment: Any) -> bool:
+    """True for a segment as chd writes it, which _check_segment passes: told without a call per field.
+
+    A summary's checks, a call per field, were a tenth of reading an export
+    of 100-utterance conversations.
+    """
+    if type(segment) is not dict:
+        return False
+    try:
+        numbers = _NUMBERS_OF(segment)
+    except KeyError:
+        return False
+    keys = segment.get("keys", _NO_KEYS)
+    return (
+        tuple(map(type, numbers)) == _INTS and min(numbers) >= 0 and max(numbers) <= _MAX_INT
+        and type(segment.get("text")) is str and type(segment.get("made_by", "")) is str
+        and type(segment.get("error", "")) is str
+        and type(keys) is list and all(map(isinstance, keys, itertools.repeat(str)))
+    )
+
+
+def _check_segment(i: int, segment: Any) -> None:
+    """Raise naming what is wrong with summary segment ``i``, if anything."""
+    if not isinstance(segment, dict):
+        raise InvalidRequest(f"summary segment {i} must be an object")
+    for name in _SEGMENT_NUMBERS:
+        as_int(f"summary segment {i} {name}", segment.get(name))
+    for name in _SEGMENT_TEXTS:
+        if name in segment or name == "text":
+            as_str(f"summary segment {i} {name}", segment.get(name), allow_empty=True)
+    keys = segment.get("keys", [])
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise InvalidRequest(f"summary segment {i} keys must be a list of strings")
+
+
+_DEFAULT_SETTINGS = Settings()
 
 
 def _settings(record: Any) -> dict[str, Any]:
@@ -410,7 +622,7 @@ def _settings(record: Any) -> dict[str, Any]:
         raise InvalidRequest("settings must be an object")
     # Other keys are the storage's to keep (the daemon ignores them).
     try:
-        effective_settings(Settings(), record)
+        effective_settings(_DEFAULT_SETTINGS, record)
     except (TypeError, ValueError) as exc:
         raise InvalidRequest(f"settings: {exc}") from None
     return record
