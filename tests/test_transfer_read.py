@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from chd.backends.encoded import EncodedConversation
 from chd.core import transfer
 from chd.core.errors import InvalidRequest
 from chd.core.transfer import read_export
-from tests.conftest import run_chd
+from tests.conftest import ROOT, chd_command, chd_env, run_chd
 
 
 def _line(where: str, seq: int, cid: str = "c", **fields: Any) -> str:
@@ -183,3 +184,20 @@ def test_an_import_of_a_file_with_blank_lines_and_every_kind_of_line(tmp_path: P
     state = backend.read("a")
     assert [u.text for u in state.archive][10:] == TRICKY and [u.seq for u in state.utterances] == [30]
     backend.close()
+
+
+@pytest.mark.parametrize("from_stdin", [False, True])
+def test_a_byte_that_is_not_utf8_is_refused_naming_its_line(tmp_path: Path, from_stdin: bool) -> None:
+    """Not a UnicodeDecodeError traceback: one line naming where, and nothing imported."""
+    lines = [_header("a", next_seq=40)] + [_line("archive", seq, "a") for seq in range(1, 6)]
+    data = ("\n".join(lines) + "\n").encode() + _line("archive", 6, "a").encode().replace(b"text 6", b"text \xff6") + b"\n"
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(data)
+    source = "-" if from_stdin else str(path)
+    done = subprocess.run([*chd_command(), "import", source, "--data-dir", str(tmp_path / "data")],
+                          input=data, capture_output=True, timeout=30, env=chd_env(), cwd=ROOT)
+    stderr = done.stderr.decode()
+    assert done.returncode != 0
+    assert "line 7: not UTF-8 text (byte 0xff)" in stderr
+    assert "Traceback" not in stderr
+    assert not (tmp_path / "data").exists()

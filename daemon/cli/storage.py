@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import logging
 import marshal
 import os
@@ -357,10 +358,16 @@ class _Progress:
 
 
 def _open(path: str, mode: str) -> TextIO:
+    # Read with bytes that are not UTF-8 kept as lone surrogates: the import
+    # refuses them naming their line (transfer._refuse_undecoded), where a
+    # strict read would end in a traceback with no line.
+    errors = "surrogateescape" if mode == "r" else "strict"
     if path == "-":
+        if isinstance(sys.stdin, io.TextIOWrapper):
+            sys.stdin.reconfigure(encoding="utf-8", errors=errors)
         return nullcontext(sys.stdin)  # type: ignore[return-value]
     try:
-        return open(path, mode, encoding="utf-8")
+        return open(path, mode, encoding="utf-8", errors=errors)
     except OSError as exc:
         raise _FileError(f"cannot open {path}: {exc.strerror}") from None
 

@@ -144,6 +144,8 @@ def _chunks(lines: Iterable[str]) -> Iterator[list[tuple[int, str, Any]]]:
     first = 1
     if hasattr(lines, "read"):
         for text in _file_chunks(lines):  # type: ignore[arg-type]
+            if not text.isascii():
+                _refuse_undecoded(text, first)
             entries, count = _text_entries(text, first)
             yield entries
             first += count
@@ -164,6 +166,25 @@ def _chunks(lines: Iterable[str]) -> Iterator[list[tuple[int, str, Any]]]:
         else:
             yield _line_entries(chunk, first)
         first += len(chunk)
+
+
+# What a byte that is not UTF-8 becomes in a file opened with
+# errors="surrogateescape" (chd import's): no UTF-8 text decodes to these.
+_UNDECODED = re.compile("[\udc80-\udcff]")
+
+
+def _refuse_undecoded(text: str, first: int) -> None:
+    """Refuse ``text`` (lines from line ``first`` on) if it holds a byte that was not UTF-8.
+
+    Raises:
+        InvalidRequest: naming the line, rather than a UnicodeDecodeError
+            from deep in the read, with no line, ending the import.
+    """
+    bad = _UNDECODED.search(text)
+    if bad is not None:
+        line = first + text.count("\n", 0, bad.start())
+        byte = ord(bad.group()) - 0xDC00
+        raise InvalidRequest(f"line {line}: not UTF-8 text (byte 0x{byte:02x}); export files are UTF-8")
 
 
 def _file_chunks(source: TextIO) -> Iterator[str]:
