@@ -414,12 +414,17 @@ class DiskBackend:
                 # the rows are the ones a statement per conversation makes).
                 rows: list[tuple[str, str]] = []
                 held: set[str] = set()
+                # Every meta record of the batch in one statement; one met
+                # again in the batch is asked for again, after what came first.
+                known = self._meta_texts(list(dict.fromkeys(c.conversation_id for c in batch)))
+                met: set[str] = set()
                 for conversation in batch:
                     cid = conversation.conversation_id
                     if cid in held:
                         self._insert(rows)
                         rows, held = [], set()
-                    text = self._meta_text(cid)
+                    text = self._meta_text(cid) if cid in met else known.get(cid)
+                    met.add(cid)
                     if text is None:
                         if not conversation.is_empty:
                             rows += self._encoded_rows(conversation)[0]
@@ -608,6 +613,18 @@ class DiskBackend:
         self._cache.close()
 
     # --- reading ---------------------------------------------------------------
+
+    def _meta_texts(self, conversation_ids: list[str]) -> dict[str, str]:
+        """``_meta_text`` of each conversation that has a meta record, a statement per 500."""
+        found: dict[str, str] = {}
+        for start in range(0, len(conversation_ids), 500):
+            keys = {meta_key(cid): cid for cid in conversation_ids[start : start + 500]}
+            marks = ",".join("?" * len(keys))
+            for key, value in self._cache._sql(
+                f"SELECT key, value FROM Cache WHERE key IN ({marks}) AND raw = 1", tuple(keys)
+            ):
+                found[keys[key]] = value
+        return found
 
     def _meta_text(self, conversation_id: str) -> str | None:
         # What Cache.get returns for the text values chd stores (MODE_RAW, no
