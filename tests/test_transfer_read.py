@@ -201,3 +201,37 @@ def test_a_byte_that_is_not_utf8_is_refused_naming_its_line(tmp_path: Path, from
     assert "line 7: not UTF-8 text (byte 0xff)" in stderr
     assert "Traceback" not in stderr
     assert not (tmp_path / "data").exists()
+
+
+def _conversations(ids: range, prefix: str = "c") -> list[str]:
+    lines = []
+    for i in ids:
+        lines += [_header(f"{prefix}{i}", next_seq=3), _line("buffer", 1, f"{prefix}{i}"), _line("buffer", 2, f"{prefix}{i}")]
+    return lines
+
+
+def test_a_bad_line_after_written_batches_leaves_no_new_data_dir(tmp_path: Path) -> None:
+    """A new data dir is written in one pass: batches land before the bad line is read, and all of it goes."""
+    lines = _conversations(range(2 * transfer.BATCH_CONVERSATIONS + 1)) + ['{"record": "utterance", "in": "buffer"']
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = run_chd("import", str(path), "--data-dir", str(tmp_path / "new" / "data"))
+    assert done.returncode == 1
+    assert f"line {len(lines)}:" in done.stderr
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_bad_line_changes_nothing_in_a_data_dir_that_holds_data(tmp_path: Path) -> None:
+    """Into a dir that exists, the whole file is checked before the first write."""
+    data = tmp_path / "data"
+    first = tmp_path / "first.jsonl"
+    first.write_text("\n".join(_conversations(range(3), "old")) + "\n", encoding="utf-8")
+    assert run_chd("import", str(first), "--data-dir", str(data)).returncode == 0
+    lines = _conversations(range(transfer.BATCH_CONVERSATIONS + 1)) + ["not json"]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = run_chd("import", str(path), "--data-dir", str(data))
+    assert done.returncode == 1 and f"line {len(lines)}:" in done.stderr
+    backend = DiskBackend(data)
+    assert sorted(backend.conversations()) == ["old0", "old1", "old2"]
+    backend.close()
