@@ -37,6 +37,7 @@ error names the same line it did.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import operator
@@ -187,6 +188,12 @@ def _refuse_undecoded(text: str, first: int) -> None:
         raise InvalidRequest(f"line {line}: not UTF-8 text (byte 0x{byte:02x}); export files are UTF-8")
 
 
+@functools.cache
+def _lines_of(count: int) -> re.Pattern[str]:
+    """A pattern matching ``count`` whole lines, each through its newline (possessive: linear)."""
+    return re.compile(r"(?:[^\n]*+\n){%d}" % count)
+
+
 def _file_chunks(source: TextIO) -> Iterator[str]:
     """The text of ``source``, _CHUNK lines at a time (the last chunk may end without a newline).
 
@@ -203,16 +210,14 @@ def _file_chunks(source: TextIO) -> Iterator[str]:
                 yield "".join(pieces)
             return
         taken = 0  # where in block the current chunk's text starts
-        at = block.find("\n")
-        while at >= 0:
-            lines += 1
-            if lines == _CHUNK:
-                pieces.append(block[taken : at + 1])
-                yield "".join(pieces)
-                pieces, lines, taken = [], 0, at + 1
-            at = block.find("\n", at + 1)
+        # The end of the chunk's last line, found in C: a step per chunk, not per line.
+        while (found := _lines_of(_CHUNK - lines).match(block, taken)) is not None:
+            pieces.append(found.group())
+            yield "".join(pieces)
+            pieces, lines, taken = [], 0, found.end()
         if taken < len(block):
             pieces.append(block[taken:])
+            lines += block.count("\n", taken)
 
 
 def _text_entries(text: str, first: int) -> tuple[list[tuple[int, str, Any]], int]:
@@ -265,6 +270,9 @@ def _singles(entries: list[tuple[int, str, Any]]) -> list[tuple[int, str, Any]]:
     return entries
 
 
+_SEQS = re.compile(r'^\{"seq":([0-9]++)', re.MULTILINE).findall
+
+
 class _Run:
     """Consecutive utterance lines of one conversation and one list, as chd export writes them (_RUN)."""
 
@@ -289,9 +297,11 @@ def _run(found: re.Match[str]) -> _Run:
     start, end = found.span()
     # Each record is its line with "{" for the prefix, which is nowhere
     # else (it holds '"', which no string here does); the last newline ends the text.
-    records = found.string[start : end - 1].replace(_PREFIXES[where], "{").split("\n")
-    # A record starts with {"seq": and its digits, which end at the first comma.
-    items = [(int(record[7 : record.index(",", 8)]), False, record) for record in records]
+    text = found.string[start : end - 1].replace(_PREFIXES[where], "{")
+    records = text.split("\n")
+    # A record starts with {"seq": and its digits (each line is one record:
+    # no JSON string holds a newline): read by one findall, paired in C.
+    items = list(zip(map(int, _SEQS(text)), itertools.repeat(False), records))
     if max(map(len, records)) > LONG_TEXT:  # else no text is that long: it is shorter than its record
         items = [
             (seq, len(record) > LONG_TEXT and len(json.loads(record)["text"]) > LONG_TEXT, record)
