@@ -48,6 +48,7 @@ from chd.core.summaries.sentences import (
     MAX_SENTENCE,
     STOPWORDS,
     facts_in,
+    lower_words_of,
     name_words,
     said_elsewhere,
     split_sentences,
@@ -488,12 +489,12 @@ def _weights(
 
 @functools.lru_cache(maxsize=8192)
 def _words_in(text: str) -> frozenset[str]:
-    return frozenset(w.lower() for w in words_of(text))
+    return frozenset(lower_words_of(text))
 
 
 @functools.lru_cache(maxsize=8192)
 def _lower_words(text: str) -> tuple[str, ...]:
-    return tuple(w.lower() for w in words_of(text)) or (text.lower(),)
+    return tuple(lower_words_of(text)) or (text.lower(),)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -508,8 +509,8 @@ def _sentence_words(text: str) -> tuple[frozenset[str], ...]:
 
 def _score(sentences: list[_Sentence], weights: dict[str, float]) -> None:
     for sentence in sentences:
-        tokens = words_of(sentence.text)
-        content = sorted({t.lower() for t in tokens} - STOPWORDS)
+        tokens = lower_words_of(sentence.text)
+        content = sorted(set(tokens) - STOPWORDS)
         sentence.words = frozenset(w for w in content if not w[0].isdigit())
         if not content:
             continue

@@ -26,7 +26,10 @@ import functools
 import re
 from typing import Iterable
 
-__all__ = ["said_in", "said_elsewhere", "split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of", "utterance_key", "STOPWORDS"]
+__all__ = [
+    "said_in", "said_elsewhere", "split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of",
+    "lower_words_of", "utterance_key", "STOPWORDS",
+]
 
 # A run of sentence-ending marks; whether it ends a sentence depends on the
 # one character after it, looked at outside the pattern (no lookahead that
@@ -109,6 +112,14 @@ def words_of(text: str) -> list[str]:
     return (_WORD if text.isascii() else _WORD_ANY_SCRIPT).findall(text)
 
 
+def lower_words_of(text: str) -> list[str]:
+    """``words_of(text)`` in lower case; for ASCII text in one regex call on the lowered text
+    (_WORD's classes hold both cases, so lowering moves no match), not a ``lower()`` per word."""
+    if text.isascii():
+        return _WORD.findall(text.lower())
+    return [w.lower() for w in _WORD_ANY_SCRIPT.findall(text)]
+
+
 def _core(token: str) -> tuple[str, int, bool]:
     """``token`` without surrounding punctuation, where the core starts, and whether it ended a phrase."""
     opened = token.lstrip(_LEADING)
@@ -173,7 +184,7 @@ def facts_in(
     """``facts_of``, cached on what of ``names``, ``rare`` and ``uncommon`` the sentence can use."""
     opener = _core(sentence.split(" ", 1)[0])[0] in names
     if rare or uncommon:
-        lowered = [w.lower() for w in words_of(sentence)]
+        lowered = lower_words_of(sentence)
         used = frozenset(w for w in lowered if w in rare) if rare else frozenset()
         few = frozenset(w for w in lowered if w in uncommon) if uncommon else frozenset()
     else:
