@@ -104,3 +104,30 @@ class TestJoinedCounts:
             "\n".join(segments[1:] + [new])).__len__()
         assert encoded == [segments[3] + "\n", new]  # the old last line now ends in a newline
         assert all(isinstance(key, bytes) and len(key) == 16 for key in counter._known)
+
+
+class TestLearnedCounts:
+    """A counter takes the part counts of another counter of its encoding instead of encoding again."""
+
+    TEXT = "Turns 1–5, about the harbour: the user said “the ferry leaves at 9:40”.\nfacts: " + "pier; " * 60
+
+    def test_part_counts_add_up_to_the_count(self) -> None:
+        counter = TiktokenCounter()
+        counts = counter.part_counts(self.TEXT)
+        assert len(counts) == 2 and sum(counts) == counter.count(self.TEXT)
+        assert counter.part_counts("short") == ()  # counted whole, nothing to learn
+
+    def test_a_learned_text_is_not_encoded_again(self) -> None:
+        """The daemon's counter, taught the child's counts, answers without an encode."""
+        child, daemon = TiktokenCounter(), TiktokenCounter()
+        encoded: list[str] = []
+        ids = daemon._ids
+        daemon._ids = lambda text: (encoded.append(text), ids(text))[1]  # type: ignore[method-assign]
+        daemon.learn(self.TEXT, child.part_counts(self.TEXT))
+        assert daemon.count(self.TEXT) == child.count(self.TEXT)
+        assert encoded == []
+
+    def test_counts_that_do_not_fit_the_text_are_ignored(self) -> None:
+        counter = TiktokenCounter()
+        counter.learn(self.TEXT, (1,))  # two parts, one count
+        assert counter.count(self.TEXT) == len(counter._encoding.encode_ordinary(self.TEXT))

@@ -89,9 +89,44 @@ class TiktokenCounter:
         """
         return self.count("\n".join(texts))
 
+    @property
+    def encoding_name(self) -> str:
+        return self._encoding.name
+
+    def part_counts(self, text: str) -> tuple[int, ...]:
+        """The counts ``count`` adds up for ``text``, one per _LINES part (() for a text it counts whole).
+
+        For ``learn`` in another process: the summarizer child sends them
+        with its text, so the daemon's counter need not encode it again.
+        """
+        if len(text) < _REMEMBER_FROM or len(text) > _PIECE:
+            return ()
+        return tuple(map(self._line_count, _LINES.split(text)))
+
+    def learn(self, text: str, counts: Sequence[int]) -> None:
+        """Remember ``counts``, the ``part_counts`` of ``text`` by a counter of this encoding.
+
+        A summary the child wrote was encoded there to fit its budget and
+        again here to check it (``SummaryWriter.bounded``): the longest
+        encode of a fold in the daemon (issue 17). Counts that do not match
+        ``text``'s parts in number are ignored.
+        """
+        if not counts or len(text) < _REMEMBER_FROM or len(text) > _PIECE:
+            return
+        parts = _LINES.split(text)
+        if len(parts) != len(counts):
+            return
+        with self._lock:
+            for part, known in zip(parts, counts):
+                key = _digest(part)
+                self._known[key] = int(known)
+                self._known.move_to_end(key)
+            while len(self._known) > _REMEMBERED:
+                self._known.popitem(last=False)
+
     def _line_count(self, line: str) -> int:
         """The count of one of _LINES's parts, remembered by a 16-byte digest, never by its text."""
-        key = hashlib.blake2b(line.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        key = _digest(line)
         with self._lock:
             known = self._known.get(key)
             if known is not None:
@@ -144,6 +179,10 @@ class TiktokenCounter:
             if self.count(whole) <= limit:
                 return whole
         return cut
+
+
+def _digest(line: str) -> bytes:
+    return hashlib.blake2b(line.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def count_joined(counter: TokenCounter, texts: Sequence[str]) -> int:
