@@ -41,12 +41,16 @@ import functools
 import heapq
 import math
 import re
+from collections import Counter
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from chd.core.summaries.sentences import (
     MAX_SENTENCE,
     STOPWORDS,
+    _capitalised,
+    _core,
     facts_in,
     lower_words_of,
     name_words,
@@ -321,14 +325,25 @@ def _read(
         )
         for u in utterances:
             raw.extend((len(blocks) - 1, u.speaker, s) for s in split_sentences(u.text))
-    names = name_words(s for _, _, s in raw)
-    for text in seen:
-        names.update(name_words(_sentences_of(text)))
-    names.update(_unknown_openers((s for _, _, s in raw), counter))
+    read = [_whole_words(text) for _, _, text in raw]
+    # Names only ever decide whether a sentence's first word is one
+    # (facts_in), and every name is capitalised: without a capitalised
+    # opener there is nothing to look for, and a text read for names that
+    # holds none of the openers cannot make one a name (issue 17: the
+    # buffer's names were a fifth of a fold's reading).
+    openers = {o for o in (_core(text.split(" ", 1)[0])[0] for text in read) if _capitalised(o)}
+    names: set[str] = set()
+    if openers:
+        names = name_words(s for _, _, s in raw)
+        for text in seen:
+            said = _sentences_of(text)
+            if any(o in sentence for sentence in said for o in openers):
+                names.update(name_words(said))
+        names.update(_unknown_openers((s for _, _, s in raw), counter))
     rare, uncommon = _rare_words((s for _, _, s in raw), counter)
     sentences = [
-        _Sentence(order, block, speaker, text, facts_in(_whole_words(text), names, rare, uncommon))
-        for order, (block, speaker, text) in enumerate(raw)
+        _Sentence(order, block, speaker, text, facts_in(words, names, rare, uncommon))
+        for order, ((block, speaker, text), words) in enumerate(zip(raw, read))
     ]
     offset = len(sentences)
     facts = [_Fact(text, block, offset + i, 0.0) for i, (block, text) in enumerate(listed)]
@@ -479,10 +494,8 @@ def _weights(
             documents.extend(_sentence_words(line))
         for u in context.buffered:
             documents.extend(_sentence_words(u.text))
-    frequency: dict[str, int] = {}
-    for document in documents:
-        for word in document:
-            frequency[word] = frequency.get(word, 0) + 1
+    # Counted in C (Counter's update), in the order the loop over documents met the words.
+    frequency = Counter(chain.from_iterable(documents))
     total = len(documents)
     return {w: math.log(1 + total / n) for w, n in frequency.items()}
 
