@@ -90,6 +90,18 @@ class TestJoinedCounts:
             assert counter.count_joined(texts) == len(plain("\n".join(texts))), texts
             assert counter.count("\n".join(texts)) == counter.count_joined(texts), texts
 
+    def test_lines_are_cut_where_the_pattern_cuts(self) -> None:
+        """The str.find cutting equals the split by the _LINES pattern, Unicode whitespace included."""
+        import random
+
+        from chd.core.tokens import _LINES, _lines
+
+        rng = random.Random(7)
+        alphabet = ["\n", "\n", " ", "\t", "\r", "\xa0", "\u3000", "\x1c", "\u2028", "a", "Z", ".", "“", "1", "日"]
+        for _ in range(5000):
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+            assert _lines(text) == _LINES.split(text), repr(text)
+
     def test_a_segment_counted_once_is_not_encoded_again_and_its_text_is_not_kept(self) -> None:
         """The second count of a summary encodes only its new segment; the memory holds digests, not texts."""
         counter = TiktokenCounter()

@@ -34,7 +34,9 @@ _WORD_START = re.compile(r"(?<=\S) (?=[^\W\d_])")
 
 # Where a text may be cut into lines that count alone (count_joined): after
 # a newline, before anything but whitespace (Python's \s is str.isspace,
-# which holds all of Unicode's White_Space, tiktoken's \s).
+# which holds all of Unicode's White_Space, tiktoken's \s). The cutting is
+# _lines', which finds the newlines with str.find: this pattern, tried at
+# every character, cost a fold as much as its encoding did (issue 17).
 _LINES = re.compile(r"(?<=\n)(?=\S)")
 # Line counts of texts at least this long (a summary segment, counted again
 # by every fold of its conversation) are remembered, at most _REMEMBERED of
@@ -71,7 +73,7 @@ class TiktokenCounter:
     def count(self, text: str) -> int:
         if len(text) < _REMEMBER_FROM or len(text) > _PIECE:
             return len(self._ids(text))
-        return sum(map(self._line_count, _LINES.split(text)))
+        return sum(map(self._line_count, _lines(text)))
 
     def count_joined(self, texts: Sequence[str]) -> int:
         """``count("\\n".join(texts))``: a summary's count, from the counts of its lines.
@@ -101,7 +103,7 @@ class TiktokenCounter:
         """
         if len(text) < _REMEMBER_FROM or len(text) > _PIECE:
             return ()
-        return tuple(map(self._line_count, _LINES.split(text)))
+        return tuple(map(self._line_count, _lines(text)))
 
     def learn(self, text: str, counts: Sequence[int]) -> None:
         """Remember ``counts``, the ``part_counts`` of ``text`` by a counter of this encoding.
@@ -113,7 +115,7 @@ class TiktokenCounter:
         """
         if not counts or len(text) < _REMEMBER_FROM or len(text) > _PIECE:
             return
-        parts = _LINES.split(text)
+        parts = _lines(text)
         if len(parts) != len(counts):
             return
         with self._lock:
@@ -179,6 +181,21 @@ class TiktokenCounter:
             if self.count(whole) <= limit:
                 return whole
         return cut
+
+
+def _lines(text: str) -> list[str]:
+    """``_LINES.split(text)``: ``text`` cut after each newline that a non-whitespace character follows."""
+    parts: list[str] = []
+    start = 0
+    at = text.find("\n")
+    while at >= 0:
+        at += 1
+        if at < len(text) and not text[at].isspace():
+            parts.append(text[start:at])
+            start = at
+        at = text.find("\n", at)
+    parts.append(text[start:])
+    return parts
 
 
 def _digest(line: str) -> bytes:
