@@ -90,6 +90,20 @@ class TestJoinedCounts:
             assert counter.count_joined(texts) == len(plain("\n".join(texts))), texts
             assert counter.count("\n".join(texts)) == counter.count_joined(texts), texts
 
+    def test_a_last_segment_ending_in_a_word_is_not_encoded_again_when_one_follows(self) -> None:
+        """"X\n" counts one more than "X" when X ends in a letter or digit: the second count reuses the first."""
+        counter = TiktokenCounter()
+        encoded: list[str] = []
+        ids = counter._ids
+        counter._ids = lambda text: (encoded.append(text), ids(text))[1]  # type: ignore[method-assign]
+        older, last = "Turns 1–20: the harbour pilot logged tides " * 3 + "and storms", "the ferry at 9:40 " * 8 + "x2"
+        counter.count_joined([older, last])
+        encoded.clear()
+        new = "Turn 21: the lighthouse keeper noted the gull colony " * 3 + "today"
+        assert counter.count_joined([older, last, new]) == len(counter._encoding.encode_ordinary(
+            "\n".join([older, last, new])))
+        assert encoded == [new]
+
     def test_lines_are_cut_where_the_pattern_cuts(self) -> None:
         """The str.find cutting equals the split by the _LINES pattern, Unicode whitespace included."""
         import random

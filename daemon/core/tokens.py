@@ -134,12 +134,31 @@ class TiktokenCounter:
             if known is not None:
                 self._known.move_to_end(key)
                 return known
-        known = len(self._ids(line))
+        known = self._newline_after_known(line)
+        if known is None:
+            known = len(self._ids(line))
         with self._lock:
             self._known[key] = known
             if len(self._known) > _REMEMBERED:
                 self._known.popitem(last=False)
         return known
+
+    def _newline_after_known(self, line: str) -> int | None:
+        """The count of ``line`` from the remembered count of the line without its final newline, if any.
+
+        A newline after a letter or digit is a token of its own (the
+        pattern's pieces of the text before it end there either way), so
+        ``"X\n"`` counts one more than ``"X"``; only an ASCII letter or digit
+        is trusted to be a letter or digit of tiktoken's pattern. A summary's
+        last segment is counted alone, then again with a newline once a
+        segment follows it: two encodes of each fold (issue 17).
+        """
+        if len(line) < 2 or line[-1] != "\n" or not (line[-2].isascii() and line[-2].isalnum()):
+            return None
+        key = _digest(line[:-1])
+        with self._lock:
+            known = self._known.get(key)
+        return None if known is None else known + 1
 
     def token_ids(self, text: str) -> list[int]:
         """The token ids of ``text``: an id's rank tells how common the word is (summaries/extractive.py)."""
