@@ -328,17 +328,13 @@ def _read(
     read = [_whole_words(text) for _, _, text in raw]
     # Names only ever decide whether a sentence's first word is one
     # (facts_in), and every name is capitalised: without a capitalised
-    # opener there is nothing to look for, and a text read for names that
-    # holds none of the openers cannot make one a name (issue 17: the
-    # buffer's names were a fifth of a fold's reading).
-    openers = {o for o in (_core(text.split(" ", 1)[0])[0] for text in read) if _capitalised(o)}
+    # opener there is nothing to look for (issue 17: the buffer's names
+    # were a fifth of a fold's reading).
     names: set[str] = set()
-    if openers:
+    if any(_capitalised(_core(text.split(" ", 1)[0])[0]) for text in read):
         names = name_words(s for _, _, s in raw)
         for text in seen:
-            said = _sentences_of(text)
-            if any(o in sentence for sentence in said for o in openers):
-                names.update(name_words(said))
+            names.update(name_words(_sentences_of(text)))
         names.update(_unknown_openers((s for _, _, s in raw), counter))
     rare, uncommon = _rare_words((s for _, _, s in raw), counter)
     sentences = [
