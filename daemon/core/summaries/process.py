@@ -89,15 +89,19 @@ def _call(summarizer: Summarizer, message: tuple) -> str:
     return summarize_with(summarizer, previous, _built(rows), limit, context)
 
 
-def _counts(text: str) -> tuple[str, tuple[int, ...]]:
+def _counts(text: str) -> tuple[str, tuple[int, ...]] | None:
     """The child's token counts of ``text`` as the daemon checks it (stripped), with their encoding's name.
 
     The summarizer counted its text to fit the budget, so these are
     remembered lookups here; the daemon learns them (``TiktokenCounter.learn``)
-    instead of encoding the text again (issue 17).
+    instead of encoding the text again (issue 17). None if they cannot be
+    had: they only save work, and must not fail a summary that was written.
     """
-    counter = default_counter()
-    return counter.encoding_name, counter.part_counts(text.strip())
+    try:
+        counter = default_counter()
+        return counter.encoding_name, counter.part_counts(text.strip())
+    except Exception:
+        return None
 
 
 def _serve(connection: Connection) -> None:
@@ -198,14 +202,17 @@ class ProcessSummarizer:
         if not ok:
             raise SummarizerError(value)
         text = str(value)
-        if counts is not None:
+        if isinstance(counts, tuple) and len(counts) == 2:
             self._learn(text, *counts)
         return text
 
     def _learn(self, text: str, encoding: str, counts: tuple[int, ...]) -> None:
         learn = getattr(self._counter, "learn", None)
         if learn is not None and getattr(self._counter, "encoding_name", None) == encoding:
-            learn(text.strip(), counts)
+            try:
+                learn(text.strip(), counts)
+            except (TypeError, ValueError):  # not counts after all: the text is counted here instead
+                pass
 
     def _wait_ready(self, connection: Connection) -> bool:
         """True once the child said it is ready; with a ``local`` summarizer, do not wait for it."""
