@@ -302,12 +302,15 @@ class DiskBackend:
 
     def read(self, conversation_id: str) -> ConversationState:
         with self._storage("read"):
-            hit = self._cached(conversation_id, self._meta_text(conversation_id))
-            if hit is not None:
-                return hit.state
+            if conversation_id in self._states:
+                hit = self._cached(conversation_id, self._meta_text(conversation_id))
+                if hit is not None:
+                    return hit.state
             # A miss: every record of the conversation in one statement, which
             # SQLite reads from one version (the meta record may be newer than
-            # the one just compared; it is the one the records go with).
+            # the one just compared; it is the one the records go with). A
+            # conversation not cached at all skips the meta record's own
+            # statement: _fetch reads it too (a miss was two statements; issue 17).
             entry = self._loaded(conversation_id, self._fetch(conversation_id))
             if entry.text is not None:
                 self._remember(conversation_id, entry)

@@ -131,6 +131,27 @@ class TestProcessSummarizer:
             previous = theirs
         assert "Lyon" in previous or "budget" in previous
 
+    def test_the_daemon_counter_learns_the_childs_counts_of_its_text(self):
+        """The daemon checks the child's text against the budget without encoding it again (issue 17)."""
+        from chd.core.tokens import TiktokenCounter
+
+        counter = TiktokenCounter()
+        child = ProcessSummarizer(counter=counter)
+        try:
+            batch = [*_batch(1), *_batch(6), *_batch(11)]
+            text = child.summarize("", batch, 300)
+            while not child._ready:  # the first calls may be written locally while the child starts
+                time.sleep(0.05)
+                text = child.summarize("", batch, 300)
+        finally:
+            child.close()
+        assert len(text) > 200
+        encoded: list[str] = []
+        ids = counter._ids
+        counter._ids = lambda t: (encoded.append(t), ids(t))[1]  # type: ignore[method-assign]
+        assert counter.count(text) == len(counter._encoding.encode_ordinary(text))
+        assert encoded == []
+
     def test_the_child_gets_the_utterances_and_context_the_daemon_sent(self):
         """Utterances cross as tuples of their fields; the child sees the very same ones."""
         child = ProcessSummarizer(make=echoing_summarizer)

@@ -90,6 +90,32 @@ class TestJoinedCounts:
             assert counter.count_joined(texts) == len(plain("\n".join(texts))), texts
             assert counter.count("\n".join(texts)) == counter.count_joined(texts), texts
 
+    def test_a_last_segment_ending_in_a_word_is_not_encoded_again_when_one_follows(self) -> None:
+        """"X\n" counts one more than "X" when X ends in a letter or digit: the second count reuses the first."""
+        counter = TiktokenCounter()
+        encoded: list[str] = []
+        ids = counter._ids
+        counter._ids = lambda text: (encoded.append(text), ids(text))[1]  # type: ignore[method-assign]
+        older, last = "Turns 1–20: the harbour pilot logged tides " * 3 + "and storms", "the ferry at 9:40 " * 8 + "x2"
+        counter.count_joined([older, last])
+        encoded.clear()
+        new = "Turn 21: the lighthouse keeper noted the gull colony " * 3 + "today"
+        assert counter.count_joined([older, last, new]) == len(counter._encoding.encode_ordinary(
+            "\n".join([older, last, new])))
+        assert encoded == [new]
+
+    def test_lines_are_cut_where_the_pattern_cuts(self) -> None:
+        """The str.find cutting equals the split by the _LINES pattern, Unicode whitespace included."""
+        import random
+
+        from chd.core.tokens import _LINES, _lines
+
+        rng = random.Random(7)
+        alphabet = ["\n", "\n", " ", "\t", "\r", "\xa0", "\u3000", "\x1c", "\u2028", "a", "Z", ".", "“", "1", "日"]
+        for _ in range(5000):
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+            assert _lines(text) == _LINES.split(text), repr(text)
+
     def test_a_segment_counted_once_is_not_encoded_again_and_its_text_is_not_kept(self) -> None:
         """The second count of a summary encodes only its new segment; the memory holds digests, not texts."""
         counter = TiktokenCounter()
@@ -104,3 +130,30 @@ class TestJoinedCounts:
             "\n".join(segments[1:] + [new])).__len__()
         assert encoded == [segments[3] + "\n", new]  # the old last line now ends in a newline
         assert all(isinstance(key, bytes) and len(key) == 16 for key in counter._known)
+
+
+class TestLearnedCounts:
+    """A counter takes the part counts of another counter of its encoding instead of encoding again."""
+
+    TEXT = "Turns 1–5, about the harbour: the user said “the ferry leaves at 9:40”.\nfacts: " + "pier; " * 60
+
+    def test_part_counts_add_up_to_the_count(self) -> None:
+        counter = TiktokenCounter()
+        counts = counter.part_counts(self.TEXT)
+        assert len(counts) == 2 and sum(counts) == counter.count(self.TEXT)
+        assert counter.part_counts("short") == ()  # counted whole, nothing to learn
+
+    def test_a_learned_text_is_not_encoded_again(self) -> None:
+        """The daemon's counter, taught the child's counts, answers without an encode."""
+        child, daemon = TiktokenCounter(), TiktokenCounter()
+        encoded: list[str] = []
+        ids = daemon._ids
+        daemon._ids = lambda text: (encoded.append(text), ids(text))[1]  # type: ignore[method-assign]
+        daemon.learn(self.TEXT, child.part_counts(self.TEXT))
+        assert daemon.count(self.TEXT) == child.count(self.TEXT)
+        assert encoded == []
+
+    def test_counts_that_do_not_fit_the_text_are_ignored(self) -> None:
+        counter = TiktokenCounter()
+        counter.learn(self.TEXT, (1,))  # two parts, one count
+        assert counter.count(self.TEXT) == len(counter._encoding.encode_ordinary(self.TEXT))

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import DaemonProcess
 from chd.core.summaries.claude import ClaudeConfig, ClaudeSummarizer
+from chd.backends.memory import MemoryBackend
 from chd.core.history import ConversationHistory
 from chd.core.summaries.extractive import ExtractiveSummarizer
 from chd.core.settings import Settings
@@ -415,3 +416,61 @@ class TestStorageFailureWhileFolding:
         disk.full = False
         assert history.query("Get summary").metadata["summary_pending"] == 0
         history.close()
+
+
+class _CountingReads(MemoryBackend):
+    """A memory backend counting the reads made outside its own transactions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self._inside = False
+
+    def read(self, conversation_id: str):
+        if not self._inside:
+            self.reads += 1
+        return super().read(conversation_id)
+
+    def transact(self, conversation_id, decide):
+        self._inside = True
+        try:
+            return super().transact(conversation_id, decide)
+        finally:
+            self._inside = False
+
+
+class TestFoldReads:
+    """A fold learns from its own commit that the queue is empty (issue 17)."""
+
+    def test_a_fold_that_empties_the_queue_reads_the_conversation_once(self):
+        backend = _CountingReads()
+        history = ConversationHistory(backend=backend, settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=3600))
+        try:
+            for i in range(6):
+                history.query(f"Add utterance: Fact {i}: the code word is zebra{i}.")
+            assert len(backend.read("default").pending) == 2  # gathering for an hour
+            backend.reads = 0
+            report = history.folder.fold("default")
+            assert report.done and report.folded == 2 and not report.awaiting_rewrite
+            assert backend.reads == 1
+            assert backend.read("default").pending == []
+        finally:
+            history.close()
+
+    def test_a_fold_goes_on_when_its_commit_leaves_more_queued(self):
+        """A second batch (over FOLD_BATCH_TOKENS) is folded in the same call, as before."""
+        from chd.core.summaries.folding import FOLD_BATCH_TOKENS
+
+        backend = _CountingReads()
+        history = ConversationHistory(backend=backend, settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=3600))
+        try:
+            long = "word " * (FOLD_BATCH_TOKENS // 2)
+            for i in range(6):
+                history.query(f"Add utterance: {i} {long}")
+            queued = len(backend.read("default").pending)
+            assert queued >= 2  # each one a batch of its own
+            report = history.folder.fold("default")
+            assert report.done and report.folded == queued and len(report.written) >= queued
+            assert backend.read("default").pending == []
+        finally:
+            history.close()

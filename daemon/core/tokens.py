@@ -36,7 +36,9 @@ _WORD_START = re.compile(r"(?<=\S) (?=[^\W\d_])")
 
 # Where a text may be cut into lines that count alone (count_joined): after
 # a newline, before anything but whitespace (Python's \s is str.isspace,
-# which holds all of Unicode's White_Space, tiktoken's \s).
+# which holds all of Unicode's White_Space, tiktoken's \s). The cutting is
+# _lines', which finds the newlines with str.find: this pattern, tried at
+# every character, cost a fold as much as its encoding did (issue 17).
 _LINES = re.compile(r"(?<=\n)(?=\S)")
 # Line counts of texts at least this long (a summary segment, counted again
 # by every fold of its conversation) are remembered, at most _REMEMBERED of
@@ -75,7 +77,7 @@ class TiktokenCounter:
     def count(self, text: str) -> int:
         if len(text) < _REMEMBER_FROM or len(text) > _PIECE:
             return len(self._ids(text))
-        return sum(map(self._line_count, _LINES.split(text)))
+        return sum(map(self._line_count, _lines(text)))
 
     def count_joined(self, texts: Sequence[str]) -> int:
         """``count("\\n".join(texts))``: a summary's count, from the counts of its lines.
@@ -93,20 +95,74 @@ class TiktokenCounter:
         """
         return self.count("\n".join(texts))
 
+    @property
+    def encoding_name(self) -> str:
+        return self._encoding.name
+
+    def part_counts(self, text: str) -> tuple[int, ...]:
+        """The counts ``count`` adds up for ``text``, one per _LINES part (() for a text it counts whole).
+
+        For ``learn`` in another process: the summarizer child sends them
+        with its text, so the daemon's counter need not encode it again.
+        """
+        if len(text) < _REMEMBER_FROM or len(text) > _PIECE:
+            return ()
+        return tuple(map(self._line_count, _lines(text)))
+
+    def learn(self, text: str, counts: Sequence[int]) -> None:
+        """Remember ``counts``, the ``part_counts`` of ``text`` by a counter of this encoding.
+
+        A summary the child wrote was encoded there to fit its budget and
+        again here to check it (``SummaryWriter.bounded``): the longest
+        encode of a fold in the daemon (issue 17). Counts that do not match
+        ``text``'s parts in number are ignored.
+        """
+        if not counts or len(text) < _REMEMBER_FROM or len(text) > _PIECE:
+            return
+        parts = _lines(text)
+        if len(parts) != len(counts):
+            return
+        with self._lock:
+            for part, known in zip(parts, counts):
+                key = _digest(part)
+                self._known[key] = int(known)
+                self._known.move_to_end(key)
+            while len(self._known) > _REMEMBERED:
+                self._known.popitem(last=False)
+
     def _line_count(self, line: str) -> int:
         """The count of one of _LINES's parts, remembered by a 16-byte digest, never by its text."""
-        key = hashlib.blake2b(line.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        key = _digest(line)
         with self._lock:
             known = self._known.get(key)
             if known is not None:
                 self._known.move_to_end(key)
                 return known
-        known = len(self._ids(line))
+        known = self._newline_after_known(line)
+        if known is None:
+            known = len(self._ids(line))
         with self._lock:
             self._known[key] = known
             if len(self._known) > _REMEMBERED:
                 self._known.popitem(last=False)
         return known
+
+    def _newline_after_known(self, line: str) -> int | None:
+        """The count of ``line`` from the remembered count of the line without its final newline, if any.
+
+        A newline after a letter or digit is a token of its own (the
+        pattern's pieces of the text before it end there either way), so
+        ``"X\n"`` counts one more than ``"X"``; only an ASCII letter or digit
+        is trusted to be a letter or digit of tiktoken's pattern. A summary's
+        last segment is counted alone, then again with a newline once a
+        segment follows it: two encodes of each fold (issue 17).
+        """
+        if len(line) < 2 or line[-1] != "\n" or not (line[-2].isascii() and line[-2].isalnum()):
+            return None
+        key = _digest(line[:-1])
+        with self._lock:
+            known = self._known.get(key)
+        return None if known is None else known + 1
 
     def token_ids(self, text: str) -> list[int]:
         """The token ids of ``text``: an id's rank tells how common the word is (summaries/extractive.py)."""
@@ -148,6 +204,25 @@ class TiktokenCounter:
             if self.count(whole) <= limit:
                 return whole
         return cut
+
+
+def _lines(text: str) -> list[str]:
+    """``_LINES.split(text)``: ``text`` cut after each newline that a non-whitespace character follows."""
+    parts: list[str] = []
+    start = 0
+    at = text.find("\n")
+    while at >= 0:
+        at += 1
+        if at < len(text) and not text[at].isspace():
+            parts.append(text[start:at])
+            start = at
+        at = text.find("\n", at)
+    parts.append(text[start:])
+    return parts
+
+
+def _digest(line: str) -> bytes:
+    return hashlib.blake2b(line.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def count_joined(counter: TokenCounter, texts: Sequence[str]) -> int:

@@ -41,13 +41,18 @@ import functools
 import heapq
 import math
 import re
+from collections import Counter
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from chd.core.summaries.sentences import (
     MAX_SENTENCE,
     STOPWORDS,
+    _capitalised,
+    _core,
     facts_in,
+    lower_words_of,
     name_words,
     said_elsewhere,
     split_sentences,
@@ -320,14 +325,21 @@ def _read(
         )
         for u in utterances:
             raw.extend((len(blocks) - 1, u.speaker, s) for s in split_sentences(u.text))
-    names = name_words(s for _, _, s in raw)
-    for text in seen:
-        names.update(name_words(_sentences_of(text)))
-    names.update(_unknown_openers((s for _, _, s in raw), counter))
+    read = [_whole_words(text) for _, _, text in raw]
+    # Names only ever decide whether a sentence's first word is one
+    # (facts_in), and every name is capitalised: without a capitalised
+    # opener there is nothing to look for (issue 17: the buffer's names
+    # were a fifth of a fold's reading).
+    names: set[str] = set()
+    if any(_capitalised(_core(text.split(" ", 1)[0])[0]) for text in read):
+        names = name_words(s for _, _, s in raw)
+        for text in seen:
+            names.update(name_words(_sentences_of(text)))
+        names.update(_unknown_openers((s for _, _, s in raw), counter))
     rare, uncommon = _rare_words((s for _, _, s in raw), counter)
     sentences = [
-        _Sentence(order, block, speaker, text, facts_in(_whole_words(text), names, rare, uncommon))
-        for order, (block, speaker, text) in enumerate(raw)
+        _Sentence(order, block, speaker, text, facts_in(words, names, rare, uncommon))
+        for order, ((block, speaker, text), words) in enumerate(zip(raw, read))
     ]
     offset = len(sentences)
     facts = [_Fact(text, block, offset + i, 0.0) for i, (block, text) in enumerate(listed)]
@@ -478,22 +490,20 @@ def _weights(
             documents.extend(_sentence_words(line))
         for u in context.buffered:
             documents.extend(_sentence_words(u.text))
-    frequency: dict[str, int] = {}
-    for document in documents:
-        for word in document:
-            frequency[word] = frequency.get(word, 0) + 1
+    # Counted in C (Counter's update), in the order the loop over documents met the words.
+    frequency = Counter(chain.from_iterable(documents))
     total = len(documents)
     return {w: math.log(1 + total / n) for w, n in frequency.items()}
 
 
 @functools.lru_cache(maxsize=8192)
 def _words_in(text: str) -> frozenset[str]:
-    return frozenset(w.lower() for w in words_of(text))
+    return frozenset(lower_words_of(text))
 
 
 @functools.lru_cache(maxsize=8192)
 def _lower_words(text: str) -> tuple[str, ...]:
-    return tuple(w.lower() for w in words_of(text)) or (text.lower(),)
+    return tuple(lower_words_of(text)) or (text.lower(),)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -508,8 +518,8 @@ def _sentence_words(text: str) -> tuple[frozenset[str], ...]:
 
 def _score(sentences: list[_Sentence], weights: dict[str, float]) -> None:
     for sentence in sentences:
-        tokens = words_of(sentence.text)
-        content = sorted({t.lower() for t in tokens} - STOPWORDS)
+        tokens = lower_words_of(sentence.text)
+        content = sorted(set(tokens) - STOPWORDS)
         sentence.words = frozenset(w for w in content if not w[0].isdigit())
         if not content:
             continue

@@ -236,8 +236,8 @@ class Folder:
             report.written.extend(written)
             summary = _holding(state.summary, summary, batch if fell_back else ())
             try:
-                committed = self.backend.transact(
-                    conversation_id, _commit(state, batch, summary, self.settings.archive_evicted)
+                committed, finished = self.backend.transact(
+                    conversation_id, _commit(state, batch, summary, self.settings)
                 )
             except StorageError as exc:
                 # A full or failing disk must not fail the store that
@@ -250,6 +250,12 @@ class Folder:
             if committed:
                 report.folded += len(batch)
                 self._await_late(conversation_id, summary, written)
+                if finished:
+                    # What the next round's read would find, as of the commit:
+                    # that read was a fifth of a fold's own storage work (issue 17).
+                    report.done = True
+                    report.awaiting_rewrite = bool(summary.held)
+                    return report
                 continue
             races += 1
             if races >= _COMMIT_ATTEMPTS:
@@ -540,20 +546,24 @@ def _batch(pending: Sequence[Utterance], max_tokens: int) -> list[Utterance]:
     return batch
 
 
-def _commit(state: ConversationState, batch: Sequence[Utterance], summary: Summary, archive: bool):
+def _commit(state: ConversationState, batch: Sequence[Utterance], summary: Summary, settings: Settings):
+    """The fold's commit: (committed, and whether that left nothing to fold, as ``_fold``'s next read would see)."""
     seqs = {u.seq for u in batch}
+    archive = settings.archive_evicted
 
-    def decide(current: ConversationState) -> tuple[Change, bool]:
+    def decide(current: ConversationState) -> tuple[Change, tuple[bool, bool]]:
         still_queued = {u.seq for u in current.pending}
         if current.summary != state.summary or not seqs <= still_queued:
-            return Change(), False
+            return Change(), (False, False)
+        limit = effective_settings(settings, current.settings).summary_token_limit
+        finished = len(still_queued) == len(seqs) and summary.tokens <= limit
         return (
             Change(
                 summary=summary,
                 pending_remove=seqs,
                 archive_add=list(batch) if archive else [],
             ),
-            True,
+            (True, finished),
         )
 
     return decide

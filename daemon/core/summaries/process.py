@@ -89,8 +89,23 @@ def _call(summarizer: Summarizer, message: tuple) -> str:
     return summarize_with(summarizer, previous, _built(rows), limit, context)
 
 
+def _counts(text: str) -> tuple[str, tuple[int, ...]] | None:
+    """The child's token counts of ``text`` as the daemon checks it (stripped), with their encoding's name.
+
+    The summarizer counted its text to fit the budget, so these are
+    remembered lookups here; the daemon learns them (``TiktokenCounter.learn``)
+    instead of encoding the text again (issue 17). None if they cannot be
+    had: they only save work, and must not fail a summary that was written.
+    """
+    try:
+        counter = default_counter()
+        return counter.encoding_name, counter.part_counts(text.strip())
+    except Exception:
+        return None
+
+
 def _serve(connection: Connection) -> None:
-    """The child's loop: the factory first, then one ``_message`` in, one ``(ok, text or error)`` out."""
+    """The child's loop: the factory first, then one ``_message`` in, one ``(ok, text or error, counts)`` out."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.nice(NICE)
     try:
@@ -107,9 +122,10 @@ def _serve(connection: Connection) -> None:
         if message is None:
             return
         try:
-            reply: tuple[bool, str] = (True, _call(summarizer, message))
+            text = _call(summarizer, message)
+            reply: tuple[bool, str, tuple[str, tuple[int, ...]] | None] = (True, text, _counts(text))
         except Exception as exc:  # the daemon's to report; the child goes on
-            reply = (False, f"{type(exc).__name__}: {exc}")
+            reply = (False, f"{type(exc).__name__}: {exc}", None)
         connection.send(reply)
 
 
@@ -127,6 +143,8 @@ class ProcessSummarizer:
         name: the summarizer's name in responses (that of what ``make`` builds).
         timeout: seconds one summary may take before the child is killed.
         start_timeout: seconds the child may take to say it is ready.
+        counter: the daemon's counter, taught the child's counts of each
+            text it returns when both use the same encoding (``TiktokenCounter.learn``).
     """
 
     def __init__(
@@ -136,10 +154,12 @@ class ProcessSummarizer:
         name: str = ExtractiveSummarizer.name,
         timeout: float = 30.0,
         start_timeout: float = 60.0,
+        counter: object | None = None,
     ) -> None:
         self.name = name
         self._make = make
         self._local = local
+        self._counter = counter
         self._timeout = timeout
         self._start_timeout = start_timeout
         self._lock = threading.Lock()  # one summary at a time through the pipe
@@ -174,14 +194,25 @@ class ProcessSummarizer:
                 connection.send(_message(previous, utterances, token_limit, context))
                 if not connection.poll(self._timeout):
                     raise TimeoutError("no answer in time")
-                ok, value = connection.recv()
+                ok, value, counts = connection.recv()
             except (OSError, EOFError, TimeoutError) as exc:
                 # Dead, hung or never started: the next call starts a new one.
                 self._stop(kill=True)
                 raise SummarizerError(f"the summarizer process failed ({type(exc).__name__}: {exc})") from None
         if not ok:
             raise SummarizerError(value)
-        return str(value)
+        text = str(value)
+        if isinstance(counts, tuple) and len(counts) == 2:
+            self._learn(text, *counts)
+        return text
+
+    def _learn(self, text: str, encoding: str, counts: tuple[int, ...]) -> None:
+        learn = getattr(self._counter, "learn", None)
+        if learn is not None and getattr(self._counter, "encoding_name", None) == encoding:
+            try:
+                learn(text.strip(), counts)
+            except (TypeError, ValueError):  # not counts after all: the text is counted here instead
+                pass
 
     def _wait_ready(self, connection: Connection) -> bool:
         """True once the child said it is ready; with a ``local`` summarizer, do not wait for it."""

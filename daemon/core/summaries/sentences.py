@@ -26,7 +26,10 @@ import functools
 import re
 from typing import Iterable
 
-__all__ = ["said_in", "said_elsewhere", "split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of", "utterance_key", "STOPWORDS"]
+__all__ = [
+    "said_in", "said_elsewhere", "split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of",
+    "lower_words_of", "utterance_key", "STOPWORDS",
+]
 
 # A run of sentence-ending marks; whether it ends a sentence depends on the
 # one character after it, looked at outside the pattern (no lookahead that
@@ -109,6 +112,14 @@ def words_of(text: str) -> list[str]:
     return (_WORD if text.isascii() else _WORD_ANY_SCRIPT).findall(text)
 
 
+def lower_words_of(text: str) -> list[str]:
+    """``words_of(text)`` in lower case; for ASCII text in one regex call on the lowered text
+    (_WORD's classes hold both cases, so lowering moves no match), not a ``lower()`` per word."""
+    if text.isascii():
+        return _WORD.findall(text.lower())
+    return [w.lower() for w in _WORD_ANY_SCRIPT.findall(text)]
+
+
 def _core(token: str) -> tuple[str, int, bool]:
     """``token`` without surrounding punctuation, where the core starts, and whether it ended a phrase."""
     opened = token.lstrip(_LEADING)
@@ -120,6 +131,8 @@ def _strong(core: str) -> bool:
     """A number, code, version, path, address or identifier: a fact by its shape."""
     if not core:
         return False
+    if core.isalpha() and core.islower():
+        return False  # most words: letters only, none upper case (the checks below, in two C calls)
     if any(c.isdigit() for c in core) or "@" in core or "_" in core:
         return True
     if core[0] == "#" and len(core) > 1:
@@ -153,8 +166,13 @@ def name_words(sentences: Iterable[str]) -> set[str]:
 def _names_in(sentence: str) -> frozenset[str]:
     tokens = sentence.split()
     names: set[str] = set()
-    for i, token in enumerate(tokens[1:], 1):
-        core, _, _ = _core(token)
+    for i in range(1, len(tokens)):
+        # Only a token whose first letter past the opening marks is upper
+        # case can be capitalised: the others (most) skip _core.
+        opened = tokens[i].lstrip(_LEADING)
+        if not opened[:1].isupper():
+            continue
+        core, _, _ = _core(tokens[i])
         if _capitalised(core) and not tokens[i - 1].endswith((".", "!", "?", ":")):
             names.add(core)
     return frozenset(names)
@@ -165,8 +183,12 @@ def facts_in(
 ) -> tuple[str, ...]:
     """``facts_of``, cached on what of ``names``, ``rare`` and ``uncommon`` the sentence can use."""
     opener = _core(sentence.split(" ", 1)[0])[0] in names
-    used = frozenset(w.lower() for w in words_of(sentence) if w.lower() in rare) if rare else frozenset()
-    few = frozenset(w.lower() for w in words_of(sentence) if w.lower() in uncommon) if uncommon else frozenset()
+    if rare or uncommon:
+        lowered = lower_words_of(sentence)
+        used = frozenset(w for w in lowered if w in rare) if rare else frozenset()
+        few = frozenset(w for w in lowered if w in uncommon) if uncommon else frozenset()
+    else:
+        used = few = frozenset()
     return _facts_cached(sentence, opener, used, few)
 
 
@@ -198,6 +220,12 @@ def facts_of(
             "to", "near"...): "Declan replied" is no fact, "the old cathedral" is.
     """
     tokens = sentence.split(" ")
+    # Each token's core and whether it ends a phrase, once: the checks below
+    # look at a token's neighbours too, and took _core three or four times
+    # per token (a third of a fold's fact scan; issue 17).
+    opened = [token.lstrip(_LEADING) for token in tokens]
+    cores = [token.rstrip(_TRAILING) for token in opened]
+    closing = [len(core) < len(token) for core, token in zip(cores, opened)]
     facts: list[str] = []
     run: list[str] = []
     units = 0  # lower-case words taken after a number, at most two
@@ -211,8 +239,8 @@ def facts_of(
         run.clear()
         units = 0
 
-    value = _colon_value(tokens)
-    phrases = _rare_phrases(tokens, rare, uncommon) if rare or uncommon else {}
+    value = _colon_value(tokens) if ":" in sentence else None
+    phrases = _rare_phrases(cores, closing, rare, uncommon) if rare or uncommon else {}
     skip = -1
     ends = False
     for i, token in enumerate(tokens):
@@ -222,32 +250,33 @@ def facts_of(
             if ends:
                 close()
             continue
-        core, _, ends = _core(token)
+        core = cores[i]
+        ends = closing[i]
         lowered = core.lower()
         number = bool(core) and core[0].isdigit() or core[:1] in "€$£" and core[1:2].isdigit()
         if _strong(core):
             if run and units:
                 close()
             run.append(_quoted(token, core))
-        elif core == "The" and not ends and i + 1 < len(tokens) and _capitalised(_core(tokens[i + 1])[0]):
+        elif core == "The" and not ends and i + 1 < len(tokens) and _capitalised(cores[i + 1]):
             close()  # "The Linden Inn": the article is part of the name
             run.append(core)
-        elif _capitalised(core) and (i > 0 or core in names or _next_is_name(tokens, names)):
+        elif _capitalised(core) and (i > 0 or core in names or _next_is_name(tokens, cores, names)):
             if run and units:
                 close()
             run.append(_quoted(token, core))
         elif run and lowered in _JOINERS and not ends:
             run.append(core)
-        elif run and lowered in _BY and not ends and _after_number(run) and _next_is_number(tokens, i):
+        elif run and lowered in _BY and not ends and _after_number(run) and _next_is_number(cores, i):
             run.append(core)  # "3.1 by 2.4 metres": one measurement
-        elif not ends and lowered not in STOPWORDS and _is_word(core) and _next_is_version(tokens, i):
+        elif not ends and lowered not in STOPWORDS and _is_word(core) and _next_is_version(cores, i):
             close()  # "pydantic 2.7.0": a lower-case name before its version
             run.append(core)
-        elif run and units == 0 and _after_number(run) and _unit(tokens, i):
+        elif run and units == 0 and _after_number(run) and _unit(cores, closing, i):
             run.append(core)
             units += 1
             if not _plural(lowered):  # "3 business days": the unit is the plural after it
-                nxt, _, ends = _core(tokens[i + 1])
+                nxt, ends = cores[i + 1], closing[i + 1]
                 run.append(nxt)
                 units += 1
                 skip = i + 1
@@ -260,10 +289,10 @@ def facts_of(
             # A rare word with the words around it: "luxury vinyl planks", not "planks".
             close()
             last = phrases[i]
-            run.extend(_core(t)[0] for t in tokens[i:last + 1])
-            ends = _core(tokens[last])[2]
+            run.extend(cores[i:last + 1])
+            ends = closing[last]
             skip = last
-            if ends or not _next_is_version(tokens, last):
+            if ends or not _next_is_version(cores, last):
                 close()  # a phrase is a fact of its own: "invoices say" is not part of "€2400"
             continue
         else:
@@ -322,12 +351,12 @@ def _is_word(core: str) -> bool:
     return len(core) >= 2 and core.replace("-", "").isalpha() and core.islower() and core not in _MONTHS
 
 
-def _next_is_version(tokens: list[str], i: int) -> bool:
-    return i + 1 < len(tokens) and _VERSION.fullmatch(_core(tokens[i + 1])[0]) is not None
+def _next_is_version(cores: list[str], i: int) -> bool:
+    return i + 1 < len(cores) and _VERSION.fullmatch(cores[i + 1]) is not None
 
 
-def _next_is_number(tokens: list[str], i: int) -> bool:
-    return i + 1 < len(tokens) and _core(tokens[i + 1])[0][:1].isdigit()
+def _next_is_number(cores: list[str], i: int) -> bool:
+    return i + 1 < len(cores) and cores[i + 1][:1].isdigit()
 
 
 # A rare word's phrase takes at most this many words, the rare one included.
@@ -338,31 +367,27 @@ _NOUN_OPENERS = frozenset(
 )
 
 
-def _rare_phrases(tokens: list[str], rare: set[str], uncommon: set[str]) -> dict[int, int]:
+def _rare_phrases(cores: list[str], closes: list[bool], rare: set[str], uncommon: set[str]) -> dict[int, int]:
     """For each run of lower-case content words holding a rare word, its first and last token index.
 
     A word rare in the conversation is usually part of a noun phrase ("roof
     glazing", "raised ceiling joists"): the phrase is the fact, the word
     alone reads as nothing. A run stops at a stopword, a phrase end and
-    anything not a lower-case word.
+    anything not a lower-case word. ``cores`` and ``closes``: each token's
+    core and whether it ends a phrase (``_core``).
     """
-    content = [False] * len(tokens)
-    closes = [False] * len(tokens)
-    for i, token in enumerate(tokens):
-        core, _, ends = _core(token)
-        content[i] = _is_word(core) and core not in STOPWORDS
-        closes[i] = ends
+    content = [_is_word(core) and core not in STOPWORDS for core in cores]
     out: dict[int, int] = {}
     i = 0
-    while i < len(tokens):
+    while i < len(cores):
         if not content[i]:
             i += 1
             continue
         start = i
-        while i + 1 < len(tokens) and content[i + 1] and not closes[i]:
+        while i + 1 < len(cores) and content[i + 1] and not closes[i]:
             i += 1
-        words = [_core(tokens[k])[0] for k in range(start, i + 1)]
-        before = _core(tokens[start - 1])[0].lower() if start else ""
+        words = cores[start:i + 1]
+        before = cores[start - 1].lower() if start else ""
         noun = before in _NOUN_OPENERS
         hits = [k for k, w in enumerate(words) if w in rare or (noun and w in uncommon)]
         if hits:
@@ -396,26 +421,26 @@ def _plural(word: str) -> bool:
     return len(word) > 2 and word.endswith("s") and not word.endswith("ss") and word not in _VERBS_IN_S
 
 
-def _unit(tokens: list[str], i: int) -> bool:
-    """Whether ``tokens[i]`` (or it and the next) is the unit of the number before it."""
-    core, _, ends = _core(tokens[i])
+def _unit(cores: list[str], closes: list[bool], i: int) -> bool:
+    """Whether token ``i`` (or it and the next) is the unit of the number before it."""
+    core = cores[i]
     word = core.lower()
     if not core.isalpha() or word in STOPWORDS or not core.islower():
         return False
     if _plural(word):
         return True
-    if ends or i + 1 >= len(tokens):
+    if closes[i] or i + 1 >= len(cores):
         return False
-    nxt, _, _ = _core(tokens[i + 1])
+    nxt = cores[i + 1]
     return nxt.isalpha() and nxt.islower() and _plural(nxt.lower()) and nxt.lower() not in STOPWORDS
 
 
-def _next_is_name(tokens: list[str], names: set[str]) -> bool:
+def _next_is_name(tokens: list[str], cores: list[str], names: set[str]) -> bool:
     if len(tokens) < 2 or tokens[0].endswith((",", ".", ":", ";")):
         return False
-    nxt, _, _ = _core(tokens[1])
+    nxt = cores[1]
     if nxt.lower() in _JOINERS and len(tokens) > 2:
-        nxt, _, _ = _core(tokens[2])  # "Seed & Sprout near the hotel": a joined name
+        nxt = cores[2]  # "Seed & Sprout near the hotel": a joined name
     return _capitalised(nxt)
 
 

@@ -310,7 +310,7 @@ def build_writer(
 
             # One try: a child that failed is replaced on the next batch, and
             # the fallback is the very same summarizer, so waiting buys nothing.
-            return SummaryWriter(ProcessSummarizer(local=offline), counter, offline, attempts=1)
+            return SummaryWriter(ProcessSummarizer(local=offline, counter=counter), counter, offline, attempts=1)
         return SummaryWriter(offline, counter)
     # Imported here: the SDK takes a while to import and offline daemons never need it.
     from chd.core.summaries.claude import ClaudeConfig, ClaudeSummarizer
