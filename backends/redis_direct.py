@@ -6,9 +6,10 @@ about 70 us per HMGET here against 34 us for the same command written on a
 connection directly (``python bench/bench_redis.py --direct``), and a pipeline
 that runs scripts first asks ``SCRIPT EXISTS``, a second round trip per
 batch. So the hot commands (the commit id check of a read, the commit and
-fetch scripts) go on a connection the calling thread keeps, still packed and
-parsed by redis-py's own ``Connection`` (with hiredis) and retried by the
-client's retry policy; everything else (leases, the index, health, Redis
+fetch scripts) go on a connection the calling thread keeps, packed by
+hiredis (redis-py's own packer without its Python pass per argument, see
+_packed), parsed by redis-py's ``Connection`` (with hiredis) and retried by
+the client's retry policy; everything else (leases, the index, health, Redis
 Cluster, whose commands need routing) keeps using the client.
 
 A retried command may have run before its connection broke. That is safe
