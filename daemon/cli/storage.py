@@ -28,7 +28,7 @@ import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, TextIO
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, TextIO
 
 from chd.backends import ALIASES, Backend, open_backend
 from chd.backends.base import iter_conversations
@@ -201,24 +201,11 @@ def _import_fresh(args: argparse.Namespace, storage: config.Config, data_dir: st
     nothing: the check pass and its spool (an eighth of an import's time)
     are for data dirs that already hold something.
     """
-    backend = open_storage(storage.backend, data_dir, storage.durability, serving=False,
-                           **config.backend_options(storage))
-    if backend is None:
-        _remove_fresh(fresh_dir)
-        return EXIT_FAILED
-    done = False
-    try:
+    def work(backend: Backend) -> int:
         with _open(args.file, "r") as source:
-            code = _import(backend, read_export(source), None, args.replace)
-        done = True
-        return code
-    except DaemonError as exc:
-        print(f"chd: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        backend.close()
-        if not done:
-            _remove_fresh(fresh_dir)
+            return _import(backend, read_export(source), None, args.replace)
+
+    return _with_storage(storage, data_dir, fresh_dir, work)
 
 
 def _transfer(
@@ -232,6 +219,22 @@ def _transfer(
     except DaemonError as exc:
         print(f"chd: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    if spool is None or ids is None:
+        return _with_storage(storage, data_dir, fresh_dir, lambda backend: _export(backend, args))
+    checked, spooled = ids, spool  # named again: narrowed for the lambda
+    return _with_storage(
+        storage, data_dir, fresh_dir,
+        lambda backend: _import(backend, _unpacked(spooled, len(checked)), checked, args.replace),
+    )
+
+
+def _with_storage(
+    storage: config.Config, data_dir: str | None, fresh_dir: Path | None, work: Callable[[Backend], int]
+) -> int:
+    """``work`` on the storage opened for a transfer; its exit code, or EXIT_FAILED with the error printed.
+
+    A data dir this transfer created (``fresh_dir``) is removed unless ``work`` finished.
+    """
     backend = open_storage(storage.backend, data_dir, storage.durability, serving=False,
                            **config.backend_options(storage))
     if backend is None:
@@ -239,10 +242,7 @@ def _transfer(
         return EXIT_FAILED
     done = False
     try:
-        if spool is None or ids is None:
-            code = _export(backend, args)
-        else:
-            code = _import(backend, _unpacked(spool, len(ids)), ids, args.replace)
+        code = work(backend)
         done = True
         return code
     except DaemonError as exc:
