@@ -416,29 +416,31 @@ class DiskBackend:
                 # before anything reads or writes one of them (in order, so
                 # the rows are the ones a statement per conversation makes).
                 rows: list[tuple[str, str]] = []
-                held: set[str] = set()
                 # Every meta record of the batch in one statement; one met
-                # again in the batch is asked for again, after what came first.
+                # again in the batch is asked for again, once what came
+                # before it is written.
                 known = self._meta_texts(list(dict.fromkeys(c.conversation_id for c in batch)))
                 met: set[str] = set()
                 for conversation in batch:
                     cid = conversation.conversation_id
-                    if cid in held:
-                        self._insert(rows)
-                        rows, held = [], set()
-                    text = self._meta_text(cid) if cid in met else known.get(cid)
-                    met.add(cid)
+                    if cid in met:
+                        if rows:
+                            self._insert(rows)
+                            rows = []
+                        text = self._meta_text(cid)
+                    else:
+                        text = known.get(cid)
+                        met.add(cid)
                     if text is None:
                         if not conversation.is_empty:
                             rows += self._encoded_rows(conversation)[0]
                             if conversation.pending:
                                 rows.append((queued_key(cid), QUEUED_RECORD))
-                            held.add(cid)
                             added += 1
                         continue
                     if rows:
                         self._insert(rows)
-                        rows, held = [], set()
+                        rows = []
                     current = self._current(cid, text)
                     if not current.state.is_empty and not replace:
                         raise InvalidRequest(
