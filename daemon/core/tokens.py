@@ -75,7 +75,7 @@ class TiktokenCounter:
         self._lock = threading.Lock()
 
     def count(self, text: str) -> int:
-        if len(text) < _REMEMBER_FROM or len(text) > _PIECE:
+        if not _cut(text):
             return len(self._ids(text))
         return sum(map(self._line_count, _lines(text)))
 
@@ -105,7 +105,7 @@ class TiktokenCounter:
         For ``learn`` in another process: the summarizer child sends them
         with its text, so the daemon's counter need not encode it again.
         """
-        if len(text) < _REMEMBER_FROM or len(text) > _PIECE:
+        if not _cut(text):
             return ()
         return tuple(map(self._line_count, _lines(text)))
 
@@ -117,18 +117,14 @@ class TiktokenCounter:
         encode of a fold in the daemon (issue 17). Counts that do not match
         ``text``'s parts in number are ignored.
         """
-        if not counts or len(text) < _REMEMBER_FROM or len(text) > _PIECE:
+        if not counts or not _cut(text):
             return
         parts = _lines(text)
         if len(parts) != len(counts):
             return
         with self._lock:
             for part, known in zip(parts, counts):
-                key = _digest(part)
-                self._known[key] = int(known)
-                self._known.move_to_end(key)
-            while len(self._known) > _REMEMBERED:
-                self._known.popitem(last=False)
+                self._keep(_digest(part), int(known))
 
     def _line_count(self, line: str) -> int:
         """The count of one of _LINES's parts, remembered by a 16-byte digest, never by its text."""
@@ -142,10 +138,15 @@ class TiktokenCounter:
         if known is None:
             known = len(self._ids(line))
         with self._lock:
-            self._known[key] = known
-            if len(self._known) > _REMEMBERED:
-                self._known.popitem(last=False)
+            self._keep(key, known)
         return known
+
+    def _keep(self, key: bytes, count: int) -> None:
+        """Remember ``count`` as the newest of at most _REMEMBERED (the caller holds the lock)."""
+        self._known[key] = count
+        self._known.move_to_end(key)
+        if len(self._known) > _REMEMBERED:
+            self._known.popitem(last=False)
 
     def _newline_after_known(self, line: str) -> int | None:
         """The count of ``line`` from the remembered count of the line without its final newline, if any.
@@ -204,6 +205,11 @@ class TiktokenCounter:
             if self.count(whole) <= limit:
                 return whole
         return cut
+
+
+def _cut(text: str) -> bool:
+    """Whether ``text`` is counted by its lines (``_lines``), each line's count remembered."""
+    return _REMEMBER_FROM <= len(text) <= _PIECE
 
 
 def _lines(text: str) -> list[str]:
