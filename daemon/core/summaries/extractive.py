@@ -49,11 +49,10 @@ from typing import Callable, Iterable, Sequence
 from chd.core.summaries.sentences import (
     MAX_SENTENCE,
     STOPWORDS,
-    _capitalised,
-    _core,
     facts_in,
     lower_words_of,
     name_words,
+    opens_capitalised,
     said_elsewhere,
     split_sentences,
     words_of,
@@ -331,7 +330,7 @@ def _read(
     # opener there is nothing to look for (issue 17: the buffer's names
     # were a fifth of a fold's reading).
     names: set[str] = set()
-    if any(_capitalised(_core(text.split(" ", 1)[0])[0]) for text in read):
+    if any(map(opens_capitalised, read)):
         names = name_words(s for _, _, s in raw)
         for text in seen:
             names.update(name_words(_sentences_of(text)))

@@ -28,7 +28,7 @@ from typing import Iterable
 
 __all__ = [
     "said_in", "said_elsewhere", "split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of",
-    "lower_words_of", "utterance_key", "STOPWORDS",
+    "lower_words_of", "opener", "opens_capitalised", "utterance_key", "STOPWORDS",
 ]
 
 # A run of sentence-ending marks; whether it ends a sentence depends on the
@@ -152,6 +152,16 @@ def _capitalised(core: str) -> bool:
     return bool(core) and core[0].isupper() and core[0].isalpha() and core.lower() not in STOPWORDS
 
 
+def opener(sentence: str) -> str:
+    """The core of ``sentence``'s first word: the one word whose being a name the names decide (facts_in)."""
+    return _core(sentence.split(" ", 1)[0])[0]
+
+
+def opens_capitalised(sentence: str) -> bool:
+    """Whether ``sentence``'s first word could be a name: every name is capitalised."""
+    return _capitalised(opener(sentence))
+
+
 def name_words(sentences: Iterable[str]) -> set[str]:
     """Capitalised words seen mid-sentence: names, also when they open a sentence elsewhere."""
     names: set[str] = set()
@@ -182,20 +192,19 @@ def facts_in(
     sentence: str, names: set[str], rare: set[str], uncommon: set[str] = frozenset()  # type: ignore[assignment]
 ) -> tuple[str, ...]:
     """``facts_of``, cached on what of ``names``, ``rare`` and ``uncommon`` the sentence can use."""
-    opener = _core(sentence.split(" ", 1)[0])[0] in names
+    named = opener(sentence) in names
     if rare or uncommon:
         lowered = lower_words_of(sentence)
         used = frozenset(w for w in lowered if w in rare) if rare else frozenset()
         few = frozenset(w for w in lowered if w in uncommon) if uncommon else frozenset()
     else:
         used = few = frozenset()
-    return _facts_cached(sentence, opener, used, few)
+    return _facts_cached(sentence, named, used, few)
 
 
 @functools.lru_cache(maxsize=8192)
-def _facts_cached(sentence: str, opener: bool, rare: frozenset[str], uncommon: frozenset[str]) -> tuple[str, ...]:
-    tokens = sentence.split(" ", 1)
-    names = {_core(tokens[0])[0]} if opener else set()
+def _facts_cached(sentence: str, named: bool, rare: frozenset[str], uncommon: frozenset[str]) -> tuple[str, ...]:
+    names = {opener(sentence)} if named else set()
     return tuple(facts_of(sentence, names, set(rare), set(uncommon)))
 
 
@@ -223,9 +232,9 @@ def facts_of(
     # Each token's core and whether it ends a phrase, once: the checks below
     # look at a token's neighbours too, and took _core three or four times
     # per token (a third of a fold's fact scan; issue 17).
-    opened = [token.lstrip(_LEADING) for token in tokens]
-    cores = [token.rstrip(_TRAILING) for token in opened]
-    closing = [len(core) < len(token) for core, token in zip(cores, opened)]
+    split = [_core(token) for token in tokens]
+    cores = [core for core, _, _ in split]
+    closing = [ends for _, _, ends in split]
     facts: list[str] = []
     run: list[str] = []
     units = 0  # lower-case words taken after a number, at most two
@@ -514,10 +523,10 @@ def utterance_key(text: str) -> str:
         # scan past the first fact, the names unless the opener could be one
         # (names are capitalised), or a cache entry: a fold keys every
         # utterance it folds, in the daemon, beside the requests (issue 17).
-        opener = _core(sentence.split(" ", 1)[0])[0]
-        if _capitalised(opener) and names is None:
+        word = opener(sentence)
+        if _capitalised(word) and names is None:
             names = name_words(sentences)
-        facts = facts_of(sentence, {opener} if names and opener in names else set(), first=True)
+        facts = facts_of(sentence, {word} if names and word in names else set(), first=True)
         if facts:
             return facts[0]
     words = [w for w in words_of(text) if len(w) >= 4 and w.lower() not in STOPWORDS]
