@@ -34,7 +34,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from chd.backends.base import Backend, Change, ConversationState
 from chd.core.errors import StorageError
@@ -212,11 +212,11 @@ class Folder:
             state = self.backend.read(conversation_id)
             # A conversation's own summary_token_limit (daemon/core/memory/configure.py) wins.
             limit = effective_settings(self.settings, state.settings).summary_token_limit
-            batch = _batch(state.pending, FOLD_BATCH_TOKENS)
-            if not batch and state.summary.tokens <= limit:
+            if _settled(state.pending, state.summary, limit):
                 report.done = True
                 report.awaiting_rewrite = bool(state.summary.held)
                 return report
+            batch = _batch(state.pending, FOLD_BATCH_TOKENS)
             try:
                 summary, written = self._merge(
                     conversation_id, state.summary, batch, limit, patient, offline_because,
@@ -534,6 +534,11 @@ def _holding(before: Summary, after: Summary, fell_back: Sequence[Utterance]) ->
     )
 
 
+def _settled(queued: Collection[object], summary: Summary, limit: int) -> bool:
+    """Nothing left to fold: no utterance queued and the summary within its limit."""
+    return not queued and summary.tokens <= limit
+
+
 def _batch(pending: Sequence[Utterance], max_tokens: int) -> list[Utterance]:
     """The oldest queued utterances up to ``max_tokens`` (at least one)."""
     batch: list[Utterance] = []
@@ -556,7 +561,7 @@ def _commit(state: ConversationState, batch: Sequence[Utterance], summary: Summa
         if current.summary != state.summary or not seqs <= still_queued:
             return Change(), (False, False)
         limit = effective_settings(settings, current.settings).summary_token_limit
-        finished = len(still_queued) == len(seqs) and summary.tokens <= limit
+        finished = _settled(still_queued - seqs, summary, limit)
         return (
             Change(
                 summary=summary,
