@@ -55,6 +55,7 @@ from bisect import bisect_left
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
@@ -222,6 +223,9 @@ class RedisBackend:
         # Concurrent writes of this process share round trips (one pipeline
         # per batch); on a cluster a pipeline spans nodes, so each writes alone.
         self._group = None if self.cluster else GroupCommit(self._commit_batch)
+        # Escaping the id and naming its partition were a tenth of preparing
+        # a commit (callgrind), the same for every commit of a conversation.
+        self._commit_keys = lru_cache(maxsize=4096)(self._keys_of)
 
     def _connect(self, url: str, cluster: bool | None, options: dict[str, Any]) -> Any:
         if not cluster:
@@ -596,9 +600,14 @@ class RedisBackend:
         commit = self._ids.next()
         new_state = apply_change(state, change)
         stored_before = (old.buffer, old.pending, old.archive)
-        buffer = old.buffer.without(change.remove).with_added(u.seq for u in change.append)
-        pending = old.pending.without(change.pending_remove).with_added(u.seq for u in change.pending_add)
-        archive = old.archive.without(change.archive_remove).with_added(u.seq for u in change.archive_add)
+        buffer = old.buffer.without(change.remove).with_added([u.seq for u in change.append])
+        # A store leaves the queue and the archive as they are: their runs are
+        # kept, not rebuilt from empty changes on every commit.
+        pending, archive = old.pending, old.archive
+        if change.pending_remove or change.pending_add:
+            pending = pending.without(change.pending_remove).with_added([u.seq for u in change.pending_add])
+        if change.archive_remove or change.archive_add:
+            archive = archive.without(change.archive_remove).with_added([u.seq for u in change.archive_add])
         writes: dict[int, Utterance] = {}
         rewritten = False
         # Seqs from next_seq on are new: nothing stored can hold them (a
@@ -613,11 +622,8 @@ class RedisBackend:
         for seq in writes:
             if seq < fresh and any(seq in runs for runs in stored_before):
                 rewritten = True
-        gone = {
-            seq
-            for seq in (*change.remove, *change.pending_remove, *change.archive_remove)
-            if seq not in buffer and seq not in pending and seq not in archive
-        }
+        removed = (*change.remove, *change.pending_remove, *change.archive_remove)
+        gone = {seq for seq in removed if seq not in buffer and seq not in pending and seq not in archive}
         meta = Meta(
             conversation_id=conversation_id,
             next_seq=new_state.next_seq,
@@ -647,18 +653,17 @@ class RedisBackend:
         for seq, u in writes.items():
             args += (seq, encode_utterance(u))
         args += sorted(gone - writes.keys())
-        tag = conversation_tag(conversation_id)
-        keys = [
-            "chd:{" + tag + "}:m",
-            "chd:{" + tag + "}:u",
-            *index_keys(partition_of(tag, self.cluster)),
-        ]
-        if not self.cluster:
-            keys.append(LEASE_KEY)
+        keys = list(self._commit_keys(conversation_id))
         if new_state.is_empty:
             args[2] = ""
             return keys, args, _Snapshot("", Meta(conversation_id), new_state)
         return keys, args, _Snapshot(commit, meta, new_state)
+
+    def _keys_of(self, conversation_id: str) -> tuple[str, ...]:
+        """The commit script's keys: the conversation's, its index partition's and (standalone) the read lease."""
+        tag = conversation_tag(conversation_id)
+        keys = ("chd:{" + tag + "}:m", "chd:{" + tag + "}:u", *index_keys(partition_of(tag, self.cluster)))
+        return keys if self.cluster else (*keys, LEASE_KEY)
 
     def _commit_batch(self, batch: list[Request]) -> None:
         """Decide and commit the queued calls of this process with one pipeline per round (GroupCommit).
