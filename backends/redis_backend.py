@@ -12,6 +12,10 @@ conversation carries the same hash tag, hence one cluster slot):
                        backend writes them); an utterance keeps its record
                        while it moves from the buffer to the queue to the
                        archive, only the meta's runs change
+    chd:{<tag>}:r      sorted set: the ids of its commits of the last minute
+                       or so (score: when, in ms), so a commit re-sent after
+                       its reply was lost is answered as applied, not made
+                       twice; it expires a minute after the last commit
     chd:{<tag>}:lease  the fold lease (a token with an expiry)
 
 beside the conversation index of its slot (backends/redis_index.py) and,
@@ -108,6 +112,10 @@ def mask_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
+# Seconds a commit's id is kept among its conversation's recent commits, past redis-py's retries.
+RECENT_COMMITS = 60.0
+
+
 @dataclass(slots=True)
 class _Snapshot:
     """A state and the commit it was read at (``commit`` '' : nothing stored)."""
@@ -169,6 +177,11 @@ class RedisBackend:
         self.url = mask_url(redis_url)
         self._ttl_ms = str(int(conversation_ttl * 1000)) if conversation_ttl else "0"
         self._lease_ms = max(1, int(fold_lease * 1000))
+        # redis-py sends a script at most three times, each attempt waiting up
+        # to socket_timeout (after a connect of at most 2 s and a backoff of at
+        # most 0.5 s): a commit re-sent after a lost reply reaches Redis well
+        # within this, and is recognised as applied (backends/redis_scripts.py).
+        self._recent_ms = str(int((RECENT_COMMITS + 4 * socket_timeout) * 1000))
         self.max_conversations = max_conversations
         self._direct: ThreadConnections | None = None  # standalone Redis only: _connect sets it
         self._limit = str(max_conversations) if max_conversations else "0"
@@ -649,6 +662,7 @@ class RedisBackend:
             len(writes),
             "" if self.cluster else self._ids.replica,
             int(READ_LEASE * 1000),
+            self._recent_ms,
         ]
         for seq, u in writes.items():
             args += (seq, encode_utterance(u))
@@ -660,9 +674,15 @@ class RedisBackend:
         return keys, args, _Snapshot(commit, meta, new_state)
 
     def _keys_of(self, conversation_id: str) -> tuple[str, ...]:
-        """The commit script's keys: the conversation's, its index partition's and (standalone) the read lease."""
+        """The commit script's keys: the conversation's, its index partition's, its recent commits and
+        (standalone) the read lease."""
         tag = conversation_tag(conversation_id)
-        keys = ("chd:{" + tag + "}:m", "chd:{" + tag + "}:u", *index_keys(partition_of(tag, self.cluster)))
+        keys = (
+            "chd:{" + tag + "}:m",
+            "chd:{" + tag + "}:u",
+            *index_keys(partition_of(tag, self.cluster)),
+            "chd:{" + tag + "}:r",
+        )
         return keys if self.cluster else (*keys, LEASE_KEY)
 
     def _commit_batch(self, batch: list[Request]) -> None:

@@ -8,62 +8,72 @@ they are legal on Redis Cluster too.
 from __future__ import annotations
 
 __all__ = [
-    "COMMIT", "FETCH", "RELEASE_LEASE", "HEARTBEAT", "LEAVE", "FULL", "EXPIRED", "WAIT", "RECENT_COMMIT_CHARS",
+    "COMMIT", "FETCH", "RELEASE_LEASE", "HEARTBEAT", "LEAVE", "FULL", "EXPIRED", "WAIT",
 ]
 
-# The ids of a conversation's last commits (about 40 of them) kept in its meta
-# hash, so a commit re-sent after a lost reply is recognised even when other
-# replicas committed in between.
-RECENT_COMMIT_CHARS = 1024
-
 # KEYS: meta, utterances, then the index of the conversation's partition
-# (backends/redis_index.py): ids, queued, expiries. ARGV: expected commit id,
-# this commit's id, meta record ('' for an empty state: delete the
+# (backends/redis_index.py): ids, queued, expiries, then the conversation's
+# recent commits (a sorted set: commit id -> when, in ms). ARGV: expected
+# commit id, this commit's id, meta record ('' for an empty state: delete the
 # conversation), summary record ('' unchanged), idle ttl in ms ('0' none), the
 # id (the index's member), the queue after ('1' not empty, '0' empty, ''
 # unchanged), max_conversations ('0' none), the deadline of this creation's
 # place in a cluster's quota (ms, '0' none: backends/redis_quota.py), number
 # of utterance records to set, this replica's id ('' on a cluster: no read
-# lease), the read lease in ms, then seq/record pairs, then seqs to delete.
-# On standalone Redis KEYS[6] is the read lease key (backends/redis_read_lease.py).
+# lease), the read lease in ms, how long a commit id is kept among the recent
+# ones (ms), then seq/record pairs, then seqs to delete.
+# On standalone Redis KEYS[7] is the read lease key (backends/redis_read_lease.py).
 # Replies {1} applied, {0, commit, meta} overtaken, {2, count} refused: full,
 # {3} the quota reservation ran out before the commit: reserve again,
 # {4, ms} another replica answers reads from its cache: nothing written, send
 # again after ms, when its lease has run out.
-# The first write is the meta HSET: under maxmemory Redis refuses a script's
-# first write that needs memory and nothing is written (later writes of a
-# script that has started writing are never refused halfway); the limit is
-# checked before it with reads only.
+# The first write is the meta HSET (or the DEL of an emptied conversation):
+# under maxmemory Redis refuses a script's first write that needs memory and
+# nothing is written (later writes of a script that has started writing are
+# never refused halfway); the limit is checked before it with reads only.
 COMMIT = """
 local c = redis.call('HGET', KEYS[1], 'c') or ''
-local recent = redis.call('HGET', KEYS[1], 'r') or ''
 if c ~= ARGV[1] then
   if c == ARGV[2] then return {1} end
   -- redis-py re-sends a script whose reply was lost with the connection; if
   -- this commit was applied and another replica's came after it, deciding
   -- again would store the utterance twice: answered as applied instead.
-  if string.find(' ' .. recent .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then return {1} end
+  if redis.call('ZSCORE', KEYS[6], ARGV[2]) then return {1} end
+  -- A chd before 2026-11-27 kept its last commits' ids in the meta hash, in
+  -- one string; replicas of that version may still be re-sending.
+  local legacy = redis.call('HGET', KEYS[1], 'r')
+  if legacy and string.find(' ' .. legacy .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then return {1} end
   return {0, c, redis.call('HGET', KEYS[1], 'm') or ''}
 end
+-- TIME before a write needs effects replication on Redis 6 (the default on 7).
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[11] ~= '' then
-  local w = redis.call('GET', KEYS[6])
+  local w = redis.call('GET', KEYS[7])
   local mine = 'sole:' .. ARGV[11] .. ':'
   if w and string.sub(w, 1, #mine) ~= mine then
-    redis.replicate_commands()
-    local t = redis.call('TIME')
-    local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     if string.sub(w, 1, 5) == 'sole:' then
       -- End its lease: it renews only 'sole:<its id>:<its tenure>', so it stops
       -- answering from its cache within one lease, and no write lands before that.
       local lease = tonumber(ARGV[12])
-      redis.call('SET', KEYS[6], 'writers:' .. (at + lease), 'PX', lease + 1000)
+      redis.call('SET', KEYS[7], 'writers:' .. (now + lease), 'PX', lease + 1000)
       return {4, lease}
     end
     local open = tonumber(string.sub(w, 9))
-    if at < open then return {4, open - at} end
+    if now < open then return {4, open - now} end
   end
 end
 local member = ARGV[6]
+local ttl = tonumber(ARGV[5])
+local function remember()
+  -- This commit among the recent ones, for as long as redis-py may re-send
+  -- it (never longer than the conversation's own idle ttl).
+  local window = tonumber(ARGV[13])
+  redis.call('ZADD', KEYS[6], now, ARGV[2])
+  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - window)
+  redis.call('PEXPIRE', KEYS[6], (ttl > 0 and ttl < window) and ttl or window)
+end
 if ARGV[3] == '' then
   -- Back to an empty state (settings cleared, a clear before any store): no
   -- keys, so it is neither listed nor counted.
@@ -71,15 +81,8 @@ if ARGV[3] == '' then
   redis.call('ZREM', KEYS[3], member)
   redis.call('ZREM', KEYS[4], member)
   redis.call('ZREM', KEYS[5], member)
+  remember()
   return {1}
-end
-local ttl = tonumber(ARGV[5])
-local now = 0
-if c == '' or ttl > 0 then
-  -- TIME before a write needs effects replication on Redis 6 (the default on 7).
-  redis.replicate_commands()
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 if c == '' then
   local reserved = tonumber(ARGV[9])
@@ -92,15 +95,11 @@ if c == '' then
     if not counted and held >= limit then return {2, held} end
   end
 end
-recent = ARGV[2] .. ' ' .. recent
-if #recent > _RECENT_CHARS then
-  -- Cut at an id's end: a cut id could match another, newer one.
-  recent = string.match(string.sub(recent, 1, _RECENT_CHARS), '^(.*) ') or ''
-end
-redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3], 'r', recent)
+redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3])
 redis.call('HINCRBY', KEYS[1], 'v', 1)
+remember()
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 's', ARGV[4]) end
-local i = 13
+local i = 14
 for _ = 1, tonumber(ARGV[10]) do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
   i = i + 2
@@ -132,7 +131,7 @@ elseif redis.call('ZREM', KEYS[5], member) == 1 then
   redis.call('PERSIST', KEYS[2])
 end
 return {1}
-""".replace("_RECENT_CHARS", str(RECENT_COMMIT_CHARS))
+"""
 
 # The commit script's reply when max_conversations refuses a new conversation.
 FULL = 2

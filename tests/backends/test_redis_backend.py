@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from chd.backends import open_backend
 from chd.backends.base import Change
 from chd.backends import redis_scripts
-from chd.backends.redis_backend import RedisBackend, conversation_key, mask_url
+from chd.backends.redis_backend import RECENT_COMMITS, RedisBackend, conversation_key, mask_url
 from chd.core.errors import StorageError, StorageFull
 from chd.v1 import daemon_pb2_grpc
 from tests.backends.backend_kinds import append_next
@@ -253,10 +253,10 @@ class TestRetention:
             backend.transact("c", append_next("first"))
             backend.transact("kept", append_next("first"))
             with redis_server.client() as client:
-                ttls = [client.pttl(conversation_key("c", part)) for part in ("m", "u")]
+                ttls = [client.pttl(conversation_key("c", part)) for part in ("m", "u", "r")]
                 assert all(0 < ttl <= 1500 for ttl in ttls)
                 # Redis's own expiry, on its own clock: the index goes by the same one.
-                wait_for(lambda: client.exists(conversation_key("c", "m"), conversation_key("c", "u")) == 0,
+                wait_for(lambda: client.exists(*(conversation_key("c", part) for part in ("m", "u", "r"))) == 0,
                          "the keys to expire")
             assert backend.read("c").is_empty
             assert backend.conversations() == [] and backend.count_conversations() == 0
@@ -311,31 +311,60 @@ class TestTransfer:
             copy.close()
 
 
+def _commit_keys(conversation_id: str) -> list[str]:
+    """The commit script's keys on standalone Redis without the read lease key (backends/redis_scripts.py)."""
+    index = ["chd:{!}:n", "chd:{!}:q", "chd:{!}:e"]
+    return [conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u"), *index,
+            conversation_key(conversation_id, "r")]
+
+
+def _commit_args(expected: str, commit: str, meta_text: str) -> list[object]:
+    """A commit of ``commit`` over ``expected`` that writes ``meta_text`` and nothing else (no read lease)."""
+    return [expected, commit, meta_text, "", 0, "c", "", 0, 0, 0, "", 0, 60_000]
+
+
 class TestRetriedCommits:
     """A commit script re-sent after its reply was lost is applied once, even when another replica wrote since."""
 
     def test_a_resent_commit_after_another_replicas_commit_is_answered_as_applied(self, redis_server: RedisServer) -> None:
-        """The commit script itself: X applied, Y applied after it, X again -> applied, nothing written twice."""
+        """The commit script itself: X applied, 120 others after it, X again -> applied, nothing written twice."""
         backend = RedisBackend(redis_server.url)
         try:
             backend.transact("c", append_next("first"))
-            meta, utterances = conversation_key("c", "m"), conversation_key("c", "u")
-            index = ["chd:{!}:n", "chd:{!}:q", "chd:{!}:e"]
+            keys = _commit_keys("c")
+            meta = keys[0]
             with redis_server.client() as client:
                 before = client.hget(meta, "c").decode()
                 script = client.register_script(redis_scripts.COMMIT)
                 meta_text = client.hget(meta, "m").decode()
-                x = [before, "test.x", meta_text, "", 0, "c", "", 0, 0, 0, "", 0]
-                assert script(keys=[meta, utterances, *index], args=x) == [1]
-                y = ["test.x", "test.y", meta_text, "", 0, "c", "", 0, 0, 0, "", 0]
-                assert script(keys=[meta, utterances, *index], args=y) == [1]
+                assert script(keys=keys, args=_commit_args(before, "test.x", meta_text)) == [1]
+                # Another replica commits many times in between (a busy conversation while
+                # the reply to X was lost): more than the ~40 ids chd kept before 2026-11-27.
+                previous = "test.x"
+                for i in range(120):
+                    assert script(keys=keys, args=_commit_args(previous, f"test.y{i}", meta_text)) == [1]
+                    previous = f"test.y{i}"
                 versions = client.hget(meta, "v")
                 # The retry of X: its expected id is stale, but X is among the recent commits.
-                assert script(keys=[meta, utterances, *index], args=x) == [1]
-                assert client.hget(meta, "v") == versions and client.hget(meta, "c") == b"test.y"
+                assert script(keys=keys, args=_commit_args(before, "test.x", meta_text)) == [1]
+                assert client.hget(meta, "v") == versions and client.hget(meta, "c") == previous.encode()
                 # A commit that never happened still loses the race, as it must.
-                z = [before, "test.z", meta_text, "", 0, "c", "", 0, 0, 0, "", 0]
-                assert script(keys=[meta, utterances, *index], args=z)[0] == 0
+                assert script(keys=keys, args=_commit_args(before, "test.z", meta_text))[0] == 0
+        finally:
+            backend.close()
+
+    def test_ids_kept_by_an_earlier_chd_in_the_meta_hash_are_still_recognised(self, redis_server: RedisServer) -> None:
+        """A replica of the earlier version re-sending its commit during a rolling upgrade is answered applied."""
+        backend = RedisBackend(redis_server.url)
+        try:
+            backend.transact("c", append_next("first"))
+            keys = _commit_keys("c")
+            with redis_server.client() as client:
+                client.hset(keys[0], "r", "old.7 old.6 old.5")  # as the earlier commit script wrote it
+                script = client.register_script(redis_scripts.COMMIT)
+                meta_text = client.hget(keys[0], "m").decode()
+                assert script(keys=keys, args=_commit_args("stale", "old.6", meta_text)) == [1]
+                assert script(keys=keys, args=_commit_args("stale", "old.", meta_text))[0] == 0  # a whole id only
         finally:
             backend.close()
 
@@ -380,21 +409,24 @@ class TestRetriedCommits:
             first.close()
             other.close()
 
-    def test_the_recent_ids_are_cut_at_an_id_boundary(self, redis_server: RedisServer) -> None:
-        """Many commits keep a bounded list of whole ids: the newest are found, a cut one never matches."""
-        backend = RedisBackend(redis_server.url)
+    def test_recent_commits_are_kept_for_their_window_and_expire_after_the_last_commit(
+        self, redis_server: RedisServer
+    ) -> None:
+        """Every commit of the window is kept (by time, not count), older ones go, the set itself expires."""
+        backend = RedisBackend(redis_server.url, socket_timeout=1.0)
         try:
             for i in range(120):
                 backend.transact("c", append_next(f"u{i}"))
+            recent = conversation_key("c", "r")
+            window = int((RECENT_COMMITS + 4 * 1.0) * 1000)
             with redis_server.client() as client:
-                recent = client.hget(conversation_key("c", "m"), "r").decode().split(" ")
-                current = client.hget(conversation_key("c", "m"), "c").decode()
-            assert recent[0] == current
-            assert len(" ".join(recent)) <= redis_scripts.RECENT_COMMIT_CHARS
-            assert 20 <= len(recent) < 120
-            prefix = current.rsplit(".", 1)[0]
-            assert all(r.startswith(prefix + ".") and r.rsplit(".", 1)[1].isdigit() for r in recent)
-            assert [int(r.rsplit(".", 1)[1]) for r in recent] == sorted((int(r.rsplit(".", 1)[1]) for r in recent), reverse=True)
+                current = client.hget(conversation_key("c", "m"), "c")
+                assert client.zcard(recent) == 120 and client.zscore(recent, current) is not None
+                assert 0 < client.pttl(recent) <= window
+                # A commit made longer ago than the window is dropped by the next one.
+                client.zadd(recent, {"long.ago": client.zscore(recent, current) - window - 1})
+                backend.transact("c", append_next("one more"))
+                assert client.zscore(recent, "long.ago") is None and client.zcard(recent) == 121
         finally:
             backend.close()
 
