@@ -12,10 +12,10 @@ conversation carries the same hash tag, hence one cluster slot):
                        backend writes them); an utterance keeps its record
                        while it moves from the buffer to the queue to the
                        archive, only the meta's runs change
-    chd:{<tag>}:r      sorted set: the ids of its commits of the last minute
-                       or so (score: when, in ms), so a commit re-sent after
-                       its reply was lost is answered as applied, not made
-                       twice; it expires a minute after the last commit
+    chd:{<tag>}:r      sorted set: the ids of its recent commits (score: when,
+                       in ms), so a commit re-sent after its reply was lost
+                       is answered as applied, not made twice; it expires
+                       once redis-py can no longer send one again
     chd:{<tag>}:lease  the fold lease (a token with an expiry)
 
 beside the conversation index of its slot (backends/redis_index.py) and,
@@ -112,7 +112,8 @@ def mask_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
-# Seconds a commit's id is kept among its conversation's recent commits, past redis-py's retries.
+# Seconds a commit's id is kept among its conversation's recent commits past the time
+# redis-py can take to send it again (RedisBackend.__init__).
 RECENT_COMMITS = 60.0
 
 
@@ -177,11 +178,6 @@ class RedisBackend:
         self.url = mask_url(redis_url)
         self._ttl_ms = str(int(conversation_ttl * 1000)) if conversation_ttl else "0"
         self._lease_ms = max(1, int(fold_lease * 1000))
-        # redis-py sends a script at most three times, each attempt waiting up
-        # to socket_timeout (after a connect of at most 2 s and a backoff of at
-        # most 0.5 s): a commit re-sent after a lost reply reaches Redis well
-        # within this, and is recognised as applied (backends/redis_scripts.py).
-        self._recent_ms = str(int((RECENT_COMMITS + 4 * socket_timeout) * 1000))
         self.max_conversations = max_conversations
         self._direct: ThreadConnections | None = None  # standalone Redis only: _connect sets it
         self._limit = str(max_conversations) if max_conversations else "0"
@@ -202,6 +198,14 @@ class RedisBackend:
             raise StorageError(f"cannot use Redis at {self.url}: {_reason(exc)}") from None
         except ValueError as exc:  # a URL redis-py cannot parse
             raise StorageError(f"bad Redis URL {self.url}: {exc}") from None
+        # A commit re-sent after its reply was lost must still find its id
+        # among the recent ones (backends/redis_scripts.py). redis-py sends a
+        # command once and then as often as its retry policy says (2 retries
+        # here, 10 by default on a cluster); each attempt may wait for a
+        # connect (2 s at most) and a reply (socket_timeout), on a cluster as
+        # much again to refresh its map of slots, and back off up to 1 s.
+        attempts = 1 + max(0, _retry_policy(self._client).get_retries())
+        self._recent_ms = str(int((RECENT_COMMITS + attempts * (2 * socket_timeout + 5)) * 1000))
         self._commit = self._client.register_script(COMMIT)
         self._fetch = self._client.register_script(FETCH)
         self._release = self._client.register_script(RELEASE_LEASE)
@@ -890,6 +894,12 @@ def _raised(replies: list[Any]) -> list[Any]:
 
 def _retry() -> Retry:
     return Retry(ExponentialBackoff(cap=0.5, base=0.05), 2)
+
+
+def _retry_policy(client: Any) -> Retry:
+    """The retry policy of a client: redis-py's standalone client offers it by a method, the cluster's as an attribute."""
+    get = getattr(client, "get_retry", None)
+    return get() if callable(get) else client.retry  # type: ignore[no-any-return]
 
 
 def _stored(state: ConversationState, seq: int) -> Utterance | None:

@@ -8,8 +8,11 @@ they are legal on Redis Cluster too.
 from __future__ import annotations
 
 __all__ = [
-    "COMMIT", "FETCH", "RELEASE_LEASE", "HEARTBEAT", "LEAVE", "FULL", "EXPIRED", "WAIT",
+    "COMMIT", "FETCH", "RELEASE_LEASE", "HEARTBEAT", "LEAVE", "FULL", "EXPIRED", "WAIT", "RECENT_COMMITS_KEPT",
 ]
+
+# The most commit ids a conversation's recent commits keep, whatever the rate.
+RECENT_COMMITS_KEPT = 10_000
 
 # KEYS: meta, utterances, then the index of the conversation's partition
 # (backends/redis_index.py): ids, queued, expiries, then the conversation's
@@ -45,6 +48,11 @@ if c ~= ARGV[1] then
   if legacy and string.find(' ' .. legacy .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then return {1} end
   return {0, c, redis.call('HGET', KEYS[1], 'm') or ''}
 end
+if c == '' and redis.call('ZSCORE', KEYS[6], ARGV[2]) then
+  -- This creation was applied, then another replica emptied the
+  -- conversation, and now it comes again: applied already, not again.
+  return {1}
+end
 -- TIME before a write needs effects replication on Redis 6 (the default on 7).
 redis.replicate_commands()
 local t = redis.call('TIME')
@@ -72,11 +80,14 @@ local function remember()
   local window = tonumber(ARGV[13])
   redis.call('ZADD', KEYS[6], now, ARGV[2])
   redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - window)
+  -- A bound on memory, past any conversation's real rate of commits.
+  redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -_RECENT_KEPT - 1)
   redis.call('PEXPIRE', KEYS[6], (ttl > 0 and ttl < window) and ttl or window)
 end
 if ARGV[3] == '' then
   -- Back to an empty state (settings cleared, a clear before any store): no
-  -- keys, so it is neither listed nor counted.
+  -- keys but its recent commits (which expire), so it is neither listed nor
+  -- counted.
   redis.call('DEL', KEYS[1], KEYS[2])
   redis.call('ZREM', KEYS[3], member)
   redis.call('ZREM', KEYS[4], member)
@@ -131,7 +142,7 @@ elseif redis.call('ZREM', KEYS[5], member) == 1 then
   redis.call('PERSIST', KEYS[2])
 end
 return {1}
-"""
+""".replace("_RECENT_KEPT", str(RECENT_COMMITS_KEPT))
 
 # The commit script's reply when max_conversations refuses a new conversation.
 FULL = 2

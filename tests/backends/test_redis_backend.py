@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Iterator
 
 import grpc
+import redis
+import redis.cluster
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -20,7 +22,15 @@ from chd.core.errors import StorageError, StorageFull
 from chd.v1 import daemon_pb2_grpc
 from tests.backends.backend_kinds import append_next
 from tests.conftest import DaemonProcess, query, run_chd
-from tests.redis_support import RedisCluster, RedisServer, running_redis, start_redis, wait_for
+from tests.redis_support import (
+    RedisCluster,
+    RedisServer,
+    running_redis,
+    shared_cluster_url,
+    shared_redis_url,
+    start_redis,
+    wait_for,
+)
 
 AWKWARD_IDS = ["{", "}", "{tag}", "a}b{c", "with:colon", "with space", "%7B", "%", "", "日本語 🙂", "chd:{x}:m"]
 
@@ -62,14 +72,19 @@ class TestKeys:
         finally:
             backend.close()
 
-    def test_a_conversation_back_to_an_empty_state_leaves_no_keys(self, redis_server: RedisServer) -> None:
-        """Settings set and cleared before any store: nothing stored, nothing listed."""
+    def test_a_conversation_back_to_an_empty_state_leaves_only_its_recent_commits(
+        self, redis_server: RedisServer
+    ) -> None:
+        """Settings set and cleared before any store: nothing stored, nothing listed, the recent commits expire."""
         backend = RedisBackend(redis_server.url)
         try:
             backend.transact("c", lambda s: (Change(settings={"buffer_size": 5}), None))
             assert backend.conversations() == ["c"]
             backend.transact("c", lambda s: (Change(settings={}), None))
             assert backend.conversations() == []
+            with redis_server.client() as client:
+                assert list(client.scan_iter(match="chd:{c}:*")) == [conversation_key("c", "r").encode()]
+                assert client.pttl(conversation_key("c", "r")) > 0
             assert backend.read("c").is_empty
             assert backend.transact("c", append_next()) == 1
         finally:
@@ -353,6 +368,55 @@ class TestRetriedCommits:
         finally:
             backend.close()
 
+    def test_a_resent_emptying_commit_and_a_resent_creation_after_it_are_answered_as_applied(
+        self, redis_server: RedisServer
+    ) -> None:
+        """X creates, E (another replica) empties, X comes again: applied once; E again: applied once."""
+        keys = _commit_keys("c")
+        with redis_server.client() as client:
+            script = client.register_script(redis_scripts.COMMIT)
+            assert script(keys=keys, args=_commit_args("", "test.x", '{"schema":1}')) == [1]
+            assert script(keys=keys, args=_commit_args("test.x", "test.e", "")) == [1]
+            assert client.exists(keys[0]) == 0
+            # X's creation, re-sent: the conversation is empty as its expected state says, but
+            # applying X again would bring back what E removed.
+            assert script(keys=keys, args=_commit_args("", "test.x", '{"schema":1}')) == [1]
+            assert client.exists(keys[0]) == 0
+            # E re-sent after another creation: its expected state is gone, E is among the recent.
+            assert script(keys=keys, args=_commit_args("", "test.y", '{"schema":1}')) == [1]
+            assert script(keys=keys, args=_commit_args("test.x", "test.e", "")) == [1]
+            assert client.hget(keys[0], "c") == b"test.y"
+
+    def test_a_refused_creation_leaves_no_trace_among_the_recent_commits(self, redis_server: RedisServer) -> None:
+        """max_conversations refuses a creation before any write: not even its id is kept."""
+        backend = RedisBackend(redis_server.url)
+        try:
+            backend.transact("first", append_next())
+            keys = _commit_keys("c")
+            args = _commit_args("", "test.refused", '{"schema":1}')
+            args[7] = 1  # max_conversations
+            with redis_server.client() as client:
+                script = client.register_script(redis_scripts.COMMIT)
+                assert script(keys=keys, args=args) == [redis_scripts.FULL, 1]
+                assert client.exists(keys[0], keys[-1]) == 0
+        finally:
+            backend.close()
+
+    @pytest.mark.parametrize("kind", ["standalone", "cluster"])
+    def test_recent_commits_outlast_every_send_the_clients_retries_allow(self, kind: str, tmp_path: Path) -> None:
+        """Three sends standalone (two retries), eleven on a cluster (redis-py's default): the window follows."""
+        url = shared_cluster_url(tmp_path) if kind == "cluster" else shared_redis_url(tmp_path)
+        backend = RedisBackend(url, socket_timeout=1.0)
+        try:
+            backend.transact("c", append_next())
+            with redis.Redis.from_url(url) if kind == "standalone" else redis.cluster.RedisCluster.from_url(url) as client:
+                ttl = client.pttl(conversation_key("c", "r"))
+            sends = {"standalone": 3, "cluster": 11}[kind]
+            window = (RECENT_COMMITS + sends * (2 * 1.0 + 5)) * 1000
+            assert window - 5000 < ttl <= window
+        finally:
+            backend.close()
+
     def test_ids_kept_by_an_earlier_chd_in_the_meta_hash_are_still_recognised(self, redis_server: RedisServer) -> None:
         """A replica of the earlier version re-sending its commit during a rolling upgrade is answered applied."""
         backend = RedisBackend(redis_server.url)
@@ -418,7 +482,7 @@ class TestRetriedCommits:
             for i in range(120):
                 backend.transact("c", append_next(f"u{i}"))
             recent = conversation_key("c", "r")
-            window = int((RECENT_COMMITS + 4 * 1.0) * 1000)
+            window = int((RECENT_COMMITS + 3 * (2 * 1.0 + 5)) * 1000)  # one send and two retries
             with redis_server.client() as client:
                 current = client.hget(conversation_key("c", "m"), "c")
                 assert client.zcard(recent) == 120 and client.zscore(recent, current) is not None
@@ -427,6 +491,15 @@ class TestRetriedCommits:
                 client.zadd(recent, {"long.ago": client.zscore(recent, current) - window - 1})
                 backend.transact("c", append_next("one more"))
                 assert client.zscore(recent, "long.ago") is None and client.zcard(recent) == 121
+                # However fast a conversation is written, its recent commits keep a bounded number.
+                kept = redis_scripts.RECENT_COMMITS_KEPT
+                start = client.zscore(recent, current) - kept  # all within the window
+                client.zadd(recent, {f"burst.{i}": start + i for i in range(kept)})
+                backend.transact("c", append_next("after a burst"))
+                newest = client.hget(conversation_key("c", "m"), "c")
+                assert client.zcard(recent) == kept
+                assert client.zscore(recent, newest) is not None and client.zscore(recent, current) is not None
+                assert client.zscore(recent, "burst.0") is None  # the oldest went first
         finally:
             backend.close()
 
