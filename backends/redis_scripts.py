@@ -74,15 +74,18 @@ if ARGV[11] ~= '' then
 end
 local member = ARGV[6]
 local ttl = tonumber(ARGV[5])
-local function remember()
+local function remember(version)
   -- This commit among the recent ones, for as long as redis-py may re-send
   -- it (never longer than the conversation's own idle ttl).
   local window = tonumber(ARGV[13])
   redis.call('ZADD', KEYS[6], now, ARGV[2])
-  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - window)
-  -- A bound on memory, past any conversation's real rate of commits.
-  redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -_RECENT_KEPT - 1)
   redis.call('PEXPIRE', KEYS[6], (ttl > 0 and ttl < window) and ttl or window)
+  -- Trimmed every 16th commit (two calls fewer on the others): ids past the
+  -- window, and past a bound on memory no conversation's real rate reaches.
+  if version % 16 == 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - window)
+    redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -_RECENT_KEPT - 1)
+  end
 end
 if ARGV[3] == '' then
   -- Back to an empty state (settings cleared, a clear before any store): no
@@ -92,7 +95,7 @@ if ARGV[3] == '' then
   redis.call('ZREM', KEYS[3], member)
   redis.call('ZREM', KEYS[4], member)
   redis.call('ZREM', KEYS[5], member)
-  remember()
+  remember(0)
   return {1}
 end
 if c == '' then
@@ -107,8 +110,7 @@ if c == '' then
   end
 end
 redis.call('HSET', KEYS[1], 'c', ARGV[2], 'm', ARGV[3])
-redis.call('HINCRBY', KEYS[1], 'v', 1)
-remember()
+remember(redis.call('HINCRBY', KEYS[1], 'v', 1))
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 's', ARGV[4]) end
 local i = 14
 for _ = 1, tonumber(ARGV[10]) do
