@@ -511,16 +511,14 @@ class DiskBackend:
         # overlap, put in order of their first seqs, are all of it in order,
         # without a sort comparing tuples (an import's usual case).
         spans = sorted((items[0][0], items[-1][0], i) for i, items in enumerate(lists) if items)
-        if all(high < low for (_, high, _), (low, _, _) in zip(spans, spans[1:])):
+        apart = all(high < low for (_, high, _), (low, _, _) in zip(spans, spans[1:]))
+        if apart:
             ordered = list(itertools.chain.from_iterable(lists[i] for _, _, i in spans))
-            seqs = list(map(_SEQ, ordered))
         else:
             ordered = sorted(itertools.chain(*lists))
-            seqs = list(map(_SEQ, ordered))
-            if not all(map(operator.lt, seqs, seqs[1:])):
-                raise InvalidChange(
-                    f"refusing a change to conversation {cid!r} that would leave its seqs duplicated"
-                )
+        seqs = list(map(_SEQ, ordered))
+        if not apart and not all(map(operator.lt, seqs, seqs[1:])):
+            raise InvalidChange(f"refusing a change to conversation {cid!r} that would leave its seqs duplicated")
         rows: list[tuple[str, str]] = []
         if any(map(_LONG, ordered)):
             rows.extend((utterance_key(cid, seq), encode_own(record)) for seq, long, record in ordered if long)
