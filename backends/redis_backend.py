@@ -119,13 +119,20 @@ RECENT_COMMITS = 60.0
 
 @dataclass(slots=True)
 class _Snapshot:
-    """A state and the commit it was read at (``commit`` '' : nothing stored)."""
+    """A state and the commit it was read at (``commit`` '' : nothing stored).
+
+    ``acknowledged`` is False for the state a commit would make, until
+    Redis says it made it: such a state is decided on, never cached and
+    never reused for its records (_refreshed), so what a replica answers
+    is always a copy of a version Redis holds.
+    """
 
     commit: str
     meta: Meta
     state: ConversationState
     # The read lease tenure it was last confirmed in (backends/redis_read_lease.py); 0: none.
     tenure: int = 0
+    acknowledged: bool = True
 
     @property
     def size(self) -> int:
@@ -298,7 +305,12 @@ class RedisBackend:
                         return value
                     snapshot, verified = self._current(conversation_id), True
                     continue
-                outcome = self._apply(snapshot, change)
+                try:
+                    outcome = self._apply(snapshot, change)
+                except redis.RedisError:
+                    # Its reply may be lost with the commit made: Redis alone knows now.
+                    self._forget([conversation_id])
+                    raise
                 if outcome is None:  # its place in the quota ran out: reserve again
                     continue
                 if isinstance(outcome, _Snapshot):
@@ -539,6 +551,10 @@ class RedisBackend:
         Raises:
             _Conflict: another commit came in since ``commit``.
         """
+        if old is not None and not old.acknowledged:
+            # A losing attempt's state: its records at seqs Redis gave to
+            # another replica's utterances are not what was said.
+            old = None
         if old is not None and old.commit == commit:
             return old
         if not commit:
@@ -598,7 +614,10 @@ class RedisBackend:
                 self._quota.confirm(conversation_id, deadline)
             elif snapshot.commit and not after.commit:
                 self._quota.release(conversation_id)
-        return after if reply[0] else (_text(reply[1]), _text(reply[2]))
+        if reply[0]:
+            after.acknowledged = True
+            return after
+        return _text(reply[1]), _text(reply[2])
 
     def _full(self, conversation_id: str, held: Any) -> TooLarge:
         # The words of the limits layer (daemon/service/limits.py), which
@@ -674,8 +693,8 @@ class RedisBackend:
         keys = list(self._commit_keys(conversation_id))
         if new_state.is_empty:
             args[2] = ""
-            return keys, args, _Snapshot("", Meta(conversation_id), new_state)
-        return keys, args, _Snapshot(commit, meta, new_state)
+            return keys, args, _Snapshot("", Meta(conversation_id), new_state, acknowledged=False)
+        return keys, args, _Snapshot(commit, meta, new_state, acknowledged=False)
 
     def _keys_of(self, conversation_id: str) -> tuple[str, ...]:
         """The commit script's keys: the conversation's, its index partition's, its recent commits and
@@ -768,6 +787,7 @@ class RedisBackend:
                     lost[cid] = None
                 elif reply[0]:
                     request.value, request.done = value, True
+                    after.acknowledged = True
                     working[cid] = (after, True)
                     if self._read_lease is not None:
                         self._read_lease.committed()  # before it is cached (and maybe evicted)
@@ -777,7 +797,9 @@ class RedisBackend:
                     later.append(request)
                     lost[cid] = (_text(reply[1]), _text(reply[2]))
             for cid, overtaking in lost.items():
-                old = working[cid][0]
+                # What it decided on may be a state this batch would have
+                # made: the records worth reusing are those of the version cached.
+                old = working[cid][0] if working[cid][0].acknowledged else self._cached_snapshot(cid)
                 try:
                     if overtaking is None:
                         raise _Conflict
@@ -850,6 +872,8 @@ class RedisBackend:
     def _remember(self, snapshot: _Snapshot, replacing: _Snapshot | None | bool = True) -> None:
         """Cache ``snapshot``; with ``replacing`` only if the cache still holds that (None: nothing)."""
         conversation_id = snapshot.state.conversation_id
+        if not snapshot.acknowledged:
+            raise AssertionError(f"a state Redis never acknowledged was about to be cached for {conversation_id!r}")
         with self._cache_lock:
             if replacing is not True and self._cache.get(conversation_id) is not replacing:
                 return

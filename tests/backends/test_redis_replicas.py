@@ -220,3 +220,52 @@ def test_a_lone_replica_answers_from_its_read_lease_and_a_second_replicas_write_
             first.kill()
             if second is not None:
                 second.kill()
+
+
+def _texts_at_seqs(backend: RedisBackend, conversation: str) -> list[tuple[int, str]]:
+    return [(u.seq, u.text) for u in backend.read(conversation).utterances]
+
+
+@pytest.mark.parametrize("rounds", [20])
+def test_two_replicas_storing_at_the_same_moment_both_read_the_texts_redis_holds(
+    redis_server: RedisServer, rounds: int
+) -> None:
+    """The replica that loses the commit race answers what Redis holds, not its own text at both seqs.
+
+    Texts at seqs, not seqs alone: the losing attempt's state once gave the
+    loser its own text at the winner's seq (issue 24).
+    """
+    from chd.core.history import ConversationHistory
+    from chd.core.settings import Settings
+
+    backends = [RedisBackend(redis_server.url) for _ in range(2)]
+    fresh_reads: list[RedisBackend] = []
+    try:
+        histories = [ConversationHistory(backend=b, settings=Settings(), background=False) for b in backends]
+        for round_ in range(rounds):
+            conversation = f"race {round_}"
+            barrier = threading.Barrier(2)
+            errors: list[BaseException] = []
+
+            def write(i: int) -> None:
+                try:
+                    barrier.wait()
+                    histories[i].query(f"Add user utterance: 'from {'AB'[i]}'", {"conversation_id": conversation})
+                except BaseException as exc:
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=write, args=(i,)) for i in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert errors == []
+            fresh = RedisBackend(redis_server.url)
+            fresh_reads.append(fresh)
+            truth = _texts_at_seqs(fresh, conversation)
+            assert sorted(text for _, text in truth) == ["from A", "from B"]
+            for replica in backends:
+                assert _texts_at_seqs(replica, conversation) == truth
+    finally:
+        for backend in (*backends, *fresh_reads):
+            backend.close()
