@@ -65,7 +65,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.cluster
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
 from chd.backends.base import Change, ConversationState, Decide, Outcome, T, apply_change
@@ -111,6 +111,10 @@ def mask_url(url: str) -> str:
         host = f"{host}:{parts.port}"
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
+
+# Seconds a health probe waits for Redis to answer PING: health turns
+# NOT_SERVING within this and the probe interval (0.5 s) of Redis hanging.
+HEALTH_TIMEOUT = 1.0
 
 # Seconds a commit's id is kept among its conversation's recent commits past the time
 # redis-py can take to send it again (RedisBackend.__init__).
@@ -178,10 +182,13 @@ class RedisBackend:
         conversation_ttl: float | None = None,
         fold_lease: float = 30.0,
         cached_utterances: int = 200_000,
-        socket_timeout: float = 5.0,
+        socket_timeout: float = 2.0,
         max_conversations: int | None = None,
         redis_tls_ca: str | None = None,
+        redis_timeout: float | None = None,
     ) -> None:
+        if redis_timeout is not None:  # the configuration's name for it
+            socket_timeout = redis_timeout
         self.url = mask_url(redis_url)
         self._ttl_ms = str(int(conversation_ttl * 1000)) if conversation_ttl else "0"
         self._lease_ms = max(1, int(fold_lease * 1000))
@@ -199,6 +206,7 @@ class RedisBackend:
                 # Accepting it would let a user believe the connection is verified.
                 raise InvalidRequest(f"redis_tls_ca is for TLS: use a rediss:// URL, not {self.url}")
             options["ssl_ca_certs"] = redis_tls_ca
+        self._options = options
         try:
             self._client = self._connect(redis_url, redis_cluster, options)
         except redis.RedisError as exc:
@@ -221,6 +229,7 @@ class RedisBackend:
         # reserve a place in one key first (backends/redis_quota.py), also
         # without a limit (chd import), so the quota always holds them all.
         self._quota = ClusterQuota(self._client, max_conversations, int(self._ttl_ms)) if self.cluster else None
+        self._health: list[redis.Redis] | None = None
         self._count_lock = threading.Lock()
         self._swept: tuple[int, float] | None = None
         self._sweeping = False
@@ -458,6 +467,7 @@ class RedisBackend:
             self._read_lease.close()
         if self._direct is not None:
             self._direct.close()
+        self._close_probes()
         self._client.close()
 
     @contextmanager
@@ -483,11 +493,50 @@ class RedisBackend:
                     log.warning("could not release the fold lease of %r; it expires by itself", conversation_id)
 
     def available(self) -> bool:
-        """True if Redis answers now (health follows this)."""
+        """True if every Redis node answers a PING within HEALTH_TIMEOUT (health follows this).
+
+        Not on the client's connections: their timeout and retries are sized
+        for commands, so a hung Redis would keep health SERVING for several
+        of them. One try, a short timeout, a connection kept between probes.
+        """
         try:
-            return bool(self._client.ping())
+            for probe in self._probes():
+                probe.ping()
+            return True
         except redis.RedisError:
+            self._close_probes()  # the next probe asks for the nodes and connects again
             return False
+
+    def _close_probes(self) -> None:
+        probes, self._health = self._health or [], None
+        for probe in probes:
+            probe.close()
+            probe.connection_pool.disconnect()
+
+    def _probes(self) -> list[redis.Redis]:
+        if self._health is None:
+            quick = {
+                **self._options,
+                "socket_timeout": HEALTH_TIMEOUT,
+                "socket_connect_timeout": HEALTH_TIMEOUT,
+                "retry": Retry(NoBackoff(), 0),
+            }
+            if self.cluster:
+                nodes = self._client.get_primaries()
+                kwargs = self._client.get_redis_connection(nodes[0]).connection_pool.connection_kwargs
+                tls = {k: v for k, v in kwargs.items() if k.startswith("ssl")}
+                self._health = [
+                    redis.Redis(host=node.host, port=node.port, username=kwargs.get("username"),
+                                password=kwargs.get("password"), **{**tls, **quick})
+                    for node in nodes
+                ]
+            else:
+                kwargs = dict(self._client.connection_pool.connection_kwargs)
+                kwargs.pop("retry", None)
+                kwargs.update(quick)
+                pool = redis.ConnectionPool(connection_class=self._client.connection_pool.connection_class, **kwargs)
+                self._health = [redis.Redis(connection_pool=pool)]
+        return self._health
 
     # --- reading ------------------------------------------------------------------
 

@@ -231,6 +231,9 @@ KEYS: tuple[Key, ...] = (
     Key("conversation_ttl", Seconds(), None,
         "redis backend: seconds without a write after which a conversation expires, every key of it "
         "together; unset: kept until removed"),
+    Key("redis_timeout", Seconds(), 2.0,
+        "redis backend: seconds Redis may take to answer a command before it is sent again (three "
+        "tries in all): a hung Redis fails a call with UNAVAILABLE after about 3x this"),
     Key("fold_lease", Seconds(), 30.0,
         "redis backend: seconds a replica's lease on a conversation's fold lasts (a replica that dies "
         "mid-fold holds up the others this long at most)"),
@@ -513,10 +516,29 @@ def _check_storage(config: Config) -> None:
         raise ConfigError("backend", src["backend"], str(exc)) from None
     if name == "disk" and v["data_dir"] is None:
         raise ConfigError("data_dir", "missing", "the disk backend needs a directory: --data-dir DIR (or CHD_DATA_DIR)")
+    if name == "redis":
+        _check_redis(config)
     if name == "memory" and v["data_dir"] is not None:
         # Accepting it silently would let a user believe their data is on disk.
         raise ConfigError(
             "data_dir", src["data_dir"], "the memory backend keeps nothing on disk; use --backend disk with --data-dir"
+        )
+
+
+def _check_redis(config: Config) -> None:
+    v, src = config.values, config.sources
+    if v["redis_url"] is None:
+        raise ConfigError("redis_url", "missing", "the redis backend needs a server: --redis-url redis://HOST:PORT/DB")
+    timeout = v["redis_timeout"]
+    if timeout <= 0:
+        raise ConfigError("redis_timeout", src["redis_timeout"], f"must be more than 0 seconds, got {timeout:g}")
+    # Three tries of a command must end before request_timeout does, so a
+    # call to a hung Redis is answered UNAVAILABLE, not left to its deadline.
+    if 3 * timeout + 1 > v["request_timeout"]:
+        raise ConfigError(
+            "redis_timeout", src["redis_timeout"],
+            f"three tries of {timeout:g}s plus backoff must fit in request_timeout ({v['request_timeout']:g}s): "
+            f"lower redis_timeout to at most {(v['request_timeout'] - 1) / 3:g} or raise request_timeout",
         )
 
 
@@ -581,5 +603,5 @@ def backend_options(config: Config) -> dict[str, Any]:
     # max_conversations: the commit script checks it too, so replicas creating
     # at once cannot both take the last place (the transfer tools load no limit).
     names = ("redis_url", "redis_password", "redis_cluster", "conversation_ttl", "fold_lease", "max_conversations",
-             "redis_tls_ca")
+             "redis_tls_ca", "redis_timeout")
     return {name: config.values[name] for name in names if name in config.values}

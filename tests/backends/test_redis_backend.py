@@ -19,7 +19,7 @@ from chd.backends.base import Change
 from chd.backends import redis_scripts
 from chd.backends.redis_backend import RECENT_COMMITS, RedisBackend, conversation_key, mask_url
 from chd.core.errors import StorageError, StorageFull
-from chd.v1 import daemon_pb2_grpc
+from chd.v1 import daemon_pb2, daemon_pb2_grpc
 from tests.backends.backend_kinds import append_next
 from tests.conftest import DaemonProcess, query, run_chd
 from tests.redis_support import (
@@ -208,6 +208,47 @@ class TestFailures:
         seqs = [int(r.result["utterance"]["seq"]) for r in acknowledged]
         assert [int(u["seq"]) for u in got] == seqs == [1, 2, 3, 4]
         assert [u["text"] for u in got] == ["before 0", "before 1", "before 2", "after"]
+
+    def test_a_hung_redis_fails_stores_with_unavailable_and_health_follows_it(
+        self, tmp_path: Path
+    ) -> None:
+        """SIGSTOP: a store is answered UNAVAILABLE before request_timeout + 1 s (the caller's deadline
+        here, so DEADLINE_EXCEEDED would fail it), health turns NOT_SERVING, and SIGCONT brings both back."""
+        import signal as signals
+
+        server = start_redis(tmp_path / "hung")
+        daemon = DaemonProcess("--backend", "redis", "--redis-url", server.url,
+                               "--request-timeout", "8", "--redis-timeout", "2")
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                health = health_pb2_grpc.HealthStub(channel)
+                meta = {"conversation_id": "hung"}
+
+                def status() -> int:
+                    return health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
+
+                query(stub, "Add user utterance: 'before'", meta)
+                assert server.process is not None
+                server.process.send_signal(signals.SIGSTOP)
+                try:
+                    with pytest.raises(grpc.RpcError) as failed:
+                        request = daemon_pb2.QueryRequest(query="Add user utterance: 'while hung'")
+                        request.metadata.update(meta)
+                        stub.Query(request, timeout=9)
+                    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, failed.value.details()
+                    wait_for(lambda: status() == health_pb2.HealthCheckResponse.NOT_SERVING,
+                             "health to say NOT_SERVING", timeout=10)
+                finally:
+                    server.process.send_signal(signals.SIGCONT)
+                wait_for(lambda: status() == health_pb2.HealthCheckResponse.SERVING, "health to say SERVING")
+                query(stub, "Add user utterance: 'after'", meta)
+                got = [u["text"] for u in query(stub, "Get all utterances", meta).result["utterances"]]
+        finally:
+            daemon.terminate()
+            server.stop()
+        # The failed store's script may have reached Redis before it hung: either outcome, never a mix.
+        assert got in (["before", "after"], ["before", "while hung", "after"])
 
     def test_maxmemory_refusals_are_storage_full_and_reads_still_work(self, redis_server: RedisServer) -> None:
         """A write refused under maxmemory writes nothing and says so; RESOURCE_EXHAUSTED over gRPC."""
