@@ -135,9 +135,14 @@ class Ambiguous(InvalidRequest):
     """The query was understood well enough to know that acting on it would be a guess."""
 
 
+# A read may leave a stray word unexplained, never one that negates or scopes
+# what it reads ("the summary, not the messages"): issue 25.
+_NEGATION = frozenset("not no n't never except without but other others besides excluding instead".split())
+
+
 def threshold_for(reading: Reading) -> float:
     """A configure that only reads the settings is a read."""
-    if reading.strict:
+    if reading.strict or any(w.lower() in _NEGATION or w.lower().endswith("n't") for w in reading.unexplained):
         return 1.0
     if reading.operation == "configure" and not reading.fields:
         return _READ_ONLY_CONFIGURE
@@ -194,7 +199,9 @@ def _fresh_parse(outcome: tuple[str, dict[str, Any], float]) -> ParsedQuery:
 def _read(query: str) -> tuple[str, dict[str, Any], float]:
     """The rules' reading of ``query`` as written; if they refuse it, of its normalized form."""
     try:
-        return _read_rules(query)
+        # Developer forms ("turn>=3", "speaker=user") are read as their words
+        # first: a search verb would otherwise take "speaker=user" as topic.
+        return _read_rules(developer_syntax(query))
     except NotUnderstood as refusal:
         alternative = _read_normalized(query)
         if alternative is None:
@@ -312,11 +319,30 @@ def _commentary_free(segment: str) -> bool:
             or bare in SCOPE
             or bare in _SPEAKER_WORDS
             or bare in WRITE_FORMS
+            or bare in _operation_verbs()
             or bare.endswith("n't")
             or (bare.isalpha() and lemma(bare) in SCOPE | _SPEAKER_WORDS)
         ):
             return False
     return True
+
+
+@lru_cache(maxsize=1)
+def _operation_verbs() -> frozenset[str]:
+    """Words that ask for an operation: a clause holding one is never commentary."""
+    from chd.core.language.grammar import configure, mark, remove, retrieve, store_header, summarize
+    from chd.core.language.grammar.normalize import LEXICON
+
+    questions = {"what", "which", "who", "when", "did", "does", "has", "have", "had", "is", "are", "was", "were", "any"}
+    words = set(store_header.STORE_VERBS)
+    for module, names in ((retrieve, ("_VERB",)), (remove, ("_VERB",)), (summarize, ("_VERB", "_NOUN", "_MAKE")),
+                          (mark, ("_VERB",)), (configure, ("_SET_VERB", "_READ_VERB"))):
+        for name in names:
+            words.update(re.findall(r"[a-z]{2,}", re.sub(r"\\[a-zA-Z]|\(\?P?<\w+>", " ", getattr(module, name))))
+    for section in ("remove", "retrieve", "summarize", "mark", "configure"):
+        for key, value in LEXICON[section].items():
+            words.update(key.split() + value.split())
+    return frozenset(words - questions - {"me", "us", "up", "for", "of", "on", "in", "out", "away", "to", "the", "and"})
 
 
 def _clauses(text: str) -> list[str]:
@@ -348,7 +374,7 @@ def _read_normalized(query: str) -> tuple[str, dict[str, Any], float] | None:
         return None
     tried = 0
     for drop in range(1, min(_MAX_DROPPED, len(clauses) - 1) + 1):
-        for lead in range(drop + 1):
+        for lead in range(min(drop, 1) + 1):
             kept = clauses[lead : len(clauses) - (drop - lead)]
             dropped = clauses[:lead] + clauses[len(clauses) - (drop - lead) :]
             if not kept or not all(_commentary_free(c) for c in dropped if c.strip()):
