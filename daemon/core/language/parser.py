@@ -202,7 +202,9 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
         # Developer forms ("turn>=3", "speaker=user") are read as their words
         # first: a search verb would otherwise take "speaker=user" as topic.
         return _read_rules(developer_syntax(query))
-    except NotUnderstood as refusal:
+    except (NotUnderstood, Ambiguous):
+        # An Ambiguous refusal may come of a word the rules did not know
+        # ("flag msg 7": no seq); it stands unless the normalized query reads fully.
         alternative = _read_normalized(query)
         if alternative is None:
             raise
@@ -365,8 +367,6 @@ def _read_normalized(query: str) -> tuple[str, dict[str, Any], float] | None:
     if text != query:
         try:
             return _read_rules(text)
-        except Ambiguous:
-            raise
         except InvalidRequest:
             pass
     clauses = _clauses(text)

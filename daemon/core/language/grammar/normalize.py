@@ -68,7 +68,8 @@ def _forms(verb: str) -> set[str]:
     return forms
 
 
-_IRREGULAR = {"forget": {"forgot", "forgotten", "forgetting"}}
+# "forgot" is never a command ("I forgot what the weather was"); "can be forgotten" is.
+_IRREGULAR = {"forget": {"forgotten", "forgetting"}}
 # Word form -> the write operation it names ("deleted" -> remove).
 WRITE_FORMS: dict[str, str] = {
     form: operation
@@ -107,7 +108,8 @@ def _max_distance(word: str) -> int:
 class Normalizer:
     """Rewrites words of an instruction into ``vocabulary`` (the words some rules read)."""
 
-    def __init__(self, vocabulary: Iterable[str]) -> None:
+    def __init__(self, vocabulary: Iterable[str], lemmas: bool = True) -> None:
+        self.lemmas = lemmas
         self.vocabulary = frozenset(w.lower() for w in vocabulary)
         self._targets = sorted(self.vocabulary | set(WORDS))
         self._cache: dict[tuple[str, bool], str] = {}
@@ -130,7 +132,7 @@ class Normalizer:
             return word  # numbers, "data.text", "o'clock": never corrected
         if low in COMMENTARY:
             return ""
-        base = lemma(low)
+        base = lemma(low) if self.lemmas else low
         if base != low:
             if base in WORDS:
                 return WORDS[base]
@@ -206,8 +208,8 @@ _SYNTAX: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"(?<![\w.])(\d+)\s*\.\.\.?\s*(\d+)\b", r"\1 to \2"),
         (r"(?<!\w)-n\s*(\d+)\b", r" \1 "),
         (r"(?<!\w)--(oldest|newest|first|last|speaker|turn)\b", r" \1 "),
-        (r"^\s*select\s+(?:\*|text|all)\s+from\b", " get "),
-        (r"^\s*delete\s+from\b", " delete "),
+        (r"^\s*select\s+(?:\*|text|all)\s+from\s+(?=utterances|messages|history|conversation)", " get "),
+        (r"^\s*delete\s+from\s+(?=utterances|messages|history|conversation)", " delete "),
         (r"\bwhere\s+(?=(?:from|turns?|utterances?|after|before|up)\b)", " "),
         (r"\s\*\s", " "),
     )

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from chd.core.errors import InvalidRequest, quote
-from chd.core.language.grammar.store_header import Header, commentary, read_header
+from chd.core.language.grammar.store_header import Header, commentary, is_note, read_header
 
 __all__ = ["read_store", "UnclearStore", "HEAD_LIMIT"]
 
@@ -107,7 +107,7 @@ def _unlabelled(q: str) -> str:
     opening = _OPEN.search(head)
     if opening is not None:
         end = opening.start()
-    content = _CONTENT_LABEL.search(head, 0, end)
+    content = _CONTENT_LABEL.search(head, 0, min(len(head), end + 1))
     if content is not None:
         end = content.start()
     labels = [m for m in _LABEL.finditer(head, 0, end) if m.group("sep") or m.group(0).startswith("--") or content]
@@ -121,10 +121,11 @@ def _unlabelled(q: str) -> str:
         prefix += [head[position : m.start()], f" {key} {m.group('value')} "]
         position = m.end()
     prefix.append(head[position:end])
-    rest = q[end:]
-    if content is not None:
-        rest = ": " + q[content.end() :]
-    return "".join(prefix).rstrip() + rest if content is not None else "".join(prefix) + rest
+    if content is None:
+        return "".join(prefix) + q[end:]
+    # With a content label, the utterance starts there and nowhere before.
+    before = _SEPARATOR.sub(" ", "".join(prefix)).rstrip()
+    return before + ": " + q[content.end() :]
 
 
 def _first_separator(head: str) -> re.Match[str] | None:
@@ -210,6 +211,7 @@ def _trailer(after: str) -> Header:
     "'Note' is the word" must not store "Note": words after the quote that
     neither ask for a store nor name its speaker are not instruction.
     """
+    after = _LABEL.sub(lambda m: f" {m.group('key')} {m.group('value')} ", after)
     if _STRAY.search(after):
         # Control or other odd characters after the quote ('""\x1b'): the
         # quotes were part of the text, not around it.
@@ -218,7 +220,7 @@ def _trailer(after: str) -> Header:
     if header.understood and (header.asks_store or header.speakers):
         return header
     words = [w.lower() for w in re.findall(r"[\w']+", after)]
-    if header.understood and all(w in _COURTESY for w in words):
+    if header.understood and (all(w in _COURTESY for w in words) or is_note(after)):
         return header
     if commentary(after):
         # Issue 25: "'Running late' — lol the metro again": words about the

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from chd.core.language.grammar.normalize import SCOPE, WRITE_FORMS, Normalizer
 from chd.core.language.grammar.vocab import speaker_of
 
-__all__ = ["Header", "read_header", "commentary", "STORE_VERBS"]
+__all__ = ["Header", "read_header", "commentary", "is_note", "STORE_VERBS"]
 
 STORE_VERBS = frozenset(
     """add adding store storing save saving record recording log logging note noting
@@ -84,7 +84,8 @@ _CLAUSE = re.compile(r"[,;.!()\[\]]")
 _AUXILIARIES = frozenset("has have had".split())
 _KNOWN = STORE_VERBS | _SPEECH | _SPEAKERS | _DESTINATIONS | _INTO | _NOUNS | _OTHER
 # Issue 25: "stroe", "msg", "plz", "saved" read as "store", "message", "please", "save".
-_NORMALIZER = Normalizer(_KNOWN)
+# Without lemmas: "including" must not become the store verb "include".
+_NORMALIZER = Normalizer(_KNOWN, lemmas=False)
 
 # Where the utterance is, said instead of given: "the utterance given in data.text",
 # "(speaker from metadata)". The words point elsewhere; they add nothing to read.
@@ -219,6 +220,14 @@ def read_header(text: str) -> Header:
         # "Add this, speaker: user - hi": a header cannot end waiting for its value.
         unclear.append(f"{words[-1]} (at the end, before the text)")
     return Header(tuple(speakers), tuple(unclear), tuple(turns), verb, speech, destination, noun, _imperative(text))
+
+
+def is_note(text: str) -> bool:
+    """Whether every sentence of ``text`` is a note that the content is to be kept as it is."""
+    sentences = [t for t in _SENTENCE.split(text) if t.strip(" ,.;:!")]
+    return bool(sentences) and all(
+        _NOTE.search(t) is not None and _NEGATED_STORE.search(t) is None for t in sentences
+    )
 
 
 def commentary(text: str) -> bool:
