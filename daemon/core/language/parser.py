@@ -46,6 +46,7 @@ from chd.core.language.grammar.context import read_context
 from chd.core.language.grammar.mark import read_mark
 from chd.core.language.grammar.normalize import (
     SCOPE,
+    WORDS,
     WRITE_FORMS,
     Normalizer,
     developer_syntax,
@@ -142,7 +143,11 @@ _NEGATION = frozenset("not no n't never except without but other others besides 
 
 def threshold_for(reading: Reading) -> float:
     """A configure that only reads the settings is a read."""
-    if reading.strict or any(w.lower() in _NEGATION or w.lower().endswith("n't") for w in reading.unexplained):
+    if reading.strict or any(
+        w.lower() in _NEGATION or w.lower().endswith("n't") or w.lower() in WORDS for w in reading.unexplained
+    ):
+        # A word the lexicon would rewrite ("the client's messages") is no
+        # stray word: read as written, the filter it names would be dropped.
         return 1.0
     if reading.operation == "configure" and not reading.fields:
         return _READ_ONLY_CONFIGURE

@@ -263,10 +263,22 @@ def removal_idiom(text: str) -> str | None:
     return _NOT_NEEDED.sub("", f"delete {obj.strip()}{rest}")
 
 
+# The lexicon's write idioms of several words ("do away with", "get rid of").
+_WRITE_PHRASES = re.compile(
+    r"\b(?:" + "|".join(
+        re.escape(p).replace(r"\ ", r"\s+") for section in ("remove", "mark", "configure") for p in LEXICON[section] if " " in p
+    ) + r")\b",
+    re.IGNORECASE,
+)
+_PHRASE_OPERATION = {p: section for section in ("remove", "mark", "configure") for p in LEXICON[section] if " " in p}
+
+
 def write_operations(text: str) -> set[str]:
     """The write operations whose words appear anywhere in ``text`` (quoted spans aside)."""
     words = {w.lower().replace("\u2019", "'") for w in _TOKEN.findall(text)}
     found = {WRITE_FORMS[w] for w in words if w in WRITE_FORMS}
+    for m in _WRITE_PHRASES.finditer(text):
+        found.add(_PHRASE_OPERATION[" ".join(m.group(0).lower().split())])
     if "remove" not in found and ("go" in words or "longer" in words or "needed" in words) and removal_idiom(text):
         found.add("remove")
     return found
