@@ -307,6 +307,7 @@ class RedisBackend:
             if snapshot is None:
                 snapshot, verified = self._current(conversation_id), True
             for attempt in range(_MAX_ATTEMPTS):
+                self._answering()
                 try:
                     change, value = decide(snapshot.state)
                 except Exception:
@@ -359,6 +360,7 @@ class RedisBackend:
         index is split by slot, so SCAN on each master (cursor-based, never
         KEYS) collects the ids, which are sorted once.
         """
+        self._answering()
         if not self.cluster:
             return _streamed(self._index.ids(after))
         with _translated():
@@ -376,6 +378,7 @@ class RedisBackend:
         by what other replicas created since the sweep (the quota, not this
         count, keeps a cluster within max_conversations).
         """
+        self._answering()
         with _translated():
             if not self.cluster:
                 return self._index.count()
@@ -412,6 +415,7 @@ class RedisBackend:
 
     def queued_conversations(self) -> Iterator[str]:
         """Conversations with a non-empty summary queue, from the index."""
+        self._answering()
         with _translated():
             return iter(list(self._index.queued()))
 
@@ -791,6 +795,7 @@ class RedisBackend:
         decided on what it would have made) decide again in the next round,
         on the state Redis has.
         """
+        self._answering()  # calls queued behind a batch that waited on a hung Redis
         # conversation -> (snapshot, verified): verified means read from (or
         # committed to) Redis during this batch, so a refusal or a no-op may
         # be answered from it.
