@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterator
@@ -266,6 +268,36 @@ class TestFailures:
             server.stop()
         # The failed store's script may have reached Redis before it hung; the queued ones never left.
         assert got in (["before", "after"], ["before", "while hung", "after"])
+
+    def test_sigterm_while_redis_hangs_exits_within_shutdown_grace_and_two_seconds(self, tmp_path: Path) -> None:
+        """The documented bound on stopping (shutdown_grace + 2 s) holds with stores and folds waiting on
+        a hung Redis: nothing at close waits out its tries again (a lease hand-back, the queue report)."""
+        import signal as signals
+
+        server = start_redis(tmp_path / "hung")
+        daemon = DaemonProcess("--backend", "redis", "--redis-url", server.url, "--buffer-size", "3",
+                               "--eviction-batch", "1", "--redis-timeout", "1", "--shutdown-grace", "3")
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                for i in range(6):
+                    query(stub, f"Add user utterance: 'u{i}'", {"conversation_id": "s"})
+                assert server.process is not None
+                server.process.send_signal(signals.SIGSTOP)
+                waiting = [stub.Query.future(_store_request(f"s{i}", "x"), timeout=30) for i in range(3)]
+                time.sleep(0.5)  # the stores reach the daemon and wait on Redis (not a timing assertion)
+                try:
+                    code = daemon.terminate(timeout=3 + 2)
+                except subprocess.TimeoutExpired:
+                    pytest.fail("chd serve was still running 5 s after SIGTERM (shutdown_grace 3 + 2 s)")
+                assert code == 0
+                for future in waiting:
+                    assert future.exception() is not None  # UNAVAILABLE, or cut off by the shutdown
+        finally:
+            daemon.kill()
+            if server.process is not None:
+                server.process.send_signal(signals.SIGCONT)
+            server.stop()
 
     def test_maxmemory_refusals_are_storage_full_and_reads_still_work(self, redis_server: RedisServer) -> None:
         """A write refused under maxmemory writes nothing and says so; RESOURCE_EXHAUSTED over gRPC."""
@@ -625,3 +657,9 @@ class TestDirectConnections:
             assert len(client.client_list()) >= baseline + 4
             backend.close()
             wait_for(lambda: len(client.client_list()) == baseline, "the backend's connections to close", timeout=5)
+
+
+def _store_request(conversation_id: str, text: str) -> daemon_pb2.QueryRequest:
+    request = daemon_pb2.QueryRequest(query=f"Add user utterance: '{text}'")
+    request.metadata.update({"conversation_id": conversation_id})
+    return request
