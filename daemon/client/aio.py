@@ -50,14 +50,17 @@ class AsyncClient:
 
     # --- the Daemon Interface ------------------------------------------------
 
-    async def query(self, text: str = "", *, conversation: str = DEFAULT_CONVERSATION,
-                    metadata: Mapping[str, Any] | None = None, timeout: float | None = None, **data: Any) -> Answer:
-        """Any query, in the language of ``instructions()``; ``data`` as keyword arguments.
+    async def query(self, text: str = "", /, *, conversation: str = DEFAULT_CONVERSATION,
+                    metadata: Mapping[str, Any] | None = None, data: Mapping[str, Any] | None = None,
+                    timeout: float | None = None, **fields: Any) -> Answer:
+        """Any query, in the language of ``instructions()``; ``data`` as a mapping, keyword arguments or both.
 
-        ``client.query("Get the last 5 utterances")``, or with ``operation=``
-        and the fields instead of the sentence.
+        ``client.query("Get the last 5 utterances")``, or the fields instead of
+        the sentence: ``client.query(operation="store", text="Hi")`` (``text``
+        is positional-only, so ``text=`` is the data field). A conversation_id
+        in ``metadata`` wins over ``conversation``.
         """
-        return await self._run(calls.query(text, conversation, metadata, data), timeout)
+        return await self._run(calls.query(text, conversation, metadata, {**(data or {}), **fields}), timeout)
 
     async def purpose(self, *, timeout: float | None = None) -> str:
         return (await self._unary(self._stub.GetPurpose, daemon_pb2.GetPurposeRequest(), True, timeout)).purpose
