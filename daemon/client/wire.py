@@ -17,18 +17,19 @@ __all__ = ["request", "struct_to_plain"]
 
 
 def _value(value: struct_pb2.Value) -> Any:
+    # Strings first: most of an answer is text, timestamps and names.
     kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
     if kind == "number_value":
         number = value.number_value
         return int(number) if number.is_integer() else number
-    if kind == "string_value":
-        return value.string_value
     if kind == "bool_value":
         return value.bool_value
     if kind == "struct_value":
-        return struct_to_plain(value.struct_value)
+        return {key: _value(item) for key, item in value.struct_value.fields.items()}
     if kind == "list_value":
-        return [_value(v) for v in value.list_value.values]
+        return [_value(item) for item in value.list_value.values]
     return None
 
 
