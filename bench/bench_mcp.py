@@ -1,6 +1,6 @@
 """``chd mcp`` round trips as an MCP host sees them: ``remember`` and ``recall`` over stdio and HTTP.
 
-    python bench/bench_mcp.py [--requests 500] [--rounds 5]
+    python bench/bench_mcp.py [--requests 500] [--rounds 5] [--transports stdio,http]
 
 Each round starts a fresh ``chd mcp`` subprocess (memory backend, a buffer
 big enough that no store evicts) and drives it with the MCP SDK's own
@@ -75,10 +75,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--transports", default="stdio,http", help="comma-separated: stdio, http")
     args = parser.parse_args()
+    chosen = [(name, run) for name, run in (("stdio", _stdio), ("http", _http)) if name in args.transports.split(",")]
     rows: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for r in range(args.rounds):
-        for transport, run in (("stdio", _stdio), ("http", _http)):
+        for transport, run in chosen:
             for tool, times in run(args.requests).items():
                 p50, p90 = percentile(times, 0.5) * 1e3, percentile(times, 0.9) * 1e3
                 rows.setdefault((transport, tool), []).append((p50, p90))
