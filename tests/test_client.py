@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from chd.client import (
+    TLS,
     AsyncClient,
     ChdError,
     Client,
@@ -27,6 +28,7 @@ from chd.client import (
 )
 from chd.client.retry import again, backoff
 from tests.conftest import DaemonProcess
+from tests.test_ops_tls import Pki, pki  # noqa: F401  (the fixture: a CA, server and client certificates)
 
 
 @pytest.fixture(scope="module")
@@ -216,3 +218,22 @@ class TestRetries:
         assert not again(failure, True, 4, 3, until=float("inf"))
         assert not again(failure, True, 1, 3, until=0.0)
         assert not again(NotFound("no"), True, 1, 3, until=float("inf"))
+
+
+class TestTls:
+    def test_tls_trusting_the_ca_and_a_client_certificate(self, pki: Pki) -> None:
+        """TLS(ca=...) reaches a TLS daemon; with tls_client_ca it also needs TLS(cert=, key=)."""
+        daemon = DaemonProcess("--tls-cert", pki.server_cert, "--tls-key", pki.server_key,
+                               "--tls-client-ca", pki.ca)
+        try:
+            with Client(daemon.target, tls=TLS(ca=pki.ca, cert=pki.client_cert, key=pki.client_key)) as chd:
+                assert chd.store("over mutual TLS").utterance.seq == 1
+            with Client(daemon.target, tls=TLS(ca=pki.ca), timeout=5, retries=0) as no_cert:
+                with pytest.raises(Unavailable):
+                    no_cert.last(1)
+        finally:
+            daemon.kill()
+
+    def test_a_certificate_without_its_key_is_refused_before_dialing(self) -> None:
+        with pytest.raises(ValueError, match="go together"):
+            TLS(cert="client.pem")

@@ -11,6 +11,7 @@ from chd.client import Client as ChdClient
 from tests.conftest import DaemonProcess
 from tests.mcp_support import answer, refusal, run, with_stdio
 from tests.redis_support import shared_redis_url
+from tests.test_ops_tls import Pki, pki  # noqa: F401  (the fixture: a CA, server and client certificates)
 
 TOOLS = {"remember", "recall", "forget", "summarize", "context", "query"}
 
@@ -203,5 +204,18 @@ class TestTarget:
 
             message = run(with_stdio(("--target", daemon.target, "--auth-token", "wrong"), tmp_path / "stderr", body))
             assert message == "UNAUTHENTICATED: the bearer token is not valid"
+        finally:
+            daemon.kill()
+
+    def test_target_over_tls_trusting_the_ca(self, tmp_path: Path, pki: Pki) -> None:
+        """--target-tls-ca connects to a TLS daemon; the name checked is --target-tls-server-name."""
+        daemon = DaemonProcess("--tls-cert", pki.server_cert, "--tls-key", pki.server_key)
+        try:
+            async def body(client: Client) -> None:
+                answer(await client.call_tool("remember", {"text": "over TLS", "conversation_id": "tls"}))
+
+            target = ("--target", f"localhost:{daemon.port}", "--target-tls-ca", pki.ca,
+                      "--target-tls-server-name", "localhost")
+            run(with_stdio(target, tmp_path / "stderr", body))
         finally:
             daemon.kill()
