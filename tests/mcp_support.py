@@ -63,7 +63,7 @@ class HttpMcp:
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         line = self.proc.stdout.readline()
-        match = re.search(r"listening on (http://\S+)", line)
+        match = re.search(r"listening on (https?://\S+)", line)
         if not match:
             self.proc.kill()
             raise RuntimeError(f"chd mcp did not start: {line!r} {self.proc.stderr.read()}")

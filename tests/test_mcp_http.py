@@ -3,6 +3,7 @@ and errors that are not chd's refusals, in-process."""
 
 from __future__ import annotations
 
+import ssl
 from typing import Any, Iterator, Mapping
 
 import httpx2
@@ -14,6 +15,7 @@ from chd.client import Answer
 from chd.mcp import build_server
 from chd.mcp.answerer import Refused
 from tests.mcp_support import HttpMcp, answer, refusal, run
+from tests.test_ops_tls import Pki, pki  # noqa: F401  (the fixture: a CA, server and client certificates)
 
 
 @pytest.fixture
@@ -76,7 +78,30 @@ class TestHttp:
 
         done = run_chd("mcp", "--http", "0.0.0.0:0")
         assert done.returncode == 2
-        assert "reachable from other machines; set auth_token or pass --insecure" in done.stderr
+        assert "reachable from other machines; set auth_token (or tls_client_ca) or pass --insecure" in done.stderr
+
+
+class TestHttps:
+    def test_tls_cert_and_key_serve_https_and_a_client_ca_asks_for_certificates(self, pki: Pki) -> None:
+        """The gRPC daemon's TLS keys mean the same for --http: HTTPS, and with tls_client_ca mutual TLS."""
+        server = HttpMcp("--tls-cert", pki.server_cert, "--tls-key", pki.server_key, "--tls-client-ca", pki.ca)
+        try:
+            assert server.url.startswith("https://127.0.0.1:")
+
+            trusted = ssl.create_default_context(cafile=pki.ca)
+            trusted.load_cert_chain(pki.client_cert, pki.client_key)
+
+            async def body() -> list[str]:
+                async with httpx2.AsyncClient(verify=trusted) as http:
+                    async with Client(streamable_http_client(server.url, http_client=http)) as client:
+                        found = answer(await client.call_tool("remember", {"text": "over HTTPS"}))
+                        return [found["result"]["utterance"]["text"]]
+
+            assert run(body()) == ["over HTTPS"]
+            with pytest.raises(httpx2.HTTPError):
+                httpx2.post(server.url, json={}, verify=ssl.create_default_context(cafile=pki.ca))  # no client certificate
+        finally:
+            assert server.stop() == 0, server.log
 
 
 class _Broken:

@@ -5,9 +5,10 @@
     chd mcp --target 127.0.0.1:50051               # front a running chd over gRPC
 
 Every ``chd serve`` option applies (a flag, a CHD_* variable or the
---config file): storage, limits, summaries, and ``auth_token``, which HTTP
+--config file): storage, limits, summaries; ``auth_token``, which HTTP
 callers must send as ``Authorization: Bearer <token>`` and which is sent to
-the ``--target`` daemon. ``host``/``port`` are gRPC's and are not used.
+the ``--target`` daemon; ``tls_cert``/``tls_key`` (and ``tls_client_ca``),
+which make --http serve HTTPS. ``host``/``port`` are gRPC's and unused.
 Over stdio nothing but the protocol is written to stdout; logs go to stderr.
 """
 
@@ -69,9 +70,10 @@ def run_mcp(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.http is not None:
         host = args.http[0]
-        if not config.is_loopback(host) and effective.auth_token is None and not effective.insecure:
-            print(f"chd: --http {host!r} is reachable from other machines; set auth_token or pass --insecure "
-                  "to serve it unauthenticated", file=sys.stderr)
+        authenticated = effective.auth_token is not None or effective.tls_client_ca is not None
+        if not config.is_loopback(host) and not authenticated and not effective.insecure:
+            print(f"chd: --http {host!r} is reachable from other machines; set auth_token (or tls_client_ca) "
+                  "or pass --insecure to serve it unauthenticated", file=sys.stderr)
             return EXIT_USAGE
     # Imported here: `chd query` and the transfers need none of the MCP SDK's start-up.
     from chd.mcp import serve
@@ -90,13 +92,15 @@ def run_mcp(args: argparse.Namespace) -> int:
             return 0
         host, port = args.http
         shown = f"[{host}]" if ":" in host else host
+        scheme = "https" if effective.tls_cert else "http"
 
         def listening(bound: int) -> None:
             # One parseable line, flushed, so scripts and tests can learn the port.
-            print(f"chd mcp listening on http://{shown}:{bound}{serve.MCP_PATH}", flush=True)
+            print(f"chd mcp listening on {scheme}://{shown}:{bound}{serve.MCP_PATH}", flush=True)
 
         try:
-            serve.run_http(server, host, port, effective.auth_token, listening)
+            serve.run_http(server, host, port, effective.auth_token, listening, tls_cert=effective.tls_cert,
+                           tls_key=effective.tls_key, tls_client_ca=effective.tls_client_ca)
         except OSError as exc:
             print(f"chd: cannot listen on {shown}:{port}: {exc.strerror or exc}", file=sys.stderr)
             return 1

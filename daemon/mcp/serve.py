@@ -63,12 +63,18 @@ def run_stdio(server: MCPServer) -> None:
 
 
 def run_http(server: MCPServer, host: str, port: int, token: str | None,
-             listening: Callable[[int], None] = lambda port: None) -> None:
+             listening: Callable[[int], None] = lambda port: None, *, tls_cert: str | None = None,
+             tls_key: str | None = None, tls_client_ca: str | None = None) -> None:
     """Serve Streamable HTTP at ``http://host:port/mcp`` until SIGTERM or SIGINT.
 
     The socket is bound before ``listening(port)`` is called, so port 0 picks
-    a free port and the caller can print it before any request arrives.
+    a free port and the caller can print it before any request arrives. With
+    ``tls_cert``/``tls_key`` it serves HTTPS, and with ``tls_client_ca`` asks
+    every client for a certificate that CA signed: the gRPC daemon's keys,
+    meaning the same.
     """
+    import ssl
+
     import uvicorn
 
     app: Any = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host, json_response=True)
@@ -84,7 +90,11 @@ def run_http(server: MCPServer, host: str, port: int, token: str | None,
     sock.bind((host.strip("[]"), port))
     sock.listen(128)
     sock.set_inheritable(True)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="on", access_log=False,
+        ssl_certfile=tls_cert, ssl_keyfile=tls_key, ssl_ca_certs=tls_client_ca,
+        ssl_cert_reqs=ssl.CERT_REQUIRED if tls_client_ca else ssl.CERT_NONE,
+    )
     listening(sock.getsockname()[1])
     # uvicorn ends serve() on SIGTERM/SIGINT, then raises the signal again
     # for the handler it found: ours, so the caller still closes storage.
