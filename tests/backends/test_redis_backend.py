@@ -6,7 +6,7 @@ import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import grpc
 import redis
@@ -49,6 +49,13 @@ def cluster(tmp_path: Path) -> RedisCluster:
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     yield from running_redis(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
 
+
+
+
+def health_of(channel: grpc.Channel) -> Callable[[], int]:
+    """A function that asks the daemon behind ``channel`` for its overall health status."""
+    health = health_pb2_grpc.HealthStub(channel)
+    return lambda: health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
 
 class TestKeys:
     """Every key of a conversation shares one hash tag, whatever the id holds."""
@@ -187,11 +194,8 @@ class TestFailures:
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)
-                health = health_pb2_grpc.HealthStub(channel)
+                status = health_of(channel)
                 meta = {"conversation_id": "outage"}
-
-                def status() -> int:
-                    return health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
 
                 acknowledged = [query(stub, f"Add user utterance: 'before {i}'", meta) for i in range(3)]
                 redis_server.kill()
@@ -222,11 +226,8 @@ class TestFailures:
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)
-                health = health_pb2_grpc.HealthStub(channel)
+                status = health_of(channel)
                 meta = {"conversation_id": "hung"}
-
-                def status() -> int:
-                    return health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
 
                 query(stub, "Add user utterance: 'before'", meta)
                 assert server.process is not None
