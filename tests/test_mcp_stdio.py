@@ -219,3 +219,44 @@ class TestTarget:
             run(with_stdio(target, tmp_path / "stderr", body))
         finally:
             daemon.kill()
+
+
+class TestStdioHygiene:
+    def test_stdout_carries_only_json_rpc_and_arguments_outside_the_schema_are_tool_errors(self) -> None:
+        """A raw session: every stdout line is a JSON-RPC message (logs go to stderr); a bad speaker is an error result."""
+        import json
+        import subprocess
+
+        from tests.conftest import ROOT, chd_command, chd_env
+
+        messages = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "remember", "arguments": {"text": "raw", "speaker": "robot"}}},
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "remember", "arguments": {"text": "raw"}}},
+        ]
+        proc = subprocess.Popen([*chd_command(), "mcp"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=chd_env(), cwd=ROOT)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
+            proc.stdin.flush()
+            # Every line is parsed: a stray print would fail here, as it would break a host.
+            replies = {}
+            while len(replies) < 3:
+                reply = json.loads(proc.stdout.readline())
+                replies[reply["id"]] = reply
+            rest, stderr = proc.communicate(timeout=30)  # closes stdin: the host is done
+            assert proc.returncode == 0 and rest == ""
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        assert set(replies) == {1, 2, 3}
+        refused = replies[2]["result"]
+        assert refused["isError"] is True and "speaker" in refused["content"][0]["text"]
+        assert "Traceback" not in refused["content"][0]["text"]
+        assert replies[3]["result"]["structuredContent"]["result"]["utterance"]["seq"] == 1
+        assert "storage: memory backend" in stderr  # the logs went to stderr
