@@ -80,13 +80,14 @@ def run_mcp(args: argparse.Namespace) -> int:
     from chd.mcp.tools import build_server
     from chd.service.tracelog import configure_logging
 
+    # First: storage logs as it opens, and the SDK's own logging.basicConfig
+    # then leaves chd's handler (stderr, chd's format and level) alone.
+    configure_logging(effective.log_level, effective.log_format)
     answerer = _answerer(args, effective)
     if answerer is None:
         return 1
     try:
         server = build_server(answerer)
-        # After the SDK set up its logging: chd's format and level win, on stderr.
-        configure_logging(effective.log_level, effective.log_format)
         if args.http is None:
             serve.run_stdio(server)
             return 0
