@@ -56,7 +56,7 @@ from chd.core.language.grammar.normalize import (
     vocabulary_of,
     write_operations,
 )
-from chd.core.language.grammar.query import QUOTED
+from chd.core.language.grammar.query import ANY_QUOTE, QUOTED
 from chd.core.language.grammar.reading import Reading
 from chd.core.language.grammar.remove import read_remove
 from chd.core.language.grammar.retrieve import read_retrieve
@@ -139,12 +139,20 @@ class Ambiguous(InvalidRequest):
 # A read may leave a stray word unexplained, never one that negates or scopes
 # what it reads ("the summary, not the messages"): issue 25.
 _NEGATION = frozenset("not no n't never except without but other others besides excluding instead".split())
+# Nor one that narrows it (issue 25: "show turn 3 and everything after" read
+# as turn 3): order, time and count words.
+_NARROWING = frozenset(
+    """after before since until till older newer later earlier onward onwards following beyond first last
+    latest newest oldest earliest recent ago only once twice one two three four five six seven eight nine ten
+    eleven twelve dozen""".split()
+)
 
 
 def threshold_for(reading: Reading) -> float:
     """A configure that only reads the settings is a read."""
     if reading.strict or any(
-        w.lower() in _NEGATION or w.lower().endswith("n't") or w.lower() in WORDS for w in reading.unexplained
+        w.lower() in _NEGATION or w.lower() in _NARROWING or w.lower().endswith("n't") or w.lower() in WORDS
+        for w in reading.unexplained
     ):
         # A word the lexicon would rewrite ("the client's messages") is no
         # stray word: read as written, the filter it names would be dropped.
@@ -259,7 +267,7 @@ _WRITE_OPERATIONS = frozenset({"remove", "mark", "configure"})
 
 
 def _unquoted(text: str) -> str:
-    return QUOTED.sub(" ", text) if ('"' in text or "'" in text or "\u201c" in text) else text
+    return QUOTED.sub(" ", text) if ANY_QUOTE.search(text) else text
 
 
 _NORMALIZER: Normalizer | None = None

@@ -129,6 +129,9 @@ _TURN_SINCE = (
     rf"\b(?:since|starting\s+(?:at|from|with))\s+{_turn_ref('n')}(?:\s+on(?:wards?)?)?",
     rf"\bfrom\s+{_turn_ref('n')}\s+on(?:wards?)?\b",
     rf"\b(?:in\s+|from\s+)?{_turn_ref('n')}\s+(?:and\s+(?:later|after|newer|onwards?|beyond)|on(?:wards?)?)\b",
+    # "turn 3 and everything after (it)", "turn 3 and all that follows" (issue 25).
+    rf"\b(?:in\s+|from\s+)?{_turn_ref('n')}\s+and\s+(?:everything|all|anything|whatever)\s+(?:(?:that\s+)?(?:comes?\s+|came\s+)?"
+    rf"(?:after|later|since|beyond)(?:\s+(?:it|that))?|(?:that\s+)?follows?|following)\b",
 )
 # "turns of talk" are utterances, as conversation analysts say.
 _TURNS = r"turns?\b(?!\s+of\s+(?:talk|speech))"
@@ -342,6 +345,7 @@ _WEAK_TOPIC = (
 
 
 _SENTENCE_BREAK = re.compile(r"[?!,;]|\.\s")
+_ORDER_WORDS = frozenset("last latest lastly recently newest first earliest oldest most recent before previously earlier".split())
 
 
 def _take_where_topic(q: Query) -> str | None:
@@ -375,6 +379,9 @@ def split_topic(q: Query) -> tuple[Query, str | None]:
             if marker is _WEAK_TOPIC:
                 continue
             return q, None
+        if marker is _WEAK_TOPIC and all(w.lower() in _ORDER_WORDS for w in topic.split()):
+            # "what did the bot say last": an order, not a topic (issue 25).
+            continue
         if _SENTENCE_BREAK.search(tail.strip(" ,.?!")) and (marker is _WEAK_TOPIC or m.group(0).lower().strip() == "on"):
             # "what did we say last? show me ...", "... on my phone, can't scroll":
             # a weak marker's topic ends with its clause; a longer one is no topic.
