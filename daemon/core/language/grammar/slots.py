@@ -65,16 +65,37 @@ _SPEAKER_PATTERNS = (
 
 
 _ANY_SPEAKER = re.compile(rf"\b{SPEAKER}\b", FLAGS)
+# The caller speaking of itself or of the assistant (issue 25: "everything I
+# said", "remove my last message" read all speakers' utterances): "my
+# messages", "what I asked" are the user's; "your answers", "what did you
+# say" the assistant's. "we" stays both speakers ("what did we say").
+_COUNTED = rf"(?:(?:last|latest|newest|oldest|first|earliest|most\s+recent|recent|previous|{NUM_TOKEN})\s+){{0,4}}"
+_PERSON = (
+    ("user", rf"\bmy\s+(?:own\s+)?{_COUNTED}(?:{NOUN}|msgs?)\b"),
+    ("user", rf"\b(?:what\s+|everything\s+|anything\s+|all\s+)?i\s+(?:(?:have|had|just|ever|already)\s+){{0,2}}"
+             rf"(?:said|say|wrote|write|asked|ask|typed|sent|mentioned|told\s+you)\b"),
+    ("assistant", rf"\byour\s+(?:own\s+)?{_COUNTED}(?:{NOUN}|msgs?)\b"),
+    ("assistant", r"\b(?:did\s+you\s+(?:say|write|answer|reply|tell\s+me)|you\s+(?:said|wrote|answered|replied|told\s+me))\b"),
+)
+_ANY_PERSON = re.compile(r"\b(?:my|i|your|you)\b", FLAGS)
 
 
 def take_speaker(q: Query) -> str | None:
     """'from the assistant', "the user's messages", 'did the assistant say', 'assistant messages'."""
-    if not q.search(_ANY_SPEAKER):
-        return None  # the cheap check first: these patterns are long
-    for pattern in _SPEAKER_PATTERNS:
-        match = q.take(pattern)
-        if match:
-            return speaker_of(match.group("s"))
+    if q.search(_ANY_SPEAKER):  # the cheap check first: these patterns are long
+        for pattern in _SPEAKER_PATTERNS:
+            match = q.take(pattern)
+            if match:
+                return speaker_of(match.group("s"))
+    if q.search(_ANY_PERSON):
+        for speaker, pattern in _PERSON:
+            match = q.search(pattern)
+            if match:
+                # The speaker's words go; the noun and the count stay for their own slots.
+                noun = re.search(rf"(?:{_COUNTED}(?:{NOUN}|msgs?))$", match.group(0), FLAGS)
+                end = match.start() + noun.start() if noun and noun.start() > 0 else match.end()
+                q.text = f"{q.text[: match.start()]} {q.text[end:]}"
+                return speaker
     return None
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from chd.core.errors import InvalidRequest, quote
 from chd.core.language.grammar.store_header import Header, commentary, is_note, read_header
 
-__all__ = ["read_store", "UnclearStore", "HEAD_LIMIT"]
+__all__ = ["read_store", "UnclearStore", "HEAD_LIMIT", "QUOTE_MARKS"]
 
 # How much of the query an instruction may take; beyond it everything is utterance.
 HEAD_LIMIT = 400
@@ -53,7 +53,7 @@ _OPENERS = {
 _OPEN = re.compile(r"[\"\u201c\u201e\u00ab\u00bb\u2039\u203a\u300c\u300e`]|(?<![\w'\u2019])['\u2018\u201a]")
 # Quote marks of any kind: an utterance that starts with one the rules do not
 # pair is refused, not stored with its quotes (the boundary is not certain).
-_QUOTE_MARKS = frozenset("\"'`\u201c\u201d\u2018\u2019\u201e\u201a\u201b\u201f\u00ab\u00bb\u2039\u203a\u300c\u300d\u300e\u300f\u301d\u301e\uff02")
+QUOTE_MARKS = frozenset("\"'`\u201c\u201d\u2018\u2019\u201e\u201a\u201b\u201f\u00ab\u00bb\u2039\u203a\u300c\u300d\u300e\u300f\u301d\u301e\uff02")
 # "Remember that <utterance>": a verb and courtesy before "that", nothing else.
 _THAT = re.compile(r"\bthat\s+(?=\S)", re.IGNORECASE)
 # What may sit between a quoted utterance and the instruction after it.
@@ -199,11 +199,15 @@ def _after_separator(q: str, sep: re.Match[str]) -> _Split | None:
             return replace(quoted, label=True)
     elif (inner := _second_label(rest, header, instruction)) is not None:
         return inner
-    if rest[:1] in _QUOTE_MARKS:
+    if rest[:1] in QUOTE_MARKS:
         # A closing quote or one the rules do not pair: where the utterance
         # starts and ends is not certain, so nothing is stored.
         return _Split("", header.joined(Header(unclear=(f"{rest[:1]} (a quote mark the rules do not pair)",))), instruction)
     return _Split(rest, header, instruction, label=True)
+
+
+# How long a report before a quoted utterance may be ("the user asked").
+_REPORT_LIMIT = 60
 
 
 def _second_label(rest: str, header: Header, instruction: str) -> _Split | None:
@@ -213,15 +217,22 @@ def _second_label(rest: str, header: Header, instruction: str) -> _Split | None:
     are instruction when they read as one (a speaker, a store verb, a noun)
     and a quote opens right after the second separator.
     """
-    sep = _first_separator(rest[:HEAD_LIMIT])
-    if sep is None:
+    head = rest[:HEAD_LIMIT]
+    sep = _first_separator(head)
+    opening = _OPEN.search(head)
+    labelled = sep is not None and (opening is None or sep.start() < opening.start())
+    if labelled:
+        after = rest[sep.end() :].lstrip()
+        part = rest[: sep.start()]
+    elif opening is not None and opening.start() <= _REPORT_LIMIT:
+        # "Add to history this: the user asked "can I pay later?"" (issue 25).
+        after, part = rest[opening.start() :], rest[: opening.start()]
+    else:
         return None
-    after = rest[sep.end() :].lstrip()
-    if not after or after[0] not in _OPENERS:
+    if not after or after[0] not in _OPENERS or _closing(after, 0) is None:
         return None
-    part = rest[: sep.start()]
     more = read_header(part)
-    if not more.understood and (more.speakers or more.verb or more.imperative):
+    if labelled and not more.understood and (more.speakers or more.verb or more.imperative):
         # Some of it names a speaker or a store, some of it is not understood:
         # whether it is said or instruction is a guess, and nothing is stored.
         return _Split("", header.joined(more), f"{instruction} {part}")
@@ -361,7 +372,9 @@ def _uncertain_start(text: str) -> bool:
     head = text[:HEAD_LIMIT]
     opening = _OPEN.search(head)
     if opening is not None and _closing(text, opening.start()) is not None:
-        return True
+        before = read_header(head[: opening.start()])
+        if before.understood and (before.asks_store or before.speakers or before.noun):
+            return True
     start = 0
     for count, sep in enumerate(_SEPARATOR.finditer(head)):
         if count >= _LEAD_SEGMENTS:

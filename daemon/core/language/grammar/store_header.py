@@ -38,7 +38,8 @@ _SPEECH = frozenset(
     remarked commented explained reported noted came comes speaking talking""".split()
 )
 _SPEAKERS = frozenset(
-    "user human customer assistant bot ai model agent claude system".split()
+    """user human customer assistant bot ai model agent claude system patient visitor guest passenger
+    traveller traveler shopper buyer""".split()
 )
 # Where an utterance goes: with a preposition, these name the destination of a write.
 _DESTINATIONS = frozenset(
