@@ -203,6 +203,66 @@ def _after_separator(q: str, sep: re.Match[str]) -> _Split | None:
         # A closing quote or one the rules do not pair: where the utterance
         # starts and ends is not certain, so nothing is stored.
         return _Split("", header.joined(Header(unclear=(f"{rest[:1]} (a quote mark the rules do not pair)",))), instruction)
+    if (bare := _bare_label(rest, header, instruction)) is not None:
+        return bare
+    return _tail_split(rest, header, instruction)
+
+
+# At most this many words make a bare speaker label ("Store: user: hello").
+_LABEL_WORDS = 4
+
+
+def _bare_label(rest: str, header: Header, instruction: str) -> _Split | None:
+    """ "Store: user: hello there": a speaker label after the first separator, without quotes (issue 25)."""
+    sep = _first_separator(rest[:HEAD_LIMIT])
+    if sep is None or sep.group(0) == "\n":
+        return None
+    part = rest[: sep.start()]
+    if len(part.split()) > _LABEL_WORDS:
+        return None
+    more = read_header(part)
+    if not (more.understood and more.speakers) or more.verb or header.speakers:
+        # After "what the user told me was:", "user: ..." is what was said.
+        return None
+    # A transcript line ("user: hello") may be the utterance itself: a guess either way.
+    unclear = Header(unclear=(f"{part.strip()} (a speaker label or part of the utterance?)",))
+    return _Split("", header.joined(unclear), f"{instruction} {part}")
+
+
+# The end of an unquoted utterance that may be instruction: a bracket group,
+# a part after a dash, or a last sentence ("I need a taxi. Turn 4.").
+_TAIL = re.compile(r"\s*(?:\((?P<bracket>[^()]{1,80})\)|(?:\s[-\u2014\u2013]+|[\u2014\u2013])\s*(?P<dash>[^-\u2014\u2013]{1,80})"
+                   r"|(?<=[.!?])\s+(?P<sentence>[^.!?]{1,40}))[\s.!]*$")
+
+
+def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
+    """An unquoted utterance, its last bracket, dash part or short sentence read as instruction when it is one.
+
+    Issue 25: "Add: I need a taxi (user, turn 4)" stored the bracket. A tail
+    that reads as instruction (a speaker, a turn, a store verb) is instruction;
+    one that holds such words among others, or is only courtesy after a dash
+    ("- thank you"), leaves the end uncertain and refuses the store.
+    """
+    if not (header.asks_store or header.speakers):
+        # Not yet a store ("line one\nline two — commit it"): the utterance may
+        # start earlier; the instruction-last reading decides (_instruction_last).
+        return _Split(rest, header, instruction, label=True)
+    tail = _TAIL.search(rest, max(0, len(rest) - 120))
+    if tail is None:
+        return _Split(rest, header, instruction, label=True)
+    segment = tail.group("bracket") or tail.group("dash") or tail.group("sentence") or ""
+    more = read_header(segment)
+    words = [w.lower() for w in re.findall(r"[\w']+", segment)]
+    meta = more.speakers or more.turns or more.asks_store or more.imperative
+    if more.understood and meta:
+        text = rest[: tail.start()].rstrip()
+        if tail.group("sentence") is not None:
+            text = rest[: tail.start("sentence")].rstrip()
+        if text:
+            return _Split(text, header.joined(more), f"{instruction} {segment}", label=True)
+    if (meta and not more.understood) or (tail.group("dash") and words and all(w in _COURTESY for w in words)):
+        unclear = Header(unclear=(f"{segment.strip()} (instruction or utterance?)",))
+        return _Split("", header.joined(unclear), f"{instruction} {segment}")
     return _Split(rest, header, instruction, label=True)
 
 
@@ -277,7 +337,7 @@ def _trailer(after: str) -> Header:
         # quotes were part of the text, not around it.
         return Header(unclear=(quote(after),))
     header = read_header(after)
-    if header.understood and (header.asks_store or header.speakers):
+    if header.understood and (header.asks_store or header.speakers or header.turns):
         return header
     words = [w.lower() for w in re.findall(r"[\w']+", after)]
     if header.understood and (all(w in _COURTESY for w in words) or is_note(after)):
