@@ -144,7 +144,7 @@ _NEGATION = frozenset("not no n't never except without but other others besides 
 _NARROWING = frozenset(
     """after before since until till older newer later earlier onward onwards following beyond first last
     latest newest oldest earliest recent ago only once twice one two three four five six seven eight nine ten
-    eleven twelve dozen""".split()
+    eleven twelve dozen short brief briefly gist condensed""".split()
 )
 
 

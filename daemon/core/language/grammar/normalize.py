@@ -273,10 +273,23 @@ _WRITE_PHRASES = re.compile(
 _PHRASE_OPERATION = {p: section for section in ("remove", "mark", "configure") for p in LEXICON[section] if " " in p}
 
 
+# Saying a thing is unwanted asks for its removal, wherever it stands (issue
+# 25: "This message of the assistant about hotel, I dont need it" ran as a
+# search whose topic held the dismissal).
+_DISMISSAL = re.compile(
+    r"\b(?:don'?t|dont|do\s+not|no\s+longer)\s+(?:need|want)\s+(?:it|them|this|that|these|those)\b"
+    r"|\b(?:is|are|it's|they're)\s+(?:not|no\s+longer)\s+(?:needed|wanted|necessary|required)\b"
+    r"|\btake\s+(?:it|them|this|that|these|those)\s+(?:away|out)\b",
+    re.IGNORECASE,
+)
+
+
 def write_operations(text: str) -> set[str]:
     """The write operations whose words appear anywhere in ``text`` (quoted spans aside)."""
     words = {w.lower().replace("\u2019", "'") for w in _TOKEN.findall(text)}
     found = {WRITE_FORMS[w] for w in words if w in WRITE_FORMS}
+    if _DISMISSAL.search(text):
+        found.add("remove")
     for m in _WRITE_PHRASES.finditer(text):
         found.add(_PHRASE_OPERATION[" ".join(m.group(0).lower().split())])
     if "remove" not in found and ("go" in words or "longer" in words or "needed" in words) and removal_idiom(text):

@@ -67,6 +67,8 @@ def _count_fields(count: Count, topic: bool) -> dict[str, Any]:
     return {"limit": n} if topic and not count.window else {"last_n": n}
 
 
+_RELATION = re.compile(r"\b(?:before|after|earlier\s+than|previous\s+to)\s+(?:the|a|an|that|this|my|its|\d)", FLAGS)
+_RELATION_WORD = re.compile(r"\b(?:before|after)\b", FLAGS)
 _FIRST_WORD = re.compile(r"[\w']+", re.UNICODE)
 # Words that would be a filter if understood: a read that leaves one of
 # them unexplained would return more than was asked ("what the assistant
@@ -117,10 +119,15 @@ def read_retrieve(text: str) -> Reading | None:
     if verb is None and not fields:
         return None
     unexplained = q.unexplained(_WORDS)
+    if _RELATION.search(q.original) and (left := _RELATION_WORD.search(q.text)):
+        # "the message before the last": "before" relates two things here, it is
+        # no filler as in "what did the user say before?" (issue 25).
+        unexplained.append(left.group(0))
     strict = (
         (verb is None and first is not None and first.group(0) in unexplained)
         or any(_FILTER_WORD.fullmatch(word) for word in unexplained)
         # "the last 3 exchanges": a count of something not understood might not be utterances.
         or (count is not None and count.after is not None and count.after in unexplained)
+        or (bool(unexplained) and unexplained[-1].lower() in ("before", "after"))
     )
     return Reading("retrieve", fields, unexplained, q.total_words, strict=strict)

@@ -258,6 +258,8 @@ _SEQ_LIST = (
     rf"\b(?:the\s+)?{_SEQ_NOUN}\s*(?:numbered|number|no\.?|\#|seq|id)?\s*(?:=|:)?\s*\#?(?P<a>\d+|{NUM})"
     rf"(?P<rest>(?:\s*(?:,|and|&|or)\s*(?:and\s+)?\#?\d+)+|\s*(?:to|through|thru|-|\u2013)\s*\#?\d+)?\b"
 )
+_OPEN_SEQS = re.compile(r"\s*(?:on(?:wards?)?|and\s+(?:later|after|beyond|on(?:wards?)?|newer|everything\s+after|all\s+after))\b", FLAGS)
+_OPEN_SEQS_BEFORE = re.compile(r"\b(?:after|since|following|later\s+than|newer\s+than|starting\s+(?:at|from|with))\s*$", FLAGS)
 _SEQ_HASH = r"(?<![\w])(?:\#|\bnumber\s+)(?P<a>\d+|{NUM})\b(?P<rest>)"
 
 
@@ -273,6 +275,13 @@ def take_seqs(q: Query) -> tuple[int, ...]:
     m = q.take(_SEQ_LIST) or q.take(_SEQ_HASH)
     if m is None:
         return ()
+    if _OPEN_SEQS.match(q.text, m.start()) or _OPEN_SEQS_BEFORE.search(q.text, max(0, m.start() - 30), m.start() + 1):
+        # Issue 25: "from message 5 on" was read as message 5 alone. The
+        # newest seq is not known here, so an open range of seqs is refused.
+        raise InvalidRequest(
+            "an open range of seqs ('from message 5 on') is not supported; name its end "
+            "('messages 5 to 8') or use turns ('since turn 3')"
+        )
     first = parse_number(m.group("a"))
     rest = m.group("rest") or ""
     numbers = [digits_value(n) for n in re.findall(r"\d+", rest)]
@@ -366,6 +375,12 @@ _WEAK_TOPIC = (
 
 
 _SENTENCE_BREAK = re.compile(r"[?!,;]|\.\s")
+# "what the user said in short", "what did the bot say to that": a weak
+# marker's object never starts with a preposition or an adverb.
+_ADVERBIAL = frozenset(
+    """in at on during to for before after since until by with from earlier later today yesterday
+    recently again briefly just so then there here when while""".split()
+)
 _ORDER_WORDS = frozenset("last latest lastly recently newest first earliest oldest most recent before previously earlier".split())
 
 
@@ -400,7 +415,9 @@ def split_topic(q: Query) -> tuple[Query, str | None]:
             if marker is _WEAK_TOPIC:
                 continue
             return q, None
-        if marker is _WEAK_TOPIC and all(w.lower() in _ORDER_WORDS for w in topic.split()):
+        if marker is _WEAK_TOPIC and (
+            all(w.lower() in _ORDER_WORDS for w in topic.split()) or topic.split()[0].lower() in _ADVERBIAL
+        ):
             # "what did the bot say last": an order, not a topic (issue 25).
             continue
         if _SENTENCE_BREAK.search(tail.strip(" ,.?!")) and (marker is _WEAK_TOPIC or m.group(0).lower().strip() == "on"):
