@@ -51,6 +51,14 @@ _NO_UTTERANCES = re.compile(
     r"(?:utterances|messages)\b(?:\s+(?:are\s+)?needed)?\s*\)?",
     FLAGS,
 )
+# Reads answer oldest first: saying so changes nothing ("the most recent four,
+# earliest first", "Order: chronological"). "newest first" is another order,
+# and stays unexplained.
+_CHRONOLOGICAL = re.compile(
+    r"\b(?:order\s*:\s*)?(?:(?:in\s+)?(?:chronological(?:ly)?|time)(?:\s+order)?|(?:the\s+)?(?:oldest|earliest)\s+(?:ones?\s+)?first"
+    r"|in\s+(?:the\s+)?order\s+(?:they\s+were\s+|it\s+was\s+)?(?:said|written|sent|stored|added))\b",
+    FLAGS,
+)
 _LEADING_FILLER = re.compile(r"^(?:\s*\b(?:me|all|the|any|every|of|for|in|this|these|those)\b)+", FLAGS)
 
 
@@ -98,6 +106,7 @@ def read_retrieve(text: str) -> Reading | None:
     if span.first_turns is not None:
         fields["first_turns"] = span.first_turns
     q.take(_ONLY)
+    q.take(_CHRONOLOGICAL)
     if speaker := take_speaker(q):
         fields["speaker"] = speaker
     summary = take_summary(q)
