@@ -59,7 +59,8 @@ def test_the_refusal_message_carries_did_you_mean_as_one_json_line() -> None:
     "query",
     [
         "Remove the last part of the conversation.",  # a vague write is never guessed into one
-        "show messages older than 1 hour",  # a read that would drop a time word
+        "show the last 3 messages newest first",  # a read that would drop an order (it answers oldest first)
+        "show messages newer than 1 hour",  # nor a time word
         "Show everything except turn 4",  # nor a negation
         "annihilate the user messages",  # nor an unknown first word (a verb it does not know)
     ],

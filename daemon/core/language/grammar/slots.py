@@ -219,6 +219,12 @@ _TIME_WINDOW = (
     rf"\b(?:since|from|after)\s+(?P<n>{NUM})\s*{_UNIT}\s+ago\b",
     rf"\b(?:in|within)\s+(?P<n>{NUM})\s*{_UNIT}\b",
 )
+# "older than one hour", "from over an hour ago", "more than 30 minutes ago" (issue 25).
+_AN = rf"(?:(?P<n>{NUM})|an?|one)"
+_TIME_OLDER = (
+    rf"\b(?:which\s+are\s+|that\s+are\s+)?older\s+than\s+(?:an?\s+|one\s+)?(?:(?P<n>{NUM})\s*)?{_UNIT}(?:\s+ago)?\b",
+    rf"\b(?:(?:from|sent|said|written)\s+)?(?:over|more\s+than|longer\s+than)\s+(?:an?\s+|one\s+)?(?:(?P<n>{NUM})\s*)?{_UNIT}\s+ago\b",
+)
 _MOMENT = r"(?P<t>\d{4}-\d{2}-\d{2}(?:[t ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?(?:z|[+-]\d{2}:?\d{2})?)"
 _TIME_SINCE = rf"\b(?:since|after|from)\s+{_MOMENT}"
 
@@ -238,6 +244,10 @@ def take_time(q: Query) -> dict[str, object]:
         if m := q.take(pattern):
             count = parse_number(m.group("n")) if m.group("n") else 1
             return {"within_seconds": count * _unit_seconds(m.group("u"))}
+    for pattern in _TIME_OLDER:
+        if m := q.take(pattern):
+            count = parse_number(m.group("n")) if m.group("n") else 1
+            return {"older_than_seconds": count * _unit_seconds(m.group("u"))}
     if m := q.take(_TIME_SINCE):
         text = m.group("t").upper().replace(" ", "T")
         try:
