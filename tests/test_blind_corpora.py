@@ -1,7 +1,7 @@
 """The blind corpora (tests/corpus/blind, issue 25): never a wrong text or operation, and a floor understood.
 
-Corpus a is the tuning set; corpus b is the reported one, and this test
-prints only its counts, never its entries or misses.
+Corpora a and c are tuning sets; corpus b is the reported one, and this
+test prints only its counts, never its entries or misses.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import pytest
 from bench.bench_understanding import judge_corpus_entry
 
 BLIND = Path(__file__).resolve().parent / "corpus" / "blind"
-# A little under the figures reached when issue 25's first pass landed
-# (docs/understanding.md): a 87.6 %, b 66.9 %.
-FLOORS = {"a": 0.85, "b": 0.64}
+# A little under the figures reached by issue 25's second pass
+# (docs/understanding.md): a 89.3 %, b 75.3 %, c 81.1 %.
+FLOORS = {"a": 0.88, "b": 0.74, "c": 0.80}
 # Corpus b still has wrong answers (measured, not looked at): they may not grow.
-MOST_WRONG = {"a": Counter(), "b": Counter({"wrong-text": 6, "wrong-operation": 3, "wrong-effect": 4})}
+# The tuning corpora have none, and may get none.
+MOST_WRONG = {"a": Counter(), "c": Counter(), "b": Counter({"wrong-text": 2, "wrong-operation": 3, "wrong-effect": 3})}
 
 
 def _counts(name: str) -> tuple[Counter[str], int]:

@@ -9,6 +9,7 @@ from chd.core.history import ConversationHistory
 from chd.core.errors import InvalidRequest
 from chd.core.language.numbers import parse_number
 from chd.core.language.parser import Ambiguous, NotUnderstood, closest_forms, parse
+from chd.core.language.grammar.store import QUOTE_MARKS, UnclearStore
 
 
 class TestEquivalentPhrasings:
@@ -95,9 +96,14 @@ class TestQuotesAndVerbatimStores:
     @settings(max_examples=200, deadline=None)
     @given(st.text(min_size=1, max_size=120).map(str.strip).filter(bool))
     def test_store_keeps_any_text_verbatim(self, text: str) -> None:
-        """Whatever follows 'Add utterance:' is the stored text (one pair of outer quotes aside)."""
-        quoted = len(text) >= 2 and {text[0], text[-1]} <= {'"', "'", "\u201c", "\u201d", "\u2018", "\u2019"}
-        if quoted:
+        """Whatever follows 'Add utterance:' is the stored text; a leading quote mark's pair is stripped, an unpaired one refused."""
+        if text[0] in QUOTE_MARKS:
+            # Issue 25: a quote the rules cannot pair leaves the boundary uncertain.
+            try:
+                fields = parse(f"Add utterance: {text}").fields
+            except UnclearStore:
+                return
+            assert fields["text"] in text
             return
         assert parse(f"Add utterance: {text}").fields == {"text": text}
 

@@ -113,6 +113,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "seqs": "only these utterances",
         "since": "only utterances at or after this RFC 3339 time (in the text, a time without zone is UTC)",
         "within_seconds": "only utterances of the last n seconds",
+        "older_than_seconds": "only utterances older than n seconds",
         "include_summary": "also return the running summary",
         "summary_only": "return only the running summary",
         "context": "the running summary plus the newest utterances that fit token_limit, as one "
@@ -247,6 +248,7 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Nothing but the assistant's lines",
             "Messages where the budget was mentioned",
             "What was said in the last 10 minutes?",
+            "Show the messages older than an hour",
             "Get messages since 2026-01-31T14:00:00Z",
             "Get the last 3 utterances with the summary",
             "Get summary",
@@ -562,8 +564,20 @@ CONFIDENCE_RULE = (
     "lexicon word as a stray word. Words after a store's quoted utterance are instruction when they "
     "are instruction words, a note when they say the content is to be kept as is, set aside by the "
     "same rule when they are commentary, and otherwise refuse the store: they are never stored as said. "
+    "A read never ignores an order, time or count word either ('after', 'older', 'first', 'four'). "
+    "Where a stored utterance starts and ends must be certain: quotes of other languages bound it "
+    "(\u201e\u2026\u201c, \u00ab\u2026\u00bb, \u2039\u2026\u203a, \u300c\u2026\u300d); a quote mark the rules cannot pair, a "
+    "speaker label that may be part of the text ('Add: user: hello'), store words inside a text "
+    "given before its instruction, or an end that mixes instruction and other words is refused, "
+    "never stored as a guess. "
     "Below that the query is refused "
-    "with INVALID_ARGUMENT and the closest supported forms. If the daemon runs with the query "
+    "with INVALID_ARGUMENT and the closest supported forms; when the rules read the query but for "
+    "words the commentary rule could set aside (a write: but for none), the message ends with a line "
+    "'did_you_mean: [...]', a JSON list of one or two function calls (remove(seq=4), "
+    "retrieve(speaker=\"user\", last_n=2)) that, sent back as the query, do what the rules read. "
+    "Labelled forms read as their words: 'Operation: remove. Target: seq 6.', 'op=summarize', and a "
+    "JSON object alone or after a verb ({\"op\": \"store\", \"speaker\": \"user\", \"text\": \"...\"}, "
+    "'Retrieve utterances {\"turn_from\": 3}'). If the daemon runs with the query "
     "classifier enabled and ANTHROPIC_API_KEY set, such a query is classified by Claude into the "
     "same operations instead (metadata.interpreted_by says 'classifier'); a classified remove "
     "deletes at most one utterance."

@@ -74,6 +74,7 @@ class RetrieveIntent:
     seqs: tuple[int, ...] = ()
     since: datetime | None = None
     within_seconds: int | None = None
+    older_than_seconds: int | None = None
     include_summary: bool = False
     summary_only: bool = False
     archived: bool = False
@@ -259,6 +260,7 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "seqs": (_seqs, _D),
             "since": (_since, _D),
             "within_seconds": (_count, _D),
+            "older_than_seconds": (_count, _D),
             "include_summary": (as_bool, _D),
             "summary_only": (as_bool, _D),
             "archived": (as_bool, _D),

@@ -31,6 +31,7 @@ linear, and the closest-form suggestions compare a short prefix.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import sys
 import threading
@@ -40,7 +41,7 @@ from functools import lru_cache
 from typing import Any, Callable
 
 from chd.core.errors import InvalidRequest, quote
-from chd.core.language.grammar.calls import read_call
+from chd.core.language.grammar.calls import read_call, read_json
 from chd.core.language.grammar.configure import read_configure
 from chd.core.language.grammar.context import read_context
 from chd.core.language.grammar.mark import read_mark
@@ -50,13 +51,14 @@ from chd.core.language.grammar.normalize import (
     WRITE_FORMS,
     Normalizer,
     developer_syntax,
+    operation_label,
     lemma,
     phrases,
     removal_idiom,
     vocabulary_of,
     write_operations,
 )
-from chd.core.language.grammar.query import QUOTED
+from chd.core.language.grammar.query import ANY_QUOTE, QUOTED
 from chd.core.language.grammar.reading import Reading
 from chd.core.language.grammar.remove import read_remove
 from chd.core.language.grammar.retrieve import read_retrieve
@@ -126,10 +128,13 @@ class NotUnderstood(InvalidRequest):
     a classifier may try such a query, never an ``Ambiguous`` one.
     """
 
-    def __init__(self, message: str, confidence: float = 0.0, best: Reading | None = None) -> None:
+    def __init__(
+        self, message: str, confidence: float = 0.0, best: Reading | None = None, did_you_mean: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(message)
         self.confidence = confidence
         self.best = best
+        self.did_you_mean = did_you_mean
 
 
 class Ambiguous(InvalidRequest):
@@ -139,12 +144,20 @@ class Ambiguous(InvalidRequest):
 # A read may leave a stray word unexplained, never one that negates or scopes
 # what it reads ("the summary, not the messages"): issue 25.
 _NEGATION = frozenset("not no n't never except without but other others besides excluding instead".split())
+# Nor one that narrows it (issue 25: "show turn 3 and everything after" read
+# as turn 3): order, time and count words.
+_NARROWING = frozenset(
+    """after before since until till older newer later earlier onward onwards following beyond first last
+    latest newest oldest earliest recent ago only once twice one two three four five six seven eight nine ten
+    eleven twelve dozen short brief briefly gist condensed""".split()
+)
 
 
 def threshold_for(reading: Reading) -> float:
     """A configure that only reads the settings is a read."""
     if reading.strict or any(
-        w.lower() in _NEGATION or w.lower().endswith("n't") or w.lower() in WORDS for w in reading.unexplained
+        w.lower() in _NEGATION or w.lower() in _NARROWING or w.lower().endswith("n't") or w.lower() in WORDS
+        for w in reading.unexplained
     ):
         # A word the lexicon would rewrite ("the client's messages") is no
         # stray word: read as written, the filter it names would be dropped.
@@ -159,6 +172,10 @@ def parse(text: str) -> ParsedQuery:
     query = text.strip()
     if not query:
         raise NotUnderstood(_with_forms("the query is empty", query))
+    if query.endswith("}") and (json_call := read_json(query)) is not None:
+        return ParsedQuery(json_call[0], json_call[1], 1.0)
+    if query[:1] in "oOaAtTcCiI{":
+        query = operation_label(query)
     known = _READINGS.known(query)
     if known is not None:
         # Only a query that neither the call reader nor the store rules took
@@ -232,15 +249,18 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
         # Issue 25: "The utterance with seq 6 can be removed" was read as a
         # retrieve with one stray word, and answered OK. A write word anywhere
         # makes the query that write or a refusal, never a read that ignores it.
+        meant = suggestions(readings, writes)
         raise NotUnderstood(
             _with_forms(
                 f"{quote(query)} names a {' and a '.join(sorted(writes))} but could not be read as "
                 f"one; nothing was changed",
                 query,
                 sorted(writes)[0],
+                meant,
             ),
             0.0,
             None,
+            meant,
         )
     needed = threshold_for(best)
     if best.confidence < needed:
@@ -250,7 +270,8 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
             f"(confidence {best.confidence:.2f}, a {best.operation} needs {needed:.2f}; "
             f"not understood: {words})"
         )
-        raise NotUnderstood(_with_forms(reason, query, best.operation), best.confidence, best)
+        meant = suggestions(readings, write_operations(_unquoted(query)))
+        raise NotUnderstood(_with_forms(reason, query, best.operation, meant), best.confidence, best, meant)
     return best.operation, best.fields, best.confidence
 
 
@@ -259,7 +280,7 @@ _WRITE_OPERATIONS = frozenset({"remove", "mark", "configure"})
 
 
 def _unquoted(text: str) -> str:
-    return QUOTED.sub(" ", text) if ('"' in text or "'" in text or "\u201c" in text) else text
+    return QUOTED.sub(" ", text) if ANY_QUOTE.search(text) else text
 
 
 _NORMALIZER: Normalizer | None = None
@@ -305,6 +326,8 @@ def normalized(query: str) -> str:
         out.append(text[start:end])
         position = end
     text = " ".join("".join(out).split())
+    # "messages of user": "of" and a bare speaker name the speaker (non-native, issue 25).
+    text = _OF_SPEAKER.sub(lambda m: f"from the {m.group('s')}", text)
     # A typo'd passive ("can be delted") is fixed only now.
     return removal_idiom(text) or text
 
@@ -444,6 +467,8 @@ class _ReadingCache:
         """Read ``query`` (not cached: ``known`` said so) and keep the reading or the refusal."""
         try:
             outcome: _Outcome | InvalidRequest = _read(query)
+        except NotUnderstood as refusal:
+            outcome = _with_rewrites(query, refusal)
         except InvalidRequest as refusal:
             outcome = refusal
         self._keep(query, (outcome, self._size(query, outcome)))
@@ -477,7 +502,7 @@ class _ReadingCache:
 def _fresh(refusal: InvalidRequest) -> InvalidRequest:
     """A new exception like the cached one (re-raising one object would chain tracebacks)."""
     if isinstance(refusal, NotUnderstood):
-        return NotUnderstood(str(refusal), refusal.confidence, refusal.best)
+        return NotUnderstood(str(refusal), refusal.confidence, refusal.best, refusal.did_you_mean)
     return type(refusal)(*refusal.args)
 
 
@@ -512,6 +537,117 @@ def _closest(prefix: str, operation: str | None, count: int) -> tuple[str, ...]:
 _POOL = tuple((g.operation, form) for g in GUIDE for form in g.forms)
 
 
-def _with_forms(reason: str, query: str, operation: str | None = None) -> str:
+def _with_forms(reason: str, query: str, operation: str | None = None, meant: tuple[str, ...] = ()) -> str:
     forms = "\n  ".join(closest_forms(query, operation))
-    return f"{reason}. Closest supported forms:\n  {forms}\n(GetInstructions lists them all)"
+    # One JSON line a client can read and send back as the query (docs/query-language.md).
+    did_you_mean = f"\ndid_you_mean: {json.dumps(list(meant), ensure_ascii=False)}" if meant else ""
+    return f"{reason}. Closest supported forms:\n  {forms}\n(GetInstructions lists them all){did_you_mean}"
+
+
+# --- did_you_mean ------------------------------------------------------------------
+#
+# Issue 25: a refusal offers one or two rewrites that, sent back as the
+# query, do what was meant. A rewrite is the reading the rules had, as a
+# function call (grammar/calls.py), offered only when the words it leaves
+# out could be set aside by the commentary rule: no number, speaker,
+# negation, scope, order, time or write word, and no unknown first word
+# (which may be a verb the grammar does not know); a write's reading must
+# leave no word out at all (a rewrite such as "of user" -> "from the user"
+# may make it so). It is checked by reading it back: the call must give the
+# same operation and fields.
+
+_MOST_SUGGESTIONS = 2
+_CALL_NAME = {"retrieve": "retrieve", "remove": "remove", "summarize": "summarize", "mark": "mark",
+              "configure": "configure", "stats": "stats"}  # fmt: skip
+
+
+def suggestions(readings: list[Reading], writes: set[str]) -> tuple[str, ...]:
+    """Executable rewrites of what ``readings`` understood, best first; () when none is safe."""
+    ranked = sorted(readings, key=lambda r: -r.confidence)
+    found: list[str] = []
+    for reading in ranked:
+        if len(found) >= _MOST_SUGGESTIONS:
+            break
+        if reading.refusal is not None or reading.strict or reading.confidence < _LEAST_CONFIDENCE:
+            continue
+        if writes and reading.operation not in writes:
+            continue  # a write was named: a read is never what was meant
+        if reading.operation in _WRITE_OPERATIONS and reading.unexplained:
+            # "Remove the last part of the conversation" is no "remove the newest
+            # utterance": a write is offered only from a reading of every word.
+            continue
+        if reading.operation in _WRITE_OPERATIONS | {"retrieve", "summarize"} and not reading.fields and reading.operation != "summarize":
+            continue
+        if not all(_commentary_free(word) and word.lower() not in _NARROWING | _NEGATION for word in reading.unexplained):
+            continue
+        call = _as_call(reading)
+        if call is not None and call not in found:
+            found.append(call)
+    return tuple(found)
+
+
+# "of user" said as "from the user" (normalized() reads it so too).
+_OF_SPEAKER = re.compile(r"\bof\s+(?P<s>user|assistant|system|bot|customer|human)\b", re.IGNORECASE)
+
+
+def _rewrites(query: str) -> list[str]:
+    """Rewrites of a refused query tried for did_you_mean; each must then read in full."""
+    found = []
+    if (idiom := removal_idiom(query)) is not None:
+        found.append(idiom)
+    if _OF_SPEAKER.search(query):
+        found.append(_OF_SPEAKER.sub(lambda m: f"from the {m.group('s')}", query))
+    return found
+
+
+def _with_rewrites(query: str, refusal: NotUnderstood) -> NotUnderstood:
+    """``refusal`` with did_you_mean from rewrites of ``query`` that read in full."""
+    meant = list(refusal.did_you_mean)
+    for candidate in _rewrites(query)[:_MOST_SUGGESTIONS]:
+        try:
+            operation, fields, confidence = _read(candidate)
+        except InvalidRequest:
+            continue
+        call = _as_call(Reading(operation, fields)) if confidence >= 1.0 else None
+        if call is not None and call not in meant:
+            meant.insert(0, call)
+    if meant == list(refusal.did_you_mean):
+        return refusal
+    meant = meant[:_MOST_SUGGESTIONS]
+    message = str(refusal).split("\ndid_you_mean: ")[0]
+    message += f"\ndid_you_mean: {json.dumps(meant, ensure_ascii=False)}"
+    return NotUnderstood(message, refusal.confidence, refusal.best, tuple(meant))
+
+
+# Below this share of its words understood, a reading is too thin to be what was meant.
+_LEAST_CONFIDENCE = 0.5
+
+
+def _as_call(reading: Reading) -> str | None:
+    """``reading`` as a function call that reads back to the same operation and fields, or None."""
+    arguments = ", ".join(f"{key}={_literal(value)}" for key, value in sorted(reading.fields.items()))
+    call = f"{_CALL_NAME[reading.operation]}({arguments})"
+    try:
+        back = read_call(call)
+    except InvalidRequest:
+        return None
+    if back is None or back[0] != reading.operation or {k: _plain(v) for k, v in back[1].items()} != {
+        k: _plain(v) for k, v in reading.fields.items()
+    }:
+        return None
+    return call
+
+
+def _plain(value: Any) -> Any:
+    return value.isoformat() if hasattr(value, "isoformat") else list(value) if isinstance(value, tuple) else value
+
+
+def _literal(value: Any) -> str:
+    value = _plain(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    return json.dumps(str(value), ensure_ascii=False)

@@ -53,6 +53,7 @@ class Filters:
     turn_to: int | None = None
     seqs: frozenset[int] | None = None
     after: float | None = None  # epoch seconds, inclusive
+    before: float | None = None  # epoch seconds, exclusive ("older than an hour")
     seq_from: int | None = None  # windows such as "the last 5" become seq bounds
     seq_to: int | None = None
 
@@ -64,6 +65,7 @@ class Filters:
             and self.turn_to is None
             and self.seqs is None
             and self.after is None
+            and self.before is None
             and self.seq_from is None
             and self.seq_to is None
         )
@@ -78,6 +80,7 @@ class Filters:
             and (self.seq_from is None or seq >= self.seq_from)
             and (self.seq_to is None or seq <= self.seq_to)
             and (self.after is None or epoch(timestamp) >= self.after)
+            and (self.before is None or epoch(timestamp) < self.before)
         )
 
     def admits(self, u: Utterance) -> bool:
@@ -152,7 +155,8 @@ def retrieve_filters(state: ConversationState, intent: RetrieveIntent, now: floa
     if intent.within_seconds is not None:
         window = now - intent.within_seconds
         after = window if after is None else max(after, window)
-    return Filters(intent.speaker, low, high, seqs, after)
+    before = None if intent.older_than_seconds is None else now - intent.older_than_seconds
+    return Filters(intent.speaker, low, high, seqs, after, before)
 
 
 def remove_victims(state: ConversationState, intent: RemoveIntent) -> list[Utterance]:

@@ -10,6 +10,7 @@ guessed: there is no confidence between the two.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -18,7 +19,7 @@ from chd.core.language.guide import CALLS, MAX_INSTRUCTION_CHARS, CallForm
 from chd.core.language.intents import field_sources
 from chd.core.language.numbers import digits_value
 
-__all__ = ["read_call", "CALL_NAMES"]
+__all__ = ["read_call", "read_json", "CALL_NAMES"]
 
 CALL_NAMES: dict[str, CallForm] = {call.name: call for call in CALLS}
 _STORE_ARGUMENTS = 4
@@ -139,6 +140,64 @@ def _number(word: str) -> int | float:
         return float(word) if set(fraction) != {"0"} else int(float(word))
     value = digits_value(word.lstrip("+-"))
     return -value if word.startswith("-") else value
+
+
+# A JSON object, alone or after a verb ("Retrieve utterances {"turn_from": 3}"),
+# read as the generic call of its operation (issue 25, agents and developers).
+_JSON_OPERATION = {
+    "store": "store", "add": "store", "add_utterance": "store", "save": "store", "persist": "store",
+    "retrieve": "retrieve", "get": "retrieve", "read": "retrieve", "fetch": "retrieve", "find": "retrieve",
+    "search": "retrieve", "show": "retrieve", "list": "retrieve",
+    "remove": "remove", "delete": "remove", "summarize": "summarize", "summarise": "summarize",
+    "configure": "configure", "set": "configure", "mark": "mark", "stats": "stats",
+}  # fmt: skip
+_JSON_KEYS = {"role": "speaker", "author": "speaker", "sender": "speaker", "content": "text", "utterance": "text"}
+_JSON_VERB = re.compile(
+    r"^\s*(?P<verb>[A-Za-z_]+)(?:\s*(?:the|following|this|new|an?|utterances?|messages?|conversation|history|[.:]))"
+    r"{0,5}\s*(?=\{)",
+    re.IGNORECASE,
+)
+
+
+def read_json(text: str) -> tuple[str, dict[str, Any]] | None:
+    """``{"op": "store", "speaker": "user", "text": "..."}`` or ``Retrieve utterances {"turn_from": 3}``.
+
+    None when ``text`` holds no such object; InvalidRequest when its keys do
+    not fit the operation (never guessed).
+    """
+    query = text.strip()
+    if not query.endswith("}"):
+        return None
+    verb = _JSON_VERB.match(query)
+    start = verb.end() if verb is not None else 0
+    if query[start : start + 1] != "{":
+        return None
+    try:
+        body = json.loads(query[start:])
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    named = next((k for k in ("op", "operation", "action", "intent", "command") if k in body), None)
+    word = str(body.pop(named)) if named is not None else (verb.group("verb") if verb is not None else "")
+    if named is not None and verb is not None:
+        return None  # a verb and an op: which one is meant is a guess
+    operation = _JSON_OPERATION.get(word.lower())
+    if operation is None:
+        return None
+    keywords = [(_JSON_KEYS.get(key.lower(), key), value) for key, value in body.items()]
+    if operation == "store" and named is None and (":" in query[:start] or "text" not in {k for k, _ in keywords}):
+        # "Add: {"a": 1}" stores that JSON as the utterance; fields only when
+        # the object names the text and no colon made it the payload.
+        return None
+    if operation != "store":
+        # {"turn": 3} is that turn, as turn=3 is in the developer syntax.
+        keywords = [pair for key, value in keywords for pair in (
+            [("turn_from", value), ("turn_to", value)] if key.lower() == "turn" else [(key, value)])]
+    try:
+        return operation, _fields(CALL_NAMES[operation], [], keywords)
+    except InvalidRequest:
+        return None  # the other rules read it, or refuse it with their own reason
 
 
 def read_call(text: str) -> tuple[str, dict[str, Any]] | None:

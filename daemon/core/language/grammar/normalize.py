@@ -42,6 +42,7 @@ __all__ = [
     "write_operations",
     "removal_idiom",
     "developer_syntax",
+    "operation_label",
     "lemma",
     "vocabulary_of",
     "without_needless_reason",
@@ -216,6 +217,46 @@ _SYNTAX: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 )
 
 
+# "Operation: configure. buffer_size=50", "op=remove seqs=2-4", "Action:
+# add_utterance; role: assistant; ..." (issue 25, agents and developers): a
+# label naming the operation is that operation's verb, and the labels of its
+# parts ("Target:", "Filter:") are glue.
+_OPERATION_LABEL = re.compile(
+    r"^\s*\{?\s*[\"']?(?:operation|op|action|task|command|cmd|intent)[\"']?\s*[:=]\s*[\"']?(?P<op>[a-z_]+)[\"']?\s*[.;,]?\s*",
+    re.IGNORECASE,
+)
+_OPERATION_VERB = {
+    "store": "store", "add": "add", "add_utterance": "add", "save": "save", "persist": "store", "append": "add",
+    "retrieve": "get", "get": "get", "read": "get", "fetch": "get", "get_utterances": "get", "search": "find",
+    "remove": "remove", "delete": "delete", "remove_utterance": "remove", "remove_utterances": "remove",
+    "summarize": "summarize", "summarise": "summarize", "summary": "summarize",
+    "configure": "configure", "config": "configure", "set": "set",
+    "mark": "mark", "stats": "stats", "get_stats": "stats", "statistics": "stats",
+}  # fmt: skip
+_PART_LABEL = re.compile(
+    r"(?:^|(?<=[\s.;,]))(?:target|filter|filters|selection|select|scope|params|parameters|args|arguments|where)\s*:\s*",
+    re.IGNORECASE,
+)
+
+
+def operation_label(text: str) -> str:
+    """ "Operation: remove. Target: seq 6." -> "remove seq 6."; other text as it is."""
+    m = _OPERATION_LABEL.match(text[:200])
+    if m is None or (verb := _OPERATION_VERB.get(m.group("op").lower())) is None:
+        return text
+    rest = text[m.end() :]
+    if verb not in ("store", "add", "save"):
+        rest = _PART_LABEL.sub(" ", rest)
+        rest = _IMPORTANT_FLAG.sub(lambda f: " as important" if f.group(1).lower() in ("true", "yes", "1") else " as not important", rest)
+    if verb == "summarize":
+        rest = _SUMMARY_LIMIT.sub(r" in \1 tokens", rest)
+    return f"{verb} {rest}".strip()
+
+
+_IMPORTANT_FLAG = re.compile(r"\s*\bimportant\s*[:=]\s*(true|false|yes|no|1|0)\b", re.IGNORECASE)
+_SUMMARY_LIMIT = re.compile(r"\b(?:token_limit|max_tokens|tokens|limit)\s*[:=]\s*(\d+)\b", re.IGNORECASE)
+
+
 def developer_syntax(text: str) -> str:
     """``turn>=3`` -> "from turn 3 on", ``seq=7`` -> "utterance 7", ``2..5`` -> "2 to 5", ``tail -n 2`` -> "tail 2"."""
     if not any(c in text for c in "=<>{-.*") and "select" not in text.lower() and " in " not in text.lower():
@@ -251,13 +292,26 @@ _NOT_NEEDED = re.compile(
 )
 
 
+# "Utterance number 4 you must remove", "Last message, remove it", "The
+# oldest utterance, remove please": a remove verb said after what it removes
+# (issue 25, non-native order). Read as "<verb> <what> <rest>".
+_LATE_REMOVE = re.compile(
+    r"^(?P<obj>[^\"\u201c]{1,200}?)[\s,;\u2014\u2013-]+(?:(?:you|we|i)\s+)?(?:(?:must|should|can|could|shall|will|please|pls|plz)\s+)*"
+    r"(?P<v>remove|delete|erase|drop|discard|wipe|del)(?:\s+(?:it|them|this|that|these|those|em))?\b(?P<rest>.{0,200})$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
 def removal_idiom(text: str) -> str | None:
-    """"<what> can be deleted" / "<what> should go" as "delete <what>", or None."""
+    """"<what> can be deleted" / "<what> should go" / "<what>, remove it" as "delete <what>", or None."""
     head = text[:400]
     if (m := _PASSIVE.match(head)) and WRITE_FORMS.get(m.group("v").lower()) == "remove":
         obj, rest = m.group("obj"), m.group("rest") + text[400:]
     elif m := _GONE.match(head):
         obj, rest = m.group("obj"), m.group("rest") + text[400:]
+    elif (m := _LATE_REMOVE.match(head)) and len(text) <= 400 and len(m.group("obj").split()) >= 2:
+        # Two words at least: "Plese delete ..." is a courtesy, not an object.
+        obj, rest = m.group("obj").strip(" ,"), m.group("rest")
     else:
         return None
     return _NOT_NEEDED.sub("", f"delete {obj.strip()}{rest}")
@@ -273,10 +327,23 @@ _WRITE_PHRASES = re.compile(
 _PHRASE_OPERATION = {p: section for section in ("remove", "mark", "configure") for p in LEXICON[section] if " " in p}
 
 
+# Saying a thing is unwanted asks for its removal, wherever it stands (issue
+# 25: "This message of the assistant about hotel, I dont need it" ran as a
+# search whose topic held the dismissal).
+_DISMISSAL = re.compile(
+    r"\b(?:don'?t|dont|do\s+not|no\s+longer)\s+(?:need|want)\s+(?:it|them|this|that|these|those)\b"
+    r"|\b(?:is|are|it's|they're)\s+(?:not|no\s+longer)\s+(?:needed|wanted|necessary|required)\b"
+    r"|\btake\s+(?:it|them|this|that|these|those)\s+(?:away|out)\b",
+    re.IGNORECASE,
+)
+
+
 def write_operations(text: str) -> set[str]:
     """The write operations whose words appear anywhere in ``text`` (quoted spans aside)."""
     words = {w.lower().replace("\u2019", "'") for w in _TOKEN.findall(text)}
     found = {WRITE_FORMS[w] for w in words if w in WRITE_FORMS}
+    if _DISMISSAL.search(text):
+        found.add("remove")
     for m in _WRITE_PHRASES.finditer(text):
         found.add(_PHRASE_OPERATION[" ".join(m.group(0).lower().split())])
     if "remove" not in found and ("go" in words or "longer" in words or "needed" in words) and removal_idiom(text):

@@ -20,7 +20,7 @@ from typing import Pattern
 
 from chd.core.language.grammar.vocab import FILLERS, FLAGS
 
-__all__ = ["Query", "strip_politeness", "normalize", "QUOTED"]
+__all__ = ["Query", "strip_politeness", "normalize", "QUOTED", "ANY_QUOTE"]
 
 _POLITE_PREFIX = re.compile(
     r"^(?:(?:hey|hi|hello|ok(?:ay)?|so|now|alright|right|well|and|also|then|daemon|chd)\b[,!]?\s*)*"
@@ -42,9 +42,15 @@ _END_PUNCTUATION = " \t\n\r\f\v.!?"
 # of "what's" or "the user's" are not taken for quotes.
 # A curly quote's span stops at the next opening quote: unclosed "\u201c"s
 # would otherwise each scan to the end of the query (quadratic).
+# German, French, Polish and CJK quotes too (issue 25), each span stopping at
+# its own kind's next opening quote for the same reason.
 QUOTED = re.compile(
     r"\"([^\"]*)\"|\u201c([^\u201c\u201d]*)\u201d|\u2018([^\u2018\u2019]*)\u2019|(?<![\w'])'([^']*)'(?![\w])"
+    r"|\u201e([^\u201e\u201c\u201d]*)[\u201c\u201d]|\u00ab([^\u00ab\u00bb]*)\u00bb|\u2039([^\u2039\u203a]*)\u203a"
+    r"|\u300c([^\u300c\u300d]*)\u300d|\u300e([^\u300e\u300f]*)\u300f"
 )
+# Whether a text may hold a quoted span at all (a cheap check before QUOTED).
+ANY_QUOTE = re.compile("[\"'\u201c\u2018\u201e\u00ab\u2039\u300c\u300e]")
 _BLANKS = re.compile(r"[\s\x00-\x1f\x7f]+")
 # Most queries have only single spaces: finding none of these is cheaper
 # than replacing every space with itself.

@@ -51,6 +51,14 @@ _NO_UTTERANCES = re.compile(
     r"(?:utterances|messages)\b(?:\s+(?:are\s+)?needed)?\s*\)?",
     FLAGS,
 )
+# Reads answer oldest first: saying so changes nothing ("the most recent four,
+# earliest first", "Order: chronological"). "newest first" is another order,
+# and stays unexplained.
+_CHRONOLOGICAL = re.compile(
+    r"\b(?:order\s*:\s*)?(?:(?:in\s+)?(?:chronological(?:ly)?|time)(?:\s+order)?|(?:the\s+)?(?:oldest|earliest)\s+(?:ones?\s+)?first"
+    r"|in\s+(?:the\s+)?order\s+(?:they\s+were\s+|it\s+was\s+)?(?:said|written|sent|stored|added))\b",
+    FLAGS,
+)
 _LEADING_FILLER = re.compile(r"^(?:\s*\b(?:me|all|the|any|every|of|for|in|this|these|those)\b)+", FLAGS)
 
 
@@ -67,6 +75,8 @@ def _count_fields(count: Count, topic: bool) -> dict[str, Any]:
     return {"limit": n} if topic and not count.window else {"last_n": n}
 
 
+_RELATION = re.compile(r"\b(?:before|after|earlier\s+than|previous\s+to)\s+(?:the|a|an|that|this|my|its|\d)", FLAGS)
+_RELATION_WORD = re.compile(r"\b(?:before|after)\b", FLAGS)
 _FIRST_WORD = re.compile(r"[\w']+", re.UNICODE)
 # Words that would be a filter if understood: a read that leaves one of
 # them unexplained would return more than was asked ("what the assistant
@@ -96,6 +106,7 @@ def read_retrieve(text: str) -> Reading | None:
     if span.first_turns is not None:
         fields["first_turns"] = span.first_turns
     q.take(_ONLY)
+    q.take(_CHRONOLOGICAL)
     if speaker := take_speaker(q):
         fields["speaker"] = speaker
     summary = take_summary(q)
@@ -117,10 +128,15 @@ def read_retrieve(text: str) -> Reading | None:
     if verb is None and not fields:
         return None
     unexplained = q.unexplained(_WORDS)
+    if _RELATION.search(q.original) and (left := _RELATION_WORD.search(q.text)):
+        # "the message before the last": "before" relates two things here, it is
+        # no filler as in "what did the user say before?" (issue 25).
+        unexplained.append(left.group(0))
     strict = (
         (verb is None and first is not None and first.group(0) in unexplained)
         or any(_FILTER_WORD.fullmatch(word) for word in unexplained)
         # "the last 3 exchanges": a count of something not understood might not be utterances.
         or (count is not None and count.after is not None and count.after in unexplained)
+        or (bool(unexplained) and unexplained[-1].lower() in ("before", "after"))
     )
     return Reading("retrieve", fields, unexplained, q.total_words, strict=strict)

@@ -65,16 +65,37 @@ _SPEAKER_PATTERNS = (
 
 
 _ANY_SPEAKER = re.compile(rf"\b{SPEAKER}\b", FLAGS)
+# The caller speaking of itself or of the assistant (issue 25: "everything I
+# said", "remove my last message" read all speakers' utterances): "my
+# messages", "what I asked" are the user's; "your answers", "what did you
+# say" the assistant's. "we" stays both speakers ("what did we say").
+_COUNTED = rf"(?:(?:last|latest|newest|oldest|first|earliest|most\s+recent|recent|previous|{NUM_TOKEN})\s+){{0,4}}"
+_PERSON = (
+    ("user", rf"\bmy\s+(?:own\s+)?{_COUNTED}(?:{NOUN}|msgs?)\b"),
+    ("user", rf"\b(?:what\s+|everything\s+|anything\s+|all\s+)?i\s+(?:(?:have|had|just|ever|already)\s+){{0,2}}"
+             rf"(?:said|say|wrote|write|asked|ask|typed|sent|mentioned|told\s+you)\b"),
+    ("assistant", rf"\byour\s+(?:own\s+)?{_COUNTED}(?:{NOUN}|msgs?)\b"),
+    ("assistant", r"\b(?:did\s+you\s+(?:say|write|answer|reply|tell\s+me)|you\s+(?:said|wrote|answered|replied|told\s+me))\b"),
+)
+_ANY_PERSON = re.compile(r"\b(?:my|i|your|you)\b", FLAGS)
 
 
 def take_speaker(q: Query) -> str | None:
     """'from the assistant', "the user's messages", 'did the assistant say', 'assistant messages'."""
-    if not q.search(_ANY_SPEAKER):
-        return None  # the cheap check first: these patterns are long
-    for pattern in _SPEAKER_PATTERNS:
-        match = q.take(pattern)
-        if match:
-            return speaker_of(match.group("s"))
+    if q.search(_ANY_SPEAKER):  # the cheap check first: these patterns are long
+        for pattern in _SPEAKER_PATTERNS:
+            match = q.take(pattern)
+            if match:
+                return speaker_of(match.group("s"))
+    if q.search(_ANY_PERSON):
+        for speaker, pattern in _PERSON:
+            match = q.search(pattern)
+            if match:
+                # The speaker's words go; the noun and the count stay for their own slots.
+                noun = re.search(rf"(?:{_COUNTED}(?:{NOUN}|msgs?))$", match.group(0), FLAGS)
+                end = match.start() + noun.start() if noun and noun.start() > 0 else match.end()
+                q.text = f"{q.text[: match.start()]} {q.text[end:]}"
+                return speaker
     return None
 
 
@@ -129,6 +150,9 @@ _TURN_SINCE = (
     rf"\b(?:since|starting\s+(?:at|from|with))\s+{_turn_ref('n')}(?:\s+on(?:wards?)?)?",
     rf"\bfrom\s+{_turn_ref('n')}\s+on(?:wards?)?\b",
     rf"\b(?:in\s+|from\s+)?{_turn_ref('n')}\s+(?:and\s+(?:later|after|newer|onwards?|beyond)|on(?:wards?)?)\b",
+    # "turn 3 and everything after (it)", "turn 3 and all that follows" (issue 25).
+    rf"\b(?:in\s+|from\s+)?{_turn_ref('n')}\s+and\s+(?:everything|all|anything|whatever)\s+(?:(?:that\s+)?(?:comes?\s+|came\s+)?"
+    rf"(?:after|later|since|beyond)(?:\s+(?:it|that))?|(?:that\s+)?follows?|following)\b",
 )
 # "turns of talk" are utterances, as conversation analysts say.
 _TURNS = r"turns?\b(?!\s+of\s+(?:talk|speech))"
@@ -195,6 +219,12 @@ _TIME_WINDOW = (
     rf"\b(?:since|from|after)\s+(?P<n>{NUM})\s*{_UNIT}\s+ago\b",
     rf"\b(?:in|within)\s+(?P<n>{NUM})\s*{_UNIT}\b",
 )
+# "older than one hour", "from over an hour ago", "more than 30 minutes ago" (issue 25).
+_AN = rf"(?:(?P<n>{NUM})|an?|one)"
+_TIME_OLDER = (
+    rf"\b(?:which\s+are\s+|that\s+are\s+)?older\s+than\s+(?:an?\s+|one\s+)?(?:(?P<n>{NUM})\s*)?{_UNIT}(?:\s+ago)?\b",
+    rf"\b(?:(?:from|sent|said|written)\s+)?(?:over|more\s+than|longer\s+than)\s+(?:an?\s+|one\s+)?(?:(?P<n>{NUM})\s*)?{_UNIT}\s+ago\b",
+)
 _MOMENT = r"(?P<t>\d{4}-\d{2}-\d{2}(?:[t ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?(?:z|[+-]\d{2}:?\d{2})?)"
 _TIME_SINCE = rf"\b(?:since|after|from)\s+{_MOMENT}"
 
@@ -214,6 +244,10 @@ def take_time(q: Query) -> dict[str, object]:
         if m := q.take(pattern):
             count = parse_number(m.group("n")) if m.group("n") else 1
             return {"within_seconds": count * _unit_seconds(m.group("u"))}
+    for pattern in _TIME_OLDER:
+        if m := q.take(pattern):
+            count = parse_number(m.group("n")) if m.group("n") else 1
+            return {"older_than_seconds": count * _unit_seconds(m.group("u"))}
     if m := q.take(_TIME_SINCE):
         text = m.group("t").upper().replace(" ", "T")
         try:
@@ -234,6 +268,8 @@ _SEQ_LIST = (
     rf"\b(?:the\s+)?{_SEQ_NOUN}\s*(?:numbered|number|no\.?|\#|seq|id)?\s*(?:=|:)?\s*\#?(?P<a>\d+|{NUM})"
     rf"(?P<rest>(?:\s*(?:,|and|&|or)\s*(?:and\s+)?\#?\d+)+|\s*(?:to|through|thru|-|\u2013)\s*\#?\d+)?\b"
 )
+_OPEN_SEQS = re.compile(r"\s*(?:on(?:wards?)?|and\s+(?:later|after|beyond|on(?:wards?)?|newer|everything\s+after|all\s+after))\b", FLAGS)
+_OPEN_SEQS_BEFORE = re.compile(r"\b(?:after|since|following|later\s+than|newer\s+than|starting\s+(?:at|from|with))\s*$", FLAGS)
 _SEQ_HASH = r"(?<![\w])(?:\#|\bnumber\s+)(?P<a>\d+|{NUM})\b(?P<rest>)"
 
 
@@ -249,6 +285,13 @@ def take_seqs(q: Query) -> tuple[int, ...]:
     m = q.take(_SEQ_LIST) or q.take(_SEQ_HASH)
     if m is None:
         return ()
+    if _OPEN_SEQS.match(q.text, m.start()) or _OPEN_SEQS_BEFORE.search(q.text, max(0, m.start() - 30), m.start() + 1):
+        # Issue 25: "from message 5 on" was read as message 5 alone. The
+        # newest seq is not known here, so an open range of seqs is refused.
+        raise InvalidRequest(
+            "an open range of seqs ('from message 5 on') is not supported; name its end "
+            "('messages 5 to 8') or use turns ('since turn 3')"
+        )
     first = parse_number(m.group("a"))
     rest = m.group("rest") or ""
     numbers = [digits_value(n) for n in re.findall(r"\d+", rest)]
@@ -342,6 +385,13 @@ _WEAK_TOPIC = (
 
 
 _SENTENCE_BREAK = re.compile(r"[?!,;]|\.\s")
+# "what the user said in short", "what did the bot say to that": a weak
+# marker's object never starts with a preposition or an adverb.
+_ADVERBIAL = frozenset(
+    """in at on during to for before after since until by with from earlier later today yesterday
+    recently again briefly just so then there here when while""".split()
+)
+_ORDER_WORDS = frozenset("last latest lastly recently newest first earliest oldest most recent before previously earlier".split())
 
 
 def _take_where_topic(q: Query) -> str | None:
@@ -375,6 +425,11 @@ def split_topic(q: Query) -> tuple[Query, str | None]:
             if marker is _WEAK_TOPIC:
                 continue
             return q, None
+        if marker is _WEAK_TOPIC and (
+            all(w.lower() in _ORDER_WORDS for w in topic.split()) or topic.split()[0].lower() in _ADVERBIAL
+        ):
+            # "what did the bot say last": an order, not a topic (issue 25).
+            continue
         if _SENTENCE_BREAK.search(tail.strip(" ,.?!")) and (marker is _WEAK_TOPIC or m.group(0).lower().strip() == "on"):
             # "what did we say last? show me ...", "... on my phone, can't scroll":
             # a weak marker's topic ends with its clause; a longer one is no topic.

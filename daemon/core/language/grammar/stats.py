@@ -10,12 +10,15 @@ __all__ = ["read_stats"]
 _TRIGGER = (
     r"\b(?:stats|statistics|status|usage|metrics|counts?|numbers|size|fill)\b"
     r"|^how\s+(?:many|much|big|large|long|full)\b|^count\b"
+    # "Is the buffer full?", "how close to full is the buffer" (issue 25).
+    r"|^(?:is|are)\s+(?:the\s+)?(?:buffer|memory|history|conversation|summary)\s+(?:already\s+|almost\s+|nearly\s+)?(?:full|empty|big|large)\b"
+    r"|\b(?:full|empty)\s+is\s+the\s+buffer\b"
 )
 _WORDS = frozenset(
     """stats statistics status usage metrics count counts numbers how many much big large long full
     tokens token turns turn summary queue queued pending evicted used use size length there left
     waiting important overall total get show give display report are stored have do fill level
-    buffer's summary's sizes lengths conversation's""".split()
+    buffer's summary's sizes lengths conversation's is empty almost nearly already close""".split()
 )
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from chd.core.errors import InvalidRequest, quote
 from chd.core.language.grammar.store_header import Header, commentary, is_note, read_header
 
-__all__ = ["read_store", "UnclearStore", "HEAD_LIMIT"]
+__all__ = ["read_store", "UnclearStore", "HEAD_LIMIT", "QUOTE_MARKS"]
 
 # How much of the query an instruction may take; beyond it everything is utterance.
 HEAD_LIMIT = 400
@@ -38,9 +38,22 @@ HEAD_LIMIT = 400
 # Separators people type between an instruction and what it stores. A
 # hyphen counts only next to a space, so "user-side" or "e-mail" stay words.
 _SEPARATOR = re.compile(r"\r?\n|:|->|=>|\u2192|[\u2014\u2013]|-{1,2}(?=\s)|(?<=\s)-{1,2}")
-_OPENERS = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019", "\u00ab": "\u00bb", "`": "`"}
+# Each opening quote and the quotes that may close it: English, German
+# („…“, »…«), French and Russian («…», ‹…›), Polish („…”), CJK corner
+# brackets (「…」, 『…』). Issue 25: a store whose quotes were not known kept
+# them as part of the utterance ("‹Can we prepone the dinner?›").
+_OPENERS = {
+    '"': '"', "'": "'", "`": "`",
+    "\u201c": "\u201d", "\u2018": "\u2019",
+    "\u201e": "\u201c\u201d", "\u201a": "\u2018\u2019",
+    "\u00ab": "\u00bb", "\u00bb": "\u00ab", "\u2039": "\u203a", "\u203a": "\u2039",
+    "\u300c": "\u300d", "\u300e": "\u300f",
+}
 # An apostrophe-like quote opens only at a word start ("the user's" has no quote).
-_OPEN = re.compile(r"[\"\u201c\u00ab`]|(?<![\w'\u2019])['\u2018]")
+_OPEN = re.compile(r"[\"\u201c\u201e\u00ab\u00bb\u2039\u203a\u300c\u300e`]|(?<![\w'\u2019])['\u2018\u201a]")
+# Quote marks of any kind: an utterance that starts with one the rules do not
+# pair is refused, not stored with its quotes (the boundary is not certain).
+QUOTE_MARKS = frozenset("\"'`\u201c\u201d\u2018\u2019\u201e\u201a\u201b\u201f\u00ab\u00bb\u2039\u203a\u300c\u300d\u300e\u300f\u301d\u301e\uff02")
 # "Remember that <utterance>": a verb and courtesy before "that", nothing else.
 _THAT = re.compile(r"\bthat\s+(?=\S)", re.IGNORECASE)
 # What may sit between a quoted utterance and the instruction after it.
@@ -95,7 +108,11 @@ _LABEL = re.compile(
     r"[\"']?(?P<value>user|assistant|system|bot|human|ai|model|\d{1,6})[\"']?(?P<end>[.,;]|$|(?=\s))",
     re.IGNORECASE,
 )
-_CONTENT_LABEL = re.compile(r"(?:^|(?<=[\s.;,(]))(?:content|text|utterance|body)\s*(?::|=(?=\s*[\"'\u201c]))\s*", re.IGNORECASE)
+# "Content (between the quotes): ..." (issue 25): a short note in brackets may follow the label.
+_CONTENT_LABEL = re.compile(
+    r"(?:^|(?<=[\s.;,(]))(?:content|text|utterance|body)(?:\s*\([^()]{1,40}\))?\s*(?::|=(?=\s*[\"'\u201c]))\s*",
+    re.IGNORECASE,
+)
 
 
 def _unlabelled(q: str) -> str:
@@ -180,7 +197,110 @@ def _after_separator(q: str, sep: re.Match[str]) -> _Split | None:
             # utterance and the words after it are not understood. Storing the
             # whole rest would keep them as said (issue 25); refuse instead.
             return replace(quoted, label=True)
+    elif (inner := _second_label(rest, header, instruction)) is not None:
+        return inner
+    if rest[:1] in QUOTE_MARKS:
+        # A closing quote or one the rules do not pair: where the utterance
+        # starts and ends is not certain, so nothing is stored.
+        return _Split("", header.joined(Header(unclear=(f"{rest[:1]} (a quote mark the rules do not pair)",))), instruction)
+    if (bare := _bare_label(rest, header, instruction)) is not None:
+        return bare
+    return _tail_split(rest, header, instruction)
+
+
+# At most this many words make a bare speaker label ("Store: user: hello").
+_LABEL_WORDS = 4
+
+
+def _bare_label(rest: str, header: Header, instruction: str) -> _Split | None:
+    """ "Store: user: hello there": a speaker label after the first separator, without quotes (issue 25)."""
+    sep = _first_separator(rest[:HEAD_LIMIT])
+    if sep is None or sep.group(0) == "\n":
+        return None
+    part = rest[: sep.start()]
+    if len(part.split()) > _LABEL_WORDS:
+        return None
+    more = read_header(part)
+    if not (more.understood and more.speakers) or more.verb or header.speakers:
+        # After "what the user told me was:", "user: ..." is what was said.
+        return None
+    # A transcript line ("user: hello") may be the utterance itself: a guess either way.
+    unclear = Header(unclear=(f"{part.strip()} (a speaker label or part of the utterance?)",))
+    return _Split("", header.joined(unclear), f"{instruction} {part}")
+
+
+# The end of an unquoted utterance that may be instruction: a bracket group,
+# a part after a dash, or a last sentence ("I need a taxi. Turn 4.").
+_TAIL = re.compile(r"\s*(?:\((?P<bracket>[^()]{1,80})\)|(?:\s[-\u2014\u2013]+|[\u2014\u2013])\s*(?P<dash>[^-\u2014\u2013]{1,80})"
+                   r"|(?<=[.!?])\s+(?P<sentence>[^.!?]{1,40}))[\s.!]*$")
+
+
+def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
+    """An unquoted utterance, its last bracket, dash part or short sentence read as instruction when it is one.
+
+    Issue 25: "Add: I need a taxi (user, turn 4)" stored the bracket. A tail
+    that reads as instruction (a speaker, a turn, a store verb) is instruction;
+    one that holds such words among others, or is only courtesy after a dash
+    ("- thank you"), leaves the end uncertain and refuses the store.
+    """
+    if not (header.asks_store or header.speakers):
+        # Not yet a store ("line one\nline two — commit it"): the utterance may
+        # start earlier; the instruction-last reading decides (_instruction_last).
+        return _Split(rest, header, instruction, label=True)
+    tail = _TAIL.search(rest, max(0, len(rest) - 120))
+    if tail is None:
+        return _Split(rest, header, instruction, label=True)
+    segment = tail.group("bracket") or tail.group("dash") or tail.group("sentence") or ""
+    more = read_header(segment)
+    words = [w.lower() for w in re.findall(r"[\w']+", segment)]
+    meta = more.speakers or more.turns or more.asks_store or more.imperative
+    if more.understood and meta:
+        text = rest[: tail.start()].rstrip()
+        if tail.group("sentence") is not None:
+            text = rest[: tail.start("sentence")].rstrip()
+        if text:
+            return _Split(text, header.joined(more), f"{instruction} {segment}", label=True)
+    if (meta and not more.understood) or (tail.group("dash") and words and all(w in _COURTESY for w in words)):
+        unclear = Header(unclear=(f"{segment.strip()} (instruction or utterance?)",))
+        return _Split("", header.joined(unclear), f"{instruction} {segment}")
     return _Split(rest, header, instruction, label=True)
+
+
+# How long a report before a quoted utterance may be ("the user asked").
+_REPORT_LIMIT = 60
+
+
+def _second_label(rest: str, header: Header, instruction: str) -> _Split | None:
+    """ "New utterance to add — user is speaking: 「…」": a second label before a quoted utterance.
+
+    Issue 25: the words between the two separators were stored as said. They
+    are instruction when they read as one (a speaker, a store verb, a noun)
+    and a quote opens right after the second separator.
+    """
+    head = rest[:HEAD_LIMIT]
+    sep = _first_separator(head)
+    opening = _OPEN.search(head)
+    labelled = sep is not None and (opening is None or sep.start() < opening.start())
+    if labelled:
+        after = rest[sep.end() :].lstrip()
+        part = rest[: sep.start()]
+    elif opening is not None and opening.start() <= _REPORT_LIMIT:
+        # "Add to history this: the user asked "can I pay later?"" (issue 25).
+        after, part = rest[opening.start() :], rest[: opening.start()]
+    else:
+        return None
+    if not after or after[0] not in _OPENERS or _closing(after, 0) is None:
+        return None
+    more = read_header(part)
+    if labelled and not more.understood and (more.speakers or more.verb or more.imperative):
+        # Some of it names a speaker or a store, some of it is not understood:
+        # whether it is said or instruction is a guess, and nothing is stored.
+        return _Split("", header.joined(more), f"{instruction} {part}")
+    if not (more.understood and (more.speakers or more.asks_store or more.noun)):
+        return None
+    start = len(rest) - len(after)
+    # _quoted reads the part again, as the words before the quote.
+    return replace(_quoted(rest, start, header, f"{instruction} {part}"), label=True)
 
 
 def _quoted(q: str, start: int, before: Header, instruction: str) -> _Split:
@@ -217,7 +337,7 @@ def _trailer(after: str) -> Header:
         # quotes were part of the text, not around it.
         return Header(unclear=(quote(after),))
     header = read_header(after)
-    if header.understood and (header.asks_store or header.speakers):
+    if header.understood and (header.asks_store or header.speakers or header.turns):
         return header
     words = [w.lower() for w in re.findall(r"[\w']+", after)]
     if header.understood and (all(w in _COURTESY for w in words) or is_note(after)):
@@ -237,7 +357,11 @@ def _closing(q: str, start: int) -> int | None:
 
     An apostrophe-like closer ends a quote only at a word end, so "it's" inside the quote is text.
     """
-    closer = _OPENERS[q[start]]
+    found = [p for p in (_close(q, start, closer) for closer in _OPENERS[q[start]]) if p is not None]
+    return min(found) if found else None
+
+
+def _close(q: str, start: int, closer: str) -> int | None:
     position = start
     while (position := q.find(closer, position + 1)) != -1:
         if closer in "'\u2019" and position + 1 < len(q) and (q[position + 1].isalnum() or q[position + 1] == "_"):
@@ -290,7 +414,35 @@ def _instruction_last(q: str) -> _Split | None:
     text = q[: last.start()].strip()
     if not text:
         return None
+    if _uncertain_start(text):
+        # Issue 25: "Task: persist a user utterance. Content: "..." WARNING:
+        # store it" stored the whole task. Store words or a quoted span before
+        # the supposed utterance's end mean its start is not certain: refuse.
+        unclear = Header(unclear=("(store words or quotes before the text's end)",))
+        return _Split("", header.joined(unclear), q[:HEAD_LIMIT])
     return _Split(text, header, instruction)
+
+
+# How many separated segments of a text-first store are checked for store words.
+_LEAD_SEGMENTS = 4
+
+
+def _uncertain_start(text: str) -> bool:
+    """Whether ``text`` (a text-first store's utterance) has a quoted span or a segment asking for a store."""
+    head = text[:HEAD_LIMIT]
+    opening = _OPEN.search(head)
+    if opening is not None and _closing(text, opening.start()) is not None:
+        before = read_header(head[: opening.start()])
+        if before.understood and (before.asks_store or before.speakers or before.noun):
+            return True
+    start = 0
+    for count, sep in enumerate(_SEPARATOR.finditer(head)):
+        if count >= _LEAD_SEGMENTS:
+            break
+        if read_header(head[start : sep.start()]).attempts_store:
+            return True
+        start = sep.end()
+    return False
 
 
 def _unclear_message(split: _Split) -> str:

@@ -35,10 +35,11 @@ _SPEECH = frozenset(
     """said says say wrote writes written asked asks answered answers replied replies
     responded responds told tells typed types sent sends stated states mentioned mentions
     added went goes spoke spoken saying uttered voiced posted shared messaged texted
-    remarked commented explained reported noted came comes""".split()
+    remarked commented explained reported noted came comes speaking talking""".split()
 )
 _SPEAKERS = frozenset(
-    "user human customer assistant bot ai model agent claude system".split()
+    """user human customer assistant bot ai model agent claude system patient visitor guest passenger
+    traveller traveler shopper buyer""".split()
 )
 # Where an utterance goes: with a preposition, these name the destination of a write.
 _DESTINATIONS = frozenset(
@@ -101,7 +102,12 @@ _POINTERS = re.compile(
 _NOTE = re.compile(
     r"\b(?:verbatim|unchanged|unaltered|unmodified|as[\s-]is|literally|as\s+written|as\s+given|word\s+for\s+word"
     r"|raw|pasted|copied|ordinary\s+content|plain\s+text|as\s+text|looks?\s+like|resembles?|reads\s+like"
-    r"|commands?|instructions?|requests?|quer(?:y|ies)|execute[sd]?|interpret(?:ed)?|parsed?|act(?:ed)?\s+(?:on|upon))\b",
+    r"|commands?|instructions?|requests?|quer(?:y|ies)|execute[sd]?|interpret(?:ed)?|parsed?|act(?:ed)?\s+(?:on|upon)"
+    # Its language (issue 25: "(in German, do not translate)", "it is in Russian").
+    r"|languages?|translat\w*|original(?:ly)?|as\s+(?:s?he|they|it)\s+(?:wrote|typed|said)\s+it|keep\s+like\s+this"
+    r"|english|german|french|spanish|italian|portuguese|dutch|russian|polish|ukrainian|chinese|mandarin|cantonese"
+    r"|japanese|korean|hindi|arabic|turkish|greek|hebrew|swedish|norwegian|danish|finnish|czech|hungarian"
+    r"|romanian|vietnamese|thai|indonesian|persian|farsi|urdu|bengali|tamil|swahili|catalan|croatian|serbian)\b",
     re.IGNORECASE,
 )
 _NEGATED_STORE = re.compile(

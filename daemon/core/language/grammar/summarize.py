@@ -49,7 +49,13 @@ _TRIGGER = (
     rf"^(?:{_VERB}|tl;?\s*dr|{_MAKE}\s+(?:a|an)\s+{_KIND}(?:summary|{_NOUN})|{_MAKE}\s+(?:the|your)\s+{_KIND}{_NOUN}"
     rf"|(?:(?:a|an)\s+)?{_KIND}{_NOUN}|(?:a|an)\s+{_KIND}summary|{_ADJECTIVE}+summary|summary\s+of"
     rf"|what(?:'s|\s+is|\s+was)\s+the\s+(?:gist|upshot|bottom\s+line|short\s+version|tl;?\s*dr)"
-    rf"|(?:give|tell)\s+(?:me|us)\s+the\s+(?:gist|short\s+version|highlights|upshot|tl;?\s*dr))\b"
+    rf"|(?:give|tell)\s+(?:me|us)\s+the\s+(?:gist|short\s+version|highlights|upshot|tl;?\s*dr)"
+    # A question about what the conversation is about asks for its summary
+    # (issue 25: "What is the conversation about?" read every utterance).
+    rf"|what(?:'s|\s+is|\s+was)\s+(?:the|this|our)\s+(?:conversation|chat|talk|discussion|dialog(?:ue)?|thread|session)\s+(?:all\s+)?about"
+    rf"|what\s+(?:have|did|has)\s+(?:we|you\s+and\s+i|the\s+user\s+and\s+the\s+assistant)\s+(?:been\s+)?"
+    rf"(?:discuss(?:ed|ing)?|talk(?:ed|ing)?\s+about|cover(?:ed)?)(?:\s+so\s+far|\s+until\s+now)?\s*[?.!]*$)"
+    r"(?:\b|(?<=[?.!]))"
 )
 _WORDS = frozenset(
     """summarize summarise sum up recap condense digest tl dr tldr summary give make write create produce
@@ -59,7 +65,8 @@ _WORDS = frozenset(
     paragraph rough fast executive through go over catch fill in on let have see want need like how about
     upshot bottom version highlights tokens token stay staying keep kept capped cap limit max maximum
     until now thus date everything whole entire conversation's down we we've we're our us you've discussed
-    talked covered said about happened briefly shortly quickly concisely succinctly budget""".split()
+    talked covered said about happened briefly shortly quickly concisely succinctly budget is was this chat
+    talk discussion dialog dialogue thread session all discuss discussing talking cover few words in a""".split()
 )
 
 

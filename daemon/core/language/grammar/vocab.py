@@ -16,6 +16,11 @@ FLAGS = re.IGNORECASE | re.DOTALL
 
 _SPEAKERS = {
     "user": "user", "human": "user", "customer": "user",
+    # Issue 25: the user as a clinic, hotel or travel desk names them, only
+    # where a speaker stands ("the patient's messages", "what the guest said");
+    # elsewhere ("patient waiting") they are people mentioned, not a filter.
+    "patient": "user", "visitor": "user", "guest": "user", "passenger": "user",
+    "traveller": "user", "traveler": "user", "shopper": "user", "buyer": "user",
     "assistant": "assistant", "bot": "assistant", "ai": "assistant",
     "model": "assistant", "agent": "assistant", "claude": "assistant",
     "system": "system",
