@@ -119,6 +119,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "text to paste into a prompt (takes no other filter)",
         "token_limit": "with context: the token budget of that text (default summary_token_limit + max_tokens)",
         "archived": "read the archive of folded utterances (chd serve --archive-evicted) instead of the buffer",
+        "where": "with topic: search only these of buffer, pending, archive, summary (default: all, one ranked list)",
     },
     "remove": {
         "oldest": "the oldest n (of the filtered) utterances in the buffer",

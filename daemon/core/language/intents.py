@@ -24,6 +24,7 @@ __all__ = [
     "EVICTION_POLICIES",
     "StoreIntent",
     "RetrieveIntent",
+    "WHERE_PLACES",
     "RemoveIntent",
     "SummarizeIntent",
     "ConfigureIntent",
@@ -57,6 +58,8 @@ class RetrieveIntent:
     then ranked by relevance and at most ``limit`` returned, otherwise they
     come back in conversation order.
     ``archived`` reads the archive of folded utterances instead of the buffer.
+    ``where`` narrows a topic search to some of the places a conversation
+    keeps what it said (``WHERE_PLACES``); empty means all of them.
     ``context`` asks for the summary plus the newest utterances that fit
     ``token_limit`` tokens, as one text (daemon/core/memory/context.py).
     """
@@ -79,6 +82,7 @@ class RetrieveIntent:
     archived: bool = False
     context: bool = False
     token_limit: int | None = None
+    where: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +209,24 @@ def _seqs(name: str, value: Any) -> tuple[int, ...]:
     return tuple(sorted({_count(f"{name}[{i}]", v) for i, v in enumerate(value)}))
 
 
+# Where a topic search may find what a conversation said (issue 27): the
+# buffer, the queue waiting for the summary, the archive, the summary's segments.
+WHERE_PLACES = ("buffer", "pending", "archive", "summary")
+
+
+def _where(name: str, value: Any) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items:
+        raise InvalidRequest(f"{name} must be one of {', '.join(WHERE_PLACES)} or a non-empty list of them, got {describe(value)}")
+    places = []
+    for i, item in enumerate(items):
+        place = as_str(f"{name}[{i}]", item).strip().lower()
+        if place not in WHERE_PLACES:
+            raise InvalidRequest(f"{name}[{i}] must be one of {', '.join(WHERE_PLACES)}, got {describe(item)}")
+        places.append(place)
+    return tuple(p for p in WHERE_PLACES if p in places)
+
+
 def _since(name: str, value: Any) -> datetime:
     if isinstance(value, datetime):
         moment = value
@@ -264,6 +286,7 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "archived": (as_bool, _D),
             "context": (as_bool, _D),
             "token_limit": (_count, _D),
+            "where": (_where, _D),
         },
     ),
     "remove": (
