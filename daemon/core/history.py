@@ -336,16 +336,10 @@ class ConversationHistory:
         tokens_used = 0
         utterances: list[dict[str, Any]] = []
         if not intent.summary_only:
-            if intent.archived:
-                # The archive is cold storage: searched as it is, no live index.
-                result = find_utterances(_as_buffer(state, state.archive), intent, None, time.time())
-                for u in result["utterances"]:
-                    # An archived utterance has no place in the buffer.
-                    u.pop("utterance_index", None)
-                    u["archived"] = True
-            else:
-                index = self.indexes.get(conversation_id) if intent.topic is not None else None
-                result = find_utterances(state, intent, index, time.time())
+            # A topic search ranks buffer, queue, archive and summary in one
+            # list from one index (issue 27); ``archived`` and ``where`` narrow it.
+            index = self.indexes.get(conversation_id) if intent.topic is not None else None
+            result = find_utterances(state, intent, index, time.time())
             utterances = result["utterances"]
             tokens_used += sum(u["tokens"] for u in utterances)
         metadata: dict[str, Any] = {
@@ -527,8 +521,10 @@ class ConversationHistory:
         # for it; an index nobody searched yet is built on first search instead.
         index = self.indexes.peek(conversation_id)
         if index is not None:
+            # Evicted utterances that are queued or archived stay indexed.
+            kept = self.settings.summarization_enabled or self.settings.archive_evicted
             with index.lock:
-                index.note_store(utterance, (u.seq for u in evicted))
+                index.note_store(utterance, () if kept else (u.seq for u in evicted))
 
     # --- helpers -------------------------------------------------------------
 
@@ -557,18 +553,6 @@ def _check_deadline(deadline: float | None, stage: str) -> None:
     """Raise DeadlineExceeded when ``deadline`` (``time.monotonic``) has passed."""
     if deadline is not None and time.monotonic() >= deadline:
         raise DeadlineExceeded(f"the call's deadline passed {stage}; the query was not carried out")
-
-
-def _as_buffer(state: ConversationState, utterances: list[Utterance]) -> ConversationState:
-    """``state`` with ``utterances`` in the buffer's place, to search the archive alike."""
-    return ConversationState(
-        conversation_id=state.conversation_id,
-        next_seq=state.next_seq,
-        last_turn=state.last_turn,
-        utterances=utterances,
-        summary=state.summary,
-        settings=state.settings,
-    )
 
 
 def _summary_fields(state: ConversationState) -> dict[str, Any]:

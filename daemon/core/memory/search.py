@@ -21,7 +21,7 @@ from chd.core.memory.terms import term_counts, terms
 if TYPE_CHECKING:
     from chd.core.memory.index import ConversationIndex, IndexedDoc
 
-__all__ = ["Hit", "Ranking", "rank", "score_text", "RECENCY_WEIGHT"]
+__all__ = ["Hit", "Ranking", "rank", "score_text", "recency_factor", "RECENCY_WEIGHT"]
 
 K1, B = 1.2, 0.75
 # How much newer utterances are preferred at equal relevance: the newest gets
@@ -96,6 +96,12 @@ def rank(
         hits = [Hit(seq, score * (1 + bonus * (seq - first))) for seq, score in best]
     summary_score = score_text(index, query, summary) if summary else 0.0
     return Ranking(hits, len(scores), summary_score)
+
+
+def recency_factor(index: ConversationIndex, seq: int) -> float:
+    """The recency multiplier ``rank`` gives an utterance at ``seq`` (a summary segment by its last seq)."""
+    first, last = index.bounds()
+    return 1 + RECENCY_WEIGHT / max(last - first, 1) * min(max(seq - first, 0), max(last - first, 1))
 
 
 def score_text(index: ConversationIndex, query: Sequence[str], text: str) -> float:
