@@ -302,3 +302,27 @@ class TestOneSearchOverEverything:
             history.query("Find utterances about word1", {"conversation_id": cid})
         history.query("Find utterances about word1", {"conversation_id": "c"})
         assert history.indexes.peek("a") is None and history.indexes.peek("c") is not None
+
+
+class TestWordForms:
+    """Spelling variants and inflections of a topic word find each other (issue 27)."""
+
+    @pytest.mark.parametrize(("stored", "topic"), [
+        ("the colour of the new sofa", "color"),
+        ("we met at the theater downtown", "theatre"),
+        ("she organized the whole trip", "organising"),
+        ("I painted the fence on sunday", "painting"),
+        ("two forecasts disagreed", "forecast"),
+    ])
+    def test_a_variant_of_the_word_is_found(self, stored: str, topic: str) -> None:
+        """British/American spellings, verb forms and plurals are one term."""
+        history = ConversationHistory(background=False)
+        history.query(f"Add utterance: {stored}")
+        history.query("Add utterance: nothing to do with it")
+        assert [h["seq"] for h in _find(history, "", operation="retrieve", topic=topic)["utterances"]] == [1]
+
+    def test_short_words_are_not_folded_together(self) -> None:
+        """'four' is not 'for' and 'hour' is kept: the -our fold needs 6 letters."""
+        history = ConversationHistory(background=False)
+        history.query("Add utterance: four tickets")
+        assert [h["seq"] for h in _find(history, "", operation="retrieve", topic="four")["utterances"]] == [1]
