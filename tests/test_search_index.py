@@ -186,7 +186,10 @@ class TestRanking:
     def test_filters_apply_before_the_limit(self, history: ConversationHistory) -> None:
         """The best assistant hit is returned even though a user utterance scores higher overall."""
         hits = _find(history, "Find the top 1 utterance about Paris from the assistant")["utterances"]
-        assert [h["seq"] for h in hits] == [2]
+        overall = _find(history, "Find utterances about Paris")["utterances"]
+        assert overall[0]["speaker"] == "user"
+        best_assistant = next(h for h in overall if h["speaker"] == "assistant")
+        assert [h["seq"] for h in hits] == [best_assistant["seq"]]
 
     def test_matches_counts_all_hits_beyond_the_limit(self, history: ConversationHistory) -> None:
         """result.matches says how many there were when limit cut the list."""
@@ -326,3 +329,42 @@ class TestWordForms:
         history = ConversationHistory(background=False)
         history.query("Add utterance: four tickets")
         assert [h["seq"] for h in _find(history, "", operation="retrieve", topic="four")["utterances"]] == [1]
+
+
+class TestNeighbours:
+    """A turn next to another on the same topic ranks higher (issue 27: neighbouring-turn context)."""
+
+    def test_an_answer_after_a_question_on_the_topic_outranks_a_lone_mention(self) -> None:
+        """Two equal mentions: the one right after a question about the topic comes first, though it is older."""
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=100))
+        for speaker, text in (
+            ("user", "was the lake cold?"),
+            ("assistant", "the lake was cold"),
+            ("user", "unrelated chatter"),
+            ("assistant", "more chatter here"),
+            ("user", "the lake was cold"),
+        ):
+            history.query(f"Add {speaker} utterance: {text}")
+        hits = _find(history, "", operation="retrieve", topic="lake cold")["utterances"]
+        assert [h["seq"] for h in hits][:2] == [2, 5]
+
+    def test_a_filter_does_not_change_the_context_a_neighbour_gives(self) -> None:
+        """A neighbour the filter excludes still lends its relevance, as term statistics ignore filters."""
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=100))
+        for speaker, text in (
+            ("user", "was the lake cold?"),
+            ("assistant", "the lake was cold"),
+            ("user", "unrelated chatter"),
+            ("assistant", "the lake was cold"),
+        ):
+            history.query(f"Add {speaker} utterance: {text}")
+        everyone = _find(history, "", operation="retrieve", topic="lake cold")["utterances"]
+        assistant = _find(history, "", operation="retrieve", topic="lake cold", speaker="assistant")["utterances"]
+        assert [(h["seq"], h["score"]) for h in assistant] == [(h["seq"], h["score"]) for h in everyone if h["seq"] != 1]
+
+    def test_silent_neighbours_are_not_hits(self) -> None:
+        """Only utterances that mention the topic come back, whatever their neighbours say."""
+        history = ConversationHistory(background=False)
+        for text in ("the lake was cold", "yes", "the lake again"):
+            history.query(f"Add utterance: {text}")
+        assert sorted(h["seq"] for h in _find(history, "Find utterances about the lake")["utterances"]) == [1, 3]
