@@ -160,8 +160,10 @@ PARAMETERS: dict[str, dict[str, str]] = {
 
 # Parameters the rules never read from the query text: a store's text is
 # verbatim (so a turn number in it is just text), and at_most is only set to
-# 1 by singular phrasings.
-NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset({("store", "turn_number"), ("remove", "at_most")})
+# 1 by singular phrasings; where is a data field of issue 27's one search.
+NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset(
+    {("store", "turn_number"), ("remove", "at_most"), ("retrieve", "where")}
+)
 
 GUIDE: tuple[OperationGuide, ...] = (
     OperationGuide(
@@ -258,8 +260,9 @@ GUIDE: tuple[OperationGuide, ...] = (
         (
             Example(
                 "Find utterances about Paris",
-                {"operation": "retrieve", "seqs": [4, 2, 1], "result": {"matches": 3}},
-                note="best first; each hit carries its score",
+                {"operation": "retrieve", "seqs": [2, 1, 4], "result": {"matches": 3}},
+                note="best first; each hit carries its score and where it lives; an answer right after "
+                "a question on the topic gains from it",
             ),
             Example(
                 "Find utterances about weather",
@@ -275,7 +278,7 @@ GUIDE: tuple[OperationGuide, ...] = (
             Example("get_last_n(3)", {"operation": "retrieve", "seqs": [6, 7, 8]}, note="the spec's call form"),
             Example(
                 "find_utterances(topic='Paris', limit=1)",
-                {"operation": "retrieve", "seqs": [4], "result": {"matches": 3}},
+                {"operation": "retrieve", "seqs": [2], "result": {"matches": 3}},
             ),
             Example("Get utterances in turns 2 to 3", {"operation": "retrieve", "seqs": [3, 4, 5, 6]}),
             Example("Show me the user's messages since turn 3", {"operation": "retrieve", "seqs": [5, 7]}),
