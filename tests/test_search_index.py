@@ -368,3 +368,16 @@ class TestNeighbours:
         for text in ("the lake was cold", "yes", "the lake again"):
             history.query(f"Add utterance: {text}")
         assert sorted(h["seq"] for h in _find(history, "Find utterances about the lake")["utterances"]) == [1, 3]
+
+
+class TestCliLines:
+    """The chd command prints every kind of hit of the one search (issue 27)."""
+
+    def test_summary_and_archived_hits_are_printed_with_where_they_live(self) -> None:
+        """A summary segment has no seq: it is printed with its turns; an archived hit says so."""
+        from chd.cli.answer import utterance_line
+
+        segment = {"where": "summary", "text": "they booked a ferry", "score": 1.5, "turn_from": 1, "turn_to": 4}
+        archived = {"where": "archive", "seq": 3, "turn_number": 2, "speaker": "user", "text": "ferry", "score": 1.0}
+        assert utterance_line(segment) == "summary [turns 1-4]: they booked a ferry  score 1.500"
+        assert utterance_line(archived) == "#3 [turn 2] user (archive): ferry  score 1.000"
