@@ -98,6 +98,8 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "text": "the utterance, stored verbatim",
         "speaker": "user (default), assistant or system",
         "turn_number": "the turn; without it user utterances open a new turn, others join the current one",
+        "timestamp": "when it was said, RFC 3339 with a zone (imported history); at most 300 s ahead of the "
+        "daemon's clock; default now. Times need not increase: time filters test each utterance's own",
     },
     "retrieve": {
         "topic": "rank by relevance to these words (BM25 blended with recency); each hit has a score",
@@ -112,6 +114,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "seq": "only this utterance (NOT_FOUND if it is not in the buffer)",
         "seqs": "only these utterances",
         "since": "only utterances at or after this RFC 3339 time (in the text, a time without zone is UTC)",
+        "until": "only utterances before this RFC 3339 time (with since: 'in May 2023' is since 2023-05-01, until 2023-06-01)",
         "within_seconds": "only utterances of the last n seconds",
         "include_summary": "also return the running summary",
         "summary_only": "return only the running summary",
@@ -162,7 +165,8 @@ PARAMETERS: dict[str, dict[str, str]] = {
 # verbatim (so a turn number in it is just text), and at_most is only set to
 # 1 by singular phrasings; where is a data field of issue 27's one search.
 NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset(
-    {("store", "turn_number"), ("remove", "at_most"), ("retrieve", "where")}
+    {("store", "turn_number"), ("store", "timestamp"), ("remove", "at_most"), ("retrieve", "where"),
+     ("retrieve", "until")}
 )
 
 GUIDE: tuple[OperationGuide, ...] = (

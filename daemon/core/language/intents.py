@@ -10,6 +10,7 @@ worth hearing about.
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Union
@@ -42,11 +43,16 @@ EVICTION_POLICIES: tuple[str, ...] = POLICIES
 
 @dataclass(frozen=True, slots=True)
 class StoreIntent:
-    """Append one utterance; ``turn_number`` None means: track turns automatically."""
+    """Append one utterance; ``turn_number`` None means: track turns automatically.
+
+    ``timestamp`` (from ``metadata.timestamp``, RFC 3339) is when the
+    utterance was said, for imported history (issue 27); None means now.
+    """
 
     text: str
     speaker: Speaker = "user"
     turn_number: int | None = None
+    timestamp: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,7 @@ class RetrieveIntent:
     seq: int | None = None
     seqs: tuple[int, ...] = ()
     since: datetime | None = None
+    until: datetime | None = None
     within_seconds: int | None = None
     include_summary: bool = False
     summary_only: bool = False
@@ -227,6 +234,20 @@ def _where(name: str, value: Any) -> tuple[str, ...]:
     return tuple(p for p in WHERE_PLACES if p in places)
 
 
+# How far in the future a stored utterance's time may be: clocks of the
+# orchestrator and the daemon differ a little, never by minutes.
+MAX_FUTURE_SKEW = 300  # seconds
+
+
+def _said_at(name: str, value: Any) -> datetime:
+    moment = _since(name, value)
+    if moment.timestamp() > time.time() + MAX_FUTURE_SKEW:
+        raise InvalidRequest(
+            f"{name} {moment.isoformat()} is in the future (more than {MAX_FUTURE_SKEW} s ahead of the daemon's clock)"
+        )
+    return moment
+
+
 def _since(name: str, value: Any) -> datetime:
     if isinstance(value, datetime):
         moment = value
@@ -263,6 +284,7 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "text": (_text, _D),
             "speaker": (as_speaker, ("metadata",)),
             "turn_number": (_index, ("metadata",)),
+            "timestamp": (_said_at, ("metadata",)),
         },
     ),
     "retrieve": (
@@ -280,6 +302,7 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "seq": (_count, _D),
             "seqs": (_seqs, _D),
             "since": (_since, _D),
+            "until": (_since, _D),
             "within_seconds": (_count, _D),
             "include_summary": (as_bool, _D),
             "summary_only": (as_bool, _D),
@@ -442,6 +465,10 @@ def _check_consistent(intent: Intent) -> None:
             )
         if intent.summary_only and (intent.topic is not None or intent.include_summary):
             raise InvalidRequest("summary_only returns the summary alone; drop topic/include_summary")
+        if intent.since is not None and intent.until is not None and intent.until <= intent.since:
+            raise InvalidRequest(
+                f"until ({intent.until.isoformat()}) must be after since ({intent.since.isoformat()})"
+            )
     elif isinstance(intent, SummarizeIntent):
         _check_turn_range(intent.turn_from, intent.turn_to)
         if intent.last_turns is not None and intent.first_turns is not None:
