@@ -54,7 +54,7 @@ from chd.core.summaries.summarizer import Summarized, Summarizer
 from chd.core.summaries.writer import SummaryWriter
 from chd.core.tokens import TokenCounter, default_counter
 from chd.core.language.understanding import understand
-from chd.core.utterance import Speaker, Summary, SummarySegment, Utterance, now_rfc3339
+from chd.core.utterance import Speaker, Summary, SummarySegment, Utterance, now_rfc3339, rfc3339
 from chd.core.summaries.worker import FoldWorker
 
 __all__ = ["ConversationHistory", "QueryResult", "DEFAULT_CONVERSATION"]
@@ -264,7 +264,7 @@ class ConversationHistory:
                 f"{settings.max_utterance_chars}"
             )
         tokens = self.counter.count(intent.text)
-        timestamp = now_rfc3339()
+        timestamp = now_rfc3339() if intent.timestamp is None else rfc3339(intent.timestamp)
 
         def decide(state: ConversationState) -> tuple[Change, tuple[Utterance, list[Utterance], int]]:
             # Checked again here: waiting for the conversation's lock counts too.

@@ -74,7 +74,7 @@ def _summary_hit(summary: Summary, filters: Filters, score: float) -> dict[str, 
     """
     if score <= 0 or not summary.segments:
         return None
-    if filters.speaker or filters.seqs is not None or filters.after is not None:
+    if filters.speaker or filters.seqs is not None or filters.after is not None or filters.before is not None:
         return None
     if filters.seq_from is not None or filters.seq_to is not None:
         return None

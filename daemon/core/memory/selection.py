@@ -55,6 +55,7 @@ class Filters:
     after: float | None = None  # epoch seconds, inclusive
     seq_from: int | None = None  # windows such as "the last 5" become seq bounds
     seq_to: int | None = None
+    before: float | None = None  # epoch seconds, exclusive ("until")
 
     @property
     def is_open(self) -> bool:
@@ -66,6 +67,7 @@ class Filters:
             and self.after is None
             and self.seq_from is None
             and self.seq_to is None
+            and self.before is None
         )
 
     def admits_fields(self, seq: int, speaker: str, turn: int, timestamp: str) -> bool:
@@ -78,6 +80,7 @@ class Filters:
             and (self.seq_from is None or seq >= self.seq_from)
             and (self.seq_to is None or seq <= self.seq_to)
             and (self.after is None or epoch(timestamp) >= self.after)
+            and (self.before is None or epoch(timestamp) < self.before)
         )
 
     def admits(self, u: Utterance) -> bool:
@@ -152,7 +155,8 @@ def retrieve_filters(state: ConversationState, intent: RetrieveIntent, now: floa
     if intent.within_seconds is not None:
         window = now - intent.within_seconds
         after = window if after is None else max(after, window)
-    return Filters(intent.speaker, low, high, seqs, after)
+    before = intent.until.timestamp() if intent.until is not None else None
+    return Filters(intent.speaker, low, high, seqs, after, before=before)
 
 
 def remove_victims(state: ConversationState, intent: RemoveIntent) -> list[Utterance]:
