@@ -381,3 +381,28 @@ class TestCliLines:
         archived = {"where": "archive", "seq": 3, "turn_number": 2, "speaker": "user", "text": "ferry", "score": 1.0}
         assert utterance_line(segment) == "summary [turns 1-4]: they booked a ferry  score 1.500"
         assert utterance_line(archived) == "#3 [turn 2] user (archive): ferry  score 1.000"
+
+
+class TestExpansion:
+    """Words of the best hits reorder the others; the best literal match stays first (issue 27)."""
+
+    @pytest.fixture
+    def history(self) -> ConversationHistory:
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=100))
+        for text in ("lake lake kayak heron", "unrelated filler", "lake kayak heron", "more filler",
+                     "lake pizza bread"):
+            history.query(f"Add utterance: {text}")
+        return history
+
+    def test_a_hit_sharing_the_best_hits_rare_words_outranks_a_newer_one(self, history: ConversationHistory) -> None:
+        """'lake kayak heron' shares kayak and heron with the best hit, so it beats the newer 'lake pizza bread'."""
+        hits = _find(history, "Find utterances about the lake")["utterances"]
+        assert [h["seq"] for h in hits] == [1, 3, 5]
+        assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+
+    def test_without_expansion_recency_decides(self, history: ConversationHistory, monkeypatch) -> None:
+        """The same search with expansion off puts the newer one first among equals: expansion made the difference."""
+        import chd.core.memory.search as search
+
+        monkeypatch.setattr(search, "EXPANSION_WEIGHT", 0.0)
+        assert [h["seq"] for h in _find(history, "Find utterances about the lake")["utterances"]] == [1, 5, 3]
