@@ -390,14 +390,14 @@ class TestExpansion:
     def history(self) -> ConversationHistory:
         history = ConversationHistory(background=False, settings=Settings(buffer_size=100))
         for text in ("lake lake kayak heron", "unrelated filler", "lake kayak heron", "more filler",
-                     "lake pizza bread"):
+                     "lake pizza bread", "filler", "a long note on the lake written with many other words in it"):
             history.query(f"Add utterance: {text}")
         return history
 
     def test_a_hit_sharing_the_best_hits_rare_words_outranks_a_newer_one(self, history: ConversationHistory) -> None:
         """'lake kayak heron' shares kayak and heron with the best hit, so it beats the newer 'lake pizza bread'."""
         hits = _find(history, "Find utterances about the lake")["utterances"]
-        assert [h["seq"] for h in hits] == [1, 3, 5]
+        assert [h["seq"] for h in hits] == [1, 3, 5, 7]
         assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
 
     def test_without_expansion_recency_decides(self, history: ConversationHistory, monkeypatch) -> None:
@@ -405,4 +405,4 @@ class TestExpansion:
         import chd.core.memory.search as search
 
         monkeypatch.setattr(search, "EXPANSION_WEIGHT", 0.0)
-        assert [h["seq"] for h in _find(history, "Find utterances about the lake")["utterances"]] == [1, 5, 3]
+        assert [h["seq"] for h in _find(history, "Find utterances about the lake")["utterances"]] == [1, 5, 3, 7]

@@ -142,13 +142,15 @@ def _cut(
     def key(item: tuple[int, float]) -> tuple[float, int]:
         return item[1] * (1 + bonus * (item[0] - first)), item[0]
 
-    if not (EXPANSION_WEIGHT and len(scores) > 1 and limit > 1):
+    # With no more hits than it reads, expansion would only reshuffle its own sources.
+    if not (EXPANSION_WEIGHT and len(scores) > EXPANSION_DOCS and limit > 1):
         return [Hit(seq, key((seq, score))[0]) for seq, score in heapq.nlargest(limit, scores.items(), key=key)]
     top = [seq for seq, _ in heapq.nlargest(EXPANSION_DOCS, scores.items(), key=key)]
     expanded = _expanded(index, set(query), top, scores, norm_a, norm_b)
+    scores = {seq: score + EXPANSION_WEIGHT * expanded.get(seq, 0.0) for seq, score in scores.items()}
     pinned = top[0]
-    lead = key((pinned, scores[pinned]))[0]
-    rest = {seq: score + EXPANSION_WEIGHT * expanded.get(seq, 0.0) for seq, score in scores.items() if seq != pinned}
+    lead = key((pinned, scores.pop(pinned)))[0]
+    rest = scores
     after = heapq.nlargest(limit - 1, rest.items(), key=key)
     # The best literal match stays first (see EXPANSION_WEIGHT); if expansion
     # lifted another hit above it, it is shown at that hit's score, so the
