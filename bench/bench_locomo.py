@@ -17,6 +17,9 @@ top k hits, averaged over questions. Questions whose evidence names no turn
 of the conversation are skipped (4 of 1,540: ids
 of turns that do not exist).
 
+``--embedder wordllama`` runs chd with hybrid search (daemon/core/memory/
+hybrid.py) on the static model the wordllama package ships.
+
 ``--mode buffer`` keeps every turn in the buffer; ``--mode archive`` uses
 the default buffer of 20 with ``archive_evicted`` (summaries off), so most
 evidence lives in the archive and one topic search must reach it there.
@@ -137,13 +140,13 @@ def _stored_text(turn: Turn) -> str:
 Ranker = Callable[[str, int], list[str]]  # question, k -> dia_ids best first
 
 
-def chd_ranker(conversation: Conversation, mode: str) -> tuple[Ranker, dict[str, float]]:
+def chd_ranker(conversation: Conversation, mode: str, embedder: Any = None) -> tuple[Ranker, dict[str, float]]:
     size = len(conversation.turns) + 10
     if mode == "buffer":
         settings = Settings(buffer_size=size, max_tokens=10_000_000, summarization_enabled=False)
     else:
         settings = Settings(summarization_enabled=False, archive_evicted=True)
-    history = ConversationHistory(settings=settings, background=False)
+    history = ConversationHistory(settings=settings, background=False, embedder=embedder)
     cid = conversation.name
     by_seq: dict[int, str] = {}
     user = conversation.speakers[0]
@@ -227,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--mode", choices=("buffer", "archive"), default="buffer")
     parser.add_argument("--conversations", default="1-10", help="which of the ten, e.g. 1-5 or 6-10")
     parser.add_argument("--no-baselines", action="store_true", help="chd only (faster while tuning)")
+    parser.add_argument("--embedder", choices=("none", "wordllama"), default="none",
+                        help="hybrid search with the wordllama package's shipped model (pip install wordllama)")
     args = parser.parse_args(argv)
     if not args.path:
         parser.error("give the LoCoMo data's path (or set CHD_LOCOMO); see docs/search.md")
@@ -238,9 +243,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     results: dict[str, dict[int, dict[int, list[tuple[int, float]]]]] = defaultdict(dict)
     timings: list[float] = []
     stores = 0.0
+    embedder = None
+    if args.embedder == "wordllama":
+        from chd.core.memory.embedder import WordLlamaEmbedder
+
+        embedder = WordLlamaEmbedder()
     for number in chosen:
         conversation = conversations[number - 1]
-        rank, stats = chd_ranker(conversation, args.mode)
+        rank, stats = chd_ranker(conversation, args.mode, embedder)
         results["chd"][number] = recall(rank, conversation)
         timings += stats["timings"]  # type: ignore[arg-type]
         stores += stats["store_seconds"]
@@ -256,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     questions = sum(len(results["chd"][n][1]) for n in chosen)
     turns = sum(len(conversations[n - 1].turns) for n in chosen)
     print(f"LoCoMo: conversations {args.conversations}, {turns} turns, {questions} questions (categories 1-4), "
-          f"mode {args.mode}")
+          f"mode {args.mode}, embedder {args.embedder}")
     print(f"chd: {turns} stores in {stores:.1f} s; topic search p50 {statistics.median(timings) * 1e3:.2f} ms")
     print()
     print(f"{'system':<8} {'convs':<6} " + " ".join(f"{'R@' + str(k):>6}" for k in KS) + "   "

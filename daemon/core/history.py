@@ -22,6 +22,7 @@ from chd.core.errors import DaemonError, DeadlineExceeded, InvalidRequest, NotFo
 from chd.core.memory.eviction import evictions_for_store
 from chd.core.language.fields import as_str
 from chd.core.summaries.folding import FoldReport, Folder, with_pending
+from chd.core.memory.embedder import Embedder
 from chd.core.memory.index import IndexCache
 from chd.core.language.instructions import INSTRUCTIONS, PURPOSE
 from chd.core.language.intents import (
@@ -100,12 +101,15 @@ class ConversationHistory:
         *,
         writer: SummaryWriter | None = None,
         background: bool = True,
+        embedder: Embedder | None = None,
     ) -> None:
         """Args beyond the obvious: ``classifier`` (Claude) reads queries the
         rules are unsure of (None: the rules alone); ``writer`` wraps
         ``summarizer`` with retries and the offline fallback (built from
         ``summarizer`` when None); ``background`` False folds on the store
-        itself (no worker threads)."""
+        itself (no worker threads); ``embedder`` (None: off) adds vector
+        similarity to topic search (daemon/core/memory/embedder.py)."""
+        self.embedder = embedder
         self.backend: Backend = backend if backend is not None else MemoryBackend()
         self.settings = settings or Settings()
         self.counter: TokenCounter = counter or default_counter()
@@ -339,7 +343,7 @@ class ConversationHistory:
             # A topic search ranks buffer, queue, archive and summary in one
             # list from one index (issue 27); ``archived`` and ``where`` narrow it.
             index = self.indexes.get(conversation_id) if intent.topic is not None else None
-            result = find_utterances(state, intent, index, time.time())
+            result = find_utterances(state, intent, index, time.time(), self.embedder)
             utterances = result["utterances"]
             tokens_used += sum(u["tokens"] for u in utterances)
         metadata: dict[str, Any] = {

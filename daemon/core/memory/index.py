@@ -62,6 +62,9 @@ class ConversationIndex:
         self.next_seq = 1
         # Seqs in ascending order; removed ones are skipped lazily (see _edge).
         self._order: deque[int] = deque()
+        # Unit vectors of utterances, made by hybrid.py when an embedder is
+        # configured (empty otherwise); dropped with their utterance.
+        self.vectors: dict[int, Sequence[float]] = {}
 
     # --- updates -----------------------------------------------------------------
 
@@ -85,6 +88,7 @@ class ConversationIndex:
         doc = self.docs.pop(seq, None)
         if doc is None:
             return
+        self.vectors.pop(seq, None)
         for term in doc.terms:
             posting = self.postings[term]
             del posting[seq]
@@ -187,6 +191,7 @@ class ConversationIndex:
 
     def _rebuild(self, state: ConversationState) -> None:
         self.postings.clear()
+        self.vectors.clear()
         self.docs.clear()
         self._order.clear()
         self.total_length = 0

@@ -15,6 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 from chd.backends.base import ConversationState
+from chd.core.memory.embedder import Embedder
+from chd.core.memory.hybrid import fuse
 from chd.core.memory.index import WHERE, ConversationIndex, IndexedDoc, held_parts
 from chd.core.language.intents import WHERE_PLACES, RetrieveIntent
 from chd.core.memory.search import rank, recency_factor, score_text
@@ -27,6 +29,9 @@ __all__ = ["DEFAULT_TOPIC_LIMIT", "find_utterances"]
 # A topic search returns at most this many hits unless ``limit`` says
 # otherwise; ``matches`` in the result tells how many there were in all.
 DEFAULT_TOPIC_LIMIT = 20
+# With an embedder, this many lexical hits at least are fused with the
+# vector-nearest utterances before the cut to ``limit``.
+HYBRID_POOL = 50
 
 
 def _windowed(state: ConversationState, filters: Filters, intent: RetrieveIntent) -> Filters:
@@ -155,6 +160,7 @@ def find_utterances(
     intent: RetrieveIntent,
     index: ConversationIndex | None,
     now: float,
+    embedder: Embedder | None = None,
 ) -> dict[str, Any]:
     """The ``result`` of a retrieve (without the summary fields the core adds).
 
@@ -190,17 +196,29 @@ def find_utterances(
         return everywhere or _place_of(state, seq)[0] in places
 
     limit = intent.limit or DEFAULT_TOPIC_LIMIT
+    searched = any(p in places for p in WHERE)
+    filtering = None if filters.is_open and everywhere else admits
     with index.lock:
         index.sync(state)
-        searched = any(p in places for p in WHERE)
         ranking = rank(
             index,
             intent.topic if searched else "",
-            None if filters.is_open and everywhere else admits,
-            limit,
+            filtering,
+            max(limit, HYBRID_POOL) if embedder is not None else limit,
             state.summary.text,
         )
         segments = _segment_hits(state, index, intent.topic, filters) if "summary" in places else []
+        if embedder is not None and searched:
+            def text_of(seq: int) -> str:
+                place, position = _place_of(state, seq)
+                return held_parts(state)[WHERE.index(place)][position].text
+
+            fused, segment_scores = fuse(
+                index, embedder, intent.topic, ranking.hits, filtering, limit, text_of,
+                [(found["text"], score) for score, found in segments],
+            )
+            ranking = replace(ranking, hits=fused)
+            segments = [(s, found | {"score": round(s, 4)}) for s, (_, found) in zip(segment_scores, segments)]
     hits: list[tuple[float, dict[str, Any]]] = []
     for hit in ranking.hits:
         place, position = _place_of(state, hit.seq)
