@@ -130,3 +130,34 @@ class TestThroughTheServer:
             query(stub, "", metadata, data)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert fragment in refused.value.details()
+
+
+class TestTimeInTheQueryLanguage:
+    """'in May 2023', 'since <time>' and 'until <time>' end a topic and filter by time."""
+
+    @pytest.fixture
+    def history(self) -> ConversationHistory:
+        history = ConversationHistory(background=False)
+        for text, when in (("garden in april", "2023-04-20T10:00:00Z"), ("garden in may", "2023-05-03T10:00:00Z"),
+                           ("garden in june", "2023-06-03T10:00:00Z")):
+            _store(history, text, when)
+        return history
+
+    @pytest.mark.parametrize(("text", "seqs"), [
+        ("Find utterances about the garden in May 2023", [2]),
+        ("What did the user say about the garden during jun 2023?", [3]),
+        ("Find utterances about the garden until 2023-05-01", [1]),
+        ("Find utterances about the garden since 2023-05-01 until 2023-06-01", [2]),
+        ("Get utterances in April 2023", [1]),
+        ("Get utterances in December 2023", []),
+    ])
+    def test_time_phrase_filters(self, history: ConversationHistory, text: str, seqs: list[int]) -> None:
+        """Each phrase reads as since/until and leaves the topic alone."""
+        assert sorted(u["seq"] for u in history.query(text).result["utterances"]) == seqs
+
+    def test_a_month_in_december_ends_at_the_new_year(self) -> None:
+        """'in December 2023' is until 2024-01-01."""
+        history = ConversationHistory(background=False)
+        _store(history, "party", "2023-12-31T23:00:00Z")
+        _store(history, "party again", "2024-01-01T00:00:00Z")
+        assert [u["seq"] for u in history.query("Get utterances in December 2023").result["utterances"]] == [1]

@@ -165,8 +165,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
 # verbatim (so a turn number in it is just text), and at_most is only set to
 # 1 by singular phrasings; where is a data field of issue 27's one search.
 NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset(
-    {("store", "turn_number"), ("store", "timestamp"), ("remove", "at_most"), ("retrieve", "where"),
-     ("retrieve", "until")}
+    {("store", "turn_number"), ("store", "timestamp"), ("remove", "at_most"), ("retrieve", "where")}
 )
 
 GUIDE: tuple[OperationGuide, ...] = (
@@ -255,6 +254,8 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Messages where the budget was mentioned",
             "What was said in the last 10 minutes?",
             "Get messages since 2026-01-31T14:00:00Z",
+            "What did the user say about the garden in May 2023?",
+            "Get messages until 2026-01-31T14:00:00Z",
             "Get the last 3 utterances with the summary",
             "Get summary",
             "Get context within 2000 tokens",
