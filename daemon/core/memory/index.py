@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from chd.backends.base import ConversationState
 from chd.core.memory.terms import term_counts
@@ -65,6 +65,9 @@ class ConversationIndex:
         # Unit vectors of utterances, made by hybrid.py when an embedder is
         # configured (empty otherwise); dropped with their utterance.
         self.vectors: dict[int, Sequence[float]] = {}
+        # hybrid.py's matrix of ``vectors`` and the count of changes it was made at.
+        self.vector_changes = 0
+        self.vector_matrix: tuple[Any, ...] | None = None
 
     # --- updates -----------------------------------------------------------------
 
@@ -88,7 +91,8 @@ class ConversationIndex:
         doc = self.docs.pop(seq, None)
         if doc is None:
             return
-        self.vectors.pop(seq, None)
+        if self.vectors.pop(seq, None) is not None:
+            self.vector_changes += 1
         for term in doc.terms:
             posting = self.postings[term]
             del posting[seq]
@@ -192,6 +196,7 @@ class ConversationIndex:
     def _rebuild(self, state: ConversationState) -> None:
         self.postings.clear()
         self.vectors.clear()
+        self.vector_changes += 1
         self.docs.clear()
         self._order.clear()
         self.total_length = 0
