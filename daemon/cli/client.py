@@ -1,4 +1,4 @@
-"""``chd query``, ``chd purpose``, ``chd instructions``: one call to a running daemon.
+"""``chd query``, ``chd purpose``, ``chd instructions``: one call to a running daemon, through ``chd.client``.
 
 Everything a call needs (the query from an argument or stdin, JSON from an
 argument, a file or stdin, TLS files) is read and checked before dialing,
@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from chd.cli.answer import human, plain
+from chd.cli.answer import human
 
 if TYPE_CHECKING:
     import grpc
 
-    from chd.service.tls import ClientSecurity
+    from chd.client import TLS
 
 __all__ = ["add_client_commands", "run_client", "DEFAULT_TARGET", "DEFAULT_TIMEOUT", "EXIT_RPC_BASE"]
 
@@ -121,8 +121,8 @@ def _json_object(flag: str, value: str | None, stdin: TextIO) -> dict[str, Any]:
     return parsed
 
 
-def _security(args: argparse.Namespace) -> ClientSecurity:
-    from chd.service.tls import ClientSecurity
+def _security(args: argparse.Namespace) -> TLS | None:
+    from chd.client import TLS
 
     if bool(args.tls_cert) != bool(args.tls_key):
         given, missing = ("--tls-key", "--tls-cert") if args.tls_key else ("--tls-cert", "--tls-key")
@@ -137,15 +137,13 @@ def _security(args: argparse.Namespace) -> ClientSecurity:
             file.read_bytes()
         except OSError as exc:
             raise UsageError(f"{flag} {path}: cannot read it: {exc.strerror}") from None
-    return ClientSecurity(
-        tls=bool(args.tls or args.tls_ca or args.tls_cert or args.tls_server_name),
-        ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name,
-    )
+    if not (args.tls or args.tls_ca or args.tls_cert or args.tls_server_name):
+        return None
+    return TLS(ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name)
 
 
-def _query_request(args: argparse.Namespace, stdin: TextIO) -> Any:
-    from chd.v1 import daemon_pb2
-
+def _query_request(args: argparse.Namespace, stdin: TextIO) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The query's text, metadata and data, read and checked before dialing."""
     readers = [who for who, reads in (("the query -", args.text == "-"), ("--metadata @-", args.metadata == "@-"),
                                       ("--data @-", args.data == "@-")) if reads]
     if len(readers) > 1:
@@ -162,10 +160,7 @@ def _query_request(args: argparse.Namespace, stdin: TextIO) -> Any:
         text = args.text
     if args.conversation:
         metadata["conversation_id"] = args.conversation
-    request = daemon_pb2.QueryRequest(query=text)
-    request.metadata.update(metadata)
-    request.data.update(data)
-    return request
+    return text, metadata, data
 
 
 def run_client(args: argparse.Namespace, stdin: TextIO | None = None) -> int:
@@ -173,39 +168,31 @@ def run_client(args: argparse.Namespace, stdin: TextIO | None = None) -> int:
     # Here, not at the top: `chd export`/`chd import` load this module for
     # its commands' arguments, and grpc and protobuf were a third of their
     # start-up (issue 17).
-    import grpc
-    from google.protobuf import json_format
-
-    from chd.service.auth import bearer_metadata
-    from chd.service.tls import open_channel
-    from chd.v1 import daemon_pb2, daemon_pb2_grpc
+    from chd.client import ChdError, Client
 
     try:
-        security = _security(args)
+        tls = _security(args)
         request = _query_request(args, stdin or sys.stdin) if args.command == "query" else None
     except UsageError as exc:
         print(f"chd: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    call = {"timeout": args.timeout, "metadata": bearer_metadata(args.auth_token) if args.auth_token else None}
-    with open_channel(args.target, security) as channel:
-        stub = daemon_pb2_grpc.DaemonStub(channel)
+    # One try: a person or a script at the prompt decides whether to ask again.
+    with Client(args.target, token=args.auth_token or None, tls=tls, timeout=args.timeout, retries=0) as chd:
         try:
             if args.command == "purpose":
-                print(stub.GetPurpose(daemon_pb2.GetPurposeRequest(), **call).purpose)
+                print(chd.purpose())
                 return 0
             if args.command == "instructions":
-                print(stub.GetInstructions(daemon_pb2.GetInstructionsRequest(), **call).instructions)
+                print(chd.instructions())
                 return 0
-            response = stub.Query(request, **call)
-        except grpc.RpcError as error:
-            code = error.code()
-            print(f"chd: {_explain(code, error.details() or '', args)}", file=sys.stderr)
-            return EXIT_RPC_BASE + code.value[0]
-    answer = {
-        "operation": response.operation,
-        "result": plain(json_format.MessageToDict(response.result)),
-        "metadata": plain(json_format.MessageToDict(response.metadata)),
-    }
+            assert request is not None
+            text, metadata, data = request
+            response = chd.query(text, metadata=metadata, data=data)
+        except ChdError as error:
+            print(f"chd: {_explain(error.status, error.message, args)}", file=sys.stderr)
+            return EXIT_RPC_BASE + error.status.value[0]
+    # chd.client reads whole numbers back as ints: 5, not 5.0.
+    answer = {"operation": response.operation, "result": response.result, "metadata": response.metadata}
     if args.json:
         # Sorted, so the same answer is the same bytes (diffs, caches, tests).
         print(json.dumps(answer, indent=2, ensure_ascii=False, sort_keys=True))
