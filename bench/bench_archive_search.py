@@ -55,6 +55,37 @@ def _fill(history: ConversationHistory, texts: list[str], archived: int) -> None
                                                           last_turn=buffer[-1].turn_number), None))
 
 
+def _measure(backend: object, texts: list[str], size: int, queries: int) -> None:
+    """Fill, then time the searches of one archive size and print its rows."""
+    settings = Settings(summarization_enabled=False, archive_evicted=True)
+    history = ConversationHistory(backend, settings=settings, background=False)
+    _fill(history, texts, size)
+    state = history.backend.read("default")
+    frequency = Counter(t for u in state.archive for t in set(terms(u.text)))
+    by_df = sorted(frequency, key=frequency.get)
+    bands = {
+        "rare": [w for w in by_df if 0.0005 * size <= frequency[w] <= 0.002 * size][:20],
+        "medium": [w for w in by_df if 0.006 * size <= frequency[w] <= 0.015 * size][:20],
+    }
+    began = time.perf_counter()
+    history.query("", {}, {"operation": "retrieve", "topic": "warmup", "where": "archive"})
+    build = time.perf_counter() - began
+    for band, words in bands.items():
+        topics = [words[i % len(words)] for i in range(queries)]
+        it = iter(topics)
+        new = _timed(lambda: history.query(
+            "", {}, {"operation": "retrieve", "topic": next(it), "where": "archive", "limit": 10}),
+            queries)
+        it = iter(topics)
+        repeat = max(3, queries // 40)
+        old = _timed(lambda: find_utterances(
+            state, RetrieveIntent(topic=next(it), archived=True, limit=10), ConversationIndex(), time.time()),
+            repeat)
+        print(f"{size:>9} {band:<12} {_p(new, .5) * 1e3:>13.2f} {_p(new, .99) * 1e3:>8.2f}"
+              f" {_p(old, .5) * 1e3:>13.1f} {_p(old, .5) / _p(new, .5):>7.0f}x {build:>20.2f}s")
+    history.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000")
@@ -69,43 +100,19 @@ def main(argv: list[str] | None = None) -> int:
         texts = _utterances(rng, size + 20)
         with tempfile.TemporaryDirectory() as tmp:
             server = None
-            if options.backend == "redis":
-                from tests.redis_support import RedisServer
+            try:
+                if options.backend == "redis":
+                    from tests.redis_support import RedisServer
 
-                server = RedisServer(Path(tmp) / "redis")
-                server.start()
-                backend = open_backend("redis", redis_url=server.url)
-            else:
-                backend = open_backend(options.backend, **({"data_dir": tmp} if options.backend == "disk" else {}))
-            settings = Settings(summarization_enabled=False, archive_evicted=True)
-            history = ConversationHistory(backend, settings=settings, background=False)
-            _fill(history, texts, size)
-            state = history.backend.read("default")
-            frequency = Counter(t for u in state.archive for t in set(terms(u.text)))
-            by_df = sorted(frequency, key=frequency.get)
-            bands = {
-                "rare": [w for w in by_df if 0.0005 * size <= frequency[w] <= 0.002 * size][:20],
-                "medium": [w for w in by_df if 0.006 * size <= frequency[w] <= 0.015 * size][:20],
-            }
-            began = time.perf_counter()
-            history.query("", {}, {"operation": "retrieve", "topic": "warmup", "where": "archive"})
-            build = time.perf_counter() - began
-            for band, words in bands.items():
-                topics = [words[i % len(words)] for i in range(options.queries)]
-                it = iter(topics)
-                new = _timed(lambda: history.query(
-                    "", {}, {"operation": "retrieve", "topic": next(it), "where": "archive", "limit": 10}),
-                    options.queries)
-                it = iter(topics)
-                repeat = max(3, options.queries // 40)
-                old = _timed(lambda: find_utterances(
-                    state, RetrieveIntent(topic=next(it), archived=True, limit=10), ConversationIndex(), time.time()),
-                    repeat)
-                print(f"{size:>9} {band:<12} {_p(new, .5) * 1e3:>13.2f} {_p(new, .99) * 1e3:>8.2f}"
-                      f" {_p(old, .5) * 1e3:>13.1f} {_p(old, .5) / _p(new, .5):>7.0f}x {build:>20.2f}s")
-            history.close()
-            if server is not None:
-                server.stop()
+                    server = RedisServer(Path(tmp) / "redis")
+                    server.start()
+                    backend = open_backend("redis", redis_url=server.url)
+                else:
+                    backend = open_backend(options.backend, **({"data_dir": tmp} if options.backend == "disk" else {}))
+                _measure(backend, texts, size, options.queries)
+            finally:
+                if server is not None:
+                    server.stop()
     return 0
 
 
