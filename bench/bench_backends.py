@@ -1,6 +1,7 @@
 """Store and retrieve throughput over gRPC, per backend, against this machine's ceiling.
 
     python bench/bench_backends.py [--requests 1000] [--clients 4] [--rounds 7] [--scenario storage|default]
+                                   [--against REV] [--archive-evicted] [--search-first]
 
 Each target is a separate server process on 127.0.0.1, driven by the same
 client threads in this process:
@@ -15,6 +16,14 @@ Two scenarios: ``storage`` gives the buffer room for every utterance, so a
 store is parse, count, and one append to the backend (the storage path
 alone); ``default`` keeps the default buffer of 20, so every fifth store
 evicts a batch for the background worker to fold into the summary.
+
+``--against REV`` adds memory@REV and disk@REV: the same servers run from
+git revision REV's code (exported to a temporary folder), in the same
+rounds, and prints each store and retrieve rate as the median of each
+round's ratio to REV's (paired). ``--archive-evicted`` runs every chd server
+with the archive kept; ``--search-first`` makes one topic search in each
+conversation before its stores, so the search index is live and every
+store keeps it in step (issue 27: store cost with the archive index on).
 
 The store phase sends "Add utterance: ..." round-robin over 8 conversations
 (new ones each round); the retrieve phase then sends "Get the last 5
@@ -111,9 +120,9 @@ def store_text(i: int) -> str:
 class Target:
     """A server subprocess that prints its port first, like ``chd serve --port 0``."""
 
-    def __init__(self, name: str, command: list[str]) -> None:
+    def __init__(self, name: str, command: list[str], path: Path = ROOT) -> None:
         self.name = name
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env = dict(os.environ, PYTHONPATH=str(path))
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         match = re.search(r"listening on \S+:(\d+)", line)
@@ -155,6 +164,30 @@ def _run(address: str, requests: list[daemon_pb2.QueryRequest], clients: int) ->
         return len(requests) / (time.perf_counter() - start)
 
 
+def _export(revision: str, into: Path) -> Path:
+    """Revision ``revision``'s package, laid out as installed (chd = daemon/, chd.backends = backends/)."""
+    tree = into / "tree"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", revision, "daemon", "backends"], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    package = into / "pkg"
+    package.mkdir()
+    (tree / "daemon").rename(package / "chd")
+    (tree / "backends").rename(package / "chd" / "backends")
+    return package
+
+
+def _search_first(address: str, round_number: int) -> None:
+    """One topic search per conversation of the round, so its index is live before the stores."""
+    with grpc.insecure_channel(address) as channel:
+        stub = daemon_pb2_grpc.DaemonStub(channel)
+        for c in range(CONVERSATIONS):
+            request = daemon_pb2.QueryRequest(query="Find utterances about the weather")
+            request.metadata.update({"conversation_id": f"round{round_number}-c{c}"})
+            stub.Query(request, timeout=30)
+
+
 def _requests(kind: str, count: int, round_number: int) -> list[daemon_pb2.QueryRequest]:
     """Each round writes to its own conversations, so buffers are the same size every round."""
     out = []
@@ -173,6 +206,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7, help="rounds; medians are reported")
     parser.add_argument("--scenario", choices=tuple(SCENARIOS), action="append",
                         help="storage and/or default (default: both)")
+    parser.add_argument("--against", metavar="REV", help="also run memory and disk from git revision REV, paired")
+    parser.add_argument("--archive-evicted", action="store_true", help="chd servers keep an archive")
+    parser.add_argument("--search-first", action="store_true", help="a topic search per conversation before its stores")
     parser.add_argument("--null-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.null_server:
@@ -208,14 +244,23 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
     cpu_before = _cpu_times()
     data = Path(tempfile.mkdtemp(prefix="chd-bench-"))
     chd = [sys.executable, "-m", "chd", "serve", "--port", "0", "--log-level", "WARNING", *SCENARIOS[scenario]]
+    if args.archive_evicted:
+        chd.append("--archive-evicted")
     commands = {
         "ceiling": [sys.executable, str(Path(__file__).resolve()), "--null-server"],
         "memory": [*chd, "--backend", "memory"],
         "disk": [*chd, "--backend", "disk", "--data-dir", str(data / "normal"), "--durability", "normal"],
         "disk-full": [*chd, "--backend", "disk", "--data-dir", str(data / "full"), "--durability", "full"],
     }
+    paths = {name: ROOT for name in commands}
+    if args.against:
+        old = _export(args.against, data)
+        commands[f"memory@{args.against}"] = [*chd, "--backend", "memory"]
+        commands[f"disk@{args.against}"] = [*chd, "--backend", "disk", "--data-dir", str(data / "old"),
+                                            "--durability", "normal"]
+        paths |= {name: old for name in commands if "@" in name}
     results: dict[str, dict[str, list[float]]] = {name: {"store": [], "retrieve": []} for name in commands}
-    targets = {name: Target(name, command) for name, command in commands.items()}
+    targets = {name: Target(name, command, paths[name]) for name, command in commands.items()}
     try:
         names = list(targets)
         for round_number in range(args.rounds):
@@ -223,6 +268,10 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
             # and each round starts with another target, so no target always
             # runs just after the disk targets' writeback.
             order = names[round_number % len(names):] + names[: round_number % len(names)]
+            if args.search_first:
+                for name in order:
+                    if name != "ceiling":
+                        _search_first(targets[name].address, round_number)
             for phase in ("store", "retrieve"):
                 for name in order:
                     target = targets[name]
@@ -265,6 +314,16 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
                 verdict += " (the goal is inside an interval: take more runs)"
             row += f"  >= {goal:.0%} of ceiling: {verdict}"
         print(row)
+    if args.against:
+        print(f"this checkout against {args.against}: median of each round's rate ratio (95 % interval)")
+        for name in ("memory", "disk"):
+            old = f"{name}@{args.against}"
+            row = f"{name:<10}"
+            for phase in ("store", "retrieve"):
+                paired = [new / was for new, was in zip(results[name][phase], results[old][phase])]
+                low, high = median_interval(paired)
+                row += f"  {phase} {statistics.median(paired):.3f}x ({low:.3f}-{high:.3f})"
+            print(row)
     return failed
 
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from chd.backends.memory import MemoryBackend
+from chd.core.errors import InvalidRequest
 from chd.core.history import ConversationHistory
 from chd.core.memory.index import ConversationIndex
 from chd.core.settings import Settings
@@ -47,10 +48,17 @@ class TestIncrementalIndex:
             max_size=40,
         ),
         st.sampled_from(["fifo", "importance"]),
+        st.sampled_from([(True, False), (False, True), (True, True), (False, False)]),
     )
-    def test_index_matches_a_rebuild_after_any_operations(self, steps: list[tuple[str, Any]], policy: str) -> None:
-        """Stores, evictions, removes, marks and limit changes never leave the index stale."""
-        history = ConversationHistory(background=False, settings=Settings(buffer_size=10, eviction_batch=2, eviction_policy=policy))
+    def test_index_matches_a_rebuild_after_any_operations(
+        self, steps: list[tuple[str, Any]], policy: str, keeping: tuple[bool, bool]
+    ) -> None:
+        """Stores, evictions, folds, archiving, removes, marks and limit changes never leave the index stale."""
+        summaries, archive = keeping
+        history = ConversationHistory(background=False, settings=Settings(
+            buffer_size=10, eviction_batch=2, eviction_policy=policy,
+            summarization_enabled=summaries, archive_evicted=archive,
+        ))
         for op, arg in steps:
             try:
                 if op == "store":
@@ -76,7 +84,7 @@ class TestIncrementalIndex:
         history.query("Find utterances about paris")
         index = history.indexes.get("default")
         history.query("Add utterance: paris in autumn")
-        assert index.matches(history.backend.read("default").utterances)
+        assert index.matches(history.backend.read("default"))
 
     def test_out_of_order_store_update_is_skipped_and_caught_up(self) -> None:
         """An update for a seq the index is not ready for is ignored; the next sync adds it."""
@@ -178,7 +186,10 @@ class TestRanking:
     def test_filters_apply_before_the_limit(self, history: ConversationHistory) -> None:
         """The best assistant hit is returned even though a user utterance scores higher overall."""
         hits = _find(history, "Find the top 1 utterance about Paris from the assistant")["utterances"]
-        assert [h["seq"] for h in hits] == [2]
+        overall = _find(history, "Find utterances about Paris")["utterances"]
+        assert overall[0]["speaker"] == "user"
+        best_assistant = next(h for h in overall if h["speaker"] == "assistant")
+        assert [h["seq"] for h in hits] == [best_assistant["seq"]]
 
     def test_matches_counts_all_hits_beyond_the_limit(self, history: ConversationHistory) -> None:
         """result.matches says how many there were when limit cut the list."""
@@ -207,10 +218,18 @@ class TestSummaryHit:
         return history
 
     def test_summary_matching_the_topic_is_a_separate_hit(self, history: ConversationHistory) -> None:
-        """The evicted utterance about the submarine is found through the summary."""
+        """The evicted utterance about the submarine is found through the summary (the old summary_hit too)."""
         result = _find(history, "Find utterances about the submarine")
-        assert result["utterances"] == []
+        assert [h["where"] for h in result["utterances"]] == ["summary"]
+        segment = result["utterances"][0]
+        assert "submarine" in segment["text"] and segment["score"] > 0
+        assert (segment["turn_from"], segment["turn_to"]) == (1, 2)
         assert "submarine" in result["summary_hit"]["text"] and result["summary_hit"]["score"] > 0
+
+    def test_speaker_filter_excludes_summary_segments_from_the_list(self, history: ConversationHistory) -> None:
+        """A speaker filter keeps summary segments out of the ranked list as well."""
+        result = _find(history, "Find utterances about the submarine from the user")
+        assert all(h["where"] != "summary" for h in result["utterances"])
 
     def test_speaker_filter_excludes_the_summary(self, history: ConversationHistory) -> None:
         """A summary mixes speakers, so a speaker-filtered search does not return it."""
@@ -219,3 +238,171 @@ class TestSummaryHit:
     def test_summary_not_matching_is_not_returned(self, history: ConversationHistory) -> None:
         """No shared words, no summary hit."""
         assert "summary_hit" not in _find(history, "Find utterances about trains")
+
+
+class TestOneSearchOverEverything:
+    """One topic search ranks buffer, queue, archive and summary together (issue 27)."""
+
+    @pytest.fixture
+    def history(self) -> ConversationHistory:
+        settings = Settings(buffer_size=4, eviction_batch=2, summarization_enabled=False, archive_evicted=True)
+        history = ConversationHistory(background=False, settings=settings)
+        for text in ("the ferry to Naxos leaves at six", "pack sunscreen", "the ferry back is on friday",
+                     "dinner by the harbour", "book the hotel", "the ferry was cancelled"):
+            history.query(f"Add utterance: {text}")
+        return history
+
+    def test_archive_and_buffer_hits_come_back_in_one_ranked_list(self, history: ConversationHistory) -> None:
+        """Archived and buffered utterances about the ferry are one list, best first, each saying where it lives."""
+        hits = _find(history, "Find utterances about the ferry")["utterances"]
+        assert sorted(h["seq"] for h in hits) == [1, 3, 6]
+        assert {h["seq"]: h["where"] for h in hits} == {1: "archive", 3: "buffer", 6: "buffer"}
+        assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+        archived = next(h for h in hits if h["seq"] == 1)
+        assert archived["archived"] is True and "utterance_index" not in archived
+
+    def test_where_narrows_the_search(self, history: ConversationHistory) -> None:
+        """data.where picks the places searched, as a name or a list."""
+        only_archive = _find(history, "", operation="retrieve", topic="ferry", where="archive")["utterances"]
+        assert [h["seq"] for h in only_archive] == [1]
+        only_buffer = _find(history, "", operation="retrieve", topic="ferry", where=["buffer"])["utterances"]
+        assert sorted(h["seq"] for h in only_buffer) == [3, 6]
+
+    def test_archived_form_still_reads_only_the_archive(self, history: ConversationHistory) -> None:
+        """'archived' keeps its meaning: the archive alone."""
+        hits = _find(history, "", operation="retrieve", topic="ferry", archived=True)["utterances"]
+        assert [(h["seq"], h["where"]) for h in hits] == [(1, "archive")]
+
+    def test_a_window_searches_the_buffer_only(self, history: ConversationHistory) -> None:
+        """'among the last 4 utterances' is a window of the buffer, as before."""
+        hits = _find(history, "Find utterances about the ferry among the last 4 utterances")["utterances"]
+        assert sorted(h["seq"] for h in hits) == [3, 6]
+
+    def test_queued_utterances_are_found_before_they_are_folded(self) -> None:
+        """An evicted utterance waiting for the summary is a hit, where 'pending'."""
+        history = ConversationHistory(background=True, settings=Settings(buffer_size=2, eviction_batch=1, fold_delay=60))
+        try:
+            for text in ("the vault code is 4411", "lunch", "tea"):
+                history.query(f"Add utterance: {text}")
+            hits = _find(history, "Find utterances about the vault")["utterances"]
+            assert [(h["seq"], h["where"]) for h in hits] == [(1, "pending")]
+        finally:
+            history.close()
+
+    @pytest.mark.parametrize("where", ["attic", ["buffer", "cellar"], [], 3])
+    def test_unknown_place_is_refused(self, history: ConversationHistory, where: Any) -> None:
+        """A where naming no place is INVALID_ARGUMENT, with the places it may name."""
+        with pytest.raises(InvalidRequest, match="buffer, pending, archive, summary"):
+            _find(history, "", operation="retrieve", topic="ferry", where=where)
+
+    def test_index_cache_is_bounded_by_documents(self) -> None:
+        """Past max_documents the least recently searched conversations' indexes are dropped."""
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=100))
+        history.indexes.max_documents = 15
+        for cid in ("a", "b", "c"):
+            for i in range(6):
+                history.query(f"Add utterance: word{i}", {"conversation_id": cid})
+            history.query("Find utterances about word1", {"conversation_id": cid})
+        history.query("Find utterances about word1", {"conversation_id": "c"})
+        assert history.indexes.peek("a") is None and history.indexes.peek("c") is not None
+
+
+class TestWordForms:
+    """Spelling variants and inflections of a topic word find each other (issue 27)."""
+
+    @pytest.mark.parametrize(("stored", "topic"), [
+        ("the colour of the new sofa", "color"),
+        ("we met at the theater downtown", "theatre"),
+        ("she organized the whole trip", "organising"),
+        ("I painted the fence on sunday", "painting"),
+        ("two forecasts disagreed", "forecast"),
+    ])
+    def test_a_variant_of_the_word_is_found(self, stored: str, topic: str) -> None:
+        """British/American spellings, verb forms and plurals are one term."""
+        history = ConversationHistory(background=False)
+        history.query(f"Add utterance: {stored}")
+        history.query("Add utterance: nothing to do with it")
+        assert [h["seq"] for h in _find(history, "", operation="retrieve", topic=topic)["utterances"]] == [1]
+
+    def test_short_words_are_not_folded_together(self) -> None:
+        """'four' is not 'for' and 'hour' is kept: the -our fold needs 6 letters."""
+        history = ConversationHistory(background=False)
+        history.query("Add utterance: four tickets")
+        assert [h["seq"] for h in _find(history, "", operation="retrieve", topic="four")["utterances"]] == [1]
+
+
+class TestNeighbours:
+    """A turn next to another on the same topic ranks higher (issue 27: neighbouring-turn context)."""
+
+    def test_an_answer_after_a_question_on_the_topic_outranks_a_lone_mention(self) -> None:
+        """Two equal mentions: the one right after a question about the topic comes first, though it is older."""
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=100))
+        for speaker, text in (
+            ("user", "was the lake cold?"),
+            ("assistant", "the lake was cold"),
+            ("user", "unrelated chatter"),
+            ("assistant", "more chatter here"),
+            ("user", "the lake was cold"),
+        ):
+            history.query(f"Add {speaker} utterance: {text}")
+        hits = _find(history, "", operation="retrieve", topic="lake cold")["utterances"]
+        assert [h["seq"] for h in hits][:2] == [2, 5]
+
+    def test_a_filter_does_not_change_the_context_a_neighbour_gives(self) -> None:
+        """A neighbour the filter excludes still lends its relevance, as term statistics ignore filters."""
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=100))
+        for speaker, text in (
+            ("user", "was the lake cold?"),
+            ("assistant", "the lake was cold"),
+            ("user", "unrelated chatter"),
+            ("assistant", "the lake was cold"),
+        ):
+            history.query(f"Add {speaker} utterance: {text}")
+        everyone = _find(history, "", operation="retrieve", topic="lake cold")["utterances"]
+        assistant = _find(history, "", operation="retrieve", topic="lake cold", speaker="assistant")["utterances"]
+        assert [(h["seq"], h["score"]) for h in assistant] == [(h["seq"], h["score"]) for h in everyone if h["seq"] != 1]
+
+    def test_silent_neighbours_are_not_hits(self) -> None:
+        """Only utterances that mention the topic come back, whatever their neighbours say."""
+        history = ConversationHistory(background=False)
+        for text in ("the lake was cold", "yes", "the lake again"):
+            history.query(f"Add utterance: {text}")
+        assert sorted(h["seq"] for h in _find(history, "Find utterances about the lake")["utterances"]) == [1, 3]
+
+
+class TestCliLines:
+    """The chd command prints every kind of hit of the one search (issue 27)."""
+
+    def test_summary_and_archived_hits_are_printed_with_where_they_live(self) -> None:
+        """A summary segment has no seq: it is printed with its turns; an archived hit says so."""
+        from chd.cli.answer import utterance_line
+
+        segment = {"where": "summary", "text": "they booked a ferry", "score": 1.5, "turn_from": 1, "turn_to": 4}
+        archived = {"where": "archive", "seq": 3, "turn_number": 2, "speaker": "user", "text": "ferry", "score": 1.0}
+        assert utterance_line(segment) == "summary [turns 1-4]: they booked a ferry  score 1.500"
+        assert utterance_line(archived) == "#3 [turn 2] user (archive): ferry  score 1.000"
+
+
+class TestExpansion:
+    """Words of the best hits reorder the others; the best literal match stays first (issue 27)."""
+
+    @pytest.fixture
+    def history(self) -> ConversationHistory:
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=100))
+        for text in ("lake lake kayak heron", "unrelated filler", "lake kayak heron", "more filler",
+                     "lake pizza bread", "filler", "a long note on the lake written with many other words in it"):
+            history.query(f"Add utterance: {text}")
+        return history
+
+    def test_a_hit_sharing_the_best_hits_rare_words_outranks_a_newer_one(self, history: ConversationHistory) -> None:
+        """'lake kayak heron' shares kayak and heron with the best hit, so it beats the newer 'lake pizza bread'."""
+        hits = _find(history, "Find utterances about the lake")["utterances"]
+        assert [h["seq"] for h in hits] == [1, 3, 5, 7]
+        assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+
+    def test_without_expansion_recency_decides(self, history: ConversationHistory, monkeypatch) -> None:
+        """The same search with expansion off puts the newer one first among equals: expansion made the difference."""
+        import chd.core.memory.search as search
+
+        monkeypatch.setattr(search, "EXPANSION_WEIGHT", 0.0)
+        assert [h["seq"] for h in _find(history, "Find utterances about the lake")["utterances"]] == [1, 5, 3, 7]

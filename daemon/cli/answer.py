@@ -47,4 +47,8 @@ def human(answer: dict[str, Any]) -> str:
 
 def utterance_line(u: dict[str, Any]) -> str:
     score = f"  score {u['score']:.3f}" if "score" in u else ""
-    return f"#{u['seq']} [turn {u['turn_number']}] {u['speaker']}: {u['text']}{score}"
+    where = u.get("where", "buffer")
+    if where == "summary":  # a summary segment among a topic search's hits (issue 27)
+        return f"summary [turns {u['turn_from']}-{u['turn_to']}]: {u['text']}{score}"
+    place = "" if where == "buffer" else f" ({where})"
+    return f"#{u['seq']} [turn {u['turn_number']}] {u['speaker']}{place}: {u['text']}{score}"

@@ -22,6 +22,7 @@ from chd.core.errors import DaemonError, DeadlineExceeded, InvalidRequest, NotFo
 from chd.core.memory.eviction import evictions_for_store
 from chd.core.language.fields import as_str
 from chd.core.summaries.folding import FoldReport, Folder, with_pending
+from chd.core.memory.embedder import Embedder
 from chd.core.memory.index import IndexCache
 from chd.core.language.instructions import INSTRUCTIONS, PURPOSE
 from chd.core.language.intents import (
@@ -54,7 +55,7 @@ from chd.core.summaries.summarizer import Summarized, Summarizer
 from chd.core.summaries.writer import SummaryWriter
 from chd.core.tokens import TokenCounter, default_counter
 from chd.core.language.understanding import understand
-from chd.core.utterance import Speaker, Summary, SummarySegment, Utterance, now_rfc3339
+from chd.core.utterance import Speaker, Summary, SummarySegment, Utterance, now_rfc3339, rfc3339
 from chd.core.summaries.worker import FoldWorker
 
 __all__ = ["ConversationHistory", "QueryResult", "DEFAULT_CONVERSATION"]
@@ -100,12 +101,15 @@ class ConversationHistory:
         *,
         writer: SummaryWriter | None = None,
         background: bool = True,
+        embedder: Embedder | None = None,
     ) -> None:
         """Args beyond the obvious: ``classifier`` (Claude) reads queries the
         rules are unsure of (None: the rules alone); ``writer`` wraps
         ``summarizer`` with retries and the offline fallback (built from
         ``summarizer`` when None); ``background`` False folds on the store
-        itself (no worker threads)."""
+        itself (no worker threads); ``embedder`` (None: off) adds vector
+        similarity to topic search (daemon/core/memory/embedder.py)."""
+        self.embedder = embedder
         self.backend: Backend = backend if backend is not None else MemoryBackend()
         self.settings = settings or Settings()
         self.counter: TokenCounter = counter or default_counter()
@@ -264,7 +268,7 @@ class ConversationHistory:
                 f"{settings.max_utterance_chars}"
             )
         tokens = self.counter.count(intent.text)
-        timestamp = now_rfc3339()
+        timestamp = now_rfc3339() if intent.timestamp is None else rfc3339(intent.timestamp)
 
         def decide(state: ConversationState) -> tuple[Change, tuple[Utterance, list[Utterance], int]]:
             # Checked again here: waiting for the conversation's lock counts too.
@@ -336,16 +340,10 @@ class ConversationHistory:
         tokens_used = 0
         utterances: list[dict[str, Any]] = []
         if not intent.summary_only:
-            if intent.archived:
-                # The archive is cold storage: searched as it is, no live index.
-                result = find_utterances(_as_buffer(state, state.archive), intent, None, time.time())
-                for u in result["utterances"]:
-                    # An archived utterance has no place in the buffer.
-                    u.pop("utterance_index", None)
-                    u["archived"] = True
-            else:
-                index = self.indexes.get(conversation_id) if intent.topic is not None else None
-                result = find_utterances(state, intent, index, time.time())
+            # A topic search ranks buffer, queue, archive and summary in one
+            # list from one index (issue 27); ``archived`` and ``where`` narrow it.
+            index = self.indexes.get(conversation_id) if intent.topic is not None else None
+            result = find_utterances(state, intent, index, time.time(), self.embedder)
             utterances = result["utterances"]
             tokens_used += sum(u["tokens"] for u in utterances)
         metadata: dict[str, Any] = {
@@ -527,8 +525,10 @@ class ConversationHistory:
         # for it; an index nobody searched yet is built on first search instead.
         index = self.indexes.peek(conversation_id)
         if index is not None:
+            # Evicted utterances that are queued or archived stay indexed.
+            kept = self.settings.summarization_enabled or self.settings.archive_evicted
             with index.lock:
-                index.note_store(utterance, (u.seq for u in evicted))
+                index.note_store(utterance, () if kept else (u.seq for u in evicted))
 
     # --- helpers -------------------------------------------------------------
 
@@ -557,18 +557,6 @@ def _check_deadline(deadline: float | None, stage: str) -> None:
     """Raise DeadlineExceeded when ``deadline`` (``time.monotonic``) has passed."""
     if deadline is not None and time.monotonic() >= deadline:
         raise DeadlineExceeded(f"the call's deadline passed {stage}; the query was not carried out")
-
-
-def _as_buffer(state: ConversationState, utterances: list[Utterance]) -> ConversationState:
-    """``state`` with ``utterances`` in the buffer's place, to search the archive alike."""
-    return ConversationState(
-        conversation_id=state.conversation_id,
-        next_seq=state.next_seq,
-        last_turn=state.last_turn,
-        utterances=utterances,
-        summary=state.summary,
-        settings=state.settings,
-    )
 
 
 def _summary_fields(state: ConversationState) -> dict[str, Any]:

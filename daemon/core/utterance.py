@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -13,6 +14,7 @@ __all__ = [
     "SummarySegment",
     "Summary",
     "now_rfc3339",
+    "rfc3339",
 ]
 
 Speaker = Literal["user", "assistant", "system"]
@@ -22,6 +24,12 @@ SPEAKERS: tuple[Speaker, ...] = ("user", "assistant", "system")
 # (whole second, its text): every store stamps its utterance, and building
 # the date part once a second instead of each time halves the cost.
 _second: tuple[int, str] = (-1, "")
+
+
+def rfc3339(moment: datetime) -> str:
+    """``moment`` (aware) in the form ``now_rfc3339`` writes: UTC, microseconds, Z."""
+    moment = moment.astimezone(timezone.utc)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{moment.microsecond:06d}Z"
 
 
 def now_rfc3339() -> str:

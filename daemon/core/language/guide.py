@@ -98,6 +98,8 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "text": "the utterance, stored verbatim",
         "speaker": "user (default), assistant or system",
         "turn_number": "the turn; without it user utterances open a new turn, others join the current one",
+        "timestamp": "when it was said, RFC 3339 with a zone (imported history); at most 300 s ahead of the "
+        "daemon's clock; default now. Times need not increase: time filters test each utterance's own",
     },
     "retrieve": {
         "topic": "rank by relevance to these words (BM25 blended with recency); each hit has a score",
@@ -112,6 +114,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "seq": "only this utterance (NOT_FOUND if it is not in the buffer)",
         "seqs": "only these utterances",
         "since": "only utterances at or after this RFC 3339 time (in the text, a time without zone is UTC)",
+        "until": "only utterances before this RFC 3339 time (with since: 'in May 2023' is since 2023-05-01, until 2023-06-01)",
         "within_seconds": "only utterances of the last n seconds",
         "older_than_seconds": "only utterances older than n seconds",
         "include_summary": "also return the running summary",
@@ -120,6 +123,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "text to paste into a prompt (takes no other filter)",
         "token_limit": "with context: the token budget of that text (default summary_token_limit + max_tokens)",
         "archived": "read the archive of folded utterances (chd serve --archive-evicted) instead of the buffer",
+        "where": "with topic: search only these of buffer, pending, archive, summary (default: all, one ranked list)",
     },
     "remove": {
         "oldest": "the oldest n (of the filtered) utterances in the buffer",
@@ -160,8 +164,10 @@ PARAMETERS: dict[str, dict[str, str]] = {
 
 # Parameters the rules never read from the query text: a store's text is
 # verbatim (so a turn number in it is just text), and at_most is only set to
-# 1 by singular phrasings.
-NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset({("store", "turn_number"), ("remove", "at_most")})
+# 1 by singular phrasings; where is a data field of issue 27's one search.
+NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset(
+    {("store", "turn_number"), ("store", "timestamp"), ("remove", "at_most"), ("retrieve", "where")}
+)
 
 GUIDE: tuple[OperationGuide, ...] = (
     OperationGuide(
@@ -250,6 +256,8 @@ GUIDE: tuple[OperationGuide, ...] = (
             "What was said in the last 10 minutes?",
             "Show the messages older than an hour",
             "Get messages since 2026-01-31T14:00:00Z",
+            "What did the user say about the garden in May 2023?",
+            "Get messages until 2026-01-31T14:00:00Z",
             "Get the last 3 utterances with the summary",
             "Get summary",
             "Get context within 2000 tokens",
@@ -259,8 +267,9 @@ GUIDE: tuple[OperationGuide, ...] = (
         (
             Example(
                 "Find utterances about Paris",
-                {"operation": "retrieve", "seqs": [4, 2, 1], "result": {"matches": 3}},
-                note="best first; each hit carries its score",
+                {"operation": "retrieve", "seqs": [2, 1, 4], "result": {"matches": 3}},
+                note="best first; each hit carries its score and where it lives; an answer right after "
+                "a question on the topic gains from it",
             ),
             Example(
                 "Find utterances about weather",
@@ -276,7 +285,7 @@ GUIDE: tuple[OperationGuide, ...] = (
             Example("get_last_n(3)", {"operation": "retrieve", "seqs": [6, 7, 8]}, note="the spec's call form"),
             Example(
                 "find_utterances(topic='Paris', limit=1)",
-                {"operation": "retrieve", "seqs": [4], "result": {"matches": 3}},
+                {"operation": "retrieve", "seqs": [2], "result": {"matches": 3}},
             ),
             Example("Get utterances in turns 2 to 3", {"operation": "retrieve", "seqs": [3, 4, 5, 6]}),
             Example("Show me the user's messages since turn 3", {"operation": "retrieve", "seqs": [5, 7]}),

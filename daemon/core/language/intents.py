@@ -10,6 +10,7 @@ worth hearing about.
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping, Union
@@ -24,6 +25,7 @@ __all__ = [
     "EVICTION_POLICIES",
     "StoreIntent",
     "RetrieveIntent",
+    "WHERE_PLACES",
     "RemoveIntent",
     "SummarizeIntent",
     "ConfigureIntent",
@@ -41,11 +43,16 @@ EVICTION_POLICIES: tuple[str, ...] = POLICIES
 
 @dataclass(frozen=True, slots=True)
 class StoreIntent:
-    """Append one utterance; ``turn_number`` None means: track turns automatically."""
+    """Append one utterance; ``turn_number`` None means: track turns automatically.
+
+    ``timestamp`` (from ``metadata.timestamp``, RFC 3339) is when the
+    utterance was said, for imported history (issue 27); None means now.
+    """
 
     text: str
     speaker: Speaker = "user"
     turn_number: int | None = None
+    timestamp: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +64,8 @@ class RetrieveIntent:
     then ranked by relevance and at most ``limit`` returned, otherwise they
     come back in conversation order.
     ``archived`` reads the archive of folded utterances instead of the buffer.
+    ``where`` narrows a topic search to some of the places a conversation
+    keeps what it said (``WHERE_PLACES``); empty means all of them.
     ``context`` asks for the summary plus the newest utterances that fit
     ``token_limit`` tokens, as one text (daemon/core/memory/context.py).
     """
@@ -73,6 +82,7 @@ class RetrieveIntent:
     seq: int | None = None
     seqs: tuple[int, ...] = ()
     since: datetime | None = None
+    until: datetime | None = None
     within_seconds: int | None = None
     older_than_seconds: int | None = None
     include_summary: bool = False
@@ -80,6 +90,7 @@ class RetrieveIntent:
     archived: bool = False
     context: bool = False
     token_limit: int | None = None
+    where: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +217,38 @@ def _seqs(name: str, value: Any) -> tuple[int, ...]:
     return tuple(sorted({_count(f"{name}[{i}]", v) for i, v in enumerate(value)}))
 
 
+# Where a topic search may find what a conversation said (issue 27): the
+# buffer, the queue waiting for the summary, the archive, the summary's segments.
+WHERE_PLACES = ("buffer", "pending", "archive", "summary")
+
+
+def _where(name: str, value: Any) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items:
+        raise InvalidRequest(f"{name} must be one of {', '.join(WHERE_PLACES)} or a non-empty list of them, got {describe(value)}")
+    places = []
+    for i, item in enumerate(items):
+        place = as_str(f"{name}[{i}]", item).strip().lower()
+        if place not in WHERE_PLACES:
+            raise InvalidRequest(f"{name}[{i}] must be one of {', '.join(WHERE_PLACES)}, got {describe(item)}")
+        places.append(place)
+    return tuple(p for p in WHERE_PLACES if p in places)
+
+
+# How far in the future a stored utterance's time may be: clocks of the
+# orchestrator and the daemon differ a little, never by minutes.
+MAX_FUTURE_SKEW = 300  # seconds
+
+
+def _said_at(name: str, value: Any) -> datetime:
+    moment = _since(name, value)
+    if moment.timestamp() > time.time() + MAX_FUTURE_SKEW:
+        raise InvalidRequest(
+            f"{name} {moment.isoformat()} is in the future (more than {MAX_FUTURE_SKEW} s ahead of the daemon's clock)"
+        )
+    return moment
+
+
 def _since(name: str, value: Any) -> datetime:
     if isinstance(value, datetime):
         moment = value
@@ -242,6 +285,7 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "text": (_text, _D),
             "speaker": (as_speaker, ("metadata",)),
             "turn_number": (_index, ("metadata",)),
+            "timestamp": (_said_at, ("metadata",)),
         },
     ),
     "retrieve": (
@@ -259,6 +303,7 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "seq": (_count, _D),
             "seqs": (_seqs, _D),
             "since": (_since, _D),
+            "until": (_since, _D),
             "within_seconds": (_count, _D),
             "older_than_seconds": (_count, _D),
             "include_summary": (as_bool, _D),
@@ -266,6 +311,7 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "archived": (as_bool, _D),
             "context": (as_bool, _D),
             "token_limit": (_count, _D),
+            "where": (_where, _D),
         },
     ),
     "remove": (
@@ -421,6 +467,10 @@ def _check_consistent(intent: Intent) -> None:
             )
         if intent.summary_only and (intent.topic is not None or intent.include_summary):
             raise InvalidRequest("summary_only returns the summary alone; drop topic/include_summary")
+        if intent.since is not None and intent.until is not None and intent.until <= intent.since:
+            raise InvalidRequest(
+                f"until ({intent.until.isoformat()}) must be after since ({intent.since.isoformat()})"
+            )
     elif isinstance(intent, SummarizeIntent):
         _check_turn_range(intent.turn_from, intent.turn_to)
         if intent.last_turns is not None and intent.first_turns is not None:

@@ -1,4 +1,7 @@
-"""An incremental inverted index of one conversation's buffer, kept as a cache.
+"""An incremental inverted index of everything one conversation holds, kept as a cache.
+
+Buffer, summary queue and archive together (issue 27; why one index for the
+three is in ``ConversationIndex.sync``).
 
 Why incremental and not a library such as ``bm25s`` (issue 5, measured on the
 target machine): bm25s answers a top-5 query in 18 us at 20 documents but
@@ -23,13 +26,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from chd.backends.base import ConversationState
 from chd.core.memory.terms import term_counts
 from chd.core.utterance import Utterance
 
-__all__ = ["IndexedDoc", "ConversationIndex", "IndexCache"]
+__all__ = ["IndexedDoc", "ConversationIndex", "IndexCache", "WHERE", "held_parts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +51,7 @@ class IndexedDoc:
 
 
 class ConversationIndex:
-    """Postings for one conversation's buffer. Not thread-safe: hold ``lock``."""
+    """Postings for one conversation's utterances, wherever they live. Not thread-safe: hold ``lock``."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -59,6 +62,12 @@ class ConversationIndex:
         self.next_seq = 1
         # Seqs in ascending order; removed ones are skipped lazily (see _edge).
         self._order: deque[int] = deque()
+        # Unit vectors of utterances, made by hybrid.py when an embedder is
+        # configured (empty otherwise); dropped with their utterance.
+        self.vectors: dict[int, Sequence[float]] = {}
+        # hybrid.py's matrix of ``vectors`` and the count of changes it was made at.
+        self.vector_changes = 0
+        self.vector_matrix: tuple[Any, ...] | None = None
 
     # --- updates -----------------------------------------------------------------
 
@@ -82,6 +91,8 @@ class ConversationIndex:
         doc = self.docs.pop(seq, None)
         if doc is None:
             return
+        if self.vectors.pop(seq, None) is not None:
+            self.vector_changes += 1
         for term in doc.terms:
             posting = self.postings[term]
             del posting[seq]
@@ -93,6 +104,9 @@ class ConversationIndex:
 
     def note_store(self, utterance: Utterance, evicted: Iterable[int]) -> bool:
         """Apply one committed store if the index is current up to it.
+
+        ``evicted`` are the seqs the store took out of the conversation for
+        good; those it moved to the queue or the archive stay indexed.
 
         A store that another thread committed first (or another daemon) is
         not known here, so the update is skipped and ``sync`` catches up.
@@ -120,16 +134,25 @@ class ConversationIndex:
         first, last = self._edge(True), self._edge(False)
         return (first or 0, last or 0)
 
-    def matches(self, utterances: Sequence[Utterance]) -> bool:
-        """O(1): does the index hold exactly these utterances? (see ``sync``)."""
-        if len(self.docs) != len(utterances):
+    def matches(self, state: ConversationState) -> bool:
+        """O(1): does the index hold exactly what ``state`` holds? (see ``sync``)."""
+        parts = held_parts(state)
+        if len(self.docs) != sum(len(p) for p in parts):
             return False
-        if not utterances:
+        if not self.docs:
             return True
-        return self._edge(True) == utterances[0].seq and self._edge(False) == utterances[-1].seq
+        return self._edge(True) == min(p[0].seq for p in parts if p) and self._edge(False) == max(
+            p[-1].seq for p in parts if p
+        )
 
     def sync(self, state: ConversationState) -> None:
-        """Bring the index in step with ``state``.
+        """Bring the index in step with ``state``: its buffer, queue and archive together.
+
+        One index over the three lists, not one per list, because an
+        utterance only ever moves between them (evicted to the queue, folded
+        into the archive): the union changes by stores at the tail and by
+        removes, never by a move, so moves cost the index nothing and where
+        a hit lives is looked up for the hits alone (issue 27).
 
         Soundness of the O(1) check: the index holds every seq below
         ``next_seq`` that the state can still hold, and a state's seqs not
@@ -139,41 +162,60 @@ class ConversationIndex:
         the premise (seqs going backwards, e.g. an import over a newer
         conversation) fails the final check and the index is rebuilt.
         """
-        utterances = state.utterances
         if state.next_seq < self.next_seq:
             self._rebuild(state)
             return
-        if self.matches(utterances):
+        if self.matches(state):
             self.next_seq = state.next_seq
             return
-        # The common changes, cheaply: new utterances at the tail ...
-        start = len(utterances)
-        while start and utterances[start - 1].seq >= self.next_seq:
-            start -= 1
-        for utterance in utterances[start:]:
+        parts = held_parts(state)
+        # The common changes, cheaply: new utterances at the tail (of the
+        # buffer, or already evicted if this index missed their store) ...
+        new: list[Utterance] = []
+        for part in parts:
+            start = len(part)
+            while start and part[start - 1].seq >= self.next_seq:
+                start -= 1
+            new += part[start:]
+        for utterance in sorted(new, key=_seq):
             self.add(utterance)
-        # ... evictions at the head ...
-        first = utterances[0].seq if utterances else state.next_seq
+        # ... drops at the head (folds without an archive, the archive's bound) ...
+        first = min((p[0].seq for p in parts if p), default=state.next_seq)
         while (head := self._edge(True)) is not None and head < first:
             self.discard(head)
-        # ... and anything else (removes by seq, speaker, turn; importance
-        # eviction) by one pass over the state.
-        if len(self.docs) != len(utterances):
-            present = {u.seq for u in utterances}
+        # ... and anything else (removes by seq, speaker, turn) by one pass.
+        held = sum(len(p) for p in parts)
+        if len(self.docs) != held:
+            present = {u.seq for p in parts for u in p}
             for seq in [s for s in self.docs if s not in present]:
                 self.discard(seq)
         self.next_seq = state.next_seq
-        if not self.matches(utterances):
+        if not self.matches(state):
             self._rebuild(state)
 
     def _rebuild(self, state: ConversationState) -> None:
         self.postings.clear()
+        self.vectors.clear()
+        self.vector_changes += 1
         self.docs.clear()
         self._order.clear()
         self.total_length = 0
-        for utterance in state.utterances:
+        for utterance in sorted((u for p in held_parts(state) for u in p), key=_seq):
             self.add(utterance)
         self.next_seq = state.next_seq
+
+
+def held_parts(state: ConversationState) -> tuple[list[Utterance], list[Utterance], list[Utterance]]:
+    """Where a conversation's utterances live, in the order ``WHERE`` names them."""
+    return state.utterances, state.pending, state.archive
+
+
+# The places an indexed utterance can live, as a hit names them.
+WHERE = ("buffer", "pending", "archive")
+
+
+def _seq(u: Utterance) -> int:
+    return u.seq
 
 
 class IndexCache:
@@ -181,22 +223,33 @@ class IndexCache:
 
     Bounded because a durable backend may hold far more conversations than
     are searched; a dropped index is rebuilt from the backend when needed.
+    Bounded by conversations and by indexed utterances (buffer, queue and
+    archive alike): with archives of up to ``max_archived_utterances``
+    (10,000 by default) 256 conversations could hold millions. The
+    conversation being searched is always kept, however large.
     """
 
-    def __init__(self, max_conversations: int = 256) -> None:
+    def __init__(self, max_conversations: int = 256, max_documents: int = 1_000_000) -> None:
         self._indexes: OrderedDict[str, ConversationIndex] = OrderedDict()
         self._guard = threading.Lock()
         self.max_conversations = max_conversations
+        self.max_documents = max_documents
 
     def get(self, conversation_id: str) -> ConversationIndex:
         with self._guard:
             index = self._indexes.get(conversation_id)
             if index is None:
                 index = self._indexes[conversation_id] = ConversationIndex()
-                while len(self._indexes) > self.max_conversations:
-                    self._indexes.popitem(last=False)
             else:
                 self._indexes.move_to_end(conversation_id)
+            while len(self._indexes) > self.max_conversations:
+                self._indexes.popitem(last=False)
+            # Sizes change after get() (stores, first syncs), so the document
+            # bound is enforced here, on the next search of any conversation.
+            documents = sum(len(i.docs) for i in self._indexes.values())
+            while documents > self.max_documents and len(self._indexes) > 1:
+                _, dropped = self._indexes.popitem(last=False)
+                documents -= len(dropped.docs)
             return index
 
     def peek(self, conversation_id: str) -> ConversationIndex | None:

@@ -9,14 +9,18 @@ conversation order.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, bisect_right
 from dataclasses import replace
 from typing import Any
 
 from chd.backends.base import ConversationState
-from chd.core.memory.index import ConversationIndex, IndexedDoc
-from chd.core.language.intents import RetrieveIntent
-from chd.core.memory.search import rank
+from chd.core.memory.embedder import Embedder
+from chd.core.memory.hybrid import fuse
+from chd.core.memory.index import WHERE, ConversationIndex, IndexedDoc, held_parts
+from chd.core.language.intents import WHERE_PLACES, RetrieveIntent
+from chd.core.memory.search import rank, recency_factor, score_text
+from chd.core.memory.terms import terms
 from chd.core.memory.selection import Filters, position_of, retrieve_filters
 from chd.core.utterance import Summary, Utterance
 
@@ -25,6 +29,9 @@ __all__ = ["DEFAULT_TOPIC_LIMIT", "find_utterances"]
 # A topic search returns at most this many hits unless ``limit`` says
 # otherwise; ``matches`` in the result tells how many there were in all.
 DEFAULT_TOPIC_LIMIT = 20
+# With an embedder, this many lexical hits at least are fused with the
+# vector-nearest utterances before the cut to ``limit``.
+HYBRID_POOL = 50
 
 
 def _windowed(state: ConversationState, filters: Filters, intent: RetrieveIntent) -> Filters:
@@ -90,49 +97,159 @@ def _summary_hit(summary: Summary, filters: Filters, score: float) -> dict[str, 
     }
 
 
+def _places(intent: RetrieveIntent) -> tuple[str, ...]:
+    """Where a topic search looks: all of ``WHERE_PLACES`` unless narrowed.
+
+    A window ("among the last 20"), a seq filter or ``archived`` keep their
+    meaning from before issue 27: a window and seqs are the buffer's, and
+    ``archived`` is the archive.
+    """
+    places = intent.where or WHERE_PLACES
+    if intent.archived:
+        return tuple(p for p in places if p == "archive")
+    windowed = (intent.last_n, intent.first_n, intent.last_turns, intent.first_turns, intent.seq)
+    if any(w is not None for w in windowed) or intent.seqs:
+        return tuple(p for p in places if p == "buffer")
+    return places
+
+
+def _place_of(state: ConversationState, seq: int) -> tuple[str, int]:
+    """Which of buffer, pending, archive holds ``seq`` (an indexed seq is in one of them), and where.
+
+    Tested in that order with a range check before each bisection, so an
+    archived hit costs two comparisons and one bisection of the archive.
+    """
+    for place, part in zip(WHERE, held_parts(state)):
+        if part and part[0].seq <= seq <= part[-1].seq:
+            position = position_of(part, seq)
+            if position is not None:
+                return place, position
+    raise AssertionError(f"seq {seq} was indexed but is in none of buffer, pending, archive")
+
+
+def _segment_hits(
+    state: ConversationState, index: ConversationIndex, topic: str, filters: Filters
+) -> list[tuple[float, dict[str, Any]]]:
+    """The summary's segments that match ``topic``, scored as documents of the index."""
+    if _summary_hit(state.summary, filters, 1.0) is None:
+        return []  # no segments, or a filter a summary cannot be checked against
+    low = filters.turn_from if filters.turn_from is not None else -1
+    high = filters.turn_to if filters.turn_to is not None else float("inf")
+    query = sorted(set(terms(topic)))
+    hits = []
+    for segment in state.summary.segments:
+        if segment.turn_to < low or segment.turn_from > high:
+            continue
+        score = score_text(index, query, segment.text) * recency_factor(index, segment.seq_to)
+        if score > 0:
+            hits.append((score, {
+                "where": "summary",
+                "text": segment.text,
+                "tokens": segment.tokens,
+                "score": round(score, 4),
+                "seq_from": segment.seq_from,
+                "seq_to": segment.seq_to,
+                "turn_from": segment.turn_from,
+                "turn_to": segment.turn_to,
+            }))
+    return hits
+
+
 def find_utterances(
     state: ConversationState,
     intent: RetrieveIntent,
     index: ConversationIndex | None,
     now: float,
+    embedder: Embedder | None = None,
 ) -> dict[str, Any]:
     """The ``result`` of a retrieve (without the summary fields the core adds).
 
     ``index`` is this conversation's cached index; it is synced to ``state``
     here, under its lock, so it always answers for exactly this snapshot.
+    A topic search ranks buffer, queue, archive and summary segments in one
+    list (issue 27), each hit with ``where`` it lives and its ``score``.
     """
-    filters = _windowed(state, retrieve_filters(state, intent, now), intent)
-    buffer = state.utterances
     if intent.topic is None:
+        if intent.archived:
+            state = _as_buffer(state, state.archive)
+        filters = _windowed(state, retrieve_filters(state, intent, now), intent)
+        buffer = state.utterances
         start, stop = _seq_span(buffer, filters)
         window = enumerate(buffer[start:stop], start)
-        return {"utterances": [u.to_dict(i) for i, u in window if filters.admits(u)]}
+        found = [u.to_dict(i) for i, u in window if filters.admits(u)]
+        if intent.archived:
+            for u in found:
+                del u["utterance_index"]  # an archived utterance has no place in the buffer
+                u["archived"] = True
+        return {"utterances": found}
+    places = _places(intent)
+    # Filters are the buffer's (seqs, windows) or, for ``archived``, the archive's.
+    scope = _as_buffer(state, state.archive) if intent.archived else state
+    filters = _windowed(scope, retrieve_filters(scope, intent, now), intent)
     if index is None:
         index = ConversationIndex()
+    everywhere = all(p in places for p in WHERE)
 
     def admits(seq: int, doc: IndexedDoc) -> bool:
-        return filters.admits_fields(seq, doc.speaker, doc.turn, doc.timestamp)
+        if not filters.admits_fields(seq, doc.speaker, doc.turn, doc.timestamp):
+            return False
+        return everywhere or _place_of(state, seq)[0] in places
 
+    limit = intent.limit or DEFAULT_TOPIC_LIMIT
+    searched = any(p in places for p in WHERE)
+    filtering = None if filters.is_open and everywhere else admits
     with index.lock:
         index.sync(state)
         ranking = rank(
             index,
-            intent.topic,
-            None if filters.is_open else admits,
-            intent.limit or DEFAULT_TOPIC_LIMIT,
+            intent.topic if searched else "",
+            filtering,
+            max(limit, HYBRID_POOL) if embedder is not None else limit,
             state.summary.text,
         )
-    utterances = []
+        segments = _segment_hits(state, index, intent.topic, filters) if "summary" in places else []
+        if embedder is not None and searched:
+            def text_of(seq: int) -> str:
+                place, position = _place_of(state, seq)
+                return held_parts(state)[WHERE.index(place)][position].text
+
+            fused, segment_scores = fuse(
+                index, embedder, intent.topic, ranking.hits, filtering, limit, text_of,
+                [(found["text"], score) for score, found in segments],
+            )
+            ranking = replace(ranking, hits=fused)
+            segments = [(s, found | {"score": round(s, 4)}) for s, (_, found) in zip(segment_scores, segments)]
+    hits: list[tuple[float, dict[str, Any]]] = []
     for hit in ranking.hits:
-        position = position_of(buffer, hit.seq)
-        assert position is not None, "the index was synced to this state"
-        utterances.append(buffer[position].to_dict(position) | {"score": round(hit.score, 4)})
+        place, position = _place_of(state, hit.seq)
+        if place == "buffer":
+            found = state.utterances[position].to_dict(position)
+        else:
+            found = held_parts(state)[WHERE.index(place)][position].to_dict()
+            if place == "archive":
+                found["archived"] = True
+        found |= {"score": round(hit.score, 4), "where": place}
+        hits.append((hit.score, found))
+    if segments:
+        hits = heapq.nlargest(limit, [*hits, *segments], key=lambda h: h[0])
     result: dict[str, Any] = {
-        "utterances": utterances,
+        "utterances": [found for _, found in hits],
         "ranked": True,
-        "matches": ranking.matches,
+        "matches": ranking.matches + len(segments),
     }
     hit = _summary_hit(state.summary, filters, ranking.summary_score)
     if hit is not None:
         result["summary_hit"] = hit
     return result
+
+
+def _as_buffer(state: ConversationState, utterances: list[Utterance]) -> ConversationState:
+    """``state`` with ``utterances`` in the buffer's place, to filter the archive alike."""
+    return ConversationState(
+        conversation_id=state.conversation_id,
+        next_seq=state.next_seq,
+        last_turn=state.last_turn,
+        utterances=utterances,
+        summary=state.summary,
+        settings=state.settings,
+    )

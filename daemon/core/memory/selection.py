@@ -53,7 +53,7 @@ class Filters:
     turn_to: int | None = None
     seqs: frozenset[int] | None = None
     after: float | None = None  # epoch seconds, inclusive
-    before: float | None = None  # epoch seconds, exclusive ("older than an hour")
+    before: float | None = None  # epoch seconds, exclusive ("older than an hour", "until")
     seq_from: int | None = None  # windows such as "the last 5" become seq bounds
     seq_to: int | None = None
 
@@ -156,7 +156,10 @@ def retrieve_filters(state: ConversationState, intent: RetrieveIntent, now: floa
         window = now - intent.within_seconds
         after = window if after is None else max(after, window)
     before = None if intent.older_than_seconds is None else now - intent.older_than_seconds
-    return Filters(intent.speaker, low, high, seqs, after, before)
+    if intent.until is not None:
+        until = intent.until.timestamp()
+        before = until if before is None else min(before, until)
+    return Filters(intent.speaker, low, high, seqs, after, before=before)
 
 
 def remove_victims(state: ConversationState, intent: RemoveIntent) -> list[Utterance]:

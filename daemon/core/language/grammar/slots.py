@@ -227,9 +227,17 @@ _TIME_OLDER = (
 )
 _MOMENT = r"(?P<t>\d{4}-\d{2}-\d{2}(?:[t ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?(?:z|[+-]\d{2}:?\d{2})?)"
 _TIME_SINCE = rf"\b(?:since|after|from)\s+{_MOMENT}"
+_TIME_UNTIL = rf"\b(?:until|till|before|up\s+to)\s+{_MOMENT.replace('?P<t>', '?P<u>')}"
+# "in May 2023", "during May of 2023": the month, since its first day until the next's (UTC).
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
+           "october", "november", "december")
+_TIME_MONTH = (
+    rf"\b(?:in|during|from)\s+(?P<m>{'|'.join(_MONTHS)}|{'|'.join(m[:3] for m in _MONTHS)})\.?"
+    r"\s+(?:of\s+)?(?P<y>\d{4})\b"
+)
 
 
-_ANY_TIME = re.compile(r"sec|min|hour|hr|day|week|\d{4}-\d\d", FLAGS)
+_ANY_TIME = re.compile(r"sec|min|hour|hr|day|week|\d{4}", FLAGS)
 
 
 def _unit_seconds(unit: str) -> int:
@@ -248,17 +256,29 @@ def take_time(q: Query) -> dict[str, object]:
         if m := q.take(pattern):
             count = parse_number(m.group("n")) if m.group("n") else 1
             return {"older_than_seconds": count * _unit_seconds(m.group("u"))}
+    if m := q.take(_TIME_MONTH):
+        number = [n[:3] for n in _MONTHS].index(m.group("m").lower()[:3]) + 1
+        year = int(m.group("y"))
+        first = datetime(year, number, 1, tzinfo=timezone.utc)
+        return {"since": first, "until": datetime(year + number // 12, number % 12 + 1, 1, tzinfo=timezone.utc)}
+    found: dict[str, object] = {}
     if m := q.take(_TIME_SINCE):
-        text = m.group("t").upper().replace(" ", "T")
-        try:
-            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError as error:
-            raise InvalidRequest(f"{m.group('t')!r} is not a valid time ({error})") from None
-        if moment.tzinfo is None:
-            # A time without a zone is read as UTC, the zone of stored timestamps.
-            moment = moment.replace(tzinfo=timezone.utc)
-        return {"since": moment}
-    return {}
+        found["since"] = _moment(m.group("t"))
+    if m := q.take(_TIME_UNTIL):
+        found["until"] = _moment(m.group("u"))
+    return found
+
+
+def _moment(written: str) -> datetime:
+    text = written.upper().replace(" ", "T")
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as error:
+        raise InvalidRequest(f"{written!r} is not a valid time ({error})") from None
+    if moment.tzinfo is None:
+        # A time without a zone is read as UTC, the zone of stored timestamps.
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment
 
 
 # --- seqs -------------------------------------------------------------------------------
@@ -450,6 +470,10 @@ _TRAILING = (
     rf"\s*,?\s*(?:(?:said|written|sent)\s+)?(?:from|by)\s+(?:the\s+)?{SPEAKER}",
     rf"\s*,?\s*(?:so\s+far|thus\s+far|up\s+to\s+now|until\s+now|till\s+now|to\s+date|please|in\s+(?:the|this)\s+(?:conversation|chat|history|buffer))",
     rf"\s*,?\s*(?:with|and|plus|including)\s+(?:the\s+)?(?:running\s+)?summary",
+    # Times end a topic too (issue 27): "about the garden in May 2023", "... since 2023-05-01".
+    rf"\s*,?\s*{_TIME_MONTH}",
+    rf"\s*,?\s*{_TIME_SINCE}",
+    rf"\s*,?\s*{_TIME_UNTIL}",
 )
 
 

@@ -1,0 +1,163 @@
+"""Utterance times given on store (metadata.timestamp) and time filters on search (issue 27)."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import grpc
+import pytest
+
+from chd.core.errors import InvalidRequest
+from chd.core.history import ConversationHistory
+from chd.core.settings import Settings
+from tests.conftest import query
+
+
+def _store(history: ConversationHistory, text: str, when: str | None = None) -> dict[str, Any]:
+    metadata = {} if when is None else {"timestamp": when}
+    return history.query(f"Add utterance: {text}", metadata).result["utterance"]
+
+
+def _seqs(history: ConversationHistory, **data: Any) -> list[int]:
+    return sorted(u["seq"] for u in history.query("", {}, {"operation": "retrieve", **data}).result["utterances"])
+
+
+@pytest.fixture
+def imported() -> ConversationHistory:
+    """An imported history: utterances of April, May and June 2023, then one of now."""
+    history = ConversationHistory(background=False, settings=Settings(buffer_size=3, eviction_batch=1,
+                                                                      summarization_enabled=False,
+                                                                      archive_evicted=True))
+    _store(history, "we planned the garden", "2023-04-20T10:00:00Z")
+    _store(history, "the garden got roses", "2023-05-03T09:30:00+02:00")
+    _store(history, "the garden flooded", "2023-05-30T23:59:59Z")
+    _store(history, "the garden is dry now", "2023-06-01T00:00:00Z")
+    _store(history, "and today the garden is fine")
+    return history
+
+
+class TestStoredTime:
+    """metadata.timestamp is kept as the utterance's time."""
+
+    def test_given_time_is_kept_in_utc(self, imported: ConversationHistory) -> None:
+        """An offset time is stored as the same instant in UTC, in the daemon's own format."""
+        stored = imported.query("", {}, {"operation": "retrieve", "seqs": [4]}).result["utterances"]
+        assert stored[0]["timestamp"] == "2023-06-01T00:00:00.000000Z"
+        archived = imported.query("Get archived utterances").result["utterances"]
+        assert archived[1]["timestamp"] == "2023-05-03T07:30:00.000000Z"
+
+    def test_without_a_time_the_store_time_is_used(self) -> None:
+        """No metadata.timestamp: now, as before."""
+        history = ConversationHistory(background=False)
+        when = datetime.fromisoformat(_store(history, "hello")["timestamp"])
+        assert abs(when.timestamp() - time.time()) < 60
+
+    def test_times_may_go_backwards(self) -> None:
+        """An older time after a newer one is accepted: time filters test each utterance's own."""
+        history = ConversationHistory(background=False)
+        _store(history, "late", "2023-06-01T00:00:00Z")
+        _store(history, "early", "2023-01-01T00:00:00Z")
+        assert _seqs(history, since="2023-05-01T00:00:00Z") == [1]
+
+    @pytest.mark.parametrize(("when", "fragment"), [
+        ("yesterday", "RFC 3339"),
+        ("2023-05-01T10:00:00", "time zone"),
+        (12345, "metadata.timestamp"),
+        ((datetime.now(timezone.utc) + timedelta(hours=1)).isoformat(), "in the future"),
+    ])
+    def test_bad_time_is_refused_and_nothing_is_stored(self, when: Any, fragment: str) -> None:
+        """Unparseable, zoneless or future times are INVALID_ARGUMENT; the store does not happen."""
+        history = ConversationHistory(background=False)
+        with pytest.raises(InvalidRequest, match=fragment):
+            _store(history, "x", when)
+        assert history.backend.read("default").utterances == []
+
+    def test_a_little_clock_skew_is_accepted(self) -> None:
+        """A time a minute ahead of the daemon's clock (another machine's clock) is kept."""
+        history = ConversationHistory(background=False)
+        ahead = (datetime.now(timezone.utc) + timedelta(seconds=60)).isoformat()
+        assert _store(history, "x", ahead)["seq"] == 1
+
+
+class TestTimeFilters:
+    """since and until choose utterances by their own time, in the one search too."""
+
+    def test_a_month_is_since_its_first_day_until_the_next(self, imported: ConversationHistory) -> None:
+        """'in May 2023' as data: since 2023-05-01, until 2023-06-01 (exclusive)."""
+        may = {"since": "2023-05-01T00:00:00Z", "until": "2023-06-01T00:00:00Z"}
+        assert _seqs(imported, topic="garden", **may) == [2, 3]
+
+    def test_until_alone_reaches_into_the_archive(self, imported: ConversationHistory) -> None:
+        """Archived utterances are filtered by their time like buffered ones."""
+        assert _seqs(imported, topic="garden", until="2023-05-01T00:00:00Z") == [1]
+
+    def test_time_filter_keeps_summary_segments_out(self, imported: ConversationHistory) -> None:
+        """A summary has no single time, so a time filter leaves segments out of the list."""
+        hits = imported.query("", {}, {"operation": "retrieve", "topic": "garden",
+                                       "until": "2024-01-01T00:00:00Z"}).result["utterances"]
+        assert all(h["where"] != "summary" for h in hits)
+
+    def test_until_before_since_is_refused(self, imported: ConversationHistory) -> None:
+        """An empty time range is a mistake, not an empty answer."""
+        with pytest.raises(InvalidRequest, match="must be after since"):
+            _seqs(imported, since="2023-06-01T00:00:00Z", until="2023-05-01T00:00:00Z")
+
+
+class TestThroughTheServer:
+    """The real server on every backend: times kept, bad ones refused with INVALID_ARGUMENT."""
+
+    def test_time_is_kept_and_filtered_on_every_backend(self, stub) -> None:
+        """Stores with given times, then a topic search in a time range, over gRPC."""
+        for text, when in (("rain in april", "2023-04-02T08:00:00Z"), ("rain in may", "2023-05-02T08:00:00Z")):
+            query(stub, f"Add utterance: {text}", {"timestamp": when})
+        reply = query(stub, "", {}, {"operation": "retrieve", "topic": "rain",
+                                     "since": "2023-05-01T00:00:00Z", "until": "2023-06-01T00:00:00Z"})
+        hits = reply.result["utterances"]
+        assert [(h["text"], h["timestamp"], h["where"]) for h in hits] == [
+            ("rain in may", "2023-05-02T08:00:00.000000Z", "buffer")
+        ]
+
+    @pytest.mark.parametrize(("metadata", "data", "fragment"), [
+        ({"timestamp": "2099-01-01T00:00:00Z"}, {"operation": "store", "text": "x"}, "in the future"),
+        ({"timestamp": "May 2023"}, {"operation": "store", "text": "x"}, "metadata.timestamp"),
+        ({}, {"operation": "retrieve", "topic": "x", "where": "attic"}, "data.where"),
+    ])
+    def test_bad_input_is_invalid_argument(self, stub, metadata, data, fragment) -> None:
+        """Each bad value gets INVALID_ARGUMENT and a message naming the field."""
+        with pytest.raises(grpc.RpcError) as refused:
+            query(stub, "", metadata, data)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert fragment in refused.value.details()
+
+
+class TestTimeInTheQueryLanguage:
+    """'in May 2023', 'since <time>' and 'until <time>' end a topic and filter by time."""
+
+    @pytest.fixture
+    def history(self) -> ConversationHistory:
+        history = ConversationHistory(background=False)
+        for text, when in (("garden in april", "2023-04-20T10:00:00Z"), ("garden in may", "2023-05-03T10:00:00Z"),
+                           ("garden in june", "2023-06-03T10:00:00Z")):
+            _store(history, text, when)
+        return history
+
+    @pytest.mark.parametrize(("text", "seqs"), [
+        ("Find utterances about the garden in May 2023", [2]),
+        ("What did the user say about the garden during jun 2023?", [3]),
+        ("Find utterances about the garden until 2023-05-01", [1]),
+        ("Find utterances about the garden since 2023-05-01 until 2023-06-01", [2]),
+        ("Get utterances in April 2023", [1]),
+        ("Get utterances in December 2023", []),
+    ])
+    def test_time_phrase_filters(self, history: ConversationHistory, text: str, seqs: list[int]) -> None:
+        """Each phrase reads as since/until and leaves the topic alone."""
+        assert sorted(u["seq"] for u in history.query(text).result["utterances"]) == seqs
+
+    def test_a_month_in_december_ends_at_the_new_year(self) -> None:
+        """'in December 2023' is until 2024-01-01."""
+        history = ConversationHistory(background=False)
+        _store(history, "party", "2023-12-31T23:00:00Z")
+        _store(history, "party again", "2024-01-01T00:00:00Z")
+        assert [u["seq"] for u in history.query("Get utterances in December 2023").result["utterances"]] == [1]
