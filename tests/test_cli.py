@@ -92,7 +92,12 @@ class TestServeCommand:
         """Ctrl-C (SIGINT) also stops it cleanly."""
         daemon = DaemonProcess()
         daemon.proc.send_signal(signal.SIGINT)
-        assert daemon.terminate() == 0
+        try:
+            # Waited for, not followed by terminate()'s SIGTERM: one that lands
+            # after the handlers are gone would kill it and hide the exit code.
+            assert daemon.proc.wait(timeout=15) == 0
+        finally:
+            daemon.kill()
 
     def test_buffer_size_flag(self) -> None:
         """--buffer-size 3 keeps three utterances."""

@@ -98,5 +98,26 @@ class TestMetricsFromTheProcess:
             port = int(line.rsplit(":", 1)[1].split("/")[0])
             assert run_chd("query", "Add utterance: hi", "--target", process.target).returncode == 0
             assert scrape(port)[("chd_requests_total", (("code", "OK"), ("method", "Query")))] == 1
+            served = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         finally:
             process.kill()
+        # Every family the daemon serves is in the documented table (the late-reply ones only with Claude).
+        from chd.service.metrics import metrics_table
+
+        documented = {row.split("`")[1].removesuffix("_total") for row in metrics_table().splitlines()[2:]}
+        families = {
+            f.name for f in text_string_to_metric_families(served)
+            if f.name.startswith("chd_") and not f.name.endswith("_created")
+        }
+        assert families and families <= documented, families - documented
+        assert documented - families == {"chd_summary_late_results", "chd_summary_late_calls_in_flight"}
+
+
+def test_operations_doc_carries_the_metrics_table_built_from_the_definitions() -> None:
+    """docs/operations.md holds metrics_table() verbatim: a new metric cannot go undocumented."""
+    from pathlib import Path
+
+    from chd.service.metrics import metrics_table
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    assert metrics_table() in doc

@@ -65,8 +65,8 @@ def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
     """``--backend``, ``--data-dir`` and ``--durability``: the serve keys, with the transfer's defaults."""
     parser.add_argument(
         "--backend", metavar="BACKEND", default=argparse.SUPPRESS,
-        help="disk (default) or module:Class for a custom backend (CHD_BACKEND); not memory, whose "
-        "conversations live inside its daemon",
+        help="disk (default), redis (with --redis-url, CHD_REDIS_URL) or module:Class for a custom backend "
+        "(CHD_BACKEND); not memory, whose conversations live inside its daemon",
     )
     parser.add_argument(
         "--data-dir", metavar="DIR", default=argparse.SUPPRESS,
@@ -127,7 +127,8 @@ def open_storage(
 
 _TRANSFER_NOTE = """\
 export and import open a backend's storage directly, not the daemon: a disk
-data dir (even while a daemon serves it) or a custom module:Class backend.
+data dir (even while a daemon serves it), a Redis (even while replicas serve
+it) or a custom module:Class backend.
 The memory backend's conversations live inside its daemon process, so they
 cannot be exported from outside it.
 """
@@ -168,7 +169,7 @@ def run_transfer(args: argparse.Namespace) -> int:
     if name == "memory":
         print(
             "chd: the memory backend lives inside its daemon; export and import work on "
-            "--backend disk (or a custom backend)",
+            "--backend disk, --backend redis (or a custom backend)",
             file=sys.stderr,
         )
         return EXIT_FAILED

@@ -215,7 +215,7 @@ KEYS: tuple[Key, ...] = (
     Key("workers", Integer(1, 1024), 16, "threads answering calls"),
     # --- the core (daemon.settings.Settings fields, same names)
     # --- storage (docs/backends.md)
-    Key("backend", Text(), "memory", "memory, disk (alias durable), or module:Class for a custom backend"),
+    Key("backend", Text(), "memory", "memory, disk (alias durable), redis, or module:Class for a custom backend"),
     Key("data_dir", Text(), None, "directory of the disk backend, created if missing"),
     Key("durability", Text(("normal", "full")), None,
         "disk backend: normal survives a crash of chd, full also an OS crash or power loss (default normal)"),

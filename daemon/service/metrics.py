@@ -246,3 +246,27 @@ class CountingSummarizer:
         except Exception:
             self._on_failure()
             raise
+
+
+def metrics_table() -> str:
+    """The Markdown table of every metric /metrics serves, as docs/operations.md carries it
+    (a test keeps them equal): built from the definitions above, not written beside them."""
+    from types import SimpleNamespace
+
+    from chd.backends.memory import MemoryBackend
+
+    metrics = Metrics()
+    metrics.watch_backend(MemoryBackend())
+    metrics.watch_late(SimpleNamespace(applied=0, dropped=0, failed=0, in_flight=0))
+    # A labelled metric with no child yet collects no samples, so nothing says
+    # its labels: give each one child (the registry's collectors are the metrics).
+    for collector in list(metrics.registry._collector_to_names):
+        names = getattr(collector, "_labelnames", ())
+        if names:
+            collector.labels(*("-" for _ in names))
+    rows = ["| metric | type | labels | what |", "|---|---|---|---|"]
+    for family in metrics.registry.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        labels = list(dict.fromkeys(k for sample in family.samples for k in sample.labels if k != "le"))
+        rows.append(f"| `{name}` | {family.type} | {', '.join(labels)} | {family.documentation} |")
+    return "\n".join(rows)
