@@ -95,7 +95,7 @@ from chd.backends.seq_runs import SeqRuns
 from chd.core.errors import InvalidRequest, StorageError, StorageFull
 from chd.core.utterance import Summary, Utterance
 
-__all__ = ["DiskBackend", "DURABILITY", "InvalidChange"]
+__all__ = ["DiskBackend", "DURABILITY", "InvalidChange", "MARKER"]
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,16 @@ _STORAGE_ERRORS = (diskcache.Timeout, sqlite3.Error, OSError)
 # whatever its length (diskcache's iterkeys re-scanned the index from its
 # start on every page of 100: 5.9 s at 10k conversations, ~566 s at 100k).
 _PAGE = 1000
+
+# Written beside cache.db once the directory holds chd's store, so a database
+# that later goes missing or is truncated to 0 bytes is noticed: SQLite reads
+# either as a new empty database, and the daemon came up SERVING with every
+# conversation gone (issue 28).
+MARKER = "chd-data-dir"
+_MARKER_TEXT = (
+    "This directory holds a chd conversation store (cache.db). While this file is here, chd refuses\n"
+    "to start if cache.db is missing or empty, unless started with --allow-empty-database.\n"
+)
 
 # A meta record with state: ConversationState.is_empty, read by SQLite's JSON
 # functions so a listing decodes no record in Python.
@@ -240,6 +250,9 @@ class DiskBackend:
         cached_bytes: Roughly how many bytes those utterances may take
             (``_UTTERANCE_BYTES`` each plus their text), whichever limit is
             reached first: a cache of long texts stays bounded too.
+        allow_empty_database: Open a directory that held a store (its
+            ``MARKER`` or a write-ahead log) although its database is missing
+            or empty, starting with no conversations; refused otherwise.
 
     Raises:
         StorageError: The directory cannot be created, opened or written, holds
@@ -255,8 +268,10 @@ class DiskBackend:
         timeout: float = 15.0,
         cached_utterances: int = 200_000,
         cached_bytes: int = 128 * 2**20,
+        allow_empty_database: bool = False,
     ) -> None:
         self.path = Path(data_dir).expanduser()
+        _check_database_kept(self.path, allow_empty_database)
         settings: dict[str, object] = {
             "eviction_policy": "none",
             "cull_limit": 0,
@@ -297,6 +312,7 @@ class DiskBackend:
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
             self._cache.close()
             raise StorageError(f"cannot open data dir {self.path}: {describe_open_error(exc, self.path)}") from exc
+        _mark(self.path)
 
     # --- the Backend protocol --------------------------------------------------
 
@@ -1141,6 +1157,39 @@ class DiskBackend:
             ) from exc
         log.error("storage error on %s in %s: %s", doing, self.path, exc)
         raise StorageError(f"storage error in {self.path}: {exc}") from exc
+
+
+def _check_database_kept(path: Path, allow_empty: bool) -> None:
+    """Refuse a data dir that held a store whose database is now missing or empty."""
+    database, wal = path / diskcache.core.DBNAME, path / (diskcache.core.DBNAME + "-wal")
+    try:
+        size = database.stat().st_size if database.exists() else None
+        held = (path / MARKER).exists() or (wal.exists() and wal.stat().st_size > 0)
+    except OSError:
+        return  # unreadable: opening it reports why
+    if not held or (size is not None and size > 0):
+        return
+    state = "missing" if size is None else "empty (0 bytes)"
+    evidence = MARKER if (path / MARKER).exists() else wal.name
+    if allow_empty:
+        log.warning("%s is %s in a data dir that held data (%s); starting with no conversations "
+                    "(allow_empty_database)", database, state, evidence)
+        return
+    raise StorageError(
+        f"{database} is {state}, but {path} has held chd's data ({evidence} is there); restore cache.db "
+        "from a backup, or pass --allow-empty-database to start with no conversations"
+    )
+
+
+def _mark(path: Path) -> None:
+    """Leave ``MARKER`` in a data dir now holding a store (a read-only dir is left unmarked)."""
+    marker = path / MARKER
+    if marker.exists():
+        return
+    try:
+        marker.write_text(_MARKER_TEXT)
+    except OSError as exc:
+        log.info("could not write %s (%s); a lost cache.db there would not be noticed", marker, exc)
 
 
 def _rolled_back(exc: BaseException) -> bool:

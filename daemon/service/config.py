@@ -219,6 +219,9 @@ KEYS: tuple[Key, ...] = (
     Key("data_dir", Text(), None, "directory of the disk backend, created if missing"),
     Key("durability", Text(("normal", "full")), None,
         "disk backend: normal survives a crash of chd, full also an OS crash or power loss (default normal)"),
+    Key("allow_empty_database", Boolean(), False,
+        "disk backend: start although the data dir held data and its cache.db is now missing or empty, "
+        "with no conversations (once, after losing the database on purpose)"),
     # The URL may hold a password, so it is shown masked like one.
     Key("redis_url", Text(), None, "redis backend: redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// for TLS",
         secret=True),
@@ -518,6 +521,10 @@ def _check_storage(config: Config) -> None:
         raise ConfigError("data_dir", "missing", "the disk backend needs a directory: --data-dir DIR (or CHD_DATA_DIR)")
     if name == "redis":
         _check_redis(config)
+    if name != "disk" and v["allow_empty_database"]:
+        raise ConfigError(
+            "allow_empty_database", src["allow_empty_database"], f"only the disk backend has a database; backend is {name}"
+        )
     if name == "memory" and v["data_dir"] is not None:
         # Accepting it silently would let a user believe their data is on disk.
         raise ConfigError(
@@ -597,6 +604,8 @@ def _toml(value: Any) -> str:
 
 def backend_options(config: Config) -> dict[str, Any]:
     """The options of ``config.backend`` beyond data_dir and durability (for open_backend)."""
+    if ALIASES.get(config.backend, config.backend) == "disk":
+        return {"allow_empty_database": True} if config.values.get("allow_empty_database") else {}
     if config.backend != "redis":
         return {}
     # The transfer tools load only some keys (load_keys): the rest keep the backend's defaults.

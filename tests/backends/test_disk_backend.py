@@ -11,7 +11,7 @@ import pytest
 
 from chd.backends.base import Change
 from chd.backends.checkpointer import BACKSTOP
-from chd.backends.disk import DiskBackend, InvalidChange
+from chd.backends.disk import MARKER, DiskBackend, InvalidChange
 from chd.backends.records import (
     BLOCK_SIZE,
     COUNTS_KEY,
@@ -111,7 +111,7 @@ class TestDiskcacheSettings:
         backend.transact("c", append_next("🙂" * 32_000))
         backend.close()
         files = {p.name for p in tmp_path.rglob("*") if p.is_file()}
-        assert files <= {"cache.db", "cache.db-wal", "cache.db-shm"}
+        assert files <= {"cache.db", "cache.db-wal", "cache.db-shm", MARKER}
 
     def test_durability_full_means_synchronous_full(self, tmp_path: Path) -> None:
         """--durability full is SQLite synchronous=FULL (2) for every connection."""

@@ -13,7 +13,9 @@ import diskcache
 import grpc
 import pytest
 
+from chd.backends.disk import MARKER, DiskBackend
 from chd.backends.records import SCHEMA_KEY
+from chd.core.errors import StorageError
 from chd.cli.main import _parser
 from chd.service import config
 from chd.cli.storage import open_storage
@@ -177,6 +179,54 @@ class TestBadDataDir:
         line = serve_fails("--backend", "disk", "--data-dir", str(tmp_path / "data"),
                            prefix=tmpfs(tmp_path, "256k", fill=True))
         assert line == f"chd: cannot open data dir {tmp_path / 'data'}: the disk is full"
+
+
+class TestEmptiedDatabase:
+    """A data dir that held data never starts fresh over a missing or 0-byte cache.db (issue 28, item 3)."""
+
+    @pytest.mark.parametrize("loss", ["truncated", "deleted"])
+    def test_a_lost_database_is_refused_naming_the_file(self, tmp_path: Path, loss: str) -> None:
+        data = populated(tmp_path / "data")
+        database = data / "cache.db"
+        if loss == "truncated":
+            database.write_bytes(b"")
+        else:
+            database.unlink()
+        line = serve_fails("--backend", "disk", "--data-dir", str(data))
+        state = "empty (0 bytes)" if loss == "truncated" else "missing"
+        assert line.startswith(f"chd: {database} is {state}, but {data} has held chd's data ({MARKER} is there)")
+        assert "--allow-empty-database" in line
+        assert (database.stat().st_size == 0) if loss == "truncated" else not database.exists()
+
+    def test_a_write_ahead_log_without_its_database_is_refused(self, tmp_path: Path) -> None:
+        """A dir from before the marker, or whose marker went too: the WAL shows it held data."""
+        (tmp_path / "cache.db-wal").write_bytes(b"\x37\x7f\x06\x82" + b"\x00" * 28)
+        with pytest.raises(StorageError, match="cache.db is missing.*cache.db-wal is there"):
+            DiskBackend(tmp_path)
+
+    def test_the_flag_starts_with_no_conversations_once(self, tmp_path: Path) -> None:
+        """--allow-empty-database starts empty; the next start needs no flag, the new database holding the store."""
+        data = populated(tmp_path / "data")
+        (data / "cache.db").write_bytes(b"")
+        for flags in (("--allow-empty-database",), ()):
+            daemon = DaemonProcess("--backend", "disk", "--data-dir", str(data), *flags)
+            try:
+                with grpc.insecure_channel(daemon.target) as channel:
+                    got = query(daemon_pb2_grpc.DaemonStub(channel), "Get the last 5 utterances")
+                assert got.result["utterances"] == []
+            finally:
+                assert daemon.terminate() == 0
+            assert ("starting with no conversations" in daemon.log) == bool(flags)
+
+    def test_a_new_directory_is_marked_and_an_unmarked_one_with_data_gets_the_marker(self, tmp_path: Path) -> None:
+        DiskBackend(tmp_path / "new").close()
+        assert (tmp_path / "new" / MARKER).exists()
+        (tmp_path / "new" / MARKER).unlink()  # a dir written before the marker existed
+        DiskBackend(tmp_path / "new").close()
+        assert (tmp_path / "new" / MARKER).exists()
+
+    def test_the_flag_is_refused_with_a_backend_that_has_no_database(self) -> None:
+        assert "only the disk backend" in serve_fails("--allow-empty-database", code=2)
 
 
 @needs_namespaces
