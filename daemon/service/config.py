@@ -483,6 +483,12 @@ def _check_together(config: Config) -> None:
         raise ConfigError(missing, "missing", "tls_cert and tls_key must be given together")
     if v["tls_client_ca"] is not None and v["tls_cert"] is None:
         raise ConfigError("tls_client_ca", src["tls_client_ca"], "verifying client certificates needs tls_cert and tls_key")
+    if v["tls_cert"] is not None:
+        from chd.service.tls import check_server_files
+
+        refused = check_server_files(v["tls_cert"], v["tls_key"], v["tls_client_ca"])
+        if refused is not None:
+            raise ConfigError(refused[0], src[refused[0]], refused[1])
     if v["auth_token"] is not None and not v["auth_token"].strip():
         raise ConfigError("auth_token", src["auth_token"], "must not be empty")
     if v["max_utterances_per_conversation"] < v["buffer_size"]:
@@ -521,6 +527,12 @@ def _check_storage(config: Config) -> None:
         raise ConfigError("data_dir", "missing", "the disk backend needs a directory: --data-dir DIR (or CHD_DATA_DIR)")
     if name == "redis":
         _check_redis(config)
+    else:
+        # As with data_dir below: a Redis URL that a disk daemon silently ignores
+        # would let a user believe replicas share its conversations (issue 28).
+        for key in KEYS:
+            if key.help.startswith("redis backend:") and src[key.name] != "default":
+                raise ConfigError(key.name, src[key.name], f"only the redis backend uses it, and the backend is {name}")
     if name != "disk" and v["allow_empty_database"]:
         raise ConfigError(
             "allow_empty_database", src["allow_empty_database"], f"only the disk backend has a database; backend is {name}"

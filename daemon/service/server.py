@@ -37,7 +37,7 @@ from chd.service.observe import note_operation
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
 from chd.service.wire import fill_struct, struct_to_dict
 
-__all__ = ["DaemonServicer", "Server", "build_server", "status_for", "SERVICE_NAME"]
+__all__ = ["DaemonServicer", "ListenError", "Server", "build_server", "check_port_free", "status_for", "SERVICE_NAME"]
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,13 @@ def bounded_details(message: str, limit: int = MAX_DETAILS) -> str:
         return message
     keep = (limit - 40) // 2
     return f"{message[:keep]}... ({len(message) - 2 * keep} characters cut) ...{message[-keep:]}"
+
+
+class ListenError(OSError):
+    """A port could not be listened on; says which (the gRPC or the metrics port) and why."""
+
+    def __init__(self, what: str, address: str, reason: str) -> None:
+        super().__init__(f"cannot listen on {address}{what}: {reason}")
 
 
 # Read at start-up to prove the backend answers before health says SERVING.
@@ -239,10 +246,10 @@ def build_server(
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         check_port_free(host, port)
-    except OSError:
+    except OSError as exc:
         for pool in (workers, health_pool):
             pool.shutdown(wait=False)
-        raise
+        raise ListenError("", address, str(exc)) from None
     try:
         if credentials is None:
             bound = server.add_insecure_port(address)
@@ -253,7 +260,10 @@ def build_server(
     if bound == 0:
         for pool in (workers, health_pool):
             pool.shutdown(wait=False)
-        raise OSError(f"grpc could not bind {address}")
+        # The port was free a moment ago: with TLS, grpc refused the credentials
+        # (config checks the files with OpenSSL first; this is the backstop).
+        why = "grpc refused the TLS certificate, key or client CA" if credentials is not None else "grpc could not bind it"
+        raise ListenError("", address, why)
     server.start()
     running = Server(server, bound, health_servicer, history, (workers, health_pool))
     try:

@@ -136,6 +136,17 @@ class TestChoosingABackend:
         """Otherwise a user could believe their conversations are on disk."""
         assert "keeps nothing on disk" in serve_fails("--data-dir", str(tmp_path), code=2)
 
+    @pytest.mark.parametrize("flags", [("--redis-url", "redis://127.0.0.1:1/0"), ("--redis-cluster",)])
+    def test_disk_with_a_redis_key_is_refused(self, tmp_path: Path, flags) -> None:
+        """As memory with --data-dir: a Redis URL the disk backend would ignore is a mistake (issue 28, item 8)."""
+        line = serve_fails("--backend", "disk", "--data-dir", str(tmp_path), *flags, code=2)
+        key = flags[0][2:].replace("-", "_")
+        assert line == f"chd: configuration key '{key}' (flag {flags[0]}): only the redis backend uses it, and the backend is disk"
+
+    def test_memory_with_a_redis_url_from_the_environment_is_refused(self, monkeypatch) -> None:
+        monkeypatch.setenv("CHD_REDIS_URL", "redis://127.0.0.1:1/0")
+        assert "(env CHD_REDIS_URL): only the redis backend uses it, and the backend is memory" in serve_fails(code=2)
+
     def test_bad_durability_is_a_usage_error(self) -> None:
         done = run_chd("serve", "--durability", "maybe")
         assert done.returncode == 2
