@@ -32,7 +32,7 @@ from chd.core.errors import (
     StorageFull,
     TooLarge,
 )
-from chd.service.handlers import Guard, daemon_handlers, in_own_pool
+from chd.service.handlers import Behavior, Guard, daemon_handlers, in_own_pool
 from chd.service.observe import note_operation
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
 from chd.service.wire import fill_struct, struct_to_dict
@@ -139,6 +139,31 @@ HEALTH_WORKERS = 2
 CLOSE_TIMEOUT = 1.0
 
 
+class _Running:
+    """Counts the Daemon handlers running now: a guard, outermost, on every Daemon method.
+
+    The shutdown warning counted live worker threads, and the pool keeps
+    idle ones: after any call it warned of an abandoned thread with nothing
+    in flight (issue 28).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def guard(self, _method: str, behavior: Behavior) -> Behavior:
+        def counted(request: Any, context: grpc.ServicerContext) -> Any:
+            with self._lock:
+                self.count += 1
+            try:
+                return behavior(request, context)
+            finally:
+                with self._lock:
+                    self.count -= 1
+
+        return counted
+
+
 class Server:
     """A running gRPC server with health and reflection, stoppable once."""
 
@@ -149,8 +174,10 @@ class Server:
         health_servicer: health.HealthServicer,
         history: ConversationHistory,
         pools: Sequence[futures.ThreadPoolExecutor] = (),
+        running: _Running | None = None,
     ) -> None:
         self.grpc_server = server
+        self._running = running or _Running()
         self.pools = tuple(pools)
         self.port = port
         self.health = health_servicer
@@ -192,6 +219,10 @@ class Server:
     def wait(self) -> None:
         self.grpc_server.wait_for_termination()
 
+    def calls_running(self) -> int:
+        """Daemon calls whose handlers have not returned (after ``stop``: those abandoned)."""
+        return self._running.count
+
 
 def build_server(
     history: ConversationHistory,
@@ -226,7 +257,8 @@ def build_server(
         options=(*options, ("grpc.so_reuseport", 0)),
         maximum_concurrent_rpcs=maximum_concurrent_rpcs,
     )
-    guards = (*observers, refuse_noted, refuse_undecodable, *checks)
+    running_calls = _Running()
+    guards = (running_calls.guard, *observers, refuse_noted, refuse_undecodable, *checks)
     handlers = daemon_handlers(DaemonServicer(history), guards, tolerant)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
@@ -265,7 +297,7 @@ def build_server(
         why = "grpc refused the TLS certificate, key or client CA" if credentials is not None else "grpc could not bind it"
         raise ListenError("", address, why)
     server.start()
-    running = Server(server, bound, health_servicer, history, (workers, health_pool))
+    running = Server(server, bound, health_servicer, history, (workers, health_pool), running_calls)
     try:
         history.backend.read(_PROBE_CONVERSATION)
     except Exception:
@@ -357,9 +389,10 @@ def serve_forever(
     while not done.wait(0.5):
         pass
     server.stop(grace, drain)
-    stuck = [t.name for t in threading.enumerate() if t.name.startswith("chd-worker") and t.is_alive()]
-    if stuck:
-        log.warning("exiting with %d worker thread(s) still running, abandoned after shutdown_grace", len(stuck))
+    abandoned = server.calls_running()
+    if abandoned:
+        log.warning("exiting with %d call(s) still running, abandoned after shutdown_grace", abandoned)
+    if abandoned or any(t.name.startswith("chd-worker") and t.is_alive() for t in threading.enumerate()):
         _exit_now()
 
 
