@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from chd.core.history import DEFAULT_CONVERSATION, MAX_CONVERSATION_ID
 from chd.service.observe import CallRecord, operation_of
+from chd.service.repeats import RepeatFilter
 
 __all__ = ["TraceLog", "JsonFormatter", "TextFormatter", "configure_logging", "clip", "TRACE_LOGGER", "MAX_LOG_FIELD"]
 
@@ -169,6 +170,7 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | N
         fmt = "text" if stream.isatty() else "json"
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(RepeatFilter())  # one line per kind of repeated error and 10 s
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

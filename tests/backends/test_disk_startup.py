@@ -264,3 +264,28 @@ class TestDiskFillsUpWhileServing:
                 assert summary.operation == "retrieve"
         finally:
             daemon.kill()
+
+    def test_repeated_refusals_on_a_full_disk_log_one_error_line(self, tmp_path: Path) -> None:
+        """200 refused stores write one ERROR line, not 200 (issue 28, item 5: 1,329 lines for 1,329 refusals)."""
+        data = tmp_path / "data"
+        daemon = DaemonProcess("--backend", "disk", "--data-dir", str(data), "--buffer-size", "5000",
+                               "--max-tokens", "10000000", prefix=tmpfs(tmp_path, "1m"))
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                refused = 0
+                for i in range(3000):
+                    try:
+                        query(stub, f"Add utterance: {i} " + "words to fill the disk " * 40)
+                    except grpc.RpcError as error:
+                        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                        refused += 1
+                        if refused == 200:
+                            break
+            assert refused == 200
+            daemon.terminate()
+            full_lines = [line for line in daemon.log.splitlines() if "is full" in line]
+            # One per kind and 10 s window: a slow machine may cross into a second window.
+            assert 1 <= len(full_lines) <= 3, full_lines
+        finally:
+            daemon.kill()
