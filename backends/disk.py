@@ -92,7 +92,7 @@ from chd.backends.disk_errors import describe_open_error, is_full
 from chd.backends.group_commit import GroupCommit, Request
 from chd.backends.lazy_list import LazyList, is_unloaded
 from chd.backends.seq_runs import SeqRuns
-from chd.core.errors import InvalidRequest, StorageError, StorageFull
+from chd.core.errors import DeadlineExceeded, InvalidRequest, StorageError, StorageFull
 from chd.core.utterance import Summary, Utterance
 
 __all__ = ["DiskBackend", "DURABILITY", "InvalidChange", "MARKER"]
@@ -250,6 +250,10 @@ class DiskBackend:
         cached_bytes: Roughly how many bytes those utterances may take
             (``_UTTERANCE_BYTES`` each plus their text), whichever limit is
             reached first: a cache of long texts stays bounded too.
+        request_timeout: A daemon's request_timeout: a write waits at most
+            this long (and ``timeout``) for another process's lock, and then
+            answers DeadlineExceeded, since its call's time is up; without
+            it, waiting ``timeout`` out is a StorageError.
         allow_empty_database: Open a directory that held a store (its
             ``MARKER`` or a write-ahead log) although its database is missing
             or empty, starting with no conversations; refused otherwise.
@@ -269,6 +273,7 @@ class DiskBackend:
         cached_utterances: int = 200_000,
         cached_bytes: int = 128 * 2**20,
         allow_empty_database: bool = False,
+        request_timeout: float | None = None,
     ) -> None:
         self.path = Path(data_dir).expanduser()
         _check_database_kept(self.path, allow_empty_database)
@@ -297,6 +302,12 @@ class DiskBackend:
         self._group = GroupCommit(self._commit)
         self._tokens = _Tokens()
         self._closed = False
+        # A store waited out diskcache's 15 s for a lock another process held,
+        # past a 2 s request_timeout, then answered UNAVAILABLE (issue 28).
+        self._lock_wait_is_deadline = request_timeout is not None and request_timeout < timeout
+        if request_timeout is not None:
+            timeout = min(timeout, request_timeout)
+        self._lock_wait = timeout
         try:
             self._cache = diskcache.Cache(str(self.path), timeout=timeout, **settings)
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
@@ -1139,6 +1150,11 @@ class DiskBackend:
     def _failed(self, exc: BaseException, doing: str) -> NoReturn:
         """Raise ``exc`` (being handled) as StorageError or StorageFull."""
         if isinstance(exc, diskcache.Timeout):
+            if self._lock_wait_is_deadline:
+                raise DeadlineExceeded(
+                    f"data dir {self.path} stayed locked by another process for {self._lock_wait:g}s "
+                    "(request_timeout); nothing was written"
+                ) from None
             raise StorageError(f"data dir {self.path} stayed locked by another writer; try again") from None
         if doing == "write":
             # A failed COMMIT can leave the transaction open on this

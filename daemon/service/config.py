@@ -617,7 +617,12 @@ def _toml(value: Any) -> str:
 def backend_options(config: Config) -> dict[str, Any]:
     """The options of ``config.backend`` beyond data_dir and durability (for open_backend)."""
     if ALIASES.get(config.backend, config.backend) == "disk":
-        return {"allow_empty_database": True} if config.values.get("allow_empty_database") else {}
+        options: dict[str, Any] = {}
+        if config.values.get("allow_empty_database"):
+            options["allow_empty_database"] = True
+        if "request_timeout" in config.values:  # a daemon's, not the transfer tools'
+            options["request_timeout"] = config.values["request_timeout"]
+        return options
     if config.backend != "redis":
         return {}
     # The transfer tools load only some keys (load_keys): the rest keep the backend's defaults.

@@ -23,7 +23,7 @@ from chd.backends.records import (
     utterance_key,
 )
 from chd.core.history import ConversationHistory
-from chd.core.errors import StorageError, StorageFull
+from chd.core.errors import DeadlineExceeded, StorageError, StorageFull
 from chd.core.settings import Settings
 from tests.backends.backend_kinds import append_next, utterance
 
@@ -92,6 +92,28 @@ class TestPersistence:
             thread.join()
         assert [u.seq for u in backends[0].read("c").utterances] == list(range(1, 401))
         for backend in backends:
+            backend.close()
+
+
+class TestLockedByAnotherProcess:
+    """A write waiting for another process's lock stops at request_timeout (issue 28, item 4)."""
+
+    @pytest.mark.parametrize("request_timeout", [0.3, None])
+    def test_a_lock_held_past_request_timeout_is_a_deadline_not_an_outage(self, tmp_path: Path, request_timeout) -> None:
+        """With a daemon's request_timeout the wait ends there, as DeadlineExceeded; a tool's wait is a StorageError."""
+        backend = DiskBackend(tmp_path, timeout=15.0 if request_timeout else 0.3, request_timeout=request_timeout)
+        backend.transact("c", append_next("before"))
+        other = sqlite3.connect(tmp_path / "cache.db", isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            expected = DeadlineExceeded if request_timeout else StorageError
+            with pytest.raises(expected, match="stayed locked by another"):
+                backend.transact("c", append_next("while locked"))
+            other.execute("ROLLBACK")
+            backend.transact("c", append_next("after"))
+            assert [u.text for u in backend.read("c").utterances] == ["before", "after"]
+        finally:
+            other.close()
             backend.close()
 
 

@@ -192,6 +192,32 @@ class TestBadDataDir:
         assert line == f"chd: cannot open data dir {tmp_path / 'data'}: the disk is full"
 
 
+class TestLockedDataDir:
+    """A store waiting on another process's lock answers DEADLINE_EXCEEDED at request_timeout (issue 28, item 4).
+
+    It waited diskcache's 15 s, past a 2 s request_timeout, and then answered UNAVAILABLE.
+    """
+
+    def test_a_store_behind_another_writer_answers_deadline_exceeded_and_reads_still_work(self, tmp_path: Path) -> None:
+        daemon = DaemonProcess("--backend", "disk", "--data-dir", str(tmp_path), "--request-timeout", "1")
+        other = sqlite3.connect(tmp_path / "cache.db", isolation_level=None)
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                query(stub, "Add utterance: first")
+                other.execute("BEGIN IMMEDIATE")
+                with pytest.raises(grpc.RpcError) as late:
+                    query(stub, "Add utterance: while locked")
+                assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                assert "stayed locked by another process" in late.value.details()
+                assert [u["text"] for u in query(stub, "Get the last 5 utterances").result["utterances"]] == ["first"]
+                other.execute("ROLLBACK")
+                query(stub, "Add utterance: after")
+        finally:
+            other.close()
+            daemon.terminate()
+
+
 class TestEmptiedDatabase:
     """A data dir that held data never starts fresh over a missing or 0-byte cache.db (issue 28, item 3)."""
 
