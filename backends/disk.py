@@ -1196,7 +1196,7 @@ def _check_database_kept(path: Path, allow_empty: bool) -> None:
         return
     raise StorageError(
         f"{database} is {state}, but {path} has held chd's data ({evidence} is there); restore cache.db "
-        "from a backup, or pass --allow-empty-database to start with no conversations"
+        "from a backup, or start chd serve once with --allow-empty-database to begin with no conversations"
     )
 
 
