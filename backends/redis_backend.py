@@ -219,8 +219,12 @@ class RedisBackend:
         # here, 10 by default on a cluster); each attempt may wait for a
         # connect (2 s at most) and a reply (socket_timeout), on a cluster as
         # much again to refresh its map of slots, and back off up to 1 s.
+        # Sized for a socket_timeout of at least 5 s, so replicas with
+        # different redis_timeouts up to 5 s keep the same window (each
+        # commit sets it, and a shorter one would trim ids a slower
+        # replica may still send again).
         attempts = 1 + max(0, _retry_policy(self._client).get_retries())
-        self._recent_ms = str(int((RECENT_COMMITS + attempts * (2 * socket_timeout + 5)) * 1000))
+        self._recent_ms = str(int((RECENT_COMMITS + attempts * (2 * max(socket_timeout, 5.0) + 5)) * 1000))
         self._commit = self._client.register_script(COMMIT)
         self._fetch = self._client.register_script(FETCH)
         self._release = self._client.register_script(RELEASE_LEASE)
@@ -230,6 +234,7 @@ class RedisBackend:
         # without a limit (chd import), so the quota always holds them all.
         self._quota = ClusterQuota(self._client, max_conversations, int(self._ttl_ms)) if self.cluster else None
         self._health: list[redis.Redis] | None = None
+        self._unanswered = False  # the last health probe found Redis not answering
         self._count_lock = threading.Lock()
         self._swept: tuple[int, float] | None = None
         self._sweeping = False
@@ -277,6 +282,7 @@ class RedisBackend:
     # --- the protocol -----------------------------------------------------------
 
     def read(self, conversation_id: str) -> ConversationState:
+        self._answering()
         if self._read_lease is not None:
             tenure = self._read_lease.tenure()
             if tenure is not None:
@@ -291,6 +297,7 @@ class RedisBackend:
         conversation_id: str,
         decide: Callable[[ConversationState], tuple[Change, T]],
     ) -> T:
+        self._answering()
         if self._group is not None:
             with _translated():
                 return self._group.run(conversation_id, decide)
@@ -300,6 +307,7 @@ class RedisBackend:
             if snapshot is None:
                 snapshot, verified = self._current(conversation_id), True
             for attempt in range(_MAX_ATTEMPTS):
+                self._answering()
                 try:
                     change, value = decide(snapshot.state)
                 except Exception:
@@ -352,6 +360,7 @@ class RedisBackend:
         index is split by slot, so SCAN on each master (cursor-based, never
         KEYS) collects the ids, which are sorted once.
         """
+        self._answering()
         if not self.cluster:
             return _streamed(self._index.ids(after))
         with _translated():
@@ -369,6 +378,7 @@ class RedisBackend:
         by what other replicas created since the sweep (the quota, not this
         count, keeps a cluster within max_conversations).
         """
+        self._answering()
         with _translated():
             if not self.cluster:
                 return self._index.count()
@@ -405,6 +415,7 @@ class RedisBackend:
 
     def queued_conversations(self) -> Iterator[str]:
         """Conversations with a non-empty summary queue, from the index."""
+        self._answering()
         with _translated():
             return iter(list(self._index.queued()))
 
@@ -417,6 +428,7 @@ class RedisBackend:
         and sent as one pipeline per round, as concurrent stores are; on a
         cluster, whose pipelines refuse scripts, one commit at a time.
         """
+        self._answering()
         if self._group is None:  # a cluster: its creations may also reserve places one at a time
             return [self._outcome(conversation_id, decide) for conversation_id, decide in calls]
         requests = [Request(cid, decide) for cid, decide in calls]
@@ -464,7 +476,9 @@ class RedisBackend:
             self._cache.clear()
             self._cached = 0
         if self._read_lease is not None:
-            self._read_lease.close()
+            # Giving the lease back to a Redis that does not answer would
+            # hold the shutdown for three tries; it runs out by itself.
+            self._read_lease.close(leave=not self._unanswered)
         if self._direct is not None:
             self._direct.close()
         self._close_probes()
@@ -479,6 +493,7 @@ class RedisBackend:
         outlives its lease is still safe: its commit checks that the summary
         and the queue are the ones it read.
         """
+        self._answering()
         key = conversation_key(conversation_id, "lease")
         token = self._ids.next()
         with _translated():
@@ -502,10 +517,23 @@ class RedisBackend:
         try:
             for probe in self._probes():
                 probe.ping()
-            return True
         except redis.RedisError:
             self._close_probes()  # the next probe asks for the nodes and connects again
+            self._unanswered = True
             return False
+        self._unanswered = False
+        return True
+
+    def _answering(self) -> None:
+        """Fail a call at once while the health probe finds Redis not answering.
+
+        Otherwise every call, and every one queued behind a batch, would
+        spend its three tries of redis_timeout on a Redis known to hang.
+        Only a serving daemon probes (service/server.py); in-process use
+        tries every call.
+        """
+        if self._unanswered:
+            raise StorageError(f"Redis at {self.url} does not answer (health probe); nothing was done")
 
     def _close_probes(self) -> None:
         probes, self._health = self._health or [], None
@@ -767,6 +795,7 @@ class RedisBackend:
         decided on what it would have made) decide again in the next round,
         on the state Redis has.
         """
+        self._answering()  # calls queued behind a batch that waited on a hung Redis
         # conversation -> (snapshot, verified): verified means read from (or
         # committed to) Redis during this batch, so a refusal or a no-op may
         # be answered from it.

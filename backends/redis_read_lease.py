@@ -131,13 +131,15 @@ class ReadLease:
         with self._lock:
             return self._commits
 
-    def close(self) -> None:
-        """Stop renewing and give the lease back, so another replica's writes need not wait it out."""
+    def close(self, leave: bool = True) -> None:
+        """Stop renewing and (``leave``) give the lease back, so another replica's writes need not wait it out."""
         self._stop.set()
         with self._lock:
             self._until = 0.0
         if self._thread.is_alive():
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=5 if leave else 0.1)
+        if not leave:
+            return
         try:
             self._leave(keys=[LEASE_KEY, REPLICAS_KEY], args=[self._replica])
         except redis.RedisError:

@@ -191,6 +191,53 @@ def compare_parsers(blocks: int) -> None:
         shutil.rmtree(data, ignore_errors=True)
 
 
+def _backend_at(revision: str) -> type:
+    """RedisBackend as backends/redis_backend.py was at git ``revision``, loaded beside today's
+    (the modules it imports are today's)."""
+    import importlib.util
+    import subprocess
+
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:backends/redis_backend.py"],
+                            check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="chd-bench-rev-")) / "redis_backend_at_rev.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("redis_backend_at_rev", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module.RedisBackend  # type: ignore[no-any-return]
+
+
+def compare_revision(revision: str, blocks: int) -> None:
+    """Paired A/B in one process: 300 stores a block through today's backend and ``revision``'s."""
+    from chd.backends.redis_backend import RedisBackend
+    from chd.core.history import ConversationHistory
+    from chd.core.settings import Settings
+
+    data = Path(tempfile.mkdtemp(prefix="chd-bench-redis-"))
+    server = start_redis(data / "redis", "--appendonly", "yes", "--appendfsync", "everysec")
+    try:
+        histories = {}
+        for name, backend_class in (("now", RedisBackend), (revision, _backend_at(revision))):
+            history = ConversationHistory(backend_class(server.url), Settings(buffer_size=10000, max_tokens=10_000_000),
+                                          background=False)
+            _stores(history, name, 100)
+            histories[name] = history
+        ratios = []
+        for block in range(blocks):
+            order = ("now", revision) if block % 2 else (revision, "now")
+            took = {name: _stores(histories[name], name, 300) for name in order}
+            ratios.append(took["now"] / took[revision])
+        low, high = median_interval(ratios)
+        print(f"{blocks} alternating blocks of 300 stores, load average {os.getloadavg()[0]:.2f}")
+        print(f"time per store, now / {revision}, median of paired ratios: "
+              f"{statistics.median(ratios):.3f} ({low:.3f}-{high:.3f})")
+    finally:
+        server.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def compare_direct(blocks: int) -> None:
     """Paired A/B in one process: one HMGET through redis-py's client, and on a thread's own
     connection as the backend sends it (backends/redis_direct.py)."""
@@ -266,9 +313,14 @@ def main() -> int:
     parser.add_argument("--parsers", type=int, metavar="BLOCKS", help="compare the reply parsers in-process")
     parser.add_argument("--profile", action="store_true", help="profile in-process stores")
     parser.add_argument("--direct", type=int, metavar="BLOCKS", help="compare client and direct HMGETs in-process")
+    parser.add_argument("--against", metavar="REV", help="in-process: stores through this checkout's RedisBackend "
+                        "against backends/redis_backend.py as of git REV, alternating blocks (--rounds blocks)")
     parser.add_argument("--replicas", default=",".join(map(str, REPLICAS)),
                         help="comma-separated replica counts to run (default: %(default)s)")
     args = parser.parse_args()
+    if args.against:
+        compare_revision(args.against, args.rounds)
+        return
     if args.direct:
         compare_direct(args.direct)
         return 0

@@ -80,7 +80,7 @@ def test_the_tree_is_what_this_test_reads() -> None:
 
 
 def test_every_module_belongs_to_a_ring() -> None:
-    rings = {"core", "service", "cli", "backends", "v1"}
+    rings = {"core", "service", "cli", "client", "mcp", "backends", "v1"}
     loose = sorted(m for m in _modules() if m not in ("chd", "chd.__main__") and _ring(m) not in rings)
     assert not loose, f"modules outside the rings {sorted(rings)}: {loose}"
 
@@ -117,6 +117,30 @@ def test_the_service_does_not_import_the_cli() -> None:
         if _in(module, "chd.service")
         for name in _chd_imports(module)
         if _in(name, "chd.cli")
+    ]
+    assert not offences, offences
+
+
+def test_the_client_library_imports_only_itself_and_the_stubs() -> None:
+    """chd.client is what an orchestrator imports: nothing of the daemon's core, service or storage."""
+    offences = [
+        f"{module} imports {name}"
+        for module in _modules()
+        if _in(module, "chd.client")
+        for name in _chd_imports(module)
+        if not (_in(name, "chd.client") or _in(name, "chd.v1"))
+    ]
+    assert not offences, offences
+
+
+def test_nothing_but_transports_imports_the_mcp_server() -> None:
+    """chd.mcp is a transport like the gRPC service: the core, storage and the service never import it."""
+    offences = [
+        f"{module} imports {name}"
+        for module in _modules()
+        if not (_in(module, "chd.mcp") or _in(module, "chd.cli"))
+        for name in _chd_imports(module)
+        if _in(name, "chd.mcp")
     ]
     assert not offences, offences
 

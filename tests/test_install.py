@@ -147,6 +147,15 @@ class TestBesidePythonDaemon:
         assert done.returncode == 0, done.stderr
         assert done.stdout == f"chd {built.chd.name.split('-')[1]}\n"
 
+    def test_the_client_library_and_the_mcp_server_come_with_the_wheel(self, venv: Venv):
+        """`chd.client` and `chd.mcp` import from the installed package, and `chd mcp` is a command there."""
+        done = venv.run(venv.python, "-c", "import chd.client, chd.mcp.tools; print(chd.client.__file__)")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().startswith(str(venv.root))
+        helped = venv.run(venv.root / "bin" / "chd", "mcp", "--help")
+        assert helped.returncode == 0, helped.stderr
+        assert "--http HOST:PORT" in helped.stdout
+
     def test_chd_serve_answers_a_query_and_stops(self, venv: Venv):
         """The installed `chd serve` stores through the installed `chd query`, and SIGTERM stops it with 0."""
         chd = venv.root / "bin" / "chd"

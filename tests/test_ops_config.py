@@ -205,3 +205,32 @@ def test_the_systemd_unit_in_the_operations_doc_is_valid_as_written(tmp_path):
         checked = subprocess.run([analyze, "verify", "--man=no", str(written)], capture_output=True, text=True,
                                  timeout=60)
         assert checked.returncode == 0, checked.stderr
+
+
+class TestRedisTimeout:
+    """redis_timeout: three tries must fit in request_timeout; unset, it fits itself (issue 24)."""
+
+    REDIS = {"backend": "redis", "redis_url": "redis://127.0.0.1:1/0"}
+
+    def test_unset_it_is_two_seconds_or_less_so_that_a_short_request_timeout_still_starts(self) -> None:
+        from chd.service.config import backend_options
+
+        assert backend_options(load(self.REDIS, {}))["redis_timeout"] == 2.0
+        short = backend_options(load({**self.REDIS, "request_timeout": "4"}, {}))["redis_timeout"]
+        assert 3 * short + 1 <= 4
+        assert backend_options(load({**self.REDIS, "request_timeout": "1"}, {}))["redis_timeout"] == 0.05
+
+    def test_a_value_set_that_does_not_fit_is_refused_with_advice_that_can_be_followed(self) -> None:
+        with pytest.raises(ConfigError) as refused:
+            load({**self.REDIS, "request_timeout": "5", "redis_timeout": "2"}, {})
+        assert "redis_timeout" in str(refused.value) and "at most 1.33" in str(refused.value)
+        with pytest.raises(ConfigError) as refused:
+            load({**self.REDIS, "request_timeout": "1", "redis_timeout": "1"}, {})
+        assert "lower" not in str(refused.value) and "raise request_timeout to at least 4" in str(refused.value)
+        with pytest.raises(ConfigError, match="at least 0.05"):
+            load({**self.REDIS, "redis_timeout": "0"}, {})
+
+    @pytest.mark.parametrize("url", ["", "   "])
+    def test_an_empty_redis_url_is_refused_by_chd_config_as_by_chd_serve(self, url: str) -> None:
+        with pytest.raises(ConfigError, match="needs a server"):
+            load({"backend": "redis", "redis_url": url}, {})

@@ -5,18 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["human", "plain"]
-
-
-def plain(value: Any) -> Any:
-    """Struct numbers come back as doubles; show 5.0 as 5."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
+__all__ = ["human"]
 
 
 def human(answer: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""``chd query``, ``chd purpose``, ``chd instructions``: one call to a running daemon.
+"""``chd query``, ``chd purpose``, ``chd instructions``: one call to a running daemon, through ``chd.client``.
 
 Everything a call needs (the query from an argument or stdin, JSON from an
 argument, a file or stdin, TLS files) is read and checked before dialing,
@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from chd.cli.answer import human, plain
+from chd.cli.answer import human
 
 if TYPE_CHECKING:
     import grpc
 
-    from chd.service.tls import ClientSecurity
+    from chd.client import TLS
 
 __all__ = ["add_client_commands", "run_client", "DEFAULT_TARGET", "DEFAULT_TIMEOUT", "EXIT_RPC_BASE"]
 
@@ -127,8 +127,8 @@ def _json_object(flag: str, value: str | None, stdin: TextIO) -> dict[str, Any]:
     return parsed
 
 
-def _security(args: argparse.Namespace) -> ClientSecurity:
-    from chd.service.tls import ClientSecurity
+def _security(args: argparse.Namespace) -> TLS | None:
+    from chd.client import TLS
 
     if bool(args.tls_cert) != bool(args.tls_key):
         given, missing = ("--tls-key", "--tls-cert") if args.tls_key else ("--tls-cert", "--tls-key")
@@ -143,15 +143,13 @@ def _security(args: argparse.Namespace) -> ClientSecurity:
             file.read_bytes()
         except OSError as exc:
             raise UsageError(f"{flag} {path}: cannot read it: {exc.strerror}") from None
-    return ClientSecurity(
-        tls=bool(args.tls or args.tls_ca or args.tls_cert or args.tls_server_name),
-        ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name,
-    )
+    if not (args.tls or args.tls_ca or args.tls_cert or args.tls_server_name):
+        return None
+    return TLS(ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name)
 
 
-def _query_request(args: argparse.Namespace, stdin: TextIO) -> Any:
-    from chd.v1 import daemon_pb2
-
+def _query_request(args: argparse.Namespace, stdin: TextIO) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The query's text, metadata and data, read and checked before dialing."""
     readers = [who for who, reads in (("the query -", args.text == "-"), ("--metadata @-", args.metadata == "@-"),
                                       ("--data @-", args.data == "@-")) if reads]
     if len(readers) > 1:
@@ -168,10 +166,10 @@ def _query_request(args: argparse.Namespace, stdin: TextIO) -> Any:
         text = args.text
     if args.conversation:
         metadata["conversation_id"] = _text("--conversation", args.conversation)
-    request = daemon_pb2.QueryRequest(query=_text("the query", text))
-    _fill("--metadata", request.metadata, metadata)
-    _fill("--data", request.data, data)
-    return request
+    _text("the query", text)
+    _check_struct("--metadata", metadata)
+    _check_struct("--data", data)
+    return text, metadata, data
 
 
 def _read(stdin: TextIO, what: str) -> str:
@@ -193,10 +191,12 @@ def _text(what: str, text: str) -> str:
     return text
 
 
-def _fill(flag: str, struct: Any, value: dict[str, Any]) -> None:
-    """``value`` into the Struct ``struct``, or a UsageError saying what in it cannot be sent."""
+def _check_struct(flag: str, value: dict[str, Any]) -> None:
+    """A UsageError saying what in ``value`` a Struct cannot carry, before dialing."""
+    from google.protobuf import struct_pb2
+
     try:
-        struct.update(value)
+        struct_pb2.Struct().update(value)
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start] if isinstance(exc.object, str) else "?"
         raise UsageError(
@@ -220,39 +220,31 @@ def run_client(args: argparse.Namespace, stdin: TextIO | None = None) -> int:
     # Here, not at the top: `chd export`/`chd import` load this module for
     # its commands' arguments, and grpc and protobuf were a third of their
     # start-up (issue 17).
-    import grpc
-    from google.protobuf import json_format
-
-    from chd.service.auth import bearer_metadata
-    from chd.service.tls import open_channel
-    from chd.v1 import daemon_pb2, daemon_pb2_grpc
+    from chd.client import ChdError, Client
 
     try:
-        security = _security(args)
+        tls = _security(args)
         request = _query_request(args, stdin or sys.stdin) if args.command == "query" else None
     except UsageError as exc:
         print(f"chd: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    call = {"timeout": args.timeout, "metadata": bearer_metadata(args.auth_token) if args.auth_token else None}
-    with open_channel(args.target, security) as channel:
-        stub = daemon_pb2_grpc.DaemonStub(channel)
+    # One try: a person or a script at the prompt decides whether to ask again.
+    with Client(args.target, token=args.auth_token or None, tls=tls, timeout=args.timeout, retries=0) as chd:
         try:
             if args.command == "purpose":
-                print(stub.GetPurpose(daemon_pb2.GetPurposeRequest(), **call).purpose)
+                print(chd.purpose())
                 return 0
             if args.command == "instructions":
-                print(stub.GetInstructions(daemon_pb2.GetInstructionsRequest(), **call).instructions)
+                print(chd.instructions())
                 return 0
-            response = stub.Query(request, **call)
-        except grpc.RpcError as error:
-            code = error.code()
-            print(f"chd: {_explain(code, error.details() or '', args)}", file=sys.stderr)
-            return EXIT_RPC_BASE + code.value[0]
-    answer = {
-        "operation": response.operation,
-        "result": plain(json_format.MessageToDict(response.result)),
-        "metadata": plain(json_format.MessageToDict(response.metadata)),
-    }
+            assert request is not None
+            text, metadata, data = request
+            response = chd.query(text, metadata=metadata, data=data)
+        except ChdError as error:
+            print(f"chd: {_explain(error.status, error.message, args)}", file=sys.stderr)
+            return EXIT_RPC_BASE + error.status.value[0]
+    # chd.client reads whole numbers back as ints: 5, not 5.0.
+    answer = {"operation": response.operation, "result": response.result, "metadata": response.metadata}
     if args.json:
         # Sorted, so the same answer is the same bytes (diffs, caches, tests).
         print(json.dumps(answer, indent=2, ensure_ascii=False, sort_keys=True))

@@ -5,6 +5,7 @@
     chd query "TEXT" | - [--metadata JSON|@FILE] [--data JSON|@FILE] [--json] [--target H:P]
               [--auth-token T] [--tls] [--tls-ca PEM] [--tls-cert PEM --tls-key PEM]
     chd purpose | chd instructions
+    chd mcp [same options as serve] [--http HOST:PORT] [--target HOST:PORT]   # MCP over stdio or HTTP
     chd export [--conversation ID] --data-dir DIR | chd import [FILE] --data-dir DIR
 
 A failed RPC exits with 64 + the gRPC status code, as grpcurl does, so a
@@ -24,6 +25,7 @@ from typing import Any, Sequence
 
 import chd
 from chd.cli.client import add_client_commands, run_client
+from chd.cli.mcp import add_mcp_command, run_mcp
 from chd.cli.storage import add_transfer_commands, open_storage, run_transfer
 from chd.service import config
 
@@ -65,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     config.add_arguments(show)
     add_client_commands(commands)
+    add_mcp_command(commands)
     add_transfer_commands(commands)
     return parser
 
@@ -99,6 +102,8 @@ def _run(argv: Sequence[str] | None) -> int:
         return _serve(effective)
     if args.command in ("export", "import"):
         return run_transfer(args)
+    if args.command == "mcp":
+        return run_mcp(args)
     return run_client(args)
 
 

@@ -234,9 +234,10 @@ KEYS: tuple[Key, ...] = (
     Key("conversation_ttl", Seconds(), None,
         "redis backend: seconds without a write after which a conversation expires, every key of it "
         "together; unset: kept until removed"),
-    Key("redis_timeout", Seconds(), 2.0,
+    Key("redis_timeout", Seconds(), None,
         "redis backend: seconds Redis may take to answer a command before it is sent again (three "
-        "tries in all): a hung Redis fails a call with UNAVAILABLE after about 3x this"),
+        "tries in all): a hung Redis fails a call with UNAVAILABLE after about 3x this; unset: 2, "
+        "or less where three tries would not fit in request_timeout"),
     Key("fold_lease", Seconds(), 30.0,
         "redis backend: seconds a replica's lease on a conversation's fold lasts (a replica that dies "
         "mid-fold holds up the others this long at most)"),
@@ -544,21 +545,39 @@ def _check_storage(config: Config) -> None:
         )
 
 
+# The shortest redis_timeout: below it loopback round trips under load time out.
+_MIN_REDIS_TIMEOUT = 0.05
+
+
 def _check_redis(config: Config) -> None:
     v, src = config.values, config.sources
-    if v["redis_url"] is None:
-        raise ConfigError("redis_url", "missing", "the redis backend needs a server: --redis-url redis://HOST:PORT/DB")
+    if not (v["redis_url"] or "").strip():
+        raise ConfigError("redis_url", src.get("redis_url", "missing"),
+                          "the redis backend needs a server: --redis-url redis://HOST:PORT/DB")
     timeout = v["redis_timeout"]
-    if timeout <= 0:
-        raise ConfigError("redis_timeout", src["redis_timeout"], f"must be more than 0 seconds, got {timeout:g}")
+    if timeout is None:
+        return  # redis_timeout_of fits it to request_timeout
+    if timeout < _MIN_REDIS_TIMEOUT:
+        raise ConfigError("redis_timeout", src["redis_timeout"],
+                          f"must be at least {_MIN_REDIS_TIMEOUT:g} seconds, got {timeout:g}")
     # Three tries of a command must end before request_timeout does, so a
     # call to a hung Redis is answered UNAVAILABLE, not left to its deadline.
-    if 3 * timeout + 1 > v["request_timeout"]:
+    request_timeout = v["request_timeout"]
+    if 3 * timeout + 1 > request_timeout:
+        most = (request_timeout - 1) / 3
+        lower = f"lower redis_timeout to at most {most:.3g} or " if most >= _MIN_REDIS_TIMEOUT else ""
         raise ConfigError(
             "redis_timeout", src["redis_timeout"],
-            f"three tries of {timeout:g}s plus backoff must fit in request_timeout ({v['request_timeout']:g}s): "
-            f"lower redis_timeout to at most {(v['request_timeout'] - 1) / 3:g} or raise request_timeout",
+            f"three tries of {timeout:g}s plus 1s of backoff must fit in request_timeout ({request_timeout:g}s): "
+            f"{lower}raise request_timeout to at least {3 * timeout + 1:g}",
         )
+
+
+def redis_timeout_of(values: dict[str, Any]) -> float:
+    """redis_timeout as set, or 2 s, less where three tries and backoff would not fit in request_timeout."""
+    if values.get("redis_timeout") is not None:
+        return float(values["redis_timeout"])
+    return min(2.0, max(_MIN_REDIS_TIMEOUT, (values["request_timeout"] - 1) / 3))
 
 
 def to_settings(config: Config) -> Settings:
@@ -629,5 +648,8 @@ def backend_options(config: Config) -> dict[str, Any]:
     # max_conversations: the commit script checks it too, so replicas creating
     # at once cannot both take the last place (the transfer tools load no limit).
     names = ("redis_url", "redis_password", "redis_cluster", "conversation_ttl", "fold_lease", "max_conversations",
-             "redis_tls_ca", "redis_timeout")
-    return {name: config.values[name] for name in names if name in config.values}
+             "redis_tls_ca")
+    options = {name: config.values[name] for name in names if name in config.values}
+    if "request_timeout" in config.values:  # the transfer tools load neither: the backend's default
+        options["redis_timeout"] = redis_timeout_of(config.values)
+    return options

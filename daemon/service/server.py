@@ -186,6 +186,10 @@ class Server:
         self.on_stop: list[Callable[[], None]] = []
         self.metrics_port: int | None = None
         self._stopped = threading.Event()
+        # Set once storage is about to close: the backend's health probe runs
+        # until then, also while draining, since calls still in flight fail
+        # fast on a backend the probe found not answering.
+        self._closing = threading.Event()
 
     def stop(self, grace: float = 10.0, drain: float = 0.0) -> None:
         """Say NOT_SERVING, drain, let in-flight calls finish within ``grace``, stop folding, close storage.
@@ -209,6 +213,7 @@ class Server:
             log.warning("calls were still running %gs after shutdown began (shutdown_grace); not waiting for them", grace)
         for pool in self.pools:
             pool.shutdown(wait=False, cancel_futures=True)
+        self._closing.set()
         self.history.close(timeout=CLOSE_TIMEOUT)
         for hook in self.on_stop:
             try:
@@ -320,7 +325,7 @@ _FOLLOW_INTERVAL = 0.5
 def _follow_backend(running: Server, available: Callable[[], bool]) -> None:
     """Health says NOT_SERVING while the backend does not answer, SERVING again once it does."""
     serving = True
-    while not running._stopped.wait(_FOLLOW_INTERVAL):
+    while not running._closing.wait(_FOLLOW_INTERVAL):
         now = available()
         if now != serving and not running._stopped.is_set():
             status = health_pb2.HealthCheckResponse.SERVING if now else health_pb2.HealthCheckResponse.NOT_SERVING

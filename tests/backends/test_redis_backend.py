@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import grpc
 import redis
@@ -49,6 +51,13 @@ def cluster(tmp_path: Path) -> RedisCluster:
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     yield from running_redis(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
 
+
+
+
+def health_of(channel: grpc.Channel) -> Callable[[], int]:
+    """A function that asks the daemon behind ``channel`` for its overall health status."""
+    health = health_pb2_grpc.HealthStub(channel)
+    return lambda: health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
 
 class TestKeys:
     """Every key of a conversation shares one hash tag, whatever the id holds."""
@@ -187,11 +196,8 @@ class TestFailures:
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)
-                health = health_pb2_grpc.HealthStub(channel)
+                status = health_of(channel)
                 meta = {"conversation_id": "outage"}
-
-                def status() -> int:
-                    return health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
 
                 acknowledged = [query(stub, f"Add user utterance: 'before {i}'", meta) for i in range(3)]
                 redis_server.kill()
@@ -222,11 +228,8 @@ class TestFailures:
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)
-                health = health_pb2_grpc.HealthStub(channel)
+                status = health_of(channel)
                 meta = {"conversation_id": "hung"}
-
-                def status() -> int:
-                    return health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
 
                 query(stub, "Add user utterance: 'before'", meta)
                 assert server.process is not None
@@ -239,6 +242,22 @@ class TestFailures:
                     assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, failed.value.details()
                     wait_for(lambda: status() == health_pb2.HealthCheckResponse.NOT_SERVING,
                              "health to say NOT_SERVING", timeout=10)
+                    # Once health knows, calls queued together and a read that folds first each
+                    # answer within the same bound, not one full set of tries after another.
+                    asked = ["Get summary", *(f"Add user utterance: 'queued {i}'" for i in range(6))]
+
+                    def ask(text: str) -> grpc.StatusCode:
+                        request = daemon_pb2.QueryRequest(query=text)
+                        request.metadata.update(meta)
+                        try:
+                            stub.Query(request, timeout=9)
+                        except grpc.RpcError as error:
+                            return error.code()
+                        return grpc.StatusCode.OK
+
+                    with ThreadPoolExecutor(len(asked)) as pool:
+                        codes = list(pool.map(ask, asked))
+                    assert codes == [grpc.StatusCode.UNAVAILABLE] * len(asked)
                 finally:
                     server.process.send_signal(signals.SIGCONT)
                 wait_for(lambda: status() == health_pb2.HealthCheckResponse.SERVING, "health to say SERVING")
@@ -247,8 +266,38 @@ class TestFailures:
         finally:
             daemon.terminate()
             server.stop()
-        # The failed store's script may have reached Redis before it hung: either outcome, never a mix.
+        # The failed store's script may have reached Redis before it hung; the queued ones never left.
         assert got in (["before", "after"], ["before", "while hung", "after"])
+
+    def test_sigterm_while_redis_hangs_exits_within_shutdown_grace_and_two_seconds(self, tmp_path: Path) -> None:
+        """The documented bound on stopping (shutdown_grace + 2 s) holds with stores and folds waiting on
+        a hung Redis: nothing at close waits out its tries again (a lease hand-back, the queue report)."""
+        import signal as signals
+
+        server = start_redis(tmp_path / "hung")
+        daemon = DaemonProcess("--backend", "redis", "--redis-url", server.url, "--buffer-size", "3",
+                               "--eviction-batch", "1", "--redis-timeout", "1", "--shutdown-grace", "3")
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                for i in range(6):
+                    query(stub, f"Add user utterance: 'u{i}'", {"conversation_id": "s"})
+                assert server.process is not None
+                server.process.send_signal(signals.SIGSTOP)
+                waiting = [stub.Query.future(_store_request(f"s{i}", "x"), timeout=30) for i in range(3)]
+                time.sleep(0.5)  # the stores reach the daemon and wait on Redis (not a timing assertion)
+                try:
+                    code = daemon.terminate(timeout=3 + 2)
+                except subprocess.TimeoutExpired:
+                    pytest.fail("chd serve was still running 5 s after SIGTERM (shutdown_grace 3 + 2 s)")
+                assert code == 0
+                for future in waiting:
+                    assert future.exception() is not None  # UNAVAILABLE, or cut off by the shutdown
+        finally:
+            daemon.kill()
+            if server.process is not None:
+                server.process.send_signal(signals.SIGCONT)
+            server.stop()
 
     def test_maxmemory_refusals_are_storage_full_and_reads_still_work(self, redis_server: RedisServer) -> None:
         """A write refused under maxmemory writes nothing and says so; RESOURCE_EXHAUSTED over gRPC."""
@@ -445,18 +494,21 @@ class TestRetriedCommits:
 
     @pytest.mark.parametrize("kind", ["standalone", "cluster"])
     def test_recent_commits_outlast_every_send_the_clients_retries_allow(self, kind: str, tmp_path: Path) -> None:
-        """Three sends standalone (two retries), eleven on a cluster (redis-py's default): the window follows."""
+        """Three sends standalone (two retries), eleven on a cluster (redis-py's default): the window follows,
+        sized for a socket timeout of 5 s or the replica's own when longer (replicas with different
+        redis_timeouts up to 5 s keep one window)."""
         url = shared_cluster_url(tmp_path) if kind == "cluster" else shared_redis_url(tmp_path)
-        backend = RedisBackend(url, socket_timeout=1.0)
-        try:
-            backend.transact("c", append_next())
-            with redis.Redis.from_url(url) if kind == "standalone" else redis.cluster.RedisCluster.from_url(url) as client:
-                ttl = client.pttl(conversation_key("c", "r"))
-            sends = {"standalone": 3, "cluster": 11}[kind]
-            window = (RECENT_COMMITS + sends * (2 * 1.0 + 5)) * 1000
-            assert window - 5000 < ttl <= window
-        finally:
-            backend.close()
+        sends = {"standalone": 3, "cluster": 11}[kind]
+        for timeout, sized_for in ((1.0, 5.0), (7.0, 7.0)):
+            backend = RedisBackend(url, socket_timeout=timeout)
+            try:
+                backend.transact(f"c{timeout}", append_next())
+                with redis.Redis.from_url(url) if kind == "standalone" else redis.cluster.RedisCluster.from_url(url) as client:
+                    ttl = client.pttl(conversation_key(f"c{timeout}", "r"))
+                window = (RECENT_COMMITS + sends * (2 * sized_for + 5)) * 1000
+                assert window - 5000 < ttl <= window
+            finally:
+                backend.close()
 
     def test_ids_kept_by_an_earlier_chd_in_the_meta_hash_are_still_recognised(self, redis_server: RedisServer) -> None:
         """A replica of the earlier version re-sending its commit during a rolling upgrade is answered applied."""
@@ -523,7 +575,7 @@ class TestRetriedCommits:
             for i in range(120):
                 backend.transact("c", append_next(f"u{i}"))
             recent = conversation_key("c", "r")
-            window = int((RECENT_COMMITS + 3 * (2 * 1.0 + 5)) * 1000)  # one send and two retries
+            window = int((RECENT_COMMITS + 3 * (2 * 5.0 + 5)) * 1000)  # one send and two retries, sized for 5 s
             with redis_server.client() as client:
                 current = client.hget(conversation_key("c", "m"), "c")
                 assert client.zcard(recent) == 120 and client.zscore(recent, current) is not None
@@ -605,3 +657,9 @@ class TestDirectConnections:
             assert len(client.client_list()) >= baseline + 4
             backend.close()
             wait_for(lambda: len(client.client_list()) == baseline, "the backend's connections to close", timeout=5)
+
+
+def _store_request(conversation_id: str, text: str) -> daemon_pb2.QueryRequest:
+    request = daemon_pb2.QueryRequest(query=f"Add user utterance: '{text}'")
+    request.metadata.update({"conversation_id": conversation_id})
+    return request

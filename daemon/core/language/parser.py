@@ -31,6 +31,7 @@ linear, and the closest-form suggestions compare a short prefix.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 import threading
 from collections import OrderedDict
@@ -43,6 +44,19 @@ from chd.core.language.grammar.calls import read_call
 from chd.core.language.grammar.configure import read_configure
 from chd.core.language.grammar.context import read_context
 from chd.core.language.grammar.mark import read_mark
+from chd.core.language.grammar.normalize import (
+    SCOPE,
+    WORDS,
+    WRITE_FORMS,
+    Normalizer,
+    developer_syntax,
+    lemma,
+    phrases,
+    removal_idiom,
+    vocabulary_of,
+    write_operations,
+)
+from chd.core.language.grammar.query import QUOTED
 from chd.core.language.grammar.reading import Reading
 from chd.core.language.grammar.remove import read_remove
 from chd.core.language.grammar.retrieve import read_retrieve
@@ -122,9 +136,18 @@ class Ambiguous(InvalidRequest):
     """The query was understood well enough to know that acting on it would be a guess."""
 
 
+# A read may leave a stray word unexplained, never one that negates or scopes
+# what it reads ("the summary, not the messages"): issue 25.
+_NEGATION = frozenset("not no n't never except without but other others besides excluding instead".split())
+
+
 def threshold_for(reading: Reading) -> float:
     """A configure that only reads the settings is a read."""
-    if reading.strict:
+    if reading.strict or any(
+        w.lower() in _NEGATION or w.lower().endswith("n't") or w.lower() in WORDS for w in reading.unexplained
+    ):
+        # A word the lexicon would rewrite ("the client's messages") is no
+        # stray word: read as written, the filter it names would be dropped.
         return 1.0
     if reading.operation == "configure" and not reading.fields:
         return _READ_ONLY_CONFIGURE
@@ -179,6 +202,21 @@ def _fresh_parse(outcome: tuple[str, dict[str, Any], float]) -> ParsedQuery:
 
 
 def _read(query: str) -> tuple[str, dict[str, Any], float]:
+    """The rules' reading of ``query`` as written; if they refuse it, of its normalized form."""
+    try:
+        # Developer forms ("turn>=3", "speaker=user") are read as their words
+        # first: a search verb would otherwise take "speaker=user" as topic.
+        return _read_rules(developer_syntax(query))
+    except (NotUnderstood, Ambiguous):
+        # An Ambiguous refusal may come of a word the rules did not know
+        # ("flag msg 7": no seq); it stands unless the normalized query reads fully.
+        alternative = _read_normalized(query)
+        if alternative is None:
+            raise
+        return alternative
+
+
+def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
     readings = [r for r in (read(query) for read in _READERS) if r is not None]
     if not readings:
         raise NotUnderstood(_with_forms(f"could not tell what {quote(query)} asks for", query))
@@ -190,6 +228,20 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
         best = removal
     if best.refusal is not None:
         raise Ambiguous(f"{best.refusal}. Nothing was changed.")
+    if best.operation not in _WRITE_OPERATIONS and (writes := write_operations(_unquoted(query))):
+        # Issue 25: "The utterance with seq 6 can be removed" was read as a
+        # retrieve with one stray word, and answered OK. A write word anywhere
+        # makes the query that write or a refusal, never a read that ignores it.
+        raise NotUnderstood(
+            _with_forms(
+                f"{quote(query)} names a {' and a '.join(sorted(writes))} but could not be read as "
+                f"one; nothing was changed",
+                query,
+                sorted(writes)[0],
+            ),
+            0.0,
+            None,
+        )
     needed = threshold_for(best)
     if best.confidence < needed:
         words = ", ".join(quote(w, 30) for w in best.unexplained[:5])
@@ -203,6 +255,143 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
 
 
 _OTHER_READING_LIMIT = 1_000
+_WRITE_OPERATIONS = frozenset({"remove", "mark", "configure"})
+
+
+def _unquoted(text: str) -> str:
+    return QUOTED.sub(" ", text) if ('"' in text or "'" in text or "\u201c" in text) else text
+
+
+_NORMALIZER: Normalizer | None = None
+
+
+def _normalizer() -> Normalizer:
+    global _NORMALIZER
+    if _NORMALIZER is None:
+        from chd.core.language import grammar
+        from chd.core.language.grammar import (
+            calls, configure, context, mark, remove, retrieve, slots, stats, store_header, summarize, vocab,
+        )
+
+        modules = (calls, configure, context, mark, remove, retrieve, slots, stats, store_header, summarize, vocab)
+        _NORMALIZER = Normalizer(vocabulary_of(modules) | vocabulary_of((grammar,)))
+    return _NORMALIZER
+
+
+# After these the words are the caller's topic, kept as written.
+_TOPIC_MARKER = re.compile(
+    r"\b(?:about|regarding|concerning|mentioning|containing|matching|re:|related\s+to|referring\s+to"
+    r"|talking\s+about|discussing|whose\s+text)\b",
+    re.IGNORECASE,
+)
+
+
+def normalized(query: str) -> str:
+    """``query``'s instruction words in the grammar's words (grammar/normalize.py); quotes and topic kept."""
+    text = developer_syntax(query)
+    text = removal_idiom(text) or text
+    out: list[str] = []
+    position = 0
+    free = True
+    spans = [(m.start(), m.end()) for m in QUOTED.finditer(text)] + [(len(text), len(text))]
+    for start, end in spans:
+        chunk = text[position:start]
+        if free and chunk:
+            marker = _TOPIC_MARKER.search(chunk)
+            head, tail = (chunk[: marker.end()], chunk[marker.end() :]) if marker else (chunk, "")
+            chunk = _normalizer().words(phrases(head)) + tail
+            free = marker is None
+        out.append(chunk)
+        out.append(text[start:end])
+        position = end
+    text = " ".join("".join(out).split())
+    # A typo'd passive ("can be delted") is fixed only now.
+    return removal_idiom(text) or text
+
+
+_CLAUSE_BREAK = re.compile(r"\s*(?:[,;!?()\[\]]|\.(?=\s|$)|\s[-\u2013\u2014]+(?=\s)|[\u2013\u2014])\s*")
+_SPEAKER_WORDS = frozenset("user assistant system bot human ai model agent claude customer me my i we our".split())
+_MAX_DROPPED = 3
+
+
+def _commentary_free(segment: str) -> bool:
+    """Whether ``segment`` may be set aside as commentary: docs/query-language.md states the rule."""
+    words = re.findall(r"[\w']+", segment.lower())
+    if not words or "\u27e6" in segment or '"' in segment:
+        return False
+    for word in words:
+        bare = word.strip("'")
+        if (
+            any(c.isdigit() for c in bare)
+            or bare in SCOPE
+            or bare in _SPEAKER_WORDS
+            or bare in WRITE_FORMS
+            or bare in _operation_verbs()
+            or bare.endswith("n't")
+            or (bare.isalpha() and lemma(bare) in SCOPE | _SPEAKER_WORDS)
+        ):
+            return False
+    return True
+
+
+@lru_cache(maxsize=1)
+def _operation_verbs() -> frozenset[str]:
+    """Words that ask for an operation: a clause holding one is never commentary."""
+    from chd.core.language.grammar import configure, mark, remove, retrieve, store_header, summarize
+    from chd.core.language.grammar.normalize import LEXICON
+
+    questions = {"what", "which", "who", "when", "did", "does", "has", "have", "had", "is", "are", "was", "were", "any"}
+    words = set(store_header.STORE_VERBS)
+    for module, names in ((retrieve, ("_VERB",)), (remove, ("_VERB",)), (summarize, ("_VERB", "_NOUN", "_MAKE")),
+                          (mark, ("_VERB",)), (configure, ("_SET_VERB", "_READ_VERB"))):
+        for name in names:
+            words.update(re.findall(r"[a-z]{2,}", re.sub(r"\\[a-zA-Z]|\(\?P?<\w+>", " ", getattr(module, name))))
+    for section in ("remove", "retrieve", "summarize", "mark", "configure"):
+        for key, value in LEXICON[section].items():
+            words.update(key.split() + value.split())
+    return frozenset(words - questions - {"me", "us", "up", "for", "of", "on", "in", "out", "away", "to", "the", "and"})
+
+
+def _clauses(text: str) -> list[str]:
+    masked = QUOTED.sub(lambda m: "\u27e6" * len(m.group(0)), text)
+    cuts = [0]
+    for m in _CLAUSE_BREAK.finditer(masked):
+        cuts += [m.start(), m.end()]
+    cuts.append(len(text))
+    return [text[cuts[i] : cuts[i + 1]] for i in range(0, len(cuts), 2)]
+
+
+def _read_normalized(query: str) -> tuple[str, dict[str, Any], float] | None:
+    """The reading of ``query`` normalized, maybe with commentary set aside; None if none is complete.
+
+    Commentary is a clause at either end ("ugh", "it was a mistake") whose
+    words carry no number, speaker, turn, seq, negation, scope or write word;
+    the rest must then be read with every word understood.
+    """
+    text = normalized(query)
+    if text != query:
+        try:
+            return _read_rules(text)
+        except InvalidRequest:
+            pass
+    clauses = _clauses(text)
+    if len(clauses) < 2:
+        return None
+    tried = 0
+    for drop in range(1, min(_MAX_DROPPED, len(clauses) - 1) + 1):
+        for lead in range(min(drop, 1) + 1):
+            kept = clauses[lead : len(clauses) - (drop - lead)]
+            dropped = clauses[:lead] + clauses[len(clauses) - (drop - lead) :]
+            if not kept or not all(_commentary_free(c) for c in dropped if c.strip()):
+                continue
+            tried += 1
+            try:
+                operation, fields, confidence = _read_rules(" ".join(c for c in kept if c.strip()))
+            except InvalidRequest:
+                continue
+            if confidence >= 1.0:
+                return operation, fields, confidence
+    return None
 
 
 def _fully_read(query: str) -> tuple[str, dict[str, Any], float] | None:

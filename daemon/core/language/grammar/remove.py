@@ -49,12 +49,21 @@ _HOW = (
 )
 
 
+# Verbs that as often mean "show" ("dump the history"): a remove phrased with
+# one is refused, never guessed (issue 25: a read ran as a remove and deleted).
+_TWO_WAY = frozenset({"dump"})
+
+
 def read_remove(text: str) -> Reading | None:
     q = Query(text)
     verb = q.take(_VERB)
     if verb is None:
         return None
     reading = Reading("remove", {}, [], q.total_words)
+    if verb.group("v").lower() in _TWO_WAY:
+        reading.refusal = (
+            f"{quote(verb.group('v'))} may mean show or delete; say 'show' or 'delete' ({_HOW})"
+        )
     fields = reading.fields
     q, topic = split_topic(q)
     if topic is not None:

@@ -46,6 +46,11 @@ _ARCHIVE = re.compile(r"\barchived\b|(?:\b(?:in|from|of)\s+)?\bthe\s+archive\b",
 # "nothing but the assistant's lines", "system lines alone", "just turn 7":
 # a read of a filtered set says "only" in many ways, none changing the filter.
 _ONLY = re.compile(r"\bnothing\s+but\b|\b(?:only|just|alone|solely|exclusively|purely)\b", FLAGS)
+_NO_UTTERANCES = re.compile(
+    r"(?:\b(?:only|alone)\b)?\s*[,(]?\s*\b(?:no|not\s+the|without(?:\s+the)?|and\s+no)\s+(?:individual\s+)?"
+    r"(?:utterances|messages)\b(?:\s+(?:are\s+)?needed)?\s*\)?",
+    FLAGS,
+)
 _LEADING_FILLER = re.compile(r"^(?:\s*\b(?:me|all|the|any|every|of|for|in|this|these|those)\b)+", FLAGS)
 
 
@@ -94,6 +99,8 @@ def read_retrieve(text: str) -> Reading | None:
     if speaker := take_speaker(q):
         fields["speaker"] = speaker
     summary = take_summary(q)
+    # "the summary (no messages)", "the summary only, not the messages": the summary alone.
+    without = q.take(_NO_UTTERANCES) if summary is not None else None
     count = take_count(q)
     if topic is None and verb is not None and verb.group("v").lower().startswith(_SEARCH_VERBS):
         rest = _LEADING_FILLER.sub("", q.text).strip(" ,.?!")
@@ -105,7 +112,7 @@ def read_retrieve(text: str) -> Reading | None:
     if count is not None:
         fields.update(_count_fields(count, topic is not None))
     if summary is not None:
-        alone = not fields and not NOUNS_RE.search(q.text) and not summary.group("with")
+        alone = not fields and (without is not None or (not NOUNS_RE.search(q.text) and not summary.group("with")))
         fields["summary_only" if alone else "include_summary"] = True
     if verb is None and not fields:
         return None

@@ -341,6 +341,9 @@ _WEAK_TOPIC = (
 )
 
 
+_SENTENCE_BREAK = re.compile(r"[?!,;]|\.\s")
+
+
 def _take_where_topic(q: Query) -> str | None:
     m = q.search(_WHERE_TOPIC) if "where" in q.text.lower() or "which" in q.text.lower() else None
     if m is None:
@@ -372,6 +375,10 @@ def split_topic(q: Query) -> tuple[Query, str | None]:
             if marker is _WEAK_TOPIC:
                 continue
             return q, None
+        if _SENTENCE_BREAK.search(tail.strip(" ,.?!")) and (marker is _WEAK_TOPIC or m.group(0).lower().strip() == "on"):
+            # "what did we say last? show me ...", "... on my phone, can't scroll":
+            # a weak marker's topic ends with its clause; a longer one is no topic.
+            continue
         q.text = f"{head} {trailing}"
         return q, topic
     return q, None

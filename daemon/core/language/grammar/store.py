@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from chd.core.errors import InvalidRequest, quote
-from chd.core.language.grammar.store_header import Header, read_header
+from chd.core.language.grammar.store_header import Header, commentary, is_note, read_header
 
 __all__ = ["read_store", "UnclearStore", "HEAD_LIMIT"]
 
@@ -70,7 +70,7 @@ def read_store(query: str) -> dict[str, Any] | None:
     'Add utterance' with no text gives no ``text`` field: data.text may carry it.
     Raises UnclearStore when the query asks for a store it does not fully explain.
     """
-    q = query.strip()
+    q = _unlabelled(query.strip())
     head = q[:HEAD_LIMIT]
     sep = _first_separator(head)
     quote = _OPEN.search(head)
@@ -85,6 +85,47 @@ def read_store(query: str) -> dict[str, Any] | None:
         # or all of it follows "remember that" (quotes and all).
         split = _instruction_last(q) or _that_clause(q) or split
     return None if split is None else _fields(split)
+
+
+# Labelled parts of an instruction (issue 25: "Speaker: assistant. Turn: 5.
+# Content: ...", "speaker=user turn=4 text=..."). A label's value is a speaker
+# or a number; the content label is where the utterance starts.
+_LABEL = re.compile(
+    r"(?:--|\b)(?P<key>speaker|role|author|sender|turn(?:[ _]number)?)(?:\s*(?P<sep>[:=])\s*|\s+(?=\w))"
+    r"[\"']?(?P<value>user|assistant|system|bot|human|ai|model|\d{1,6})[\"']?(?P<end>[.,;]|$|(?=\s))",
+    re.IGNORECASE,
+)
+_CONTENT_LABEL = re.compile(r"(?:^|(?<=[\s.;,(]))(?:content|text|utterance|body)\s*(?::|=(?=\s*[\"'\u201c]))\s*", re.IGNORECASE)
+
+
+def _unlabelled(q: str) -> str:
+    """Labels before the utterance as plain instruction words ("Speaker: user." -> "speaker user")."""
+    head = q[:HEAD_LIMIT]
+    if ":" not in head and "=" not in head and "--" not in head:
+        return q
+    end = len(head)
+    opening = _OPEN.search(head)
+    if opening is not None:
+        end = opening.start()
+    content = _CONTENT_LABEL.search(head, 0, min(len(head), end + 1))
+    if content is not None:
+        end = content.start()
+    labels = [m for m in _LABEL.finditer(head, 0, end) if m.group("sep") or m.group(0).startswith("--") or content]
+    if content is None and not labels:
+        return q
+    prefix, position = [], 0
+    for m in labels:
+        if m.group("end") == "" and not (m.group("sep") == "=" or m.group(0).startswith("--")) and content is None:
+            continue  # "Speaker: user is on mobile" may be the utterance itself
+        key = "turn" if m.group("key").lower().startswith("turn") else "speaker"
+        prefix += [head[position : m.start()], f" {key} {m.group('value')} "]
+        position = m.end()
+    prefix.append(head[position:end])
+    if content is None:
+        return "".join(prefix) + q[end:]
+    # With a content label, the utterance starts there and nowhere before.
+    before = _SEPARATOR.sub(" ", "".join(prefix)).rstrip()
+    return before + ": " + q[content.end() :]
 
 
 def _first_separator(head: str) -> re.Match[str] | None:
@@ -112,6 +153,10 @@ def _fields(split: _Split) -> dict[str, Any] | None:
     if len(set(header.speakers)) > 1:
         raise InvalidRequest(f"the query names two speakers: {', '.join(sorted(set(header.speakers)))}")
     fields: dict[str, Any] = {} if split.text is None else {"text": split.text}
+    if len(set(header.turns)) > 1:
+        raise InvalidRequest(f"the query names two turns: {', '.join(map(str, sorted(set(header.turns))))}")
+    if header.turns:
+        fields["turn_number"] = header.turns[0]
     speaker = header.speaker()
     if speaker is not None:
         fields["speaker"] = speaker
@@ -128,6 +173,12 @@ def _after_separator(q: str, sep: re.Match[str]) -> _Split | None:
     if rest and rest[0] in _OPENERS:
         quoted = _quoted(rest, 0, header, instruction)
         if quoted.header.understood:
+            return replace(quoted, label=True)
+        after = rest[_closing(rest, 0) + 1 :] if _closing(rest, 0) is not None else ""
+        if after[:1] in (" ", "\u2014", "\u2013", "-", "(", "[") and not _STRAY.search(after):
+            # '"Lost my umbrella" (yes again, don't ask)': the quotes mark the
+            # utterance and the words after it are not understood. Storing the
+            # whole rest would keep them as said (issue 25); refuse instead.
             return replace(quoted, label=True)
     return _Split(rest, header, instruction, label=True)
 
@@ -160,17 +211,25 @@ def _trailer(after: str) -> Header:
     "'Note' is the word" must not store "Note": words after the quote that
     neither ask for a store nor name its speaker are not instruction.
     """
+    after = _LABEL.sub(lambda m: f" {m.group('key')} {m.group('value')} ", after)
     if _STRAY.search(after):
         # Control or other odd characters after the quote ('""\x1b'): the
         # quotes were part of the text, not around it.
         return Header(unclear=(quote(after),))
     header = read_header(after)
-    if not header.understood or header.asks_store or header.speakers:
+    if header.understood and (header.asks_store or header.speakers):
         return header
     words = [w.lower() for w in re.findall(r"[\w']+", after)]
-    if all(w in _COURTESY for w in words):
+    if header.understood and (all(w in _COURTESY for w in words) or is_note(after)):
         return header
-    return Header(unclear=tuple(words))
+    if commentary(after):
+        # Issue 25: "'Running late' — lol the metro again": words about the
+        # utterance, not of it, and none that could change what is stored.
+        return _NO_COMMENT
+    return header if not header.understood else Header(unclear=tuple(words))
+
+
+_NO_COMMENT = Header()
 
 
 def _closing(q: str, start: int) -> int | None:

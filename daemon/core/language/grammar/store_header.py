@@ -19,9 +19,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from chd.core.language.grammar.normalize import SCOPE, WRITE_FORMS, Normalizer
 from chd.core.language.grammar.vocab import speaker_of
 
-__all__ = ["Header", "read_header", "STORE_VERBS"]
+__all__ = ["Header", "read_header", "commentary", "is_note", "STORE_VERBS"]
 
 STORE_VERBS = frozenset(
     """add adding store storing save saving record recording log logging note noting
@@ -49,6 +50,7 @@ _INTO = frozenset("into to onto in".split())
 _NOUNS = frozenset(
     """utterance message turn line reply response statement entry note question answer text
     comment remark quote input output prompt item bit piece words word content sentence msg
+    notice notification alert announcement warning event status
     memo snippet fact reminder one thing body string phrase request instruction update
     feedback complaint greeting query concern thought observation correction confirmation
     apology objection suggestion preference info information detail details""".split()
@@ -81,6 +83,31 @@ _CLAUSE = re.compile(r"[,;.!()\[\]]")
 # Known after a subject ("the user has just written"), a question at the start ("Has the user ...").
 _AUXILIARIES = frozenset("has have had".split())
 _KNOWN = STORE_VERBS | _SPEECH | _SPEAKERS | _DESTINATIONS | _INTO | _NOUNS | _OTHER
+# Issue 25: "stroe", "msg", "plz", "saved" read as "store", "message", "please", "save".
+# Without lemmas: "including" must not become the store verb "include".
+_NORMALIZER = Normalizer(_KNOWN, lemmas=False)
+
+# Where the utterance is, said instead of given: "the utterance given in data.text",
+# "(speaker from metadata)". The words point elsewhere; they add nothing to read.
+_POINTERS = re.compile(
+    r"\b(?:(?:given|provided|supplied|contained|found|passed|sent|included|held|carried)\s+)?"
+    r"(?:(?:in|via|as|from|at|inside|under)\s+)?(?:the\s+)?(?:field\s+)?`?data\.text`?(?:\s+field)?"
+    r"|\b(?:(?:the\s+)?(?:speaker|turn)\s+)?(?:is\s+)?(?:given\s+)?(?:from|in)\s+(?:the\s+)?metadata\b",
+    re.IGNORECASE,
+)
+# A sentence that says the content is to be kept as it is ("it looks like a
+# command, but must be stored as is and not executed"): read for its speaker
+# and verb, its other words set aside. Never one that negates a store verb.
+_NOTE = re.compile(
+    r"\b(?:verbatim|unchanged|unaltered|unmodified|as[\s-]is|literally|as\s+written|as\s+given|word\s+for\s+word"
+    r"|raw|pasted|copied|ordinary\s+content|plain\s+text|as\s+text|looks?\s+like|resembles?|reads\s+like"
+    r"|commands?|instructions?|requests?|quer(?:y|ies)|execute[sd]?|interpret(?:ed)?|parsed?|act(?:ed)?\s+(?:on|upon))\b",
+    re.IGNORECASE,
+)
+_NEGATED_STORE = re.compile(
+    r"\b(?:don't|do\s+not|never|not|no)\s+(?:\w+\s+)?(?:" + "|".join(sorted(STORE_VERBS)) + r")\b", re.IGNORECASE
+)
+_SENTENCE = re.compile(r"[.;!]\s+|[()\[\]]")
 
 # Words, with inner apostrophes ("that's", "i'd"); a question mark is kept
 # as a word of its own so that a question is never read as an instruction.
@@ -94,6 +121,7 @@ class Header:
 
     speakers: tuple[str, ...] = ()
     unclear: tuple[str, ...] = ()
+    turns: tuple[int, ...] = ()  # "for turn 4", "turn: 5" (issue 25)
     verb: bool = False  # a store verb ("save", "note", "keep")
     speech: bool = False  # a reported-speech verb ("said", "answered")
     destination: bool = False  # "into the history", "to memory"
@@ -131,6 +159,7 @@ class Header:
         return Header(
             self.speakers + other.speakers,
             self.unclear + other.unclear,
+            self.turns + other.turns,
             self.verb or other.verb,
             self.speech or other.speech,
             self.destination or other.destination,
@@ -148,11 +177,27 @@ def read_header(text: str) -> Header:
         # Nothing before or after a quote, as in most stores: two of the three
         # readings of "Add user utterance: '...'" (~3 us each).
         return _NO_WORDS
-    words = [w.lower().replace("\u2019", "'") for w in _TOKEN.findall(text)]
+    text = _POINTERS.sub(" ", text)
+    words: list[str] = []
+    noted: set[int] = set()
+    for sentence in _SENTENCE.split(text):
+        note = _NOTE.search(sentence) is not None and _NEGATED_STORE.search(sentence) is None
+        for raw in _TOKEN.findall(sentence):
+            for word in _NORMALIZER.word(raw.lower().replace("\u2019", "'")).split():
+                if note:
+                    noted.add(len(words))
+                words.append(word)
     speakers: list[str] = []
     unclear: list[str] = []
+    turns: list[int] = []
     verb = speech = destination = noun = False
     for i, word in enumerate(words):
+        if word.isdigit() and i > 0 and words[i - 1] in ("turn", "turn_number"):
+            turns.append(int(word))
+            continue
+        if i in noted and not word.isdigit() and word not in _SPEAKERS and not word.endswith("'s"):
+            verb = verb or word in STORE_VERBS
+            continue
         possessive = _POSSESSIVE.match(word)
         base = possessive.group("base") if possessive and possessive.group("base") in _SPEAKERS else word
         if base in _SPEAKERS:
@@ -174,14 +219,45 @@ def read_header(text: str) -> Header:
     if words and words[-1] in _DANGLING and not owned:
         # "Add this, speaker: user - hi": a header cannot end waiting for its value.
         unclear.append(f"{words[-1]} (at the end, before the text)")
-    return Header(tuple(speakers), tuple(unclear), verb, speech, destination, noun, _imperative(text))
+    return Header(tuple(speakers), tuple(unclear), tuple(turns), verb, speech, destination, noun, _imperative(text))
+
+
+def is_note(text: str) -> bool:
+    """Whether every sentence of ``text`` is a note that the content is to be kept as it is."""
+    sentences = [t for t in _SENTENCE.split(text) if t.strip(" ,.;:!")]
+    return bool(sentences) and all(
+        _NOTE.search(t) is not None and _NEGATED_STORE.search(t) is None for t in sentences
+    )
+
+
+def commentary(text: str) -> bool:
+    """Whether the words after a stored utterance are commentary that may be set aside.
+
+    Issue 25's safety rule: no number, speaker, negation, scope or write word,
+    and no store verb (those would be instruction, read as such).
+    """
+    words = [w.lower().replace("\u2019", "'") for w in _TOKEN.findall(text)]
+    if not words or "?" in words:
+        return False
+    for word in words:
+        base = _POSSESSIVE.sub(r"\g<base>", word)
+        if (
+            any(c.isdigit() for c in word)
+            or word.endswith("n't")
+            or base in _SPEAKERS
+            or word in SCOPE
+            or word in WRITE_FORMS
+            or _NORMALIZER.word(word) in STORE_VERBS | _SPEECH
+        ):
+            return False
+    return True
 
 
 def _imperative(text: str) -> bool:
     """Whether a clause of ``text`` starts (after courtesy) with a store verb."""
     for clause in _CLAUSE.split(text):
         for word in _TOKEN.findall(clause):
-            word = word.lower()
+            word = _NORMALIZER.word(word.lower()).split(" ")[0]
             if word not in _LEAD:
                 if word in STORE_VERBS:
                     return True

@@ -1,0 +1,108 @@
+"""Each typed method as one ``Call``: the request to send, whether a retry is safe, how to read the answer.
+
+Shared by ``Client`` and ``AsyncClient``, so the two differ only in how
+they wait. Every typed method goes through ``data.operation``: the daemon
+skips the language parser and checks the fields exactly as it checks a
+query's (a misspelt field is refused, never ignored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Mapping, TypeVar
+
+from chd.client import results
+from chd.client.results import Answer
+
+__all__ = ["Call", "DEFAULT_CONVERSATION", "READ_OPERATIONS"]
+
+T = TypeVar("T")
+
+DEFAULT_CONVERSATION = "default"
+# Operations that change nothing a second send could change twice: a retry
+# after a lost reply is safe. (Reads of the summary fold the queue first;
+# folding twice is folding once.) store, remove, configure and mark are not
+# retried: the protocol has no idempotency key yet, so a store re-sent after
+# a lost reply would be stored twice (issue 29).
+READ_OPERATIONS = frozenset({"retrieve", "summarize", "stats"})
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    text: str
+    metadata: dict[str, Any]
+    data: dict[str, Any]
+    retry: bool
+    read: Callable[[Answer], T]
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """The fields a caller set: None means "not given", as the protocol has no nulls."""
+    return {name: value for name, value in fields.items() if value is not None and value is not False}
+
+
+def _op(operation: str, conversation: str, read: Callable[[Answer], T], metadata: Mapping[str, Any] | None = None,
+        **fields: Any) -> Call[T]:
+    return Call(
+        "",
+        {"conversation_id": conversation, **(metadata or {})},
+        {"operation": operation, **_given(**fields)},
+        operation in READ_OPERATIONS,
+        read,
+    )
+
+
+def query(text: str, conversation: str, metadata: Mapping[str, Any] | None, data: Mapping[str, Any]) -> Call[Answer]:
+    merged = {"conversation_id": conversation, **(metadata or {})}
+    # Free text may say anything, a remove too: retried only when data names a read.
+    return Call(text, merged, dict(data), data.get("operation") in READ_OPERATIONS, lambda answer: answer)
+
+
+def store(text: str, speaker: str, turn: int | None, conversation: str) -> Call[results.Stored]:
+    metadata: dict[str, Any] = {"speaker": speaker}
+    if turn is not None:
+        metadata["turn_number"] = turn
+    return _op("store", conversation, results.stored_of, metadata, text=text)
+
+
+def last(n: int, speaker: str | None, conversation: str) -> Call[list[results.Utterance]]:
+    return _op("retrieve", conversation, results.utterances_of, last_n=n, speaker=speaker)
+
+
+def search(topic: str, limit: int | None, speaker: str | None, conversation: str) -> Call[list[results.SearchHit]]:
+    return _op("retrieve", conversation, results.hits_of, topic=topic, limit=limit, speaker=speaker)
+
+
+def turns(first: int, last: int | None, conversation: str) -> Call[list[results.Utterance]]:
+    return _op("retrieve", conversation, results.utterances_of, turn_from=first,
+               turn_to=first if last is None else last)
+
+
+def summary(conversation: str) -> Call[results.Summary]:
+    return _op("retrieve", conversation, results.summary_of, summary_only=True)
+
+
+def summarize(token_limit: int | None, conversation: str) -> Call[results.Summary]:
+    return _op("summarize", conversation, results.summary_of, token_limit=token_limit)
+
+
+def context(token_limit: int | None, conversation: str) -> Call[results.Context]:
+    return _op("retrieve", conversation, results.context_of, context=True, token_limit=token_limit)
+
+
+def remove(conversation: str, **selectors: Any) -> Call[results.Removed]:
+    return _op("remove", conversation, results.removed_of, **selectors)
+
+
+def configure(conversation: str, **settings: Any) -> Call[dict[str, Any]]:
+    return _op("configure", conversation, results.result_of, **settings)
+
+
+def mark(seq: int, important: bool, conversation: str) -> Call[dict[str, Any]]:
+    call = _op("mark", conversation, results.result_of, seq=seq)
+    call.data["important"] = important  # False is a value here, not "not given"
+    return call
+
+
+def stats(conversation: str) -> Call[dict[str, Any]]:
+    return _op("stats", conversation, results.result_of)

@@ -1,0 +1,68 @@
+"""Opening a channel to chd: plaintext or TLS, sync or asyncio, and the bearer token.
+
+The same options as ``chd query`` (``--tls``, ``--tls-ca``, ``--tls-cert``/
+``--tls-key``, ``--tls-server-name``, ``--auth-token``), written here rather
+than imported from chd.service.tls so the client needs nothing of the
+server's ring, and so grpc.aio channels are made the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import grpc.aio
+
+__all__ = ["TLS", "open_channel", "open_aio_channel", "auth_metadata"]
+
+
+@dataclass(frozen=True, slots=True)
+class TLS:
+    """Connect with TLS, trusting ``ca`` (a PEM file; the system's roots if None).
+
+    ``cert``/``key`` present a client certificate; ``server_name`` is the name
+    checked against the server's certificate (to reach 127.0.0.1 with a
+    certificate issued for ``localhost``, say).
+    """
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.cert) != bool(self.key):
+            raise ValueError("a client certificate and its key go together: give both cert and key, or neither")
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        def read(path: str | None) -> bytes | None:
+            return Path(path).expanduser().read_bytes() if path else None
+
+        return grpc.ssl_channel_credentials(
+            root_certificates=read(self.ca), private_key=read(self.key), certificate_chain=read(self.cert)
+        )
+
+    def options(self) -> list[tuple[str, str]]:
+        return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+
+
+def open_channel(target: str, tls: TLS | None) -> grpc.Channel:
+    if tls is None:
+        return grpc.insecure_channel(target)
+    return grpc.secure_channel(target, tls.credentials(), options=tls.options())
+
+
+def open_aio_channel(target: str, tls: TLS | None) -> grpc.aio.Channel:
+    if tls is None:
+        return grpc.aio.insecure_channel(target)
+    return grpc.aio.secure_channel(target, tls.credentials(), options=tls.options())
+
+
+def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
+    """The call metadata that authenticates with ``token`` (chd.service.auth checks it)."""
+    if token is None:
+        return None
+    if not token:
+        raise ValueError("an empty token authenticates nobody; leave it out instead")
+    return (("authorization", f"Bearer {token}"),)

@@ -1,0 +1,310 @@
+"""Instruction words to the grammar's own words: spelling, lemmas, bounded typo correction (issue 25).
+
+Queries written by people who never saw the grammar misspell its words
+("remvoe", "evrything"), abbreviate them ("plz", "msgs", "convo"), inflect
+them ("deleted", "summarised") or use another verb for the same operation
+("erase", "recap", "flag"). This module rewrites such *instruction* words
+into words the rules read, from three sources:
+
+- grammar/lexicon.toml, a reviewable table of words and phrases per operation;
+- a lemmatizer (simplemma, which ships its English data): "deleting" -> "delete";
+- a bounded typo correction against the grammar's own vocabulary: edit
+  distance 1 (letters swapped count as one edit) for words of 4-7 letters,
+  2 for longer ones, only when exactly one vocabulary word is that close,
+  and never for a word the English dictionary knows, a number, a word that
+  starts with a capital inside the sentence (a name), or anything quoted.
+
+It never touches an utterance: the parser calls it only on queries that are
+not stores, with quoted spans left as they are, and the words after a topic
+marker ("about ...") are the caller's and stay as written. Store headers use
+``Normalizer.word`` on their instruction words alone (grammar/store_header.py).
+The rules first read the query as written; only when they refuse it does the
+parser read the normalized text, so a query the rules understood before is
+read exactly as before.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+__all__ = [
+    "LEXICON",
+    "WORDS",
+    "PHRASES",
+    "COMMENTARY",
+    "SCOPE",
+    "WRITE_FORMS",
+    "Normalizer",
+    "write_operations",
+    "removal_idiom",
+    "developer_syntax",
+    "lemma",
+    "vocabulary_of",
+    "without_needless_reason",
+    "phrases",
+]
+
+LEXICON = tomllib.loads(Path(__file__).with_name("lexicon.toml").read_text(encoding="utf-8"))
+
+_REWRITE_SECTIONS = ("spelling", "remove", "retrieve", "summarize", "mark", "configure", "speakers", "nouns", "phrases")
+_ALL_REWRITES: dict[str, str] = {k.lower(): v for s in _REWRITE_SECTIONS for k, v in LEXICON[s].items()}
+# One word -> its replacement; several words -> theirs (matched whole, case aside).
+WORDS: dict[str, str] = {k: v for k, v in _ALL_REWRITES.items() if " " not in k}
+PHRASES: dict[str, str] = {k: v for k, v in _ALL_REWRITES.items() if " " in k}
+COMMENTARY = frozenset(LEXICON["commentary"]["words"].split())
+SCOPE = frozenset(LEXICON["scope"]["words"].split())
+
+
+def _forms(verb: str) -> set[str]:
+    """A verb's inflected forms, spelled by rule (remove: removes, removed, removing)."""
+    stem = verb[:-1] if verb.endswith("e") else verb
+    forms = {verb, verb + "s", verb + "es", verb + "d", verb + "ed", stem + "ing", stem + "ed"}
+    if len(verb) > 2 and verb[-1] not in "aeiouwxy" and verb[-2] in "aeiou" and verb[-3] not in "aeiou":
+        forms |= {verb + verb[-1] + "ed", verb + verb[-1] + "ing"}  # drop: dropped, dropping
+    return forms
+
+
+# "forgot" is never a command ("I forgot what the weather was"); "can be forgotten" is.
+_IRREGULAR = {"forget": {"forgotten", "forgetting"}}
+# Word form -> the write operation it names ("deleted" -> remove).
+WRITE_FORMS: dict[str, str] = {
+    form: operation
+    for operation, words in LEXICON["writes"].items()
+    for verb in words.split()
+    for form in _forms(verb) | _IRREGULAR.get(verb, set())
+}
+
+_WORD = re.compile(r"[^\W\d_][\w'\u2019-]*|\d+", re.UNICODE)
+_TOKEN = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*", re.UNICODE)
+
+
+@lru_cache(maxsize=4096)
+def lemma(word: str) -> str:
+    """The English lemma of a lower-case word ("deleting" -> "delete"), or the word itself."""
+    import simplemma  # imported on first use: its English data takes ~0.2 s to load
+
+    return simplemma.lemmatize(word, lang="en").lower()
+
+
+@lru_cache(maxsize=4096)
+def _english(word: str) -> bool:
+    import simplemma
+
+    return bool(simplemma.is_known(word, lang="en"))
+
+
+def _max_distance(word: str) -> int:
+    # Issue 25: one edit for words of 4-7 letters, two for longer; none below 4
+    # ("teh" and "u" are in the lexicon instead: too many words are that close).
+    if len(word) < 4:
+        return 0
+    return 1 if len(word) <= 7 else 2
+
+
+class Normalizer:
+    """Rewrites words of an instruction into ``vocabulary`` (the words some rules read)."""
+
+    def __init__(self, vocabulary: Iterable[str], lemmas: bool = True) -> None:
+        self.lemmas = lemmas
+        self.vocabulary = frozenset(w.lower() for w in vocabulary)
+        self._targets = sorted(self.vocabulary | set(WORDS))
+        self._cache: dict[tuple[str, bool], str] = {}
+
+    def word(self, word: str, first: bool = False) -> str:
+        """``word`` in the grammar's words; may be several words, or "" for commentary."""
+        key = (word, first)
+        if key in self._cache:
+            return self._cache[key]
+        result = self._word(word, first)
+        if len(self._cache) < 8192:
+            self._cache[key] = result
+        return result
+
+    def _word(self, word: str, first: bool) -> str:
+        low = word.lower().replace("\u2019", "'")
+        if low in WORDS:
+            return WORDS[low]
+        if low in self.vocabulary or not low.isalpha():
+            return word  # numbers, "data.text", "o'clock": never corrected
+        if low in COMMENTARY:
+            return ""
+        base = lemma(low) if self.lemmas else low
+        if base != low:
+            if base in WORDS:
+                return WORDS[base]
+            if base in self.vocabulary:
+                return base
+        if (word[0].isupper() and not first) or _english(low):
+            return word  # a name ("Paris"), or an English word the grammar does not know
+        fixed = self.typo(low)
+        if fixed is None:
+            return word
+        return WORDS.get(fixed, fixed)
+
+    def typo(self, word: str) -> str | None:
+        """The one vocabulary word within the allowed edit distance of ``word``, if exactly one is."""
+        limit = _max_distance(word)
+        if limit == 0:
+            return None
+        from rapidfuzz.distance import OSA
+        from rapidfuzz.process import extract
+
+        found = extract(word, self._targets, scorer=OSA.distance, score_cutoff=limit, limit=3)
+        if not found:
+            return None
+        best = found[0][1]
+        closest = {choice for choice, score, _ in found if score == best}
+        return next(iter(closest)) if len(closest) == 1 else None
+
+    def words(self, text: str) -> str:
+        """Each word of ``text`` normalized; punctuation and spacing kept."""
+        out: list[str] = []
+        position = 0
+        first = True
+        for m in _WORD.finditer(text):
+            out.append(text[position : m.start()])
+            out.append(self.word(m.group(0), first))
+            first = text[m.end() : m.end() + 1] in (".", "!", "?", ":", ";") if m.end() < len(text) else False
+            position = m.end()
+        out.append(text[position:])
+        return "".join(out)
+
+
+_PHRASES_RE = re.compile(
+    r"\b(?:" + "|".join(re.escape(p).replace(r"\ ", r"\s+") for p in sorted(PHRASES, key=len, reverse=True)) + r")\b",
+    re.IGNORECASE,
+)
+
+
+def phrases(text: str) -> str:
+    """The lexicon's multi-word forms replaced ("get rid of" -> "delete")."""
+    return _PHRASES_RE.sub(lambda m: PHRASES[" ".join(m.group(0).lower().split())], text)
+
+
+# --- developer forms: key=value, comparisons, ranges, flags ----------------------------
+
+_SPEAKER_NAMES = r"(?:user|assistant|system)"
+_Q = r"[\"'`]?"
+_SYNTAX: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), replacement)
+    for pattern, replacement in (
+        (r"[{}]", " "),
+        (rf"{_Q}\b(?:turns?|turn_number)\b{_Q}\s*>=\s*{_Q}(\d+){_Q}", r" from turn \1 on "),
+        (rf"{_Q}\b(?:turns?|turn_number)\b{_Q}\s*>\s*{_Q}(\d+){_Q}", r" after turn \1 "),
+        (rf"{_Q}\b(?:turns?|turn_number)\b{_Q}\s*<=\s*{_Q}(\d+){_Q}", r" up to turn \1 "),
+        (rf"{_Q}\b(?:turns?|turn_number)\b{_Q}\s*<\s*{_Q}(\d+){_Q}", r" before turn \1 "),
+        (rf"{_Q}\b(?:turns?|turn_number)\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+)\s*(?:-|\.\.\.?|to)\s*(\d+){_Q}", r" turns \1 to \2 "),
+        (rf"{_Q}\b(?:turns?|turn_number)\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+){_Q}", r" turn \1 "),
+        (rf"{_Q}\b(?:seqs?|ids?)\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+)\s*(?:-|\.\.\.?)\s*(\d+){_Q}", r" utterances \1 to \2 "),
+        (rf"{_Q}\b(?:seqs?|ids?)\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+){_Q}", r" utterance \1 "),
+        (r"\b(?:seqs?|ids?)\s+in\s*[(\[]\s*(\d+(?:\s*,\s*\d+)*)\s*[)\]]", r" utterances \1 "),
+        (rf"{_Q}\b(?:speaker|role|from|by|who)\b{_Q}\s*(?:==?|:)\s*{_Q}({_SPEAKER_NAMES}){_Q}", r" from the \1 "),
+        (rf"{_Q}\blast_n\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+){_Q}", r" last \1 "),
+        (rf"{_Q}\bfirst_n\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+){_Q}", r" first \1 "),
+        (r"(?<![\w.])(\d+)\s*\.\.\.?\s*(\d+)\b", r"\1 to \2"),
+        (r"(?<!\w)-n\s*(\d+)\b", r" \1 "),
+        (r"(?<!\w)--(oldest|newest|first|last|speaker|turn)\b", r" \1 "),
+        (r"^\s*select\s+(?:\*|text|all)\s+from\s+(?=utterances|messages|history|conversation)", " get "),
+        (r"^\s*delete\s+from\s+(?=utterances|messages|history|conversation)", " delete "),
+        (r"\bwhere\s+(?=(?:from|turns?|utterances?|after|before|up)\b)", " "),
+        (r"\s\*\s", " "),
+    )
+)
+
+
+def developer_syntax(text: str) -> str:
+    """``turn>=3`` -> "from turn 3 on", ``seq=7`` -> "utterance 7", ``2..5`` -> "2 to 5", ``tail -n 2`` -> "tail 2"."""
+    if not any(c in text for c in "=<>{-.*") and "select" not in text.lower() and " in " not in text.lower():
+        return text
+    for pattern, replacement in _SYNTAX:
+        text = pattern.sub(replacement, text)
+    return " ".join(text.split())
+
+
+# --- writes anywhere -------------------------------------------------------------------
+
+# "The utterance with seq 6 can be removed", "Turn 1 should go", "turn 2 is no longer needed":
+# a remove whose verb comes last. Read as "delete <what>"; the rules then read <what> strictly.
+_MODAL = (
+    r"(?:(?:can|could|should|must|may|might|shall|will|ought\s+to|needs?\s+to|has\s+to|have\s+to)"
+    r"\s+(?:now\s+|safely\s+|just\s+|also\s+|all\s+)?(?:be|get)|(?:is|are)(?:\s+now)?(?:\s+to\s+be)?|needs?\s+to\s+be)"
+)
+_PASSIVE = re.compile(
+    rf"^(?P<obj>[^\"\u201c]{{1,300}}?)\s+{_MODAL}\s+(?P<v>[a-z]+)(?P<rest>\b.*)$", re.IGNORECASE | re.DOTALL
+)
+_GONE = re.compile(
+    r"^(?P<obj>[^\"\u201c]{1,300}?)\s+(?:(?:can|could|should|must|may)(?:\s+now|\s+safely|\s+just|\s+all)?\s+go"
+    r"|(?:is|are)\s+no\s+longer\s+(?:needed|relevant|necessary|required|wanted|useful)"
+    r"|(?:is|are)\s+not\s+needed\s+any\s*more)\b(?P<rest>.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
+# A reason after a remove that only repeats it: ", don't need it anymore".
+_NOT_NEEDED = re.compile(
+    r"\s*[,;.\u2014\u2013-]+\s*(?:(?:we|i)\s+)?(?:don't|do\s+not|no\s+longer)\s+need\s+(?:it|them|this|that|these|those)"
+    r"(?:\s+any\s*more)?\s*[.!]*\s*$"
+    r"|\s*[,;.\u2014\u2013-]+\s*(?:it's|it\s+is|they're|they\s+are)\s+no\s+longer\s+(?:needed|relevant)\s*[.!]*\s*$",
+    re.IGNORECASE,
+)
+
+
+def removal_idiom(text: str) -> str | None:
+    """"<what> can be deleted" / "<what> should go" as "delete <what>", or None."""
+    head = text[:400]
+    if (m := _PASSIVE.match(head)) and WRITE_FORMS.get(m.group("v").lower()) == "remove":
+        obj, rest = m.group("obj"), m.group("rest") + text[400:]
+    elif m := _GONE.match(head):
+        obj, rest = m.group("obj"), m.group("rest") + text[400:]
+    else:
+        return None
+    return _NOT_NEEDED.sub("", f"delete {obj.strip()}{rest}")
+
+
+# The lexicon's write idioms of several words ("do away with", "get rid of").
+_WRITE_PHRASES = re.compile(
+    r"\b(?:" + "|".join(
+        re.escape(p).replace(r"\ ", r"\s+") for section in ("remove", "mark", "configure") for p in LEXICON[section] if " " in p
+    ) + r")\b",
+    re.IGNORECASE,
+)
+_PHRASE_OPERATION = {p: section for section in ("remove", "mark", "configure") for p in LEXICON[section] if " " in p}
+
+
+def write_operations(text: str) -> set[str]:
+    """The write operations whose words appear anywhere in ``text`` (quoted spans aside)."""
+    words = {w.lower().replace("\u2019", "'") for w in _TOKEN.findall(text)}
+    found = {WRITE_FORMS[w] for w in words if w in WRITE_FORMS}
+    for m in _WRITE_PHRASES.finditer(text):
+        found.add(_PHRASE_OPERATION[" ".join(m.group(0).lower().split())])
+    if "remove" not in found and ("go" in words or "longer" in words or "needed" in words) and removal_idiom(text):
+        found.add("remove")
+    return found
+
+
+def without_needless_reason(text: str) -> str:
+    """``text`` without a trailing ", don't need it anymore" (only after a remove)."""
+    return _NOT_NEEDED.sub("", text)
+
+
+_ESCAPES = re.compile(r"\\[a-zA-Z]|\(\?P?<\w+>|\(\?[:=!<]+")
+
+
+def vocabulary_of(modules: Iterable[object]) -> frozenset[str]:
+    """Every word the rules of ``modules`` read: their patterns' words and their word sets.
+
+    The typo correction's targets are the grammar's own words, gathered
+    from the grammar itself so that the two cannot drift apart.
+    """
+    found: set[str] = set()
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, re.Pattern):
+                value = value.pattern
+            if isinstance(value, str):
+                found.update(re.findall(r"[a-z]{2,}", _ESCAPES.sub(" ", value).lower()))
+            elif isinstance(value, (frozenset, set, tuple, dict)) and all(isinstance(v, str) for v in value):
+                found.update(w.lower() for v in value for w in str(v).split() if w.isalpha())
+    return frozenset(found)

@@ -1,0 +1,44 @@
+"""The blind corpora (tests/corpus/blind, issue 25): never a wrong text or operation, and a floor understood.
+
+Corpus a is the tuning set; corpus b is the reported one, and this test
+prints only its counts, never its entries or misses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench.bench_understanding import judge_corpus_entry
+
+BLIND = Path(__file__).resolve().parent / "corpus" / "blind"
+# A little under the figures reached when issue 25's first pass landed
+# (docs/understanding.md): a 87.6 %, b 66.9 %.
+FLOORS = {"a": 0.85, "b": 0.64}
+# Corpus b still has wrong answers (measured, not looked at): they may not grow.
+MOST_WRONG = {"a": Counter(), "b": Counter({"wrong-text": 6, "wrong-operation": 3, "wrong-effect": 4})}
+
+
+def _counts(name: str) -> tuple[Counter[str], int]:
+    path = BLIND / f"understanding_{name}.jsonl"
+    entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return Counter(judge_corpus_entry(entry).outcome for entry in entries), len(entries)
+
+
+@pytest.mark.parametrize("name", sorted(FLOORS))
+def test_blind_corpus_wrong_answers_never_grow_and_understood_stays_above_its_floor(name: str) -> None:
+    """Wrong text, wrong operations and other wrong effects at most as measured; understood above the floor."""
+    counts, total = _counts(name)
+    for outcome in ("wrong-text", "wrong-operation", "wrong-effect"):
+        assert counts[outcome] <= MOST_WRONG[name][outcome], dict(counts)
+    assert counts["understood"] / total >= FLOORS[name], dict(counts)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 25 is not done: corpus b still has wrong answers")
+def test_reported_corpus_has_no_wrong_text_or_operation() -> None:
+    """The goal: 0 stores with wrong text and 0 wrong operations on the reported corpus too."""
+    counts, _ = _counts("b")
+    assert counts["wrong-text"] == 0 and counts["wrong-operation"] == 0, dict(counts)
