@@ -54,7 +54,7 @@ import diskcache
 import diskcache.core
 
 from chd.backends.base import Change, ConversationState, Decide, Outcome, T, apply_change
-from chd.backends.checkpointer import BACKSTOP, Checkpointer
+from chd.backends.checkpointer import BACKSTOP, WAL_KEPT_BYTES, Checkpointer
 from chd.backends.records import (
     BLOCK_SIZE,
     COUNTS_KEY,
@@ -92,10 +92,10 @@ from chd.backends.disk_errors import describe_open_error, is_full
 from chd.backends.group_commit import GroupCommit, Request
 from chd.backends.lazy_list import LazyList, is_unloaded
 from chd.backends.seq_runs import SeqRuns
-from chd.core.errors import InvalidRequest, StorageError, StorageFull
+from chd.core.errors import DeadlineExceeded, InvalidRequest, StorageError, StorageFull
 from chd.core.utterance import Summary, Utterance
 
-__all__ = ["DiskBackend", "DURABILITY", "InvalidChange"]
+__all__ = ["DiskBackend", "DURABILITY", "InvalidChange", "MARKER"]
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,16 @@ _STORAGE_ERRORS = (diskcache.Timeout, sqlite3.Error, OSError)
 # whatever its length (diskcache's iterkeys re-scanned the index from its
 # start on every page of 100: 5.9 s at 10k conversations, ~566 s at 100k).
 _PAGE = 1000
+
+# Written beside cache.db once the directory holds chd's store, so a database
+# that later goes missing or is truncated to 0 bytes is noticed: SQLite reads
+# either as a new empty database, and the daemon came up SERVING with every
+# conversation gone (issue 28).
+MARKER = "chd-data-dir"
+_MARKER_TEXT = (
+    "This directory holds a chd conversation store (cache.db). While this file is here, chd refuses\n"
+    "to start if cache.db is missing or empty, unless started with --allow-empty-database.\n"
+)
 
 # A meta record with state: ConversationState.is_empty, read by SQLite's JSON
 # functions so a listing decodes no record in Python.
@@ -240,6 +250,13 @@ class DiskBackend:
         cached_bytes: Roughly how many bytes those utterances may take
             (``_UTTERANCE_BYTES`` each plus their text), whichever limit is
             reached first: a cache of long texts stays bounded too.
+        request_timeout: A daemon's request_timeout: a write waits at most
+            this long (and ``timeout``) for another process's lock, and then
+            answers DeadlineExceeded, since its call's time is up; without
+            it, waiting ``timeout`` out is a StorageError.
+        allow_empty_database: Open a directory that held a store (its
+            ``MARKER`` or a write-ahead log) although its database is missing
+            or empty, starting with no conversations; refused otherwise.
 
     Raises:
         StorageError: The directory cannot be created, opened or written, holds
@@ -255,8 +272,11 @@ class DiskBackend:
         timeout: float = 15.0,
         cached_utterances: int = 200_000,
         cached_bytes: int = 128 * 2**20,
+        allow_empty_database: bool = False,
+        request_timeout: float | None = None,
     ) -> None:
         self.path = Path(data_dir).expanduser()
+        _check_database_kept(self.path, allow_empty_database)
         settings: dict[str, object] = {
             "eviction_policy": "none",
             "cull_limit": 0,
@@ -264,6 +284,9 @@ class DiskBackend:
             # The commit that fills the WAL to this many pages checkpoints it;
             # the Checkpointer has usually copied it all by then.
             "sqlite_wal_autocheckpoint": BACKSTOP,
+            # The WAL file keeps its largest size unless told: a burst left
+            # 33 MB beside a 1 MB database for good (issue 28).
+            "sqlite_journal_size_limit": WAL_KEPT_BYTES,
         }
         if durability is not None:
             if durability not in DURABILITY:
@@ -282,6 +305,12 @@ class DiskBackend:
         self._group = GroupCommit(self._commit)
         self._tokens = _Tokens()
         self._closed = False
+        # A store waited out diskcache's 15 s for a lock another process held,
+        # past a 2 s request_timeout, then answered UNAVAILABLE (issue 28).
+        self._lock_wait_is_deadline = request_timeout is not None and request_timeout < timeout
+        if request_timeout is not None:
+            timeout = min(timeout, request_timeout)
+        self._lock_wait = timeout
         try:
             self._cache = diskcache.Cache(str(self.path), timeout=timeout, **settings)
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
@@ -297,6 +326,7 @@ class DiskBackend:
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
             self._cache.close()
             raise StorageError(f"cannot open data dir {self.path}: {describe_open_error(exc, self.path)}") from exc
+        _mark(self.path)
 
     # --- the Backend protocol --------------------------------------------------
 
@@ -1123,6 +1153,11 @@ class DiskBackend:
     def _failed(self, exc: BaseException, doing: str) -> NoReturn:
         """Raise ``exc`` (being handled) as StorageError or StorageFull."""
         if isinstance(exc, diskcache.Timeout):
+            if self._lock_wait_is_deadline:
+                raise DeadlineExceeded(
+                    f"data dir {self.path} stayed locked by another process for {self._lock_wait:g}s "
+                    "(request_timeout); nothing was written"
+                ) from None
             raise StorageError(f"data dir {self.path} stayed locked by another writer; try again") from None
         if doing == "write":
             # A failed COMMIT can leave the transaction open on this
@@ -1141,6 +1176,39 @@ class DiskBackend:
             ) from exc
         log.error("storage error on %s in %s: %s", doing, self.path, exc)
         raise StorageError(f"storage error in {self.path}: {exc}") from exc
+
+
+def _check_database_kept(path: Path, allow_empty: bool) -> None:
+    """Refuse a data dir that held a store whose database is now missing or empty."""
+    database, wal = path / diskcache.core.DBNAME, path / (diskcache.core.DBNAME + "-wal")
+    try:
+        size = database.stat().st_size if database.exists() else None
+        held = (path / MARKER).exists() or (wal.exists() and wal.stat().st_size > 0)
+    except OSError:
+        return  # unreadable: opening it reports why
+    if not held or (size is not None and size > 0):
+        return
+    state = "missing" if size is None else "empty (0 bytes)"
+    evidence = MARKER if (path / MARKER).exists() else wal.name
+    if allow_empty:
+        log.warning("%s is %s in a data dir that held data (%s); starting with no conversations "
+                    "(allow_empty_database)", database, state, evidence)
+        return
+    raise StorageError(
+        f"{database} is {state}, but {path} has held chd's data ({evidence} is there); restore cache.db "
+        "from a backup, or start chd serve once with --allow-empty-database to begin with no conversations"
+    )
+
+
+def _mark(path: Path) -> None:
+    """Leave ``MARKER`` in a data dir now holding a store (a read-only dir is left unmarked)."""
+    marker = path / MARKER
+    if marker.exists():
+        return
+    try:
+        marker.write_text(_MARKER_TEXT)
+    except OSError as exc:
+        log.info("could not write %s (%s); a lost cache.db there would not be noticed", marker, exc)
 
 
 def _rolled_back(exc: BaseException) -> bool:

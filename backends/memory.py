@@ -10,7 +10,15 @@ from chd.backends.base import Change, ConversationState, T, apply_change
 from chd.core.errors import StorageFull
 from chd.core.utterance import Utterance
 
-__all__ = ["MemoryBackend", "text_bytes"]
+__all__ = ["MemoryBackend", "UTTERANCE_OVERHEAD", "text_bytes", "utterance_cost"]
+
+# Bytes an utterance costs the process beyond its text: the Utterance, its
+# timestamp and seq objects, its slot in the state's lists. Measured with
+# bench/bench_memory_budget.py (RSS growth per stored 2-byte utterance):
+# 182 B spread over 5,000 conversations, 335 B in one conversation, 553 B
+# with one conversation each. Counting only the text let 50,000 two-byte
+# utterances grow RSS to 154x a 100 kB budget (issue 28).
+UTTERANCE_OVERHEAD = 400
 
 
 @dataclass(slots=True)
@@ -32,8 +40,9 @@ class MemoryBackend:
     are asked about and never stored (refused, read-only, not found) leave
     nothing behind, and neither does a conversation between its writes.
 
-    ``max_bytes`` is the process's budget of utterance text (UTF-8 bytes in
-    buffers, summary queues and archives; None: no budget). A change that
+    ``max_bytes`` is the process's budget for utterances (in buffers,
+    summary queues and archives; None: no budget), each counted as its UTF-8
+    text plus ``UTTERANCE_OVERHEAD``. A change that
     appends utterances past it is refused with ``StorageFull`` before it is
     applied; removals, folds and settings always go through, so a full
     daemon can still be emptied.
@@ -53,8 +62,8 @@ class MemoryBackend:
         self._count = 0
 
     @property
-    def text_bytes(self) -> int:
-        """UTF-8 bytes of utterance text held now (what ``max_bytes`` limits)."""
+    def held_bytes(self) -> int:
+        """What the utterances held now cost, as ``max_bytes`` counts them (``utterance_cost``)."""
         return self._bytes
 
     def lock_count(self) -> int:
@@ -95,8 +104,9 @@ class MemoryBackend:
             total = self._bytes + grown
             if change.append and grown > 0 and self.max_bytes is not None and total > self.max_bytes:
                 raise StorageFull(
-                    f"the memory backend's budget is full: it holds {self._bytes} bytes of utterance "
-                    f"text and this would make {total}, over max_memory_bytes ({self.max_bytes}); "
+                    f"the memory backend's budget is full: its utterances count for {self._bytes} bytes "
+                    f"(text plus {UTTERANCE_OVERHEAD} each) and this would make {total}, over "
+                    f"max_memory_bytes ({self.max_bytes}); "
                     "nothing was stored, reads and removals still work"
                 )
             self._bytes = total
@@ -126,12 +136,17 @@ def text_bytes(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
+def utterance_cost(utterance: Utterance) -> int:
+    """Bytes ``max_bytes`` counts for ``utterance``: its UTF-8 text plus the measured overhead."""
+    return text_bytes(utterance.text) + UTTERANCE_OVERHEAD
+
+
 def _sum(utterances: Iterable[Utterance]) -> int:
-    return sum(text_bytes(u.text) for u in utterances)
+    return sum(utterance_cost(u) for u in utterances)
 
 
 def _text_delta(state: ConversationState, change: Change) -> int:
-    """How many bytes of utterance text ``change`` adds to ``state`` (negative: frees).
+    """How many bytes (``utterance_cost``) ``change`` adds to ``state`` (negative: frees).
 
     O(the change) for appends; removals look their utterances up in the
     list they leave, as ``apply_change`` itself does.

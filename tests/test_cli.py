@@ -266,6 +266,38 @@ class TestPipesAndInputs:
         assert done.returncode == 2 and done.stdout == ""
         assert len(done.stderr.splitlines()) == 1 and message in done.stderr
 
+    @pytest.mark.parametrize(("args", "message"), [
+        (("x", "--metadata", '{"a": "\\ud800"}'), "--metadata: a string holds '\\ud800', which is not valid Unicode"),
+        (("x", "--data", '{"operation": "store", "text": "\\udc00"}'), "--data: a string holds '\\udc00'"),
+        (("x", "--data", '{"\udcff": 1}'), "--data: a string holds '\\udcff'"),
+        (("caf\udce9",), "the query is not valid Unicode text: it holds '\\udce9' at character 3"),
+        (("x", "-c", "\udcff"), "--conversation is not valid Unicode text"),
+        (("x", "--data", '{"n": ' + "9" * 5_000 + "}"), "--data: an integer has more than 4,300 digits"),
+        (("x", "--metadata", '{"n": ' + "9" * 400 + "}"), "--metadata: a number is too large"),
+        (("x", "--data", "@{tmp}/deep.json"), "--data: JSON nested too deeply"),
+        (("x", "--data", "@{tmp}/deep-object.json"), "--data: JSON nested too deeply"),
+    ], ids=["escaped surrogate in metadata", "escaped surrogate in data", "argument bytes not UTF-8",
+            "query bytes not UTF-8", "conversation bytes not UTF-8", "5,000-digit integer", "400-digit integer",
+            "100k-deep list", "5k-deep object"])
+    def test_hostile_json_and_text_are_one_line_and_exit_2(self, tmp_path: Path, args, message) -> None:
+        """Lone surrogates, huge integers and deep JSON are usage mistakes, not tracebacks (issue 28, item 7)."""
+        (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+        (tmp_path / "deep-object.json").write_text('{"a": ' * 5_000 + "1" + "}" * 5_000)
+        args = tuple(arg.replace("{tmp}", str(tmp_path)) for arg in args)
+        with silent_peer() as peer:
+            done = run_chd("query", *args, "--target", "127.0.0.1:%d" % peer.getsockname()[1])
+            assert _nobody_dialed(peer)
+        assert done.returncode == 2 and done.stdout == "", done.stderr[-500:]
+        assert len(done.stderr.splitlines()) == 1 and message in done.stderr, done.stderr[-500:]
+
+    def test_stdin_that_is_not_utf8_is_one_line_and_exit_2(self) -> None:
+        env = {**chd_env(), "PYTHONIOENCODING": "utf-8:strict"}
+        with silent_peer() as peer:
+            done = subprocess.run([*chd_command(), "query", "-", "--target", "127.0.0.1:%d" % peer.getsockname()[1]],
+                                  input=b"caf\xe9", capture_output=True, env=env, cwd=ROOT, timeout=30)
+            assert _nobody_dialed(peer)
+        assert done.returncode == 2 and done.stderr == b"chd: the query on stdin is not UTF-8 text\n"
+
     def test_json_output_has_sorted_keys_and_the_same_bytes_each_run(self, shared_daemon: DaemonProcess) -> None:
         """Two runs of one query print the same bytes, every object's keys in order."""
         target = ("-c", "sorted", "--target", shared_daemon.target)
@@ -380,7 +412,7 @@ class TestExportAndImportTellTheTruth:
 
     def test_export_help_names_disk_and_custom_backends_and_not_memory(self) -> None:
         text = " ".join(run_chd("export", "--help").stdout.split())
-        assert "disk (default) or module:Class" in text
+        assert "disk (default), redis (with --redis-url, CHD_REDIS_URL) or module:Class" in text
         assert "not memory" in text and "cannot be exported from outside it" in text
 
     def test_import_into_the_memory_backend_is_refused_with_the_reason(self, tmp_path: Path) -> None:

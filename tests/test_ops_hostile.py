@@ -10,7 +10,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from chd.backends.memory import MemoryBackend
+from chd.backends.memory import UTTERANCE_OVERHEAD, MemoryBackend
 from chd.core.errors import DeadlineExceeded, quote
 from chd.core.history import ConversationHistory
 from chd.core.language import parser, understanding
@@ -124,6 +124,56 @@ class TestDeadlines:
         assert history.query("Add utterance: on time", deadline=time.monotonic() + 60).operation == "store"
 
 
+class TestLargeStoresMeetTheirDeadline:
+    """A large store stops counting its tokens at its deadline (issue 28, item 4: 16 MiB answered 2.3 s late)."""
+
+    def test_a_store_whose_deadline_passes_while_its_tokens_are_counted_stops_there(self, monkeypatch):
+        """The clock moves 10 ms a look: the deadline passes at the first look while counting, not after all of it."""
+        from chd.core import history as history_module
+        from chd.core.tokens import default_counter
+
+        counter = default_counter()
+        encoded: list[int] = []
+        monkeypatch.setattr(counter, "_encoding", _Counting(counter._encoding, encoded))
+        clock = [1000.0]
+
+        def ticking() -> float:
+            clock[0] += 0.01
+            return clock[0]
+
+        monkeypatch.setattr(history_module.time, "monotonic", ticking)
+        history = ConversationHistory(background=False, settings=history_module.Settings(max_utterance_chars=2_000_000))
+        text = "word " * 200_000  # 1 MB: about 250 pieces of 4,096 characters
+        with pytest.raises(DeadlineExceeded) as refused:
+            history.query("", {}, {"operation": "store", "text": text}, deadline=1000.015)
+        assert "while its tokens were counted" in str(refused.value)
+        assert len(encoded) < 250 // 2
+        assert history.backend.read("default").utterances == []
+
+    def test_counting_with_checks_counts_what_count_counts(self):
+        from chd.core.tokens import default_counter
+
+        counter = default_counter()
+        looks: list[int] = []
+        for text in ("short", "word " * 200_000, "x" * 50_000 + " tail", "é " * 30_000):
+            assert counter.count_checked(text, lambda: looks.append(1)) == counter.count(text)
+        assert len(looks) > 2
+
+
+class _Counting:
+    """An encoding that notes each call of encode_ordinary, and otherwise is the encoding."""
+
+    def __init__(self, encoding: Any, calls: list[int]) -> None:
+        self._encoding, self._calls = encoding, calls
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        self._calls.append(len(text))
+        return self._encoding.encode_ordinary(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._encoding, name)
+
+
 class TestHealthWhileBusy:
     """Health and other calls keep answering while requests are slow."""
 
@@ -173,17 +223,17 @@ class TestMemoryBounds:
 
     def test_stores_past_the_memory_budget_are_refused_and_removals_make_room(self):
         backend = MemoryBackend()
-        utterance = "word " * 300  # 1,500 bytes
+        utterance = "word " * 300  # 1,500 bytes, 1,900 counted
         with running(backend=backend, max_memory_bytes=4096) as server, channel_to(server) as channel:
             for _ in range(2):
                 ask(channel, "", data={"operation": "store", "text": utterance})
             code, details = _details(ask, channel, "", data={"operation": "store", "text": utterance})
             assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "max_memory_bytes" in details and "nothing was stored" in details
-            assert backend.text_bytes == 3000
+            assert backend.held_bytes == 2 * (1500 + UTTERANCE_OVERHEAD)
             ask(channel, "Clear the conversation")
             assert ask(channel, "", data={"operation": "store", "text": utterance}).operation == "store"
-            assert backend.text_bytes == 1500
+            assert backend.held_bytes == 1500 + UTTERANCE_OVERHEAD
 
     def test_searching_for_distinct_huge_topics_does_not_grow_the_word_cache(self):
         """40 searches for distinct 100 kB words add well under a tenth of their size to the cache."""

@@ -121,3 +121,21 @@ def test_operations_doc_carries_the_metrics_table_built_from_the_definitions() -
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
     assert metrics_table() in doc
+
+
+class TestBusyMetricsPort:
+    """A metrics port in use is named as the metrics port, not as the gRPC one (issue 28, item 8)."""
+
+    def test_chd_serve_names_the_busy_metrics_port_in_one_line(self):
+        import socket
+
+        with socket.socket() as holder:
+            holder.bind(("127.0.0.1", 0))
+            holder.listen(1)
+            busy = holder.getsockname()[1]
+            done = run_chd("serve", "--port", "0", "--metrics-port", str(busy))
+        assert done.returncode == 1 and "listening" not in done.stdout
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"chd: cannot listen on 127.0.0.1:{busy} (metrics_port): port {busy} is in use or cannot be bound "
+            "(Address already in use)"
+        )

@@ -68,10 +68,27 @@ class TestBoundedShutdown:
             daemon.terminate()
             with pytest.raises(grpc.RpcError):
                 in_flight.result(timeout=10)
-            assert "abandoned after shutdown_grace" in daemon.log
+            # The summary read, stuck behind the fold: one call, however many idle threads the pool has.
+            assert "exiting with 1 call(s) still running, abandoned after shutdown_grace" in daemon.log
             assert "lost with the memory backend" in daemon.log
         finally:
             channel.close()
+            daemon.kill()
+
+    def test_an_idle_daemon_after_many_calls_exits_without_an_abandoned_call_warning(self):
+        """Idle pool threads are not stuck calls (issue 28, item 9): nothing in flight, no warning."""
+        daemon = DaemonProcess("--shutdown-grace", str(GRACE), "--workers", "4")
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                calls = [stub.Query.future(request(f"Add utterance: fact {n}"), timeout=10) for n in range(8)]
+                for call in calls:
+                    call.result()
+            assert _exit_after_sigterm(daemon) == 0
+            daemon.terminate()
+            assert "received SIGTERM" in daemon.log
+            assert "still running" not in daemon.log and "abandoned" not in daemon.log
+        finally:
             daemon.kill()
 
     def test_with_the_disk_backend_the_queued_folds_stay_queued_for_the_next_start(self, slow_model, tmp_path: Path):

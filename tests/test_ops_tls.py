@@ -144,6 +144,46 @@ class TestTlsConfiguration:
         assert refused.value.key == "tls_cert"
 
 
+class TestBadTlsFilesAreNamed:
+    """A garbage certificate, a key of another certificate or a garbage client CA is refused naming it (issue 28, item 8).
+
+    grpc only logs why and fails to bind, and ``chd serve`` blamed the port.
+    """
+
+    @pytest.fixture
+    def garbage(self, tmp_path) -> str:  # type: ignore[no-untyped-def]
+        path = tmp_path / "garbage.pem"
+        path.write_text("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n")
+        return str(path)
+
+    @pytest.mark.parametrize("case", ["garbage certificate", "garbage key", "key of another certificate", "garbage client CA"])
+    def test_each_bad_file_is_refused_naming_its_key(self, pki, garbage, case):
+        files = {
+            "garbage certificate": ({"tls_cert": garbage, "tls_key": pki.server_key}, "tls_cert", "no PEM certificate"),
+            "garbage key": ({"tls_cert": pki.server_cert, "tls_key": garbage}, "tls_key", "not a PEM private key"),
+            "key of another certificate": (
+                {"tls_cert": pki.server_cert, "tls_key": pki.stranger_key}, "tls_key", "is not the private key of tls_cert"),
+            "garbage client CA": (
+                {"tls_cert": pki.server_cert, "tls_key": pki.server_key, "tls_client_ca": garbage},
+                "tls_client_ca", "no PEM certificate"),
+        }
+        values, key, message = files[case]
+        with pytest.raises(ConfigError) as refused:
+            config(**values)
+        assert refused.value.key == key and message in str(refused.value)
+
+    def test_chd_serve_says_which_file_in_one_line_and_does_not_blame_the_port(self, pki):
+        done = run_chd("serve", "--port", "0", "--tls-cert", pki.server_cert, "--tls-key", pki.stranger_key)
+        assert done.returncode == 2 and "listening" not in done.stdout
+        assert done.stderr.strip().splitlines() == [
+            f"chd: configuration key 'tls_key' (flag --tls-key): {pki.stranger_key} is not the private key "
+            f"of tls_cert {pki.server_cert}"
+        ]
+
+    def test_good_files_still_pass_the_check(self, pki):
+        assert config(tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca).tls_cert == pki.server_cert
+
+
 class TestCliOverTls:
     """`chd serve` and `chd query` with token and TLS together, as separate processes."""
 

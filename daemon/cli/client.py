@@ -39,7 +39,7 @@ examples:
 
 exit codes:
   0     the daemon answered
-  2     usage error (a flag, JSON, a file, a TLS file); nothing was sent
+  2     usage error (a flag, JSON, a file, a TLS file, text that is not Unicode); nothing was sent
   64+N  the call failed with gRPC status N, as with grpcurl: 67 INVALID_ARGUMENT,
         68 DEADLINE_EXCEEDED (no answer within --timeout, default {DEFAULT_TIMEOUT:g} s),
         69 NOT_FOUND, 72 RESOURCE_EXHAUSTED, 78 UNAVAILABLE (no daemon), 80 UNAUTHENTICATED
@@ -104,7 +104,7 @@ def _json_object(flag: str, value: str | None, stdin: TextIO) -> dict[str, Any]:
     if value.startswith("@"):
         source = value[1:]
         if source == "-":
-            text = stdin.read()
+            text = _read(stdin, f"{flag} @-")
         else:
             try:
                 text = Path(source).expanduser().read_text(encoding="utf-8")
@@ -116,6 +116,12 @@ def _json_object(flag: str, value: str | None, stdin: TextIO) -> dict[str, Any]:
         parsed = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{flag}: not valid JSON: {exc}") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits (sys.get_int_max_str_digits)
+        if "integer string conversion" in str(exc):
+            raise UsageError(f"{flag}: an integer has more than {sys.get_int_max_str_digits():,} digits") from None
+        raise UsageError(f"{flag}: not valid JSON: {_first_sentence(exc)}") from None
+    except RecursionError:
+        raise UsageError(f"{flag}: JSON nested too deeply to read") from None
     if not isinstance(parsed, dict):
         raise UsageError(f'{flag} must be a JSON object, like {{"key": "value"}}')
     return parsed
@@ -151,7 +157,7 @@ def _query_request(args: argparse.Namespace, stdin: TextIO) -> tuple[str, dict[s
     metadata = _json_object("--metadata", args.metadata, stdin)
     data = _json_object("--data", args.data, stdin)
     if args.text == "-":
-        text = stdin.read().strip()
+        text = _read(stdin, "the query on stdin").strip()
     elif args.text is None:
         if "operation" not in data:
             raise UsageError('give the query (or - to read it from stdin), or --data with an "operation"')
@@ -159,8 +165,54 @@ def _query_request(args: argparse.Namespace, stdin: TextIO) -> tuple[str, dict[s
     else:
         text = args.text
     if args.conversation:
-        metadata["conversation_id"] = args.conversation
+        metadata["conversation_id"] = _text("--conversation", args.conversation)
+    _text("the query", text)
+    _check_struct("--metadata", metadata)
+    _check_struct("--data", data)
     return text, metadata, data
+
+
+def _read(stdin: TextIO, what: str) -> str:
+    try:
+        return stdin.read()
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} is not UTF-8 text") from None
+
+
+def _text(what: str, text: str) -> str:
+    """``text``, if it can be sent: a lone surrogate (from JSON, or bytes that are not UTF-8 in an argument) cannot."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"{what} is not valid Unicode text: it holds {text[exc.start]!r} at character {exc.start} "
+            "(a lone surrogate, or bytes that are not UTF-8)"
+        ) from None
+    return text
+
+
+def _check_struct(flag: str, value: dict[str, Any]) -> None:
+    """A UsageError saying what in ``value`` a Struct cannot carry, before dialing."""
+    from google.protobuf import struct_pb2
+
+    try:
+        struct_pb2.Struct().update(value)
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start] if isinstance(exc.object, str) else "?"
+        raise UsageError(
+            f"{flag}: a string holds {bad!r}, which is not valid Unicode text "
+            "(a lone surrogate, or bytes that are not UTF-8)"
+        ) from None
+    except OverflowError:
+        raise UsageError(f"{flag}: a number is too large (JSON numbers are sent as doubles, at most about 1.8e308)") from None
+    except RecursionError:
+        raise UsageError(f"{flag}: JSON nested too deeply to send") from None
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"{flag}: cannot be sent: {_first_sentence(exc)}") from None
+
+
+def _first_sentence(exc: BaseException) -> str:
+    return str(exc).split(";")[0][:200]
 
 
 def run_client(args: argparse.Namespace, stdin: TextIO | None = None) -> int:

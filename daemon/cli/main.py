@@ -109,7 +109,7 @@ def _run(argv: Sequence[str] | None) -> int:
 
 def _serve(effective: config.Config) -> int:
     from chd.service.app import start
-    from chd.service.server import serve_forever, stop_signals
+    from chd.service.server import ListenError, serve_forever, stop_signals
     from chd.service.tracelog import configure_logging
 
     configure_logging(effective.log_level, effective.log_format)
@@ -125,9 +125,13 @@ def _serve(effective: config.Config) -> int:
         backend.close()
         print(f"chd: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ListenError as exc:  # names the port (gRPC or metrics) and why
+        backend.close()
+        print(f"chd: {exc}", file=sys.stderr)
+        return 1
     except (OSError, RuntimeError) as exc:
         backend.close()
-        print(f"chd: cannot listen on {effective.host}:{effective.port}: {exc}", file=sys.stderr)
+        print(f"chd: cannot start: {exc}", file=sys.stderr)
         return 1
     settle_heap()
     # One parseable line, flushed, so scripts and tests can learn the port.

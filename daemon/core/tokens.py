@@ -13,7 +13,7 @@ import hashlib
 import re
 import threading
 from collections import OrderedDict
-from typing import Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import tiktoken
 
@@ -32,6 +32,8 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 # exactly the same; only a run with no such place in _PIECE characters is cut
 # blindly, and may count a token more per cut.
 _PIECE = 4096
+# Pieces between two deadline checks in count_checked: ~10 ms of encoding.
+_CHECK_EVERY = 64
 _WORD_START = re.compile(r"(?<=\S) (?=[^\W\d_])")
 
 # Where a text may be cut into lines that count alone (count_joined): after
@@ -78,6 +80,22 @@ class TiktokenCounter:
         if not _cut(text):
             return len(self._ids(text))
         return sum(map(self._line_count, _lines(text)))
+
+    def count_checked(self, text: str, check: Callable[[], None]) -> int:
+        """``count(text)``, calling ``check`` every ``_CHECK_EVERY`` pieces of a long text (it may raise).
+
+        A 16 MiB store spent about 4 s here, past a 2 s request_timeout, and
+        the deadline was only checked after it (issue 28); this lets the
+        caller stop at its deadline instead.
+        """
+        if len(text) <= _PIECE:
+            return self.count(text)
+        total = 0
+        for n, piece in enumerate(_pieces(text)):
+            if n % _CHECK_EVERY == 0:
+                check()
+            total += len(self._encoding.encode_ordinary(piece))
+        return total
 
     def count_joined(self, texts: Sequence[str]) -> int:
         """``count("\\n".join(texts))``: a summary's count, from the counts of its lines.
@@ -237,9 +255,11 @@ def count_joined(counter: TokenCounter, texts: Sequence[str]) -> int:
     return joined(texts) if joined is not None else counter.count("\n".join(texts))
 
 
-def _pieces(text: str) -> list[str]:
-    """``text`` in pieces of at most ``_PIECE`` characters, each cut at a word start when one is near."""
-    pieces = []
+def _pieces(text: str) -> Iterator[str]:
+    """``text`` in pieces of at most ``_PIECE`` characters, each cut at a word start when one is near.
+
+    One at a time, so ``count_checked`` checks between them.
+    """
     start = 0
     while len(text) - start > _PIECE:
         end = start + _PIECE
@@ -248,10 +268,9 @@ def _pieces(text: str) -> list[str]:
             cut = cut_at.start()
         if cut is None:
             cut = end
-        pieces.append(text[start:cut])
+        yield text[start:cut]
         start = cut
-    pieces.append(text[start:])
-    return pieces
+    yield text[start:]
 
 
 @functools.cache

@@ -20,7 +20,7 @@ from chd.core.history import ConversationHistory
 from chd.service.limits import LimitedBackend, Limits, deadline_guard
 from chd.service.metrics import Metrics
 from chd.service.observe import CallSink, observing
-from chd.service.server import Server, build_server
+from chd.service.server import ListenError, Server, build_server, check_port_free
 from chd.core.summaries.extractive import ExtractiveSummarizer
 from chd.core.summaries.summarizer import Summarizer
 from chd.core.summaries.writer import SummaryWriter, build_writer
@@ -128,10 +128,12 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
     )
     if metrics is not None:
         try:
+            check_port_free(config.metrics_host, config.metrics_port)
             endpoint = metrics.serve(config.metrics_host, config.metrics_port)
-        except OSError:
+        except OSError as exc:
             server.stop(grace=0)
-            raise
+            where = f"{config.metrics_host}:{config.metrics_port}"
+            raise ListenError(" (metrics_port)", where, exc.strerror or str(exc)) from None
         server.on_stop.append(endpoint.close)
         server.metrics_port = endpoint.port
     return server

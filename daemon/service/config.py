@@ -219,6 +219,9 @@ KEYS: tuple[Key, ...] = (
     Key("data_dir", Text(), None, "directory of the disk backend, created if missing"),
     Key("durability", Text(("normal", "full")), None,
         "disk backend: normal survives a crash of chd, full also an OS crash or power loss (default normal)"),
+    Key("allow_empty_database", Boolean(), False,
+        "disk backend: start although the data dir held data and its cache.db is now missing or empty, "
+        "with no conversations (once, after losing the database on purpose)"),
     # The URL may hold a password, so it is shown masked like one.
     Key("redis_url", Text(), None, "redis backend: redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// for TLS",
         secret=True),
@@ -281,8 +284,8 @@ KEYS: tuple[Key, ...] = (
     Key("request_timeout", Seconds(), 30.0, "longest a call may wait for a worker when its caller set no shorter deadline"),
     Key("max_concurrent_rpcs", Integer(1, 100_000), 256, "calls accepted at once; more are refused"),
     Key("max_memory_bytes", Integer(1024, 2**62), 1024**3,
-        "memory backend: bytes of utterance text (UTF-8) the process keeps; stores beyond it are refused "
-        "with RESOURCE_EXHAUSTED"),
+        "memory backend: bytes the process's utterances may take, each counted as its UTF-8 text plus 400; "
+        "stores beyond it are refused with RESOURCE_EXHAUSTED"),
     Key("shutdown_grace", Seconds(), 10.0,
         "seconds in-flight calls get to finish at shutdown, after the drain; then the process exits regardless"),
     Key("shutdown_drain", Seconds(), 0.0,
@@ -481,6 +484,12 @@ def _check_together(config: Config) -> None:
         raise ConfigError(missing, "missing", "tls_cert and tls_key must be given together")
     if v["tls_client_ca"] is not None and v["tls_cert"] is None:
         raise ConfigError("tls_client_ca", src["tls_client_ca"], "verifying client certificates needs tls_cert and tls_key")
+    if v["tls_cert"] is not None:
+        from chd.service.tls import check_server_files
+
+        refused = check_server_files(v["tls_cert"], v["tls_key"], v["tls_client_ca"])
+        if refused is not None:
+            raise ConfigError(refused[0], src[refused[0]], refused[1])
     if v["auth_token"] is not None and not v["auth_token"].strip():
         raise ConfigError("auth_token", src["auth_token"], "must not be empty")
     if v["max_utterances_per_conversation"] < v["buffer_size"]:
@@ -519,6 +528,16 @@ def _check_storage(config: Config) -> None:
         raise ConfigError("data_dir", "missing", "the disk backend needs a directory: --data-dir DIR (or CHD_DATA_DIR)")
     if name == "redis":
         _check_redis(config)
+    else:
+        # As with data_dir below: a Redis URL that a disk daemon silently ignores
+        # would let a user believe replicas share its conversations (issue 28).
+        for key in KEYS:
+            if key.help.startswith("redis backend:") and src[key.name] != "default":
+                raise ConfigError(key.name, src[key.name], f"only the redis backend uses it, and the backend is {name}")
+    if name != "disk" and v["allow_empty_database"]:
+        raise ConfigError(
+            "allow_empty_database", src["allow_empty_database"], f"only the disk backend has a database; backend is {name}"
+        )
     if name == "memory" and v["data_dir"] is not None:
         # Accepting it silently would let a user believe their data is on disk.
         raise ConfigError(
@@ -616,6 +635,13 @@ def _toml(value: Any) -> str:
 
 def backend_options(config: Config) -> dict[str, Any]:
     """The options of ``config.backend`` beyond data_dir and durability (for open_backend)."""
+    if ALIASES.get(config.backend, config.backend) == "disk":
+        options: dict[str, Any] = {}
+        if config.values.get("allow_empty_database"):
+            options["allow_empty_database"] = True
+        if "request_timeout" in config.values:  # a daemon's, not the transfer tools'
+            options["request_timeout"] = config.values["request_timeout"]
+        return options
     if config.backend != "redis":
         return {}
     # The transfer tools load only some keys (load_keys): the rest keep the backend's defaults.

@@ -32,12 +32,12 @@ from chd.core.errors import (
     StorageFull,
     TooLarge,
 )
-from chd.service.handlers import Guard, daemon_handlers, in_own_pool
+from chd.service.handlers import Behavior, Guard, daemon_handlers, in_own_pool
 from chd.service.observe import note_operation
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
 from chd.service.wire import fill_struct, struct_to_dict
 
-__all__ = ["DaemonServicer", "Server", "build_server", "status_for", "SERVICE_NAME"]
+__all__ = ["DaemonServicer", "ListenError", "Server", "build_server", "check_port_free", "status_for", "SERVICE_NAME"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,13 @@ def bounded_details(message: str, limit: int = MAX_DETAILS) -> str:
     return f"{message[:keep]}... ({len(message) - 2 * keep} characters cut) ...{message[-keep:]}"
 
 
+class ListenError(OSError):
+    """A port could not be listened on; says which (the gRPC or the metrics port) and why."""
+
+    def __init__(self, what: str, address: str, reason: str) -> None:
+        super().__init__(f"cannot listen on {address}{what}: {reason}")
+
+
 # Read at start-up to prove the backend answers before health says SERVING.
 _PROBE_CONVERSATION = "chd-health-probe"
 _HEALTH_SERVICES = ("", SERVICE_NAME)
@@ -130,6 +137,31 @@ HEALTH_WORKERS = 2
 # Seconds the shutdown gives folding and the summarizer child once the calls
 # are done: ``chd serve`` exits within shutdown_drain + shutdown_grace + 2 s.
 CLOSE_TIMEOUT = 1.0
+
+
+class _Running:
+    """Counts the Daemon handlers running now: a guard, outermost, on every Daemon method.
+
+    The shutdown warning counted live worker threads, and the pool keeps
+    idle ones: after any call it warned of an abandoned thread with nothing
+    in flight (issue 28).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def guard(self, _method: str, behavior: Behavior) -> Behavior:
+        def counted(request: Any, context: grpc.ServicerContext) -> Any:
+            with self._lock:
+                self.count += 1
+            try:
+                return behavior(request, context)
+            finally:
+                with self._lock:
+                    self.count -= 1
+
+        return counted
 
 
 class Server:
@@ -142,8 +174,10 @@ class Server:
         health_servicer: health.HealthServicer,
         history: ConversationHistory,
         pools: Sequence[futures.ThreadPoolExecutor] = (),
+        running: _Running | None = None,
     ) -> None:
         self.grpc_server = server
+        self._running = running or _Running()
         self.pools = tuple(pools)
         self.port = port
         self.health = health_servicer
@@ -190,6 +224,10 @@ class Server:
     def wait(self) -> None:
         self.grpc_server.wait_for_termination()
 
+    def calls_running(self) -> int:
+        """Daemon calls whose handlers have not returned (after ``stop``: those abandoned)."""
+        return self._running.count
+
 
 def build_server(
     history: ConversationHistory,
@@ -224,7 +262,8 @@ def build_server(
         options=(*options, ("grpc.so_reuseport", 0)),
         maximum_concurrent_rpcs=maximum_concurrent_rpcs,
     )
-    guards = (*observers, refuse_noted, refuse_undecodable, *checks)
+    running_calls = _Running()
+    guards = (running_calls.guard, *observers, refuse_noted, refuse_undecodable, *checks)
     handlers = daemon_handlers(DaemonServicer(history), guards, tolerant)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
@@ -244,10 +283,10 @@ def build_server(
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         check_port_free(host, port)
-    except OSError:
+    except OSError as exc:
         for pool in (workers, health_pool):
             pool.shutdown(wait=False)
-        raise
+        raise ListenError("", address, str(exc)) from None
     try:
         if credentials is None:
             bound = server.add_insecure_port(address)
@@ -258,9 +297,12 @@ def build_server(
     if bound == 0:
         for pool in (workers, health_pool):
             pool.shutdown(wait=False)
-        raise OSError(f"grpc could not bind {address}")
+        # The port was free a moment ago: with TLS, grpc refused the credentials
+        # (config checks the files with OpenSSL first; this is the backstop).
+        why = "grpc refused the TLS certificate, key or client CA" if credentials is not None else "grpc could not bind it"
+        raise ListenError("", address, why)
     server.start()
-    running = Server(server, bound, health_servicer, history, (workers, health_pool))
+    running = Server(server, bound, health_servicer, history, (workers, health_pool), running_calls)
     try:
         history.backend.read(_PROBE_CONVERSATION)
     except Exception:
@@ -352,9 +394,10 @@ def serve_forever(
     while not done.wait(0.5):
         pass
     server.stop(grace, drain)
-    stuck = [t.name for t in threading.enumerate() if t.name.startswith("chd-worker") and t.is_alive()]
-    if stuck:
-        log.warning("exiting with %d worker thread(s) still running, abandoned after shutdown_grace", len(stuck))
+    abandoned = server.calls_running()
+    if abandoned:
+        log.warning("exiting with %d call(s) still running, abandoned after shutdown_grace", abandoned)
+    if abandoned or any(t.name.startswith("chd-worker") and t.is_alive() for t in threading.enumerate()):
         _exit_now()
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
-__all__ = ["server_credentials", "ClientSecurity", "open_channel"]
+__all__ = ["server_credentials", "check_server_files", "ClientSecurity", "open_channel"]
 
 
 def _read(path: str | None) -> bytes | None:
@@ -21,6 +22,40 @@ def server_credentials(cert: str, key: str, client_ca: str | None = None) -> grp
         root_certificates=_read(client_ca),
         require_client_auth=client_ca is not None,
     )
+
+
+def check_server_files(cert: str, key: str, client_ca: str | None = None) -> tuple[str, str] | None:
+    """(key name, what is wrong) for TLS files grpc would refuse, None when they load.
+
+    grpc only logs its reasons and fails to bind, so ``chd serve`` blamed the
+    port (issue 28). Python's OpenSSL reads the same PEM files first and says
+    which one is wrong.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    for name, path in (("tls_cert", cert), ("tls_client_ca", client_ca)):
+        if path is None:
+            continue
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=str(Path(path).expanduser()))
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            return name, f"{path} holds no PEM certificate that OpenSSL can read ({_reason(exc)})"
+
+    def no_password() -> bytes:
+        raise ValueError("encrypted")
+
+    try:
+        context.load_cert_chain(str(Path(cert).expanduser()), str(Path(key).expanduser()), password=no_password)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        if "KEY_VALUES_MISMATCH" in str(exc) or "key values mismatch" in str(exc):
+            return "tls_key", f"{key} is not the private key of tls_cert {cert}"
+        if "encrypted" in str(exc):
+            return "tls_key", f"{key} is encrypted; chd needs an unencrypted PEM private key"
+        return "tls_key", f"{key} is not a PEM private key OpenSSL can read ({_reason(exc)})"
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "reason", None) or str(exc).splitlines()[0][:120]
 
 
 @dataclass(frozen=True, slots=True)

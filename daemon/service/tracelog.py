@@ -22,10 +22,26 @@ from typing import Any, TextIO
 
 from chd.core.history import DEFAULT_CONVERSATION, MAX_CONVERSATION_ID
 from chd.service.observe import CallRecord, operation_of
+from chd.service.repeats import RepeatFilter
 
-__all__ = ["TraceLog", "JsonFormatter", "TextFormatter", "configure_logging", "TRACE_LOGGER"]
+__all__ = ["TraceLog", "JsonFormatter", "TextFormatter", "configure_logging", "clip", "TRACE_LOGGER", "MAX_LOG_FIELD"]
 
 TRACE_LOGGER = "chd.trace"
+
+# Characters of one field of a log line (a message, a trace's query or error,
+# an exception's trace). A RecursionError's trace was 162 kB a line and 311
+# hostile calls wrote 50 MB of log (issue 28); a debug trace quoted whole
+# megabyte stores. Both ends stay: what went wrong and where it ended up.
+MAX_LOG_FIELD = 4000
+
+
+def clip(text: str, limit: int = MAX_LOG_FIELD) -> str:
+    """``text`` cut in its middle to about ``limit`` characters, saying how many were cut."""
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    tail = limit - head - 40
+    return f"{text[:head]} ...({len(text) - head - tail:,} characters cut)... {text[-tail:]}"
 
 
 def _rfc3339(seconds: float) -> str:
@@ -67,9 +83,10 @@ class TraceLog:
             "outcome": call.code.name,
         }
         if debug:
-            fields["query"] = getattr(request, "query", None)
+            query = getattr(request, "query", None)
+            fields["query"] = clip(query) if isinstance(query, str) else query
             if call.details:
-                fields["error"] = call.details
+                fields["error"] = clip(call.details)
         return fields
 
 
@@ -111,10 +128,10 @@ class JsonFormatter(logging.Formatter):
             "time": _rfc3339(record.created),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": clip(record.getMessage()),
         }
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            line["exception"] = clip(self.formatException(record.exc_info))
         return json.dumps(line, ensure_ascii=False)
 
 
@@ -125,9 +142,9 @@ class TextFormatter(logging.Formatter):
         clock = time.strftime("%H:%M:%S", time.localtime(record.created))
         trace = getattr(record, "chd_trace", None)
         if trace is None:
-            line = f"{clock} {record.levelname} {record.name}: {record.getMessage()}"
+            line = f"{clock} {record.levelname} {record.name}: {clip(record.getMessage())}"
             if record.exc_info:
-                line += "\n" + self.formatException(record.exc_info)
+                line += "\n" + clip(self.formatException(record.exc_info))
             return line
         parts = [
             trace["operation"],
@@ -153,6 +170,7 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | N
         fmt = "text" if stream.isatty() else "json"
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(RepeatFilter())  # one line per kind of repeated error and 10 s
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -11,7 +11,7 @@ import pytest
 
 from chd.backends.base import Change
 from chd.backends.checkpointer import BACKSTOP
-from chd.backends.disk import DiskBackend, InvalidChange
+from chd.backends.disk import MARKER, DiskBackend, InvalidChange
 from chd.backends.records import (
     BLOCK_SIZE,
     COUNTS_KEY,
@@ -23,7 +23,7 @@ from chd.backends.records import (
     utterance_key,
 )
 from chd.core.history import ConversationHistory
-from chd.core.errors import StorageError, StorageFull
+from chd.core.errors import DeadlineExceeded, StorageError, StorageFull
 from chd.core.settings import Settings
 from tests.backends.backend_kinds import append_next, utterance
 
@@ -95,6 +95,28 @@ class TestPersistence:
             backend.close()
 
 
+class TestLockedByAnotherProcess:
+    """A write waiting for another process's lock stops at request_timeout (issue 28, item 4)."""
+
+    @pytest.mark.parametrize("request_timeout", [0.3, None])
+    def test_a_lock_held_past_request_timeout_is_a_deadline_not_an_outage(self, tmp_path: Path, request_timeout) -> None:
+        """With a daemon's request_timeout the wait ends there, as DeadlineExceeded; a tool's wait is a StorageError."""
+        backend = DiskBackend(tmp_path, timeout=15.0 if request_timeout else 0.3, request_timeout=request_timeout)
+        backend.transact("c", append_next("before"))
+        other = sqlite3.connect(tmp_path / "cache.db", isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            expected = DeadlineExceeded if request_timeout else StorageError
+            with pytest.raises(expected, match="stayed locked by another"):
+                backend.transact("c", append_next("while locked"))
+            other.execute("ROLLBACK")
+            backend.transact("c", append_next("after"))
+            assert [u.text for u in backend.read("c").utterances] == ["before", "after"]
+        finally:
+            other.close()
+            backend.close()
+
+
 class TestDiskcacheSettings:
     """The settings that keep diskcache from losing or splitting data."""
 
@@ -111,7 +133,7 @@ class TestDiskcacheSettings:
         backend.transact("c", append_next("🙂" * 32_000))
         backend.close()
         files = {p.name for p in tmp_path.rglob("*") if p.is_file()}
-        assert files <= {"cache.db", "cache.db-wal", "cache.db-shm"}
+        assert files <= {"cache.db", "cache.db-wal", "cache.db-shm", MARKER}
 
     def test_durability_full_means_synchronous_full(self, tmp_path: Path) -> None:
         """--durability full is SQLite synchronous=FULL (2) for every connection."""

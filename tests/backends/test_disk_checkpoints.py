@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from chd.backends.checkpointer import BACKSTOP, WAKE_AFTER, Checkpointer
+from chd.backends.checkpointer import BACKSTOP, WAKE_AFTER, WAL_KEPT_BYTES, Checkpointer
 from chd.backends.disk import DiskBackend
 from tests.backends.backend_kinds import append_next
 
@@ -85,3 +85,23 @@ class TestCheckpointer:
             checkpointer.close()  # joins the thread, which has logged by then
         assert "background WAL checkpoint" in caplog.text
         assert "missing" in caplog.text
+
+
+class TestWalSize:
+    """The WAL file is cut back after a checkpoint, not kept at its largest (issue 28, item 6)."""
+
+    def test_after_a_checkpoint_the_next_write_cuts_the_wal_back_to_its_kept_size(self, tmp_path: Path) -> None:
+        backend = DiskBackend(tmp_path)
+        try:
+            for n in range(400):  # ~6 pages a store: a WAL of ~9.6 MB
+                backend.transact(f"c{n % 5}", append_next(f"{n:04d} " * 200))
+            wal = tmp_path / "cache.db-wal"
+            # What the background checkpointer does, on this thread alone, to be sure it ran.
+            backend._checkpointer.close()
+            busy, frames, copied = backend._cache._sql("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            assert busy == 0 and frames == copied
+            backend.transact("c0", append_next("the write that starts the WAL over"))
+            assert wal.stat().st_size <= WAL_KEPT_BYTES
+            assert backend.read("c0").utterances[-1].text == "the write that starts the WAL over"
+        finally:
+            backend.close()

@@ -13,7 +13,9 @@ import diskcache
 import grpc
 import pytest
 
+from chd.backends.disk import MARKER, DiskBackend
 from chd.backends.records import SCHEMA_KEY
+from chd.core.errors import StorageError
 from chd.cli.main import _parser
 from chd.service import config
 from chd.cli.storage import open_storage
@@ -134,6 +136,17 @@ class TestChoosingABackend:
         """Otherwise a user could believe their conversations are on disk."""
         assert "keeps nothing on disk" in serve_fails("--data-dir", str(tmp_path), code=2)
 
+    @pytest.mark.parametrize("flags", [("--redis-url", "redis://127.0.0.1:1/0"), ("--redis-cluster",)])
+    def test_disk_with_a_redis_key_is_refused(self, tmp_path: Path, flags) -> None:
+        """As memory with --data-dir: a Redis URL the disk backend would ignore is a mistake (issue 28, item 8)."""
+        line = serve_fails("--backend", "disk", "--data-dir", str(tmp_path), *flags, code=2)
+        key = flags[0][2:].replace("-", "_")
+        assert line == f"chd: configuration key '{key}' (flag {flags[0]}): only the redis backend uses it, and the backend is disk"
+
+    def test_memory_with_a_redis_url_from_the_environment_is_refused(self, monkeypatch) -> None:
+        monkeypatch.setenv("CHD_REDIS_URL", "redis://127.0.0.1:1/0")
+        assert "(env CHD_REDIS_URL): only the redis backend uses it, and the backend is memory" in serve_fails(code=2)
+
     def test_bad_durability_is_a_usage_error(self) -> None:
         done = run_chd("serve", "--durability", "maybe")
         assert done.returncode == 2
@@ -179,6 +192,80 @@ class TestBadDataDir:
         assert line == f"chd: cannot open data dir {tmp_path / 'data'}: the disk is full"
 
 
+class TestLockedDataDir:
+    """A store waiting on another process's lock answers DEADLINE_EXCEEDED at request_timeout (issue 28, item 4).
+
+    It waited diskcache's 15 s, past a 2 s request_timeout, and then answered UNAVAILABLE.
+    """
+
+    def test_a_store_behind_another_writer_answers_deadline_exceeded_and_reads_still_work(self, tmp_path: Path) -> None:
+        daemon = DaemonProcess("--backend", "disk", "--data-dir", str(tmp_path), "--request-timeout", "1")
+        other = sqlite3.connect(tmp_path / "cache.db", isolation_level=None)
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                query(stub, "Add utterance: first")
+                other.execute("BEGIN IMMEDIATE")
+                with pytest.raises(grpc.RpcError) as late:
+                    query(stub, "Add utterance: while locked")
+                assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                assert "stayed locked by another process" in late.value.details()
+                assert [u["text"] for u in query(stub, "Get the last 5 utterances").result["utterances"]] == ["first"]
+                other.execute("ROLLBACK")
+                query(stub, "Add utterance: after")
+        finally:
+            other.close()
+            daemon.terminate()
+
+
+class TestEmptiedDatabase:
+    """A data dir that held data never starts fresh over a missing or 0-byte cache.db (issue 28, item 3)."""
+
+    @pytest.mark.parametrize("loss", ["truncated", "deleted"])
+    def test_a_lost_database_is_refused_naming_the_file(self, tmp_path: Path, loss: str) -> None:
+        data = populated(tmp_path / "data")
+        database = data / "cache.db"
+        if loss == "truncated":
+            database.write_bytes(b"")
+        else:
+            database.unlink()
+        line = serve_fails("--backend", "disk", "--data-dir", str(data))
+        state = "empty (0 bytes)" if loss == "truncated" else "missing"
+        assert line.startswith(f"chd: {database} is {state}, but {data} has held chd's data ({MARKER} is there)")
+        assert "--allow-empty-database" in line
+        assert (database.stat().st_size == 0) if loss == "truncated" else not database.exists()
+
+    def test_a_write_ahead_log_without_its_database_is_refused(self, tmp_path: Path) -> None:
+        """A dir from before the marker, or whose marker went too: the WAL shows it held data."""
+        (tmp_path / "cache.db-wal").write_bytes(b"\x37\x7f\x06\x82" + b"\x00" * 28)
+        with pytest.raises(StorageError, match="cache.db is missing.*cache.db-wal is there"):
+            DiskBackend(tmp_path)
+
+    def test_the_flag_starts_with_no_conversations_once(self, tmp_path: Path) -> None:
+        """--allow-empty-database starts empty; the next start needs no flag, the new database holding the store."""
+        data = populated(tmp_path / "data")
+        (data / "cache.db").write_bytes(b"")
+        for flags in (("--allow-empty-database",), ()):
+            daemon = DaemonProcess("--backend", "disk", "--data-dir", str(data), *flags)
+            try:
+                with grpc.insecure_channel(daemon.target) as channel:
+                    got = query(daemon_pb2_grpc.DaemonStub(channel), "Get the last 5 utterances")
+                assert got.result["utterances"] == []
+            finally:
+                assert daemon.terminate() == 0
+            assert ("starting with no conversations" in daemon.log) == bool(flags)
+
+    def test_a_new_directory_is_marked_and_an_unmarked_one_with_data_gets_the_marker(self, tmp_path: Path) -> None:
+        DiskBackend(tmp_path / "new").close()
+        assert (tmp_path / "new" / MARKER).exists()
+        (tmp_path / "new" / MARKER).unlink()  # a dir written before the marker existed
+        DiskBackend(tmp_path / "new").close()
+        assert (tmp_path / "new" / MARKER).exists()
+
+    def test_the_flag_is_refused_with_a_backend_that_has_no_database(self) -> None:
+        assert "only the disk backend" in serve_fails("--allow-empty-database", code=2)
+
+
 @needs_namespaces
 class TestDiskFillsUpWhileServing:
     """A real full filesystem under a running daemon."""
@@ -201,5 +288,30 @@ class TestDiskFillsUpWhileServing:
                 assert len(got.result["utterances"]) == stored > 0
                 summary = query(stub, "Get the summary")
                 assert summary.operation == "retrieve"
+        finally:
+            daemon.kill()
+
+    def test_repeated_refusals_on_a_full_disk_log_one_error_line(self, tmp_path: Path) -> None:
+        """200 refused stores write one ERROR line, not 200 (issue 28, item 5: 1,329 lines for 1,329 refusals)."""
+        data = tmp_path / "data"
+        daemon = DaemonProcess("--backend", "disk", "--data-dir", str(data), "--buffer-size", "5000",
+                               "--max-tokens", "10000000", prefix=tmpfs(tmp_path, "1m"))
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = daemon_pb2_grpc.DaemonStub(channel)
+                refused = 0
+                for i in range(3000):
+                    try:
+                        query(stub, f"Add utterance: {i} " + "words to fill the disk " * 40)
+                    except grpc.RpcError as error:
+                        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                        refused += 1
+                        if refused == 200:
+                            break
+            assert refused == 200
+            daemon.terminate()
+            full_lines = [line for line in daemon.log.splitlines() if "is full" in line]
+            # One per kind and 10 s window: a slow machine may cross into a second window.
+            assert 1 <= len(full_lines) <= 3, full_lines
         finally:
             daemon.kill()

@@ -19,10 +19,14 @@ from chd.core.language.guide import CALLS, MAX_INSTRUCTION_CHARS, CallForm
 from chd.core.language.intents import field_sources
 from chd.core.language.numbers import digits_value
 
-__all__ = ["read_call", "read_json", "CALL_NAMES"]
+__all__ = ["read_call", "read_json", "CALL_NAMES", "MAX_LIST_DEPTH"]
 
 CALL_NAMES: dict[str, CallForm] = {call.name: call for call in CALLS}
 _STORE_ARGUMENTS = 4
+# Lists are read by recursion: 990 nested brackets reached Python's recursion
+# limit and answered INTERNAL (issue 28). No call takes more than a list of
+# lists; this leaves room and stays far below the limit.
+MAX_LIST_DEPTH = 16
 
 # A name glued to its parenthesis and a closing one at the end: "summarize
 # (briefly) the chat" and "Summarize the chat (briefly)" stay sentences.
@@ -53,6 +57,7 @@ class _Scanner:
 
     def __init__(self, text: str, start: int, end: int, name: str, most: int) -> None:
         self.text, self.pos, self.end, self.name, self.most = text, start, end, name, most
+        self.depth = 0
 
     def fail(self, why: str) -> InvalidRequest:
         return InvalidRequest(f"could not read the arguments of {self.name}(): {why}")
@@ -116,6 +121,9 @@ class _Scanner:
         return _unescape(text) if "\\" in text else text
 
     def list(self) -> list[Any]:
+        if self.depth >= MAX_LIST_DEPTH:
+            raise self.fail(f"lists nested more than {MAX_LIST_DEPTH} deep")
+        self.depth += 1
         self.pos += 1
         items: list[Any] = []
         self.skip_spaces()
@@ -130,6 +138,7 @@ class _Scanner:
         if self.pos >= self.end:
             raise self.fail("a list is not closed")
         self.pos += 1
+        self.depth -= 1
         return items
 
 
@@ -174,7 +183,7 @@ def read_json(text: str) -> tuple[str, dict[str, Any]] | None:
         return None
     try:
         body = json.loads(query[start:])
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what the decoder reads
         return None
     if not isinstance(body, dict):
         return None
