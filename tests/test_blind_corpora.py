@@ -1,6 +1,6 @@
 """The blind corpora (tests/corpus/blind, issue 25): never a wrong text or operation, and a floor understood.
 
-Corpora a and c are tuning sets; corpus b is the reported one, and this
+Corpora a, c and d are tuning sets; corpus b is the reported one, and this
 test prints only its counts, never its entries or misses.
 """
 
@@ -15,12 +15,19 @@ import pytest
 from bench.bench_understanding import judge_corpus_entry
 
 BLIND = Path(__file__).resolve().parent / "corpus" / "blind"
-# A little under the figures reached by issue 25's second pass
-# (docs/understanding.md): a 89.3 %, b 75.3 %, c 81.1 %.
-FLOORS = {"a": 0.88, "b": 0.74, "c": 0.80}
+# A little under the figures reached by issue 25's third pass
+# (docs/understanding.md): a 89.8 %, b 75.8 %, c 81.1 %, d 71.7 %.
+FLOORS = {"a": 0.89, "b": 0.75, "c": 0.80, "d": 0.71}
 # Corpus b still has wrong answers (measured, not looked at): they may not grow.
-# The tuning corpora have none, and may get none.
-MOST_WRONG = {"a": Counter(), "c": Counter(), "b": Counter({"wrong-text": 2, "wrong-operation": 3, "wrong-effect": 3})}
+# The tuning corpora have none, and may get none; d's one other wrong effect
+# is the search's recall, not the parser's reading ("the table booking" is
+# read as that topic; the ranked search does not return "Booked: Chez Marie").
+MOST_WRONG = {
+    "a": Counter(),
+    "c": Counter(),
+    "d": Counter({"wrong-effect": 1}),
+    "b": Counter({"wrong-text": 2, "wrong-operation": 2, "wrong-effect": 3}),
+}
 
 
 def _counts(name: str) -> tuple[Counter[str], int]:

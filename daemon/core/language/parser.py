@@ -149,7 +149,7 @@ _NEGATION = frozenset("not no n't never except without but other others besides 
 _NARROWING = frozenset(
     """after before since until till older newer later earlier onward onwards following beyond first last
     latest newest oldest earliest recent ago only once twice one two three four five six seven eight nine ten
-    eleven twelve dozen short brief briefly gist condensed""".split()
+    eleven twelve dozen few couple several short brief briefly gist condensed""".split()
 )
 
 
@@ -405,7 +405,11 @@ def _read_normalized(query: str) -> tuple[str, dict[str, Any], float] | None:
         for lead in range(min(drop, 1) + 1):
             kept = clauses[lead : len(clauses) - (drop - lead)]
             dropped = clauses[:lead] + clauses[len(clauses) - (drop - lead) :]
-            if not kept or not all(_commentary_free(c) for c in dropped if c.strip()):
+            dropped = [c for c in dropped if c.strip()]
+            if not kept or not dropped or not all(_commentary_free(c) for c in dropped):
+                # Nothing set aside is no reading: rejoined without their
+                # punctuation the clauses read otherwise ("..., please set this
+                # in the settings." became one topic).
                 continue
             tried += 1
             try:

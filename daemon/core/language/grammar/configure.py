@@ -28,20 +28,28 @@ _NAMES: tuple[tuple[str, str], ...] = (
 # Only with a value: "limit the buffer to 50 utterances", "cap the summary at 200 tokens".
 _VALUE_ONLY_NAMES = (("buffer", r"(?:rolling\s+)?buffer"), ("summary_token_limit", r"summary(?:\s+(?:size|length))?"))
 
+# Between a name and its value, at most a few linking words, in any order
+# (issue 25, non-native and hurried: "Max tokens of buffer put to 4000",
+# "Eviction policy please change to fifo", "the buffer up to 40 messages",
+# "the buffer to hold at most 50 utterances"); bounded, so still linear.
+_LINK = (
+    r"(?:\s+(?:please|put|change|changed|set|must|should|be|is|up|down|to|at|as|of|hold|holds|keep|"
+    r"at\s+most|max(?:imum)?|(?:of\s+)?(?:the\s+)?buffer)){0,4}"
+)
 _NUMBER_VALUE = (
-    rf"(?:\s+(?:to|at|=|of|as|be|is)|\s*[=:])?\s*(?P<v>{NUM})"
+    rf"(?:{_LINK}|\s*[=:])?\s*(?P<v>{NUM})"
     r"(?:\s*(?P<unit>tokens?|utterances?|messages?|items?|entries))?\b"
 )
-_POLICY = r"(?P<p>fifo|first[\s-]in[\s-]first[\s-]out|oldest[\s-]first|importance(?:[\s-]based)?|by\s+importance|important[\s-](?:ones\s+)?last)"
-_POLICY_VALUE = rf"(?:\s+(?:to|=|as|be|is)|\s*[=:])?\s*(?:the\s+)?{_POLICY}(?:\s+(?:policy|eviction|mode|strategy))*\b"
+_POLICY = r"(?P<p>fifo|first[\s-]in,?[\s-]first[\s-]out|oldest[\s-]first|importance(?:[\s-]based)?|by\s+importance|important[\s-](?:ones\s+)?last)"
+_POLICY_VALUE = rf"(?:{_LINK}|\s*[=:])?\s*(?:the\s+)?{_POLICY}(?:\s+(?:policy|eviction|mode|strategy))*\b"
 _POLICY_PHRASES = (
     rf"\b(?:use|switch\s+to|enable|turn\s+on|choose|pick|select|apply|adopt)\s+(?:the\s+|an?\s+)?{_POLICY}"
     r"(?:\s+(?:eviction|policy|mode|strategy))*\b",
     r"\bevict\s+(?:utterances\s+|messages\s+)?(?P<p>by\s+importance|oldest\s+first|(?:the\s+)?unimportant\s+(?:ones\s+)?first)\b",
 )
 _SET_VERB = (
-    r"^(?:set|change|update|make|raise|lower|increase|reduce|decrease|adjust|put|configure|use|switch"
-    r"|limit|cap|bump|shrink|grow|restrict|modify|fix|give)\b"
+    r"^(?:(?:can|could)\s+(?:we|you|i)\s+)?(?:set|change|update|make|raise|lower|increase|reduce|decrease|adjust|put|configure|use|switch"
+    r"|limit|cap|bump|shrink|grow|restrict|modify|fix|give|revert)\b"
 )
 _READ_VERB = (
     r"^(?:what(?:'s|\s+is|\s+are|\s+was)?|which|show|get|display|list|tell\s+me|read|check|print|view"
@@ -58,7 +66,7 @@ _WORDS = frozenset(
     """set change update make raise lower increase reduce decrease adjust put configure use switch limit cap
     bump shrink grow restrict modify fix give what's is are was which show get display list tell read check
     print view see report current settings configuration config limits options parameters budgets
-    overrides setup conversation's policy eviction mode strategy value values new""".split()
+    overrides setup conversation's policy eviction mode strategy value values new revert can could we""".split()
 )
 
 

@@ -338,6 +338,24 @@ _DISMISSAL = re.compile(
 )
 
 
+# A change verb and a setting's name make a configure (issue 25: "Can we
+# bump the buffer up to 40 messages?" ran as a read of the last 40). Only
+# names that are settings and nothing else, or "buffer ... to N": "make a
+# summary of the buffer" is no configure.
+_SETTING_CHANGE = re.compile(
+    r"\b(?:set|sets|setting|change|changed|changing|update|raise|lower|increase|reduce|decrease|adjust|bump"
+    r"|modify|revert|switch|put|make|configure|configured)\b"
+    r"(?=.*?\b(?:buffer[\s_-]*(?:size|length|capacity|limit)|max(?:imum)?[\s_-]*tokens?|tokens?[\s_-]*(?:limit|budget)"
+    r"|summary[\s_-]*(?:token[\s_-]*)?(?:limit|budget|length|size)|summary_token_limit|buffer_size|max_tokens"
+    r"|eviction[\s_-]*(?:policy|batch|strategy|mode)|settings|config(?:uration)?"
+    r"|buffer\s+(?:\w+\s+){0,2}?(?:to|at)\s+\d+)\b)"
+    r"|\b(?:buffer[\s_-]*(?:size|length|capacity)|max(?:imum)?[\s_-]*tokens|summary[\s_-]*token[\s_-]*limit"
+    r"|eviction[\s_-]*(?:policy|batch))\b(?=.*?\b(?:set|change|changed|put|make|raise|lower|increase|reduce|decrease"
+    r"|adjust|bump|modify|revert|switch)\b)",
+    re.IGNORECASE,
+)
+
+
 def write_operations(text: str) -> set[str]:
     """The write operations whose words appear anywhere in ``text`` (quoted spans aside)."""
     words = {w.lower().replace("\u2019", "'") for w in _TOKEN.findall(text)}
@@ -346,6 +364,8 @@ def write_operations(text: str) -> set[str]:
         found.add("remove")
     for m in _WRITE_PHRASES.finditer(text):
         found.add(_PHRASE_OPERATION[" ".join(m.group(0).lower().split())])
+    if _SETTING_CHANGE.search(text):
+        found.add("configure")
     if "remove" not in found and ("go" in words or "longer" in words or "needed" in words) and removal_idiom(text):
         found.add("remove")
     return found

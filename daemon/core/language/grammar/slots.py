@@ -532,7 +532,7 @@ def take_token_limit(q: Query) -> int | None:
     return None
 
 
-_SUMMARY = r"(?P<with>\b(?:with|and|plus|including|along\s+with|as\s+well\s+as)\s+)?\b(?:the\s+|a\s+)?(?:(?:running|current|latest|rolling|stored|conversation(?:'s)?)\s+)*summary\b"
+_SUMMARY = r"(?P<with>\b(?:with|and|plus|including|along\s+with|as\s+well\s+as)\s+(?:also\s+)?)?\b(?:the\s+|a\s+)?(?:(?:running|current|latest|rolling|stored|conversation(?:'s)?)\s+)*summary\b"
 
 
 def take_summary(q: Query) -> re.Match[str] | None:

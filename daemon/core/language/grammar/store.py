@@ -435,6 +435,14 @@ def _uncertain_start(text: str) -> bool:
         before = read_header(head[: opening.start()])
         if before.understood and (before.asks_store or before.speakers or before.noun):
             return True
+        closing = _closing(text, opening.start())
+        quoted = text[opening.end() : closing] if closing is not None else ""
+        if before.speakers and before.speech and len(quoted.split()) >= 3:
+            # 'the assistant basically told them "..." — save that': a report
+            # of who said the quote, with words the rules do not read; whether
+            # the report is part of the utterance is a guess (issue 25). A word
+            # or two quoted ("Did the assistant say 'Paris'?") is a mention.
+            return True
     start = 0
     for count, sep in enumerate(_SEPARATOR.finditer(head)):
         if count >= _LEAD_SEGMENTS:

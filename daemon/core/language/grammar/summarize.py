@@ -36,6 +36,7 @@ _ADJECTIVE = (
     r"|tight\s+|small\s+|little\s+|high[\s-]level\s+|one[\s-](?:line|paragraph)\s+|rough\s+|fast\s+)"
 )
 _KIND = _ADJECTIVE + "*"
+_CREATE = r"(?:make|write|create|produce|generate|prepare|draft|do)(?:\s+me|\s+us)?"
 # Nouns that only ever mean a new summary; "summary" alone may be the running one.
 _NOUN = (
     r"(?:synopsis|overview|digest|rundown|run[\s-]down|wrap[\s-]?up|recap|gist|pr[eé]cis|round[\s-]?up"
@@ -46,7 +47,10 @@ _VERB = (
     r"|run\s+(?:me\s+)?through|go\s+over|brief\s+me\s+on|fill\s+me\s+in\s+on|catch\s+me\s+up\s+on)"
 )
 _TRIGGER = (
-    rf"^(?:{_VERB}|tl;?\s*dr|{_MAKE}\s+(?:a|an)\s+{_KIND}(?:summary|{_NOUN})|{_MAKE}\s+(?:the|your)\s+{_KIND}{_NOUN}"
+    rf"^(?:{_VERB}|tl;?\s*dr|{_MAKE}\s+(?:a|an)\s+{_KIND}(?:summary|{_NOUN})|{_MAKE}\s+(?:(?:the|your)\s+)?{_KIND}{_NOUN}"
+    # Without an article (non-native, issue 25: "Kindly prepare summary of
+    # the chat"), only a verb that makes one: "get summary" may be the running one.
+    rf"|{_CREATE}\s+{_KIND}summary"
     rf"|(?:(?:a|an)\s+)?{_KIND}{_NOUN}|(?:a|an)\s+{_KIND}summary|{_ADJECTIVE}+summary|summary\s+of"
     rf"|what(?:'s|\s+is|\s+was)\s+the\s+(?:gist|upshot|bottom\s+line|short\s+version|tl;?\s*dr)"
     rf"|(?:give|tell)\s+(?:me|us)\s+the\s+(?:gist|short\s+version|highlights|upshot|tl;?\s*dr)"
@@ -66,7 +70,7 @@ _WORDS = frozenset(
     upshot bottom version highlights tokens token stay staying keep kept capped cap limit max maximum
     until now thus date everything whole entire conversation's down we we've we're our us you've discussed
     talked covered said about happened briefly shortly quickly concisely succinctly budget is was this chat
-    talk discussion dialog dialogue thread session all discuss discussing talking cover few words in a""".split()
+    talk discussion dialog dialogue thread session all discuss discussing talking cover few words in a do""".split()
 )
 
 
