@@ -1,0 +1,136 @@
+"""What a summary's text says about the facts it kept (issue 26), beside the verbatim share.
+
+The retention bench counts a fact kept when its words occur in the summary.
+These measures say whether what is kept reads as a fact about something:
+
+* ``items``: the summary split into items, on newlines and "; ".
+* ``anchored``: of the kept facts, those whose anchor (the word the
+  writer marked as what the fact is about) occurs in an item holding the
+  fact, case aside.
+* ``truncated``: facts with a number and a unit or scale word ("USD 5
+  million", "600 mg", "type 2 diabetes") of which the summary holds a cut
+  piece: the number with some of the fact's words but not all ("USD 5",
+  "2 diabetes"), or the number alone as a whole item ("600").
+* ``unbalanced``: items whose brackets, double quotes, curly quotes,
+  backticks or opening single quotes do not close.
+* ``corrections``: of the (old, new) pairs a later utterance corrected with
+  both values in the summary, those where the old value is marked as
+  superseded ("(was 50 µg)", "not 10:30", "instead of …", "50 µg → 75 µg").
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["items_of", "anchored", "truncated", "unbalanced", "corrections_marked", "said_in"]
+
+_ITEM_SPLIT = re.compile(r"\n|; ")
+_NUMBER = re.compile(r"\d")
+# A token's surrounding punctuation is not part of the word ("(5", "mg,").
+_EDGE = "()[]{}“”\"'`,;:.!?"
+_OPENERS = {"(": ")", "[": "]", "{": "}", "“": "”"}
+_CLOSERS = {v: k for k, v in _OPENERS.items()}
+_MARKERS = r"(?:\(was|was|were|not|instead of|previously|formerly|from|replaces|replacing|superseded:?|old:?)"
+
+
+def said_in(fact: str, text: str, ignore_case: bool = False) -> bool:
+    """Whether ``fact`` occurs in ``text`` as whole words ("March 3" is not in "March 31")."""
+    flags = re.IGNORECASE if ignore_case else 0
+    return re.search(rf"(?<![\w-]){re.escape(fact)}(?![\w-])", text, flags) is not None
+
+
+def items_of(summary: str) -> list[str]:
+    """The summary's items: its lines, each split on "; "."""
+    return [item for item in _ITEM_SPLIT.split(summary) if item.strip()]
+
+
+def anchored(kept: list[tuple[str, str]], items: list[str]) -> int:
+    """How many (fact, anchor) pairs have the fact and the anchor in one item."""
+    return sum(
+        1
+        for fact, anchor in kept
+        if any(said_in(fact, item) and said_in(anchor, item, ignore_case=True) for item in items)
+    )
+
+
+def _words(text: str) -> list[str]:
+    return [w.strip(_EDGE) for w in text.split()]
+
+
+def truncated(facts: list[str], summary: str, items: list[str]) -> int:
+    """How many facts with a number and a word beside it the summary holds cut short."""
+    words = _words(summary)
+    bare_items = {item.strip().strip(_EDGE) for item in items}
+    where: dict[str, list[int]] = {}
+    for i, w in enumerate(words):
+        if _NUMBER.search(w):
+            where.setdefault(w, []).append(i)
+    count = 0
+    for fact in facts:
+        fw = _words(fact)
+        numbers = [i for i, w in enumerate(fw) if _NUMBER.search(w)]
+        if not numbers or len(numbers) == len(fw):
+            continue  # no unit or scale word to lose
+        if said_in(fact, summary):
+            whole = True
+        else:
+            whole = False
+        cut = False
+        for n in numbers:
+            if fw[n] in bare_items and not whole:
+                cut = True
+                break
+            for at in where.get(fw[n], ()):
+                left = 0
+                while n - left - 1 >= 0 and at - left - 1 >= 0 and words[at - left - 1] == fw[n - left - 1]:
+                    left += 1
+                right = 0
+                while n + right + 1 < len(fw) and at + right + 1 < len(words) and words[at + right + 1] == fw[n + right + 1]:
+                    right += 1
+                span = left + right + 1
+                if span < len(fw) and any(not _NUMBER.search(fw[k]) for k in range(n - left, n + right + 1)):
+                    cut = True
+                    break
+            if cut:
+                break
+        count += cut
+    return count
+
+
+def _balanced(item: str) -> bool:
+    stack: list[str] = []
+    for ch in item:
+        if ch in _OPENERS:
+            stack.append(ch)
+        elif ch in _CLOSERS:
+            if not stack or stack[-1] != _CLOSERS[ch]:
+                return False
+            stack.pop()
+    if stack or item.count('"') % 2 or item.count("`") % 2:
+        return False
+    # A single quote opens where a word starts ("'tz'"), and must close later;
+    # an apostrophe inside or after a word ("Tomasz's", "drivers'") is not a quote.
+    for m in re.finditer(r"(?:^|(?<=[\s(\[:]))'(?=\S)", item):
+        if "'" not in item[m.end():]:
+            return False
+    return True
+
+
+def unbalanced(items: list[str]) -> int:
+    """How many items leave a bracket or quote open (or close one never opened)."""
+    return sum(1 for item in items if not _balanced(item))
+
+
+def corrections_marked(pairs: list[tuple[str, str]], summary: str, items: list[str]) -> tuple[int, int]:
+    """(pairs with both values in the summary, of those the ones whose old value is marked superseded)."""
+    both = marked = 0
+    for old, new in pairs:
+        if not (said_in(old, summary) and said_in(new, summary)):
+            continue
+        both += 1
+        o = re.escape(old)
+        n = re.escape(new)
+        pattern = rf"{_MARKERS}\s+{o}(?![\w-])|(?<![\w-]){o}\s*(?:→|->)\s*{n}"
+        if any(re.search(pattern, item, re.IGNORECASE) for item in items):
+            marked += 1
+    return both, marked
