@@ -46,8 +46,8 @@ import functools
 import json
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -67,8 +67,7 @@ BLIND_DIR = ROOT / "bench" / "blind_conversations"
 BLIND = sorted(p.stem for p in BLIND_DIR.glob("*.jsonl"))
 
 
-@dataclass(frozen=True)
-class Blind:
+class Blind(NamedTuple):
     """A conversation written blind: its utterances, each fact's anchor, the corrected pairs."""
 
     said: list[Said]
