@@ -80,6 +80,31 @@ def clean(sentence: str) -> str:
 MAX_SENTENCE = 1000
 
 
+# Words whose dot is an abbreviation's, not a sentence end (issue 26: "Dr."
+# ended a sentence, so "Dr. Helen Achterberg" never survived). Compared in
+# lower case, without the dot.
+_ABBREVIATIONS = frozenset(
+    "dr mr mrs ms mx prof st mt ft jr sr vs e.g i.e approx cf dept est fig incl ref tel ave rd blvd "
+    "gen col capt lt sgt rev hon".split()
+)
+# These only before a number: "No. 3" (but "No. I don't think so.").
+_NUMBER_ABBREVIATIONS = frozenset({"no", "nos", "nr", "vol", "pp", "ch", "art", "sec"})
+
+
+def _abbreviation(text: str, dot: int) -> bool:
+    """Whether the dot at ``dot`` closes an abbreviation: looks back at most 6 characters (linear)."""
+    word = text[max(0, dot - 6):dot].rsplit(None, 1)[-1:]
+    if not word:
+        return False
+    lowered = word[0].lstrip(_LEADING).lower()
+    if lowered in _ABBREVIATIONS:
+        return True
+    if lowered in _NUMBER_ABBREVIATIONS:
+        after = text[dot + 1:dot + 3].lstrip()
+        return after[:1].isdigit()
+    return False
+
+
 def split_sentences(text: str) -> list[str]:
     """The sentences of ``text``, cleaned, empty ones left out, none over MAX_SENTENCE characters."""
     out: list[str] = []
@@ -89,6 +114,8 @@ def split_sentences(text: str) -> list[str]:
         end = match.end()
         if match.group() != "\n" and end < length and not text[end].isspace():
             continue  # "3.11", "a.py", "x@y.org": a dot inside a word
+        if match.group() == "." and end < length and _abbreviation(text, match.start()):
+            continue  # "Dr. Achterberg", "e.g. a pump", "No. 3"
         out.extend(_pieces(clean(text[start:end])))
         start = end
     out.extend(_pieces(clean(text[start:])))
@@ -263,6 +290,27 @@ def facts_of(
         ends = closing[i]
         lowered = core.lower()
         number = bool(core) and core[0].isdigit() or core[:1] in "€$£" and core[1:2].isdigit()
+        if lowered in _ABBREVIATIONS and token.endswith(".") and lowered not in _TITLES:
+            close()  # "e.g.", "vs.": not a fact, and no part of one
+            continue
+        if lowered in _TITLES and token.endswith(".") and i + 1 < len(tokens) and _capitalised(cores[i + 1]):
+            close()  # "Dr. Helen Achterberg": a name keeps its title
+            run.append(core + ".")
+            ends = False
+            continue
+        if (lowered in _NUMBER_LABELS or lowered in _NUMBER_ABBREVIATIONS and token.endswith(".")) and (
+            not ends or token.endswith(".")
+        ) and _next_is_number(cores, i):
+            close()  # "type 2 diabetes", "run No. 3": the label says what the number counts
+            run.append(core + "." if token.endswith(".") and lowered in _NUMBER_ABBREVIATIONS else core)
+            ends = False
+            continue
+        if run and units < 2 and _after_unit_start(run, units) and _measure_word(core):
+            run.append(core)  # "USD 1.15 million", "4,000 rpm", "3.85 %", "75 µg", "50 mM"
+            units += 1
+            if ends:
+                close()
+            continue
         if _strong(core):
             if run and units:
                 close()
@@ -408,6 +456,45 @@ def _rare_phrases(cores: list[str], closes: list[bool], rare: set[str], uncommon
             out[start + lo] = start + hi - 1
         i += 1
     return out
+
+
+# Titles kept with the name after them; labels kept with the number after them.
+_TITLES = frozenset("dr mr mrs ms mx prof st mt sir dame capt lt sgt rev".split())
+_NUMBER_LABELS = frozenset(
+    "type stage grade level phase tier size class category room floor gate bay dock lane platform terminal "
+    "track route exit step round batch lot run table row seat section clause item unit apt suite week "
+    "day page chapter version option plan line passage cycle dose day".split()
+)
+# Scale words and units written after a number; issue 26 found "USD 5" kept
+# for "USD 5 million", "600" for "600 mg". Lower-case words that are not a
+# plural (which _unit already takes) or that the tokenizer reads as symbols.
+_SCALES = frozenset("thousand million billion trillion k m bn mn percent pc pct".split())
+_UNITS = frozenset(
+    """mg g kg µg ug mcg ng lb lbs oz t ml l µl ul dl cl mm cm m km mi ft yd nm µm um mph kph kmh km/h rpm
+    bpm mmol mol µm µmol nmol mm/hg mmhg psi bar kpa pa hz khz mhz ghz kw kwh w mw v mv ma mah wh db
+    gb mb tb kb gbps mbps kbps ms min mins h hr hrs sec secs s yo am pm % ° °c °f c f x ×g iu u da kda
+    bp kb sqm m² m2 m³ m3 ha ac sq usd eur gbp chf cad aud""".split()
+)
+
+
+def _measure_word(core: str) -> bool:
+    """A unit or scale word as written after a number: "million", "rpm", "mM", "µg/µL", "°C", "%"."""
+    if not core or len(core) > 10:
+        return False
+    lowered = core.lower()
+    if lowered in _SCALES or lowered in _UNITS:
+        return True
+    if core[0] in "%°µ":
+        return True
+    head, slash, tail = lowered.partition("/")
+    return bool(slash) and (head in _UNITS or head[:1] in "µ°%") and (tail in _UNITS or tail in {"day", "dose", "kg", "week"})
+
+
+def _after_unit_start(run: list[str], units: int) -> bool:
+    """Whether a unit may follow: right after a number, or after a scale word ("1.5 million tonnes")."""
+    if units == 0:
+        return _after_number(run) or (run[-1][:1].isdigit() and run[-1].count(".") < 2 and run[-1][-1:].isdigit())
+    return run[-1].lower() in _SCALES
 
 
 def _after_number(run: list[str]) -> bool:
