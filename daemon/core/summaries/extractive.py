@@ -113,6 +113,7 @@ class _Sentence:
     facts: tuple[str, ...]
     score: float = 0.0
     words: frozenset[str] = frozenset()
+    items: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (item text, its facts): see _items_of
 
 
 @dataclass(slots=True)
@@ -123,6 +124,7 @@ class _Fact:
     weight: float
     cost: int = 0
     covers: tuple[str, ...] = ()  # shorter facts said word for word inside this one
+    facts: tuple[str, ...] = ()  # the facts this item states (an item is a fact with its anchor words)
 
 
 @dataclass(slots=True)
@@ -200,13 +202,19 @@ class ExtractiveSummarizer:
         weights = _weights(sentences, listed, context)
         _score(sentences, weights)
         sentences = _distinct(sentences)
+        # Anchor words per fact by the room there is per fact (issue 26): a
+        # fact with what it is about when the budget allows, bare when it is short.
+        distinct = len({t for s in sentences for t in s.facts}) + len(listed)
+        width = _anchor_width(token_limit, distinct)
+        for sentence in sentences:
+            sentence.items = _items_of(sentence.text, sentence.facts, width)
         facts = _facts(sentences, listed, weights)
         if context is not None and context.summary:
             # Said elsewhere in the summary already: a copy here adds little.
             # As whole words: "€500" is not said by "€5000", nor "2" by "v2.1.0".
-            said = said_elsewhere((f.text for f in facts), context.summary)
+            said = said_elsewhere((t for f in facts for t in f.facts), context.summary)
             for fact in facts:
-                if fact.text in said:
+                if fact.facts and all(t in said for t in fact.facts):
                     fact.weight *= 0.2
         for fact in facts:
             fact.cost = self._count(fact.text) + 1
@@ -249,7 +257,7 @@ class ExtractiveSummarizer:
             if sentence.order not in counted:
                 counted[sentence.order] = self._count(sentence.text) + 4
             cost = counted[sentence.order]
-            covered = [listed[t] for t in dict.fromkeys(sentence.facts) if t in listed]
+            covered = [listed[t] for t in dict.fromkeys(t for t, _ in sentence.items) if t in listed]
             extra = cost - sum(f.cost for f in covered)
             if extra <= budget - used:
                 plan.quoted.append(sentence)
@@ -341,7 +349,10 @@ def _read(
         for order, ((block, speaker, text), words) in enumerate(zip(raw, read))
     ]
     offset = len(sentences)
-    facts = [_Fact(text, block, offset + i, 0.0) for i, (block, text) in enumerate(listed)]
+    facts = [
+        _Fact(text, block, offset + i, 0.0, facts=facts_in(text, names, rare, uncommon) or (text,))
+        for i, (block, text) in enumerate(listed)
+    ]
     return blocks, sentences, facts
 
 
@@ -590,9 +601,15 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     """Every distinct fact once, in the block where it was last stated, weighted by its rarity."""
     where: dict[str, _Fact] = {}
     candidates = [
-        _Fact(text, s.block, s.order, 0.0) for s in sentences for text in s.facts
+        _Fact(text, s.block, s.order, 0.0, facts=inner) for s in sentences for text, inner in s.items
     ] + listed
+    old: dict[str, int] = {}  # old value -> where it was marked superseded
+    for s in sentences:
+        for value in superseded_by(s.items):
+            old[value] = max(old.get(value, -1), s.order)
     for fact in sorted(candidates, key=lambda f: f.order):
+        if fact.facts and all(old.get(t, -1) > fact.order for t in fact.facts):
+            continue  # a later sentence says it changed: the state is the new value (was this)
         where.pop(fact.text, None)
         where[fact.text] = fact
     # "TCK-48601" is kept verbatim inside "Ticket TCK-48601": one of them is
@@ -611,11 +628,16 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
         if len(words) > _SHORT_FACT_WORDS:
             fact.covers = tuple(sorted(t for t in _runs(words, fact.text, _COVERED_WORDS) if t in where))
     for fact in where.values():
-        words = _lower_words(fact.text)
-        fact.weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
-        if fact.text.islower() and fact.text.replace("-", "").replace(" ", "").isalpha():
-            fact.weight *= 0.5  # a rare word: maybe a name, maybe just an unusual word
+        fact.weight = sum(_fact_weight(t, weights) for t in fact.facts or (fact.text,))
     return sorted(where.values(), key=lambda f: f.order)
+
+
+def _fact_weight(text: str, weights: dict[str, float]) -> float:
+    words = _lower_words(text)
+    weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
+    if text.islower() and text.replace("-", "").replace(" ", "").isalpha():
+        weight *= 0.5  # a rare word: maybe a name, maybe just an unusual word
+    return weight
 
 
 def _runs(words: list[str], whole: str, most: int | None = None) -> set[str]:
@@ -633,9 +655,10 @@ def _choose(facts: Sequence[_Fact], budget: int) -> tuple[list[_Fact], int]:
     """The facts to list within ``budget`` tokens, the most weight per token first, and the tokens they take."""
     chosen: dict[str, _Fact] = {}
     held: set[str] = set()  # inside a chosen long fact
+    stated: set[str] = set()  # the facts the chosen items state
     used = 0
     for fact in sorted(facts, key=lambda f: (-f.weight / f.cost, f.order)):
-        if fact.text in held:
+        if fact.text in held or (fact.facts and stated.issuperset(fact.facts)):
             continue
         inner = [chosen[t] for t in fact.covers if t in chosen]
         extra = fact.cost - sum(f.cost for f in inner)
@@ -644,16 +667,19 @@ def _choose(facts: Sequence[_Fact], budget: int) -> tuple[list[_Fact], int]:
                 del chosen[f.text]
             chosen[fact.text] = fact
             held.update(fact.covers)
+            stated.update(fact.facts)
             used += extra
     return list(chosen.values()), used
 
 
 def _quoted_facts(quoted: Sequence[_Sentence]) -> set[str]:
-    return {t for s in quoted for t in s.facts}
+    return {t for s in quoted for t, _ in s.items}
 
 
 def _replace_text(sentence: _Sentence, text: str) -> _Sentence:
-    return _Sentence(sentence.order, sentence.block, sentence.speaker, text, sentence.facts, sentence.score)
+    return _Sentence(
+        sentence.order, sentence.block, sentence.speaker, text, sentence.facts, sentence.score, items=sentence.items
+    )
 
 
 def _drop_weakest(plan: _Plan, facts: Sequence[_Fact], over: int, counted: dict[int, int]) -> None:
@@ -671,7 +697,7 @@ def _drop_weakest(plan: _Plan, facts: Sequence[_Fact], over: int, counted: dict[
             freed += counted.get(weakest.order, len(weakest.text) // 4 + 4)
         still = _quoted_facts(plan.quoted)
         listed = {f.text for f in plan.listed}
-        wanted = {t for s in dropped for t in s.facts} - still - listed
+        wanted = {t for s in dropped for t, _ in s.items} - still - listed
         plan.listed.extend(f for f in facts if f.text in wanted)
         return
     plan.listed.sort(key=lambda f: (f.weight / f.cost, -f.order))
@@ -681,6 +707,171 @@ def _drop_weakest(plan: _Plan, facts: Sequence[_Fact], over: int, counted: dict[
         freed += plan.listed[cut].cost
         cut += 1
     del plan.listed[:cut]
+
+
+# --- items: a fact with what it is about --------------------------------------------
+
+# Issue 26: a bare list ("75 micrograms; 12:30; 5.3 mmol/L") does not say what
+# a number measures. An item is a fact with the content words before it in
+# its clause (the noun it measures, the name of what it identifies), the
+# function words dropped: "levothyroxine dose 75 µg"; facts whose words
+# touch share one item. Anchor words per fact, by the room per fact:
+_ANCHOR_WORDS = ((16, 2), (9, 1))
+# Words that keep the phrase after a fact with it: "75 µg of levothyroxine".
+_LINKS = frozenset({"of", "for", "per"})
+_EDGE_LEADING = "\"'([{<“‘"
+_EDGE_TRAILING = "\"')]}>.,;:!?”’…"
+_CLAUSE_ENDS = (";", ":", ".", "!", "?", "—", "–")
+_PAIRS = (("(", ")"), ("[", "]"), ("{", "}"), ("“", "”"))
+
+
+def _anchor_width(limit: int, facts: int) -> int:
+    per_fact = limit / max(1, facts)
+    return next((width for room, width in _ANCHOR_WORDS if per_fact >= room), 0)
+
+
+@functools.lru_cache(maxsize=8192)
+def _items_of(sentence: str, facts: tuple[str, ...], width: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The items of one sentence: each fact with up to ``width`` content words before it in its clause.
+
+    Linear in the sentence: each fact is looked for once from where the
+    previous one ended, and every window is at most ``2 * width + 2`` tokens.
+    """
+    if not facts:
+        return ()
+    tokens = sentence.split(" ")
+    cores = [t.lstrip(_EDGE_LEADING).rstrip(_EDGE_TRAILING) for t in tokens]
+    spans: list[tuple[int, int, str]] = []
+    start = 0
+    for fact in dict.fromkeys(facts):
+        words = [w.lstrip(_EDGE_LEADING).rstrip(_EDGE_TRAILING) for w in fact.split(" ")]
+        at = _find(cores, words, start)
+        if at < 0:
+            at = _find(cores, words, 0)
+        if at < 0:
+            spans.append((-1, -1, fact))
+            continue
+        spans.append((at, at + len(words), fact))
+        start = at + len(words)
+    windows: list[list] = []
+    for a, b, fact in sorted(spans, key=lambda s: s[0]):
+        if a < 0 or width == 0:
+            windows.append([a, b, [fact]])
+            continue
+        lo, taken = a, 0
+        j = a - 1
+        while j >= 0 and taken < width and a - j <= 2 * width + 1 and not tokens[j].endswith(_CLAUSE_ENDS):
+            if cores[j] and cores[j].lower() not in STOPWORDS:
+                taken += 1
+                lo = j
+            j -= 1
+        hi = b
+        if b < len(tokens) and cores[b].lower() in _LINKS and not tokens[b - 1].endswith(_CLAUSE_ENDS + (",",)):
+            k = b + 1
+            while k < len(tokens) and k <= b + 2 and cores[k] and cores[k].lower() not in STOPWORDS:
+                hi = k + 1
+                if tokens[k].endswith(_CLAUSE_ENDS + (",",)):
+                    break
+                k += 1
+        if windows and windows[-1][0] >= 0 and lo < windows[-1][1]:
+            windows[-1][1] = max(windows[-1][1], hi)
+            windows[-1][2].append(fact)
+        else:
+            windows.append([lo, hi, [fact]])
+    fact_at = {a: (b, fact) for a, b, fact in spans if a >= 0}
+    was = _corrected(cores, spans)
+    old = set(was.values())
+    cue = {j for a, _, f in spans if f in old for j in range(max(0, a - 2), a) if cores[j].lower() in _CUE_WORDS}
+    items: list[tuple[str, tuple[str, ...]]] = []
+    for lo, hi, inner in windows:
+        if old.issuperset(inner):
+            continue
+        if lo < 0:
+            items.append((_balanced(inner[0]), tuple(inner)))
+            continue
+        words: list[str] = []
+        i = lo
+        while i < hi:
+            if i in fact_at:
+                end, fact = fact_at[i]
+                if fact in was.values():
+                    i = max(end, i + 1)
+                    continue  # said as the old value of another: "(was …)" after the new one
+                words.append(fact + (f" (was {was[fact]})" if fact in was else ""))
+                i = max(end, i + 1)
+                continue
+            core = cores[i]
+            if i in cue:
+                i += 1
+                continue
+            if core and (core.lower() not in STOPWORDS or (core.lower() in _LINKS and i > lo)):
+                words.append(core)
+            i += 1
+        items.append((_balanced(" ".join(words)), tuple(inner)))
+    return tuple(items)
+
+
+# Words that put an old value after a new one in one sentence: "HL-2026-0471,
+# not HL-2026-0417", "18:00 instead of 17:30", "75 µg rather than 50 µg".
+_NOT_BEFORE = (("not",), ("instead", "of"), ("rather", "than"), ("no", "longer"))
+_CUE_WORDS = frozenset(w for cue in _NOT_BEFORE for w in cue)
+
+
+def _corrected(cores: list[str], spans: list[tuple[int, int, str]]) -> dict[str, str]:
+    """{new fact: old fact} for the facts a sentence states as replaced by the fact before them (issue 26)."""
+    was: dict[str, str] = {}
+    located = sorted((a, b, f) for a, b, f in spans if a >= 0)
+    for k in range(1, len(located)):
+        a, _, old = located[k]
+        before = tuple(c.lower() for c in cores[max(0, a - 2):a])
+        if not any(before[-len(cue):] == cue for cue in _NOT_BEFORE):
+            continue
+        new = located[k - 1][2]
+        if new not in was and _same_shape(new, old):
+            was[new] = old
+    return was
+
+
+def _same_shape(new: str, old: str) -> bool:
+    """Both numbers (the same unit word, if any), or both names or codes: a value and the one it replaces."""
+    digits = any(c.isdigit() for c in new), any(c.isdigit() for c in old)
+    if digits[0] != digits[1]:
+        return False
+    if not digits[0]:
+        return True
+    unit = [w for w in new.split(" ") if not any(c.isdigit() for c in w)]
+    old_unit = [w for w in old.split(" ") if not any(c.isdigit() for c in w)]
+    return not old_unit or not unit or unit[-1:] == old_unit[-1:]
+
+
+def superseded_by(items: Sequence[tuple[str, tuple[str, ...]]]) -> set[str]:
+    """The old values the items mark "(was …)"."""
+    return {m.group(1) for text, _ in items for m in _WAS.finditer(text)}
+
+
+_WAS = re.compile(r"\(was ([^()]{1,80})\)")
+
+
+def _find(cores: list[str], words: list[str], start: int) -> int:
+    n = len(words)
+    first = words[0]
+    for i in range(start, len(cores) - n + 1):
+        if cores[i] == first and cores[i:i + n] == words:
+            return i
+    return -1
+
+
+def _balanced(item: str) -> str:
+    """``item`` without the brackets and quotes that do not close in it ("9.4(b" -> "9.4b")."""
+    if not any(c in item for c in "()[]{}“”\"`"):
+        return item
+    for opening, closing in _PAIRS:
+        if item.count(opening) != item.count(closing):
+            item = item.replace(opening, "").replace(closing, "")
+    for mark in ('"', "`"):
+        if item.count(mark) % 2:
+            item = item.replace(mark, "")
+    return item
 
 
 # --- writing ---------------------------------------------------------------------
