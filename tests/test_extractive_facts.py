@@ -223,3 +223,29 @@ class TestTextUnlikeTheBench:
         head = text.split(":", 1)[0]
         assert "München" in head and "Großmutter" in head, head
         assert "nchen" not in head.replace("München", ""), head
+
+
+class TestItemsWithAnchors:
+    """Issue 26: a listed fact carries what it is about, and a replaced value is marked as such."""
+
+    def test_a_fact_is_listed_with_the_content_word_before_it(self):
+        """With room per fact, '75 µg' is listed as 'levothyroxine 75 µg'."""
+        from chd.core.summaries.extractive import _items_of
+
+        text = "She takes levothyroxine 75 µg daily."
+        assert _items_of(text, ("75 µg",), 1) == (("levothyroxine 75 µg", ("75 µg",)),)
+        assert _items_of(text, ("75 µg",), 0) == (("75 µg", ("75 µg",)),)
+
+    def test_a_value_replaced_in_the_same_sentence_is_marked_was(self):
+        """'HL-2026-0471, not HL-2026-0417' becomes 'HL-2026-0471 (was HL-2026-0417)', one item."""
+        from chd.core.summaries.extractive import _items_of
+
+        items = _items_of("Sorry, it is HL-2026-0471, not HL-2026-0417.", ("HL-2026-0471", "HL-2026-0417"), 0)
+        assert [text for text, _ in items] == ["HL-2026-0471 (was HL-2026-0417)"]
+
+    def test_an_item_never_leaves_a_bracket_open(self):
+        """A fact cut inside brackets ('9.4(b') loses the bracket that does not close."""
+        from chd.core.summaries.extractive import _items_of
+
+        items = _items_of("See clause 9.4(b of the draft.", ("9.4(b",), 0)
+        assert items == (("9.4b", ("9.4(b",)),)

@@ -99,6 +99,9 @@ def _abbreviation(text: str, dot: int) -> bool:
     lowered = word[0].lstrip(_LEADING).lower()
     if lowered in _ABBREVIATIONS:
         return True
+    if lowered in ("a.m", "p.m"):  # "at 4 p.m. on Friday", but "… at 4 p.m. Then we"
+        after = text[dot + 1:dot + 3].lstrip()
+        return after[:1].islower() or after[:1].isdigit()
     if lowered in _NUMBER_ABBREVIATIONS:
         after = text[dot + 1:dot + 3].lstrip()
         return after[:1].isdigit()
@@ -306,7 +309,8 @@ def facts_of(
             ends = False
             continue
         if run and units < 2 and _after_unit_start(run, units) and _measure_word(core):
-            run.append(core)  # "USD 1.15 million", "4,000 rpm", "3.85 %", "75 µg", "50 mM"
+            # "USD 1.15 million", "4,000 rpm", "3.85 %", "75 µg", "50 mM"; "4 p.m." keeps its dot
+            run.append(core + "." if lowered in ("a.m", "p.m") and token.endswith(".") else core)
             units += 1
             if ends:
                 close()
@@ -473,7 +477,7 @@ _UNITS = frozenset(
     """mg g kg µg ug mcg ng lb lbs oz t ml l µl ul dl cl mm cm m km mi ft yd nm µm um mph kph kmh km/h rpm
     bpm mmol mol µm µmol nmol mm/hg mmhg psi bar kpa pa hz khz mhz ghz kw kwh w mw v mv ma mah wh db
     gb mb tb kb gbps mbps kbps ms min mins h hr hrs sec secs s yo am pm % ° °c °f c f x ×g iu u da kda
-    bp kb sqm m² m2 m³ m3 ha ac sq usd eur gbp chf cad aud""".split()
+    bp kb sqm m² m2 m³ m3 ha ac sq usd eur gbp chf cad aud a.m p.m ×g""".split()
 )
 
 
@@ -493,7 +497,8 @@ def _measure_word(core: str) -> bool:
 def _after_unit_start(run: list[str], units: int) -> bool:
     """Whether a unit may follow: right after a number, or after a scale word ("1.5 million tonnes")."""
     if units == 0:
-        return _after_number(run) or (run[-1][:1].isdigit() and run[-1].count(".") < 2 and run[-1][-1:].isdigit())
+        last = run[-1].lstrip("-+~−")  # "-18 °C", "~40 kg"
+        return _after_number(run) or (last[:1].isdigit() and last.count(".") < 2 and last[-1:].isdigit())
     return run[-1].lower() in _SCALES
 
 
