@@ -65,7 +65,21 @@ __all__ = ["ExtractiveSummarizer", "FACTS_LABEL"]
 
 # Anchored and with one unbounded run whose failure ends the match: linear.
 _HEAD = re.compile(r"Turns? (\d+)(?:–(\d+))?(?:, about [A-Za-z' ,\-]+)?: ")
-_SPEAKER_START = re.compile(r"(?:^|; )the (user|assistant|system) (?=(?:asked|said|noted) “)")
+# "the user said “…”", or a speaker named by a "Name: " prefix: "Dr. Okafor said “…”".
+_SPEAKER_START = re.compile(
+    r"(?:^|; )(?:the (user|assistant|system)|([A-Z][\w.'’\-]{0,30}(?: [A-Z][\w.'’\-]{0,30}){0,3})) "
+    r"(?=(?:asked|said|noted) “)"
+)
+_ROLES = frozenset({"user", "assistant", "system"})
+# A speaker's name opening an utterance of a multi-party transcript ("Tomás
+# Rivera: the gel is ready"), a title allowed; issue 26: every human there is
+# a "user", and the name was read as a fact of every line.
+_NAME_PREFIX = re.compile(r"((?:[A-Z][a-z]{1,4}\. )?[A-Z][\w'’\-]{0,30}(?: [A-Z][\w'’\-]{0,30}){0,3}): (?=\S)")
+# Labels that open a line the way a name would, and are not one.
+_LABELS_NOT_NAMES = frozenset(
+    "note notes update updated edit ps fyi question answer summary error warning todo re subject step q a tip "
+    "reminder correction important info status result results action decision agenda hint example".split()
+)
 _QUOTE = re.compile(r"“([^“”]*)”")
 FACTS_LABEL = "facts: "
 _DECISION = re.compile(
@@ -125,6 +139,7 @@ class _Fact:
     cost: int = 0
     covers: tuple[str, ...] = ()  # shorter facts said word for word inside this one
     facts: tuple[str, ...] = ()  # the facts this item states (an item is a fact with its anchor words)
+    speaker: str = ""  # a speaker named by a "Name: " prefix; "" for the roles
 
 
 @dataclass(slots=True)
@@ -312,7 +327,7 @@ def _read(
     """
     blocks: list[_Block] = []
     raw: list[tuple[int, str, str]] = []  # block, speaker, sentence
-    listed: list[tuple[int, str]] = []
+    listed: list[tuple[int, str, str]] = []  # block, named speaker, item
     for line in previous.splitlines():
         line = line.strip()
         if not line:
@@ -325,13 +340,15 @@ def _read(
         first, last, phrases, facts = parsed
         blocks.append(_Block(first, last))
         raw.extend((len(blocks) - 1, speaker, quote) for speaker, quote in phrases)
-        listed.extend((len(blocks) - 1, fact) for fact in facts)
+        listed.extend((len(blocks) - 1, speaker, fact) for speaker, fact in facts)
     if utterances:
         blocks.append(
             _Block(min(u.turn_number for u in utterances), max(u.turn_number for u in utterances))
         )
+        named = _speaker_names([u.text for u in utterances] + list(seen))
         for u in utterances:
-            raw.extend((len(blocks) - 1, u.speaker, s) for s in split_sentences(u.text))
+            speaker, text = _speaker_of(u.speaker, u.text, named)
+            raw.extend((len(blocks) - 1, speaker, s) for s in split_sentences(text))
     read = [_whole_words(text) for _, _, text in raw]
     # Names only ever decide whether a sentence's first word is one
     # (facts_in), and every name is capitalised: without a capitalised
@@ -350,10 +367,39 @@ def _read(
     ]
     offset = len(sentences)
     facts = [
-        _Fact(text, block, offset + i, 0.0, facts=facts_in(text, names, rare, uncommon) or (text,))
-        for i, (block, text) in enumerate(listed)
+        _Fact(text, block, offset + i, 0.0, facts=facts_in(text, names, rare, uncommon) or (text,), speaker=speaker)
+        for i, (block, speaker, text) in enumerate(listed)
     ]
     return blocks, sentences, facts
+
+
+def _name_prefix(text: str) -> str:
+    match = _NAME_PREFIX.match(text[:80])
+    if match is None:
+        return ""
+    name = match.group(1)
+    return "" if name.split(" ", 1)[0].lower().rstrip(".") in _LABELS_NOT_NAMES else name
+
+
+def _speaker_names(texts: Sequence[str]) -> set[str]:
+    """The "Name: " prefixes that open at least two of ``texts``: speakers, not a one-off label."""
+    seen: set[str] = set()
+    names: set[str] = set()
+    for text in texts:
+        name = _name_prefix(text)
+        if name:
+            (names if name in seen else seen).add(name)
+    return names
+
+
+def _speaker_of(speaker: str, text: str, names: set[str]) -> tuple[str, str]:
+    """(who said ``text``, ``text`` without its "Name: " prefix) when the prefix is a known speaker."""
+    if speaker != "user" or not names:
+        return speaker, text
+    name = _name_prefix(text)
+    if name in names:
+        return name, text[len(name) + 2:]
+    return speaker, text
 
 
 def _whole_words(text: str) -> str:
@@ -411,8 +457,8 @@ def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> tuple[set[st
     return split, uncommon
 
 
-def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[str]] | None:
-    """A line this summarizer wrote: its turn range, (speaker, quote) pairs and listed facts."""
+def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[tuple[str, str]]] | None:
+    """A line this summarizer wrote: its turn range, (speaker, quote) pairs and (named speaker, item) pairs."""
     head = _HEAD.match(line)
     if head is None:
         return None
@@ -421,23 +467,40 @@ def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[str]] 
     body = line[head.end():]
     close = body.rfind("”")
     quoted, tail = (body[: close + 1], body[close + 1:]) if close >= 0 else ("", body)
-    facts: list[str] = []
+    facts: list[tuple[str, str]] = []
     if tail.startswith("; " + FACTS_LABEL):
-        facts = [f for f in tail.split(FACTS_LABEL, 1)[1].split("; ") if f]
+        facts = _items_said(tail.split(FACTS_LABEL, 1)[1].split("; "))
     elif close < 0 and not _SPEAKER_START.match(body):
-        facts = [f for f in body.split("; ") if f]  # a line of facts alone
+        facts = _items_said(body.split("; "))  # a line of facts alone
     elif tail.strip():
         return None
     phrases: list[tuple[str, str]] = []
     if quoted:
         pieces = _SPEAKER_START.split(quoted)
-        if len(pieces) < 3 or pieces[0].strip():
+        if len(pieces) < 4 or pieces[0].strip():
             return None
-        for speaker, chunk in zip(pieces[1::2], pieces[2::2]):
-            phrases.extend((speaker, quote) for quote in _QUOTE.findall(chunk))
+        for role, name, chunk in zip(pieces[1::3], pieces[2::3], pieces[3::3]):
+            phrases.extend((role or name, quote) for quote in _QUOTE.findall(chunk))
     if not phrases and not facts:
         return None
     return first, last, phrases, facts
+
+
+# "Tomás Rivera (user): No. 3": the items from here on are that speaker's.
+_LABELLED = re.compile(r"([A-Z][\w.'’\-]{0,30}(?: [A-Z][\w.'’\-]{0,30}){0,4}) \(user\): ")
+
+
+def _items_said(items: list[str]) -> list[tuple[str, str]]:
+    """(named speaker, item) for a fact list, a "Name (user): " label naming the speaker of what follows."""
+    out: list[tuple[str, str]] = []
+    speaker = ""
+    for item in items:
+        label = _LABELLED.match(item)
+        if label is not None:
+            speaker, item = label.group(1), item[label.end():]
+        if item:
+            out.append((speaker, item))
+    return out
 
 
 def _join_blocks(
@@ -601,7 +664,9 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     """Every distinct fact once, in the block where it was last stated, weighted by its rarity."""
     where: dict[str, _Fact] = {}
     candidates = [
-        _Fact(text, s.block, s.order, 0.0, facts=inner) for s in sentences for text, inner in s.items
+        _Fact(text, s.block, s.order, 0.0, facts=inner, speaker="" if s.speaker in _ROLES else s.speaker)
+        for s in sentences
+        for text, inner in s.items
     ] + listed
     old: dict[str, int] = {}  # old value -> where it was marked superseded
     for s in sentences:
@@ -887,8 +952,8 @@ def _render(
     for sentence in sorted(plan.quoted, key=lambda s: s.order):
         quoted_in.setdefault(sentence.block, []).append(sentence)
     listed_in: dict[int, list[str]] = {}
-    for fact in sorted(plan.listed, key=lambda f: f.order):
-        listed_in.setdefault(fact.block, []).append(fact.text)
+    for b, items in _by_speaker(plan.listed).items():
+        listed_in[b] = items
     for b in sorted(quoted_in.keys() | listed_in.keys()):
         sentences = quoted_in.get(b, [])
         facts = listed_in.get(b, [])
@@ -917,6 +982,21 @@ def _render(
     return "\n".join(lines)
 
 
+def _by_speaker(listed: Sequence[_Fact]) -> dict[int, list[str]]:
+    """Each block's items: the roles' first, then each named speaker's under one label (issue 26)."""
+    groups: dict[int, dict[str, list[str]]] = {}
+    for fact in sorted(listed, key=lambda f: f.order):
+        groups.setdefault(fact.block, {"": []}).setdefault(fact.speaker, []).append(fact.text)
+    out: dict[int, list[str]] = {}
+    for b, by in groups.items():
+        items = list(by.pop(""))
+        for speaker, said in by.items():
+            items.append(f"{speaker} (user): {said[0]}")
+            items.extend(said[1:])
+        out[b] = items
+    return out
+
+
 def _topics(sentences: Sequence[_Sentence], weights: dict[str, float], most: int = 3) -> list[str]:
     """The words of what a line kept that weigh most: said at least twice, names first."""
     counts: dict[str, int] = {}
@@ -937,7 +1017,7 @@ def _topics(sentences: Sequence[_Sentence], weights: dict[str, float], most: int
     return [w if w in common else shown[w] for w in repeated[:most]]
 
 
-def _verb(speaker: str, text: str) -> str:
+def _verb(speaker: str, text: str) -> str:  # a named speaker is a person: "said", "asked"
     if speaker == "system":
         return "noted"
     return "asked" if text.endswith("?") else "said"
@@ -962,5 +1042,6 @@ def _phrase(run: list[_Sentence]) -> str:
             verb, texts = _verb(speaker, sentence.text), []
         texts.append(sentence.text)
     parts.append(f"{verb} {_join_quotes(texts)}")
-    return f"the {speaker} " + " and ".join(parts)
+    who = f"the {speaker}" if speaker in _ROLES else speaker
+    return f"{who} " + " and ".join(parts)
 

@@ -178,8 +178,21 @@ def _strong(core: str) -> bool:
     return any(c.isupper() for c in core[1:]) and any(c.islower() for c in core)  # NoneType
 
 
+# Words of talk, not of content: a capital does not make them a name (issue
+# 26: "Agreed", "Yep", "Hm" were kept as facts of a transcript).
+FILLERS = frozenset(
+    """hey hiya yo wow woah whoa yay yep yup nope nah ha haha hah hm hmm mhm uh um umm oof ooh oh aww
+    agreed absolutely definitely totally exactly indeed congrats congratulations awesome amazing gotcha
+    lemme gonna wanna bye goodbye cheers lol omg btw hopefully honestly basically anyway sounds looks
+    perfect noted understood alright true cool sweet wonderful fantastic brilliant lovely excellent
+    ugh aha right sure okay ok yes no thanks""".split()
+)
+
+
 def _capitalised(core: str) -> bool:
-    return bool(core) and core[0].isupper() and core[0].isalpha() and core.lower() not in STOPWORDS
+    return bool(core) and core[0].isupper() and core[0].isalpha() and core.lower() not in STOPWORDS and (
+        core.lower() not in FILLERS
+    )
 
 
 def opener(sentence: str) -> str:
