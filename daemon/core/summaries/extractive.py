@@ -865,8 +865,8 @@ def _items_of(sentence: str, facts: tuple[str, ...], width: int) -> tuple[tuple[
                 words.append(fact + (f" (was {was[fact]})" if fact in was else ""))
                 i = max(end, i + 1)
                 continue
-            core = cores[i]
-            if i in cue:
+            core = cores[i].strip("-–—")  # "awesome--", "- vibes": a dash is no word
+            if i in cue or not any(c.isalnum() for c in core):
                 i += 1
                 continue
             if core and (core.lower() not in STOPWORDS or (core.lower() in _LINKS and i > lo)):
@@ -989,11 +989,17 @@ def _by_speaker(listed: Sequence[_Fact]) -> dict[int, list[str]]:
         groups.setdefault(fact.block, {"": []}).setdefault(fact.speaker, []).append(fact.text)
     out: dict[int, list[str]] = {}
     for b, by in groups.items():
-        items = list(by.pop(""))
+        unnamed = list(by.pop(""))
+        labelled: list[str] = []
         for speaker, said in by.items():
-            items.append(f"{speaker} (user): {said[0]}")
-            items.extend(said[1:])
-        out[b] = items
+            if len(said) < 2:
+                # A label costs about five tokens: worth it for a group, not for one
+                # item (LoCoMo: labels were a tenth of a 2,048-token summary).
+                unnamed.append(said[0])
+                continue
+            labelled.append(f"{speaker} (user): {said[0]}")
+            labelled.extend(said[1:])
+        out[b] = unnamed + labelled
     return out
 
 
