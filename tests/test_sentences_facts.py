@@ -208,3 +208,11 @@ class TestAbbreviationsUnitsAndTitles:
         assert facts_of("He has type 2 diabetes since May.", set()) == ["type 2 diabetes", "May"]
         assert facts_of("Spin at 4,000 rpm and keep it at -18 °C.", set()) == ["4,000 rpm", "-18 °C"]
         assert facts_of("The rate is 3.85 % fixed.", set()) == ["3.85 %"]
+
+    def test_counts_in_words_irregular_plurals_ordinals_and_phone_numbers_are_facts(self):
+        """'three nights', '12 people', '4th floor', '(845) 555-0142', 'Oct. 10', '16,000 × g' stay whole."""
+        assert facts_of("We need three nights for 12 people on Oct. 10.", set()) == [
+            "three nights", "12 people", "Oct. 10"
+        ]
+        assert facts_of("Call (845) 555-0142 about the 4th floor.", set()) == ["(845) 555-0142", "4th floor"]
+        assert facts_of("Spin at 16,000 × g in lane 3.", set()) == ["16,000 × g", "lane 3"]

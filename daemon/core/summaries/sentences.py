@@ -85,7 +85,8 @@ MAX_SENTENCE = 1000
 # lower case, without the dot.
 _ABBREVIATIONS = frozenset(
     "dr mr mrs ms mx prof st mt ft jr sr vs e.g i.e approx cf dept est fig incl ref tel ave rd blvd "
-    "gen col capt lt sgt rev hon".split()
+    "gen col capt lt sgt rev hon jan feb apr jun jul aug sep sept oct nov dec mon tue tues wed thu thur "
+    "thurs fri sat sun".split()
 )
 # These only before a number: "No. 3" (but "No. I don't think so.").
 _NUMBER_ABBREVIATIONS = frozenset({"no", "nos", "nr", "vol", "pp", "ch", "art", "sec"})
@@ -306,8 +307,13 @@ def facts_of(
         ends = closing[i]
         lowered = core.lower()
         number = bool(core) and core[0].isdigit() or core[:1] in "€$£" and core[1:2].isdigit()
-        if lowered in _ABBREVIATIONS and token.endswith(".") and lowered not in _TITLES:
+        if lowered in _ABBREVIATIONS and token.endswith(".") and lowered not in _TITLES and lowered not in _MONTHS:
             close()  # "e.g.", "vs.": not a fact, and no part of one
+            continue
+        if lowered in _MONTHS and token.endswith(".") and _next_is_number(cores, i):
+            close()
+            run.append(core + ".")  # "Oct. 10": the month keeps its dot and its day
+            ends = False
             continue
         if lowered in _TITLES and token.endswith(".") and i + 1 < len(tokens) and _capitalised(cores[i + 1]):
             close()  # "Dr. Helen Achterberg": a name keeps its title
@@ -321,6 +327,26 @@ def facts_of(
             run.append(core + "." if token.endswith(".") and lowered in _NUMBER_ABBREVIATIONS else core)
             ends = False
             continue
+        if lowered in _SPELLED and not run and not ends and i + 1 < len(tokens) and (
+            _unit(cores, closing, i + 1) or cores[i + 1].lower() in _SPELLED
+        ):
+            run.append(core)  # "three nights", "two hundred guests": a number in words
+            continue
+        if run and lowered in _SPELLED and run[-1].lower() in _SPELLED and not ends:
+            run.append(core)
+            continue
+        if run and units == 0 and _ordinal(run[-1]) and _is_word(core) and lowered not in STOPWORDS:
+            run.append(core)  # "4th floor", "2nd draft": an ordinal counts the noun after it
+            units = 2
+            if ends:
+                close()
+            continue
+        if run and lowered in ("×", "x") and i + 1 < len(tokens) and cores[i + 1] == "g" and _after_number(run):
+            run.extend((core, "g"))  # "16,000 × g"
+            skip = i + 1
+            ends = closing[i + 1]
+            units = 2
+            continue
         if run and units < 2 and _after_unit_start(run, units) and _measure_word(core):
             # "USD 1.15 million", "4,000 rpm", "3.85 %", "75 µg", "50 mM"; "4 p.m." keeps its dot
             run.append(core + "." if lowered in ("a.m", "p.m") and token.endswith(".") else core)
@@ -331,6 +357,12 @@ def facts_of(
         if _strong(core):
             if run and units:
                 close()
+            if number and token.startswith("(") and token.endswith(")") and i + 1 < len(tokens) and (
+                _next_is_number(cores, i)
+            ):
+                close()
+                run.append(token)  # "(845) 555-0142": a phone number keeps its area code's brackets
+                continue
             run.append(_quoted(token, core))
         elif core == "The" and not ends and i + 1 < len(tokens) and _capitalised(cores[i + 1]):
             close()  # "The Linden Inn": the article is part of the name
@@ -354,9 +386,10 @@ def facts_of(
                 run.append(nxt)
                 units += 1
                 skip = i + 1
-        elif lowered in _MONTHS and not ends:
+        elif lowered in _MONTHS and (not ends or token.endswith(".") and _next_is_number(cores, i)):
             close()
-            run.append(core)
+            run.append(core + "." if ends else core)  # "Oct. 10"
+            ends = False
         elif run and lowered in _TIMES_OF_DAY and run[-1].lower() in _MONTHS:
             run.append(core)  # "Monday noon"
         elif i in phrases and not (run and _after_number(run)):
@@ -480,7 +513,11 @@ _TITLES = frozenset("dr mr mrs ms mx prof st mt sir dame capt lt sgt rev".split(
 _NUMBER_LABELS = frozenset(
     "type stage grade level phase tier size class category room floor gate bay dock lane platform terminal "
     "track route exit step round batch lot run table row seat section clause item unit apt suite week "
-    "day page chapter version option plan line passage cycle dose day".split()
+    "day page chapter version option plan line passage cycle dose door pier berth slot zone aisle rack shelf "
+    "bin box tube well lane trailer truck load order invoice ticket case account policy claim ref booking "
+    "flight train bus container pallet station stop highway interstate mile sample fraction plate gel figure "
+    "panel replicate slide aliquot freezer fridge incubator year month quarter term payment instalment "
+    "installment course song seat bed ward bed floor building block wing ext extension".split()
 )
 # Scale words and units written after a number; issue 26 found "USD 5" kept
 # for "USD 5 million", "600" for "600 mg". Lower-case words that are not a
@@ -492,6 +529,16 @@ _UNITS = frozenset(
     gb mb tb kb gbps mbps kbps ms min mins h hr hrs sec secs s yo am pm % ° °c °f c f x ×g iu u da kda
     bp kb sqm m² m2 m³ m3 ha ac sq usd eur gbp chf cad aud a.m p.m ×g""".split()
 )
+
+
+_SPELLED = frozenset(
+    """two three four five six seven eight nine ten eleven twelve fifteen twenty thirty forty fifty
+    sixty seventy eighty ninety hundred dozen""".split()
+)
+
+
+def _ordinal(word: str) -> bool:
+    return len(word) >= 3 and word[:-2].isdigit() and word[-2:].lower() in ("st", "nd", "rd", "th")
 
 
 def _measure_word(core: str) -> bool:
@@ -517,6 +564,8 @@ def _after_unit_start(run: list[str], units: int) -> bool:
 
 def _after_number(run: list[str]) -> bool:
     last = run[-1]
+    if last.lower() in _SPELLED:
+        return True
     # A version or a code takes no unit: "1.10.15 works" is not a quantity.
     return (last[:1].isdigit() and last.count(".") < 2 and not any(c.isalpha() for c in last)) or (
         last[:1] in "€$£"
@@ -531,7 +580,13 @@ _VERBS_IN_S = frozenset(
 )
 
 
+# Plurals without an s: "12 people", "2 children", "40 feet".
+_IRREGULAR_PLURALS = frozenset("people children men women feet teeth mice geese persons staff crew".split())
+
+
 def _plural(word: str) -> bool:
+    if word in _IRREGULAR_PLURALS:
+        return True
     return len(word) > 2 and word.endswith("s") and not word.endswith("ss") and word not in _VERBS_IN_S
 
 
