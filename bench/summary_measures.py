@@ -25,6 +25,8 @@ import re
 __all__ = ["items_of", "anchored", "truncated", "unbalanced", "corrections_marked", "said_in"]
 
 _ITEM_SPLIT = re.compile(r"\n|; ")
+# What opens an item without being part of it: a line's head, the list label, a speaker's label.
+_HEAD = re.compile(r"^(?:Turns? [\d–]+(?:, about [^:]*)?: )?(?:facts: )?(?:[^:;()]{1,40} \(user\): )?")
 _NUMBER = re.compile(r"\d")
 # A token's surrounding punctuation is not part of the word ("(5", "mg,").
 _EDGE = "()[]{}“”\"'`,;:.!?"
@@ -58,37 +60,46 @@ def _words(text: str) -> list[str]:
 
 
 def truncated(facts: list[str], summary: str, items: list[str]) -> int:
-    """How many facts with a number and a word beside it the summary holds cut short."""
-    words = _words(summary)
-    bare_items = {item.strip().strip(_EDGE) for item in items}
-    where: dict[str, list[int]] = {}
-    for i, w in enumerate(words):
-        if _NUMBER.search(w):
-            where.setdefault(w, []).append(i)
+    """How many facts with a number and a word beside it the summary holds cut short.
+
+    Cut short: in some item, the fact's number stands with the fact's words
+    on one side, and where the fact goes on, the item ends ("USD 5" of "USD
+    5 million", "2 diabetes" of "type 2 diabetes"), or the number is the
+    whole item ("600" of "600 mg"). Another value sharing a part ("3.6 by
+    2.4 metres" beside the fact "3.6 by 3.7 metres") is not a cut.
+    """
+    per_item = [_words(_HEAD.sub("", item)) for item in items]
+    where: dict[str, list[tuple[int, int]]] = {}
+    for k, words in enumerate(per_item):
+        for i, w in enumerate(words):
+            if _NUMBER.search(w):
+                where.setdefault(w, []).append((k, i))
     count = 0
     for fact in facts:
         fw = _words(fact)
         numbers = [i for i, w in enumerate(fw) if _NUMBER.search(w)]
         if not numbers or len(numbers) == len(fw):
             continue  # no unit or scale word to lose
-        if said_in(fact, summary):
-            whole = True
-        else:
-            whole = False
         cut = False
         for n in numbers:
-            if fw[n] in bare_items and not whole:
-                cut = True
-                break
-            for at in where.get(fw[n], ()):
+            for k, at in where.get(fw[n], ()):
+                words = per_item[k]
                 left = 0
                 while n - left - 1 >= 0 and at - left - 1 >= 0 and words[at - left - 1] == fw[n - left - 1]:
                     left += 1
                 right = 0
                 while n + right + 1 < len(fw) and at + right + 1 < len(words) and words[at + right + 1] == fw[n + right + 1]:
                     right += 1
-                span = left + right + 1
-                if span < len(fw) and any(not _NUMBER.search(fw[k]) for k in range(n - left, n + right + 1)):
+                if left + right + 1 == len(fw):
+                    continue  # the whole fact
+                # Where the fact goes on, the item must end: otherwise it says something else.
+                left_cut = n - left > 0 and at - left == 0
+                right_cut = n + right + 1 < len(fw) and at + right + 1 == len(words)
+                left_ok = n - left == 0 or left_cut
+                right_ok = n + right + 1 == len(fw) or right_cut
+                # A cut piece keeps one of the fact's words ("USD 5"), or is the bare number ("600").
+                piece = any(not _NUMBER.search(fw[j]) for j in range(n - left, n + right + 1))
+                if left_ok and right_ok and (piece or len(words) == 1):
                     cut = True
                     break
             if cut:

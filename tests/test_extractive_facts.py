@@ -249,3 +249,22 @@ class TestItemsWithAnchors:
 
         items = _items_of("See clause 9.4(b of the draft.", ("9.4(b",), 0)
         assert items == (("9.4b", ("9.4(b",)),)
+
+    def test_a_later_sentence_that_changes_a_value_marks_the_old_one(self):
+        """'Actually the deposit is $5,000' after '$4,500' for the deposit: '$5,000 (was $4,500)', the old item gone."""
+        from chd.core.summaries.extractive import ExtractiveSummarizer
+        from chd.core.utterance import Utterance
+        from chd.core.tokens import default_counter
+
+        counter = default_counter()
+        rows = [
+            ("user", "The deposit for the barn is $4,500 and the tasting is on Friday."),
+            ("assistant", "Noted, deposit $4,500."),
+            ("user", "We also booked the florist."),
+            ("user", "Actually the deposit is $5,000 now, they raised it."),
+        ]
+        said = [Utterance("c", i + 1, sp, t, i + 1, "2026-01-01T00:00:00.000000Z", counter.count(t))
+                for i, (sp, t) in enumerate(rows)]
+        summary = ExtractiveSummarizer(counter).summarize("", said, 40)
+        assert "$5,000 (was $4,500)" in summary
+        assert summary.count("$4,500") == 1

@@ -223,6 +223,7 @@ class ExtractiveSummarizer:
         width = _anchor_width(token_limit, distinct)
         for sentence in sentences:
             sentence.items = _items_of(sentence.text, sentence.facts, width)
+        _mark_corrections(sentences)
         facts = _facts(sentences, listed, weights)
         if context is not None and context.summary:
             # Said elsewhere in the summary already: a copy here adds little.
@@ -694,6 +695,9 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
             fact.covers = tuple(sorted(t for t in _runs(words, fact.text, _COVERED_WORDS) if t in where))
     for fact in where.values():
         fact.weight = sum(_fact_weight(t, weights) for t in fact.facts or (fact.text,))
+        if "(was " in fact.text:
+            # The old value is worth a little: it says the state changed.
+            fact.weight += _WAS_WEIGHT * sum(_fact_weight(old, weights) for old in _WAS.findall(fact.text))
     return sorted(where.values(), key=lambda f: f.order)
 
 
@@ -909,12 +913,85 @@ def _same_shape(new: str, old: str) -> bool:
     return not old_unit or not unit or unit[-1:] == old_unit[-1:]
 
 
+# Words that say a sentence changes a value stated before ("Actually the
+# deposit is $5,000", "we moved the tasting to 4 pm").
+_CHANGE_CUES = frozenset(
+    "actually correction corrected instead changed update updated moved rather switched revised".split()
+)
+_DAY_WORDS = frozenset(
+    "monday tuesday wednesday thursday friday saturday sunday january february march april may june july "
+    "august september october november december".split()
+)
+
+
+def _mark_corrections(sentences: list[_Sentence]) -> None:
+    """A value a later sentence changes is written "new (was old)" there (issue 26: corrections as state).
+
+    The later sentence must say it changes something (_CHANGE_CUES) and share
+    a content word other than its values with the earlier one (the anchor:
+    "deposit", "tasting"), and the two values must have the same shape (a
+    number with the same unit, or a day). Earlier sentences are looked at in
+    a bounded window, so the cost stays linear.
+    """
+    recent: list[_Sentence] = []
+    for sentence in sentences:
+        if sentence.facts and recent and _CHANGE_CUES.intersection(_lower_words(sentence.text)):
+            said = {w for fact in sentence.facts for w in _lower_words(fact)}
+            anchors = sentence.words - _CHANGE_CUES - said
+            was: dict[str, str] = {}
+            for new in sentence.facts:
+                if any(f"{new} (was " in text for text, _ in sentence.items):
+                    continue
+                for earlier in reversed(recent[-_WINDOW:]):
+                    if not anchors & earlier.words:
+                        continue
+                    old = next(
+                        (o for o in earlier.facts if o != new and o not in sentence.facts and _same_value_shape(new, o)),
+                        None,
+                    )
+                    if old is not None:
+                        was[new] = old
+                        break
+            if was:
+                # Beside the bare items, not instead of them: when room is short the
+                # plan keeps the new value alone (_facts: the marked item covers it).
+                sentence.items += tuple(
+                    (marked, inner)
+                    for text, inner in sentence.items
+                    if (marked := _with_was(text, inner, was)) != text
+                )
+        if sentence.facts:
+            recent.append(sentence)
+
+
+def _with_was(text: str, facts: tuple[str, ...], was: dict[str, str]) -> str:
+    for new in facts:
+        if new in was and f"{new} (was " not in text:
+            text = text.replace(new, f"{new} (was {was[new]})", 1)
+    return text
+
+
+def _same_value_shape(new: str, old: str) -> bool:
+    """Two values one can replace the other: numbers with the same words around them, or two days."""
+    new_digits, old_digits = any(c.isdigit() for c in new), any(c.isdigit() for c in old)
+    if new_digits and old_digits:
+        words = [w.lower() for w in new.split(" ") if not any(c.isdigit() for c in w)]
+        old_words = [w.lower() for w in old.split(" ") if not any(c.isdigit() for c in w)]
+        currency = (new[:1] in "€$£") == (old[:1] in "€$£")
+        return words == old_words and currency and (":" in new) == (":" in old)
+    if new_digits or old_digits:
+        return False
+    return new.lower() in _DAY_WORDS and old.lower() in _DAY_WORDS
+
+
 def superseded_by(items: Sequence[tuple[str, tuple[str, ...]]]) -> set[str]:
     """The old values the items mark "(was …)"."""
     return {m.group(1) for text, _ in items for m in _WAS.finditer(text)}
 
 
 _WAS = re.compile(r"\(was ([^()]{1,80})\)")
+# What the old value in "new (was old)" adds to the new one's weight.
+_WAS_WEIGHT = 0.2
 
 
 def _find(cores: list[str], words: list[str], start: int) -> int:
