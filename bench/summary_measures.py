@@ -62,11 +62,13 @@ def _words(text: str) -> list[str]:
 def truncated(facts: list[str], summary: str, items: list[str]) -> int:
     """How many facts with a number and a word beside it the summary holds cut short.
 
-    Cut short: in some item, the fact's number stands with the fact's words
-    on one side, and where the fact goes on, the item ends ("USD 5" of "USD
-    5 million", "2 diabetes" of "type 2 diabetes"), or the number is the
-    whole item ("600" of "600 mg"). Another value sharing a part ("3.6 by
-    2.4 metres" beside the fact "3.6 by 3.7 metres") is not a cut.
+    Cut short: in some item, a number of the fact has lost the word right
+    beside it (its unit or scale word) where the item ends, keeping another
+    of the fact's words ("USD 5" of "USD 5 million", "2 diabetes" of "type
+    2 diabetes"), or the number is the whole item ("600" of "600 mg").
+    Another value sharing a part ("3.6 by 2.4 metres" beside the fact "3.6
+    by 3.7 metres") is not a cut, nor a date without its weekday ("October
+    10" of "Saturday, October 10").
     """
     per_item = [_words(_HEAD.sub("", item)) for item in items]
     where: dict[str, list[tuple[int, int]]] = {}
@@ -93,13 +95,17 @@ def truncated(facts: list[str], summary: str, items: list[str]) -> int:
                 if left + right + 1 == len(fw):
                     continue  # the whole fact
                 # Where the fact goes on, the item must end: otherwise it says something else.
-                left_cut = n - left > 0 and at - left == 0
-                right_cut = n + right + 1 < len(fw) and at + right + 1 == len(words)
-                left_ok = n - left == 0 or left_cut
-                right_ok = n + right + 1 == len(fw) or right_cut
+                # Only the number's own neighbour is its unit or scale word: "October 10"
+                # of "Saturday, October 10" keeps it, "2 diabetes" of "type 2 diabetes" does not.
+                left_cut = n - left > 0 and at - left == 0 and left == 0
+                right_cut = n + right + 1 < len(fw) and at + right + 1 == len(words) and right == 0
+                whole_left = n - left == 0 or (at - left == 0 and left > 0)
+                whole_right = n + right + 1 == len(fw) or (at + right + 1 == len(words) and right > 0)
                 # A cut piece keeps one of the fact's words ("USD 5"), or is the bare number ("600").
                 piece = any(not _NUMBER.search(fw[j]) for j in range(n - left, n + right + 1))
-                if left_ok and right_ok and (piece or len(words) == 1):
+                if (left_cut or right_cut) and (left_cut or whole_left) and (right_cut or whole_right) and (
+                    piece or len(words) == 1
+                ):
                     cut = True
                     break
             if cut:
