@@ -3,7 +3,8 @@
 The retention bench counts a fact kept when its words occur in the summary.
 These measures say whether what is kept reads as a fact about something:
 
-* ``items``: the summary split into items, on newlines and "; ".
+* ``items``: the summary split into items, on newlines and on "; " outside
+  curly quotes (a quoted sentence holding "; " is one item).
 * ``anchored``: of the kept facts, those whose anchor (the word the
   writer marked as what the fact is about) occurs in an item holding the
   fact, case aside.
@@ -24,7 +25,6 @@ import re
 
 __all__ = ["items_of", "anchored", "truncated", "unbalanced", "corrections_marked", "said_in"]
 
-_ITEM_SPLIT = re.compile(r"\n|; ")
 # What opens an item without being part of it: a line's head, the list label, a speaker's label.
 _HEAD = re.compile(r"^(?:Turns? [\d–]+(?:, about [^:]*)?: )?(?:facts: )?(?:[^:;()]{1,40} \(user\): )?")
 _NUMBER = re.compile(r"\d")
@@ -42,8 +42,23 @@ def said_in(fact: str, text: str, ignore_case: bool = False) -> bool:
 
 
 def items_of(summary: str) -> list[str]:
-    """The summary's items: its lines, each split on "; "."""
-    return [item for item in _ITEM_SPLIT.split(summary) if item.strip()]
+    """The summary's items: its lines, each split on "; " outside a “quote” (a quoted sentence is one item)."""
+    items: list[str] = []
+    for line in summary.split("\n"):
+        depth = start = 0
+        i = 0
+        while i < len(line):
+            ch = line[i]
+            if ch == "“":
+                depth += 1
+            elif ch == "”":
+                depth = max(0, depth - 1)
+            elif ch == ";" and depth == 0 and line[i + 1:i + 2] == " ":
+                items.append(line[start:i])
+                start = i + 2
+            i += 1
+        items.append(line[start:])
+    return [item for item in items if item.strip()]
 
 
 def anchored(kept: list[tuple[str, str]], items: list[str]) -> int:
