@@ -50,6 +50,7 @@ from chd.core.summaries.sentences import (
     MAX_SENTENCE,
     STOPWORDS,
     facts_in,
+    facts_of,
     lower_words_of,
     name_words,
     opens_capitalised,
@@ -408,7 +409,13 @@ def _speaker_of(speaker: str, text: str, names: set[str]) -> tuple[str, str]:
 def _listed_facts(text: str, names: set[str], rare: set[str], uncommon: set[str]) -> tuple[str, ...]:
     if " " not in text:
         return (text,)
-    return facts_in(text, names, rare, uncommon) or (text,)
+    return _item_facts(text)
+
+
+@functools.lru_cache(maxsize=8192)
+def _item_facts(text: str) -> tuple[str, ...]:
+    """The facts of an item an earlier fold listed, by their shape alone (the item came from facts)."""
+    return tuple(facts_of(text, set())) or (text,)
 
 
 def _whole_words(text: str) -> str:
@@ -1038,8 +1045,11 @@ def _render(
     for sentence in sorted(plan.quoted, key=lambda s: s.order):
         quoted_in.setdefault(sentence.block, []).append(sentence)
     listed_in: dict[int, list[str]] = {}
-    for b, items in _by_speaker(plan.listed).items():
-        listed_in[b] = items
+    if any(fact.speaker for fact in plan.listed):
+        listed_in = _by_speaker(plan.listed)
+    else:
+        for fact in sorted(plan.listed, key=lambda f: f.order):
+            listed_in.setdefault(fact.block, []).append(fact.text)
     for b in sorted(quoted_in.keys() | listed_in.keys()):
         sentences = quoted_in.get(b, [])
         facts = listed_in.get(b, [])
@@ -1070,14 +1080,8 @@ def _render(
 
 def _by_speaker(listed: Sequence[_Fact]) -> dict[int, list[str]]:
     """Each block's items: the roles' first, then each named speaker's under one label (issue 26)."""
-    ordered = sorted(listed, key=lambda f: f.order)
-    if not any(fact.speaker for fact in ordered):
-        out_plain: dict[int, list[str]] = {}
-        for fact in ordered:
-            out_plain.setdefault(fact.block, []).append(fact.text)
-        return out_plain
     groups: dict[int, dict[str, list[str]]] = {}
-    for fact in ordered:
+    for fact in sorted(listed, key=lambda f: f.order):
         groups.setdefault(fact.block, {"": []}).setdefault(fact.speaker, []).append(fact.text)
     out: dict[int, list[str]] = {}
     for b, by in groups.items():
