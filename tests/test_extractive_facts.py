@@ -223,3 +223,48 @@ class TestTextUnlikeTheBench:
         head = text.split(":", 1)[0]
         assert "München" in head and "Großmutter" in head, head
         assert "nchen" not in head.replace("München", ""), head
+
+
+class TestItemsWithAnchors:
+    """Issue 26: a listed fact carries what it is about, and a replaced value is marked as such."""
+
+    def test_a_fact_is_listed_with_the_content_word_before_it(self):
+        """With room per fact, '75 µg' is listed as 'levothyroxine 75 µg'."""
+        from chd.core.summaries.extractive import _items_of
+
+        text = "She takes levothyroxine 75 µg daily."
+        assert _items_of(text, ("75 µg",), 1) == (("levothyroxine 75 µg", ("75 µg",)),)
+        assert _items_of(text, ("75 µg",), 0) == (("75 µg", ("75 µg",)),)
+
+    def test_a_value_replaced_in_the_same_sentence_is_marked_was(self):
+        """'HL-2026-0471, not HL-2026-0417' becomes 'HL-2026-0471 (was HL-2026-0417)', one item."""
+        from chd.core.summaries.extractive import _items_of
+
+        items = _items_of("Sorry, it is HL-2026-0471, not HL-2026-0417.", ("HL-2026-0471", "HL-2026-0417"), 0)
+        assert [text for text, _ in items] == ["HL-2026-0471 (was HL-2026-0417)"]
+
+    def test_an_item_never_leaves_a_bracket_open(self):
+        """A fact cut inside brackets ('9.4(b') loses the bracket that does not close."""
+        from chd.core.summaries.extractive import _items_of
+
+        items = _items_of("See clause 9.4(b of the draft.", ("9.4(b",), 0)
+        assert items == (("9.4b", ("9.4(b",)),)
+
+    def test_a_later_sentence_that_changes_a_value_marks_the_old_one(self):
+        """'Actually the deposit is $5,000' after '$4,500' for the deposit: '$5,000 (was $4,500)', the old item gone."""
+        from chd.core.summaries.extractive import ExtractiveSummarizer
+        from chd.core.utterance import Utterance
+        from chd.core.tokens import default_counter
+
+        counter = default_counter()
+        rows = [
+            ("user", "The deposit for the barn is $4,500 and the tasting is on Friday."),
+            ("assistant", "Noted, deposit $4,500."),
+            ("user", "We also booked the florist."),
+            ("user", "Actually the deposit is $5,000 now, they raised it."),
+        ]
+        said = [Utterance("c", i + 1, sp, t, i + 1, "2026-01-01T00:00:00.000000Z", counter.count(t))
+                for i, (sp, t) in enumerate(rows)]
+        summary = ExtractiveSummarizer(counter).summarize("", said, 40)
+        assert "$5,000 (was $4,500)" in summary
+        assert summary.count("$4,500") == 1

@@ -186,3 +186,33 @@ class TestFirstFact:
         monkeypatch.setattr(sentences, "facts_of", lambda *a, **k: calls.append(1) or real(*a, **k))
         utterance_key("a\n" * 16_000)
         assert len(calls) <= sentences.KEY_SCAN_CHARS // 2
+
+
+class TestAbbreviationsUnitsAndTitles:
+    """Issue 26: abbreviations do not end sentences; a number keeps its unit, scale word and label; a name its title."""
+
+    def test_a_title_does_not_end_the_sentence_and_stays_with_the_name(self):
+        """'Dr. Helen Achterberg' is one fact in one sentence."""
+        sentences = split_sentences("Ask Dr. Helen Achterberg, e.g. about run No. 3 vs. run No. 4. Then stop.")
+        assert sentences == ["Ask Dr. Helen Achterberg, e.g. about run No. 3 vs. run No. 4.", "Then stop."]
+        assert facts_of(sentences[0], set())[:1] == ["Dr. Helen Achterberg"]
+
+    def test_no_before_a_word_still_ends_a_sentence(self):
+        """'No. I think not.' is two sentences: 'No.' is an abbreviation only before a number."""
+        assert split_sentences("No. I think not.") == ["No.", "I think not."]
+
+    def test_a_number_keeps_its_scale_word_unit_or_label(self):
+        """'USD 5 million', not 'USD 5'; '600 mg', not '600'; 'type 2 diabetes', not '2 diabetes'."""
+        assert facts_of("The cap is USD 5 million this year.", set()) == ["USD 5 million"]
+        assert facts_of("She takes 600 mg twice a day.", set()) == ["600 mg"]
+        assert facts_of("He has type 2 diabetes since May.", set()) == ["type 2 diabetes", "May"]
+        assert facts_of("Spin at 4,000 rpm and keep it at -18 °C.", set()) == ["4,000 rpm", "-18 °C"]
+        assert facts_of("The rate is 3.85 % fixed.", set()) == ["3.85 %"]
+
+    def test_counts_in_words_irregular_plurals_ordinals_and_phone_numbers_are_facts(self):
+        """'three nights', '12 people', '4th floor', '(845) 555-0142', 'Oct. 10', '16,000 × g' stay whole."""
+        assert facts_of("We need three nights for 12 people on Oct. 10.", set()) == [
+            "three nights", "12 people", "Oct. 10"
+        ]
+        assert facts_of("Call (845) 555-0142 about the 4th floor.", set()) == ["(845) 555-0142", "4th floor"]
+        assert facts_of("Spin at 16,000 × g in lane 3.", set()) == ["16,000 × g", "lane 3"]

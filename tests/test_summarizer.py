@@ -318,3 +318,39 @@ class TestLinearTime:
         assert split_sentences(text) == [
             "Use 3.11.6 with src/app.py.", "Mail ana@example.org or see https://x.org/a.b?c=1!", "Done."
         ]
+
+
+class TestSpeakersNamedInTheText:
+    """Issue 26: in a multi-party transcript every human is a 'user'; a 'Name: ' prefix says who spoke."""
+
+    PARTY = [
+        ("user", "Dr. Helen Achterberg: Agreed. Spin the lysate at 4,000 rpm for 10 min.", 1),
+        ("user", "Tomás Rivera: Yep, the gel for run No. 3 is ready at 14:00.", 2),
+        ("user", "Dr. Helen Achterberg: Good. Load 20 µg per lane.", 3),
+        ("user", "Tomás Rivera: Will do.", 4),
+    ]
+
+    def test_the_prefix_names_the_speaker_and_is_no_fact(self, offline):
+        """Quotes are attributed to the named speaker, and 'Agreed' or 'Yep' is never listed as a fact."""
+        summary = offline.summarize("", utterances(self.PARTY), 512)
+        assert "Dr. Helen Achterberg said “Spin the lysate at 4,000 rpm for 10 min.”" in summary
+        assert "Tomás Rivera said “" in summary
+        tight = offline.summarize("", utterances(self.PARTY), 40)
+        assert "4,000 rpm" in tight
+        assert "Dr. Helen Achterberg (user): " in tight
+        assert "Agreed" not in tight and "Yep" not in tight
+        again = offline.summarize(tight, [], 40)
+        assert again.count("Dr. Helen Achterberg") == 1 and "(user): " in again
+
+    def test_a_summary_with_named_speakers_is_read_back_by_the_next_fold(self, offline):
+        """The next fold re-reads 'Name said “…”' as that speaker's quote, not as plain text."""
+        first = offline.summarize("", utterances(self.PARTY), 512)
+        again = offline.summarize(first, [], 512)
+        assert "Tomás Rivera said “" in again
+        assert again.startswith("Turns 1–4")
+
+    def test_a_one_off_label_is_not_a_speaker(self, offline):
+        """'Update: …' on one line is a label: the line stays the user's."""
+        rows = [("user", "Update: the budget is now 1700 euros.", 1), ("assistant", "Noted, 1700 euros.", 1)]
+        summary = offline.summarize("", utterances(rows), 512)
+        assert "the user said “Update: the budget is now 1700 euros.”" in summary

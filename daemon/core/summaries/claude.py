@@ -68,11 +68,16 @@ your summary: whatever you leave out is forgotten.
 
 Rules:
 - Merge the running summary and the newly evicted utterances into one summary. Keep \
-what the running summary says unless a newer utterance corrects it; then keep only \
-the corrected value.
+what the running summary says unless a newer utterance corrects it; then state the \
+current value and mark the old one as superseded, as "75 µg (was 50 µg)", or leave \
+the old one out when room is short. Never leave both values without saying which is current.
 - Keep decisions, facts, names, numbers, dates, versions, file names, codes, e-mail \
 addresses, commitments and open questions (asked but not yet answered), word for \
-word. Say who said what (user, assistant or system).
+word. Keep each fact with what it is about and who said it: a number with its unit \
+or scale word and the thing it measures ("USD 5 million", "levothyroxine 75 µg"), a \
+name with its title ("Dr. Okafor"), a code with what it identifies. Say who said \
+what (user, assistant or system); when an utterance opens with "Name: ", that name \
+is its speaker.
 - Leave out greetings, thanks and small talk.
 - The other parts of the summary and the utterances still in the buffer are shown \
 for context only: do not summarize them and do not repeat what they already say.

@@ -50,6 +50,7 @@ from chd.core.summaries.sentences import (
     MAX_SENTENCE,
     STOPWORDS,
     facts_in,
+    facts_of,
     lower_words_of,
     name_words,
     opens_capitalised,
@@ -65,7 +66,21 @@ __all__ = ["ExtractiveSummarizer", "FACTS_LABEL"]
 
 # Anchored and with one unbounded run whose failure ends the match: linear.
 _HEAD = re.compile(r"Turns? (\d+)(?:–(\d+))?(?:, about [A-Za-z' ,\-]+)?: ")
-_SPEAKER_START = re.compile(r"(?:^|; )the (user|assistant|system) (?=(?:asked|said|noted) “)")
+# "the user said “…”", or a speaker named by a "Name: " prefix: "Dr. Okafor said “…”".
+_SPEAKER_START = re.compile(
+    r"(?:^|; )(?:the (user|assistant|system)|([A-Z][\w.'’\-]{0,30}(?: [A-Z][\w.'’\-]{0,30}){0,3})) "
+    r"(?=(?:asked|said|noted) “)"
+)
+_ROLES = frozenset({"user", "assistant", "system"})
+# A speaker's name opening an utterance of a multi-party transcript ("Tomás
+# Rivera: the gel is ready"), a title allowed; issue 26: every human there is
+# a "user", and the name was read as a fact of every line.
+_NAME_PREFIX = re.compile(r"((?:[A-Z][a-z]{1,4}\. )?[A-Z][\w'’\-]{0,30}(?: [A-Z][\w'’\-]{0,30}){0,3}): (?=\S)")
+# Labels that open a line the way a name would, and are not one.
+_LABELS_NOT_NAMES = frozenset(
+    "note notes update updated edit ps fyi question answer summary error warning todo re subject step q a tip "
+    "reminder correction important info status result results action decision agenda hint example".split()
+)
 _QUOTE = re.compile(r"“([^“”]*)”")
 FACTS_LABEL = "facts: "
 _DECISION = re.compile(
@@ -113,6 +128,7 @@ class _Sentence:
     facts: tuple[str, ...]
     score: float = 0.0
     words: frozenset[str] = frozenset()
+    items: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (item text, its facts): see _items_of
 
 
 @dataclass(slots=True)
@@ -123,6 +139,8 @@ class _Fact:
     weight: float
     cost: int = 0
     covers: tuple[str, ...] = ()  # shorter facts said word for word inside this one
+    facts: tuple[str, ...] = ()  # the facts this item states (an item is a fact with its anchor words)
+    speaker: str = ""  # a speaker named by a "Name: " prefix; "" for the roles
 
 
 @dataclass(slots=True)
@@ -200,13 +218,20 @@ class ExtractiveSummarizer:
         weights = _weights(sentences, listed, context)
         _score(sentences, weights)
         sentences = _distinct(sentences)
+        # Anchor words per fact by the room there is per fact (issue 26): a
+        # fact with what it is about when the budget allows, bare when it is short.
+        distinct = len({t for s in sentences for t in s.facts}) + len(listed)
+        width = _anchor_width(token_limit, distinct)
+        for sentence in sentences:
+            sentence.items = _items_of(sentence.text, sentence.facts, width)
+        _mark_corrections(sentences)
         facts = _facts(sentences, listed, weights)
         if context is not None and context.summary:
             # Said elsewhere in the summary already: a copy here adds little.
             # As whole words: "€500" is not said by "€5000", nor "2" by "v2.1.0".
-            said = said_elsewhere((f.text for f in facts), context.summary)
+            said = said_elsewhere((t for f in facts for t in f.facts), context.summary)
             for fact in facts:
-                if fact.text in said:
+                if fact.facts and all(t in said for t in fact.facts):
                     fact.weight *= 0.2
         for fact in facts:
             fact.cost = self._count(fact.text) + 1
@@ -249,7 +274,7 @@ class ExtractiveSummarizer:
             if sentence.order not in counted:
                 counted[sentence.order] = self._count(sentence.text) + 4
             cost = counted[sentence.order]
-            covered = [listed[t] for t in dict.fromkeys(sentence.facts) if t in listed]
+            covered = [listed[t] for t in dict.fromkeys(t for t, _ in sentence.items) if t in listed]
             extra = cost - sum(f.cost for f in covered)
             if extra <= budget - used:
                 plan.quoted.append(sentence)
@@ -304,7 +329,7 @@ def _read(
     """
     blocks: list[_Block] = []
     raw: list[tuple[int, str, str]] = []  # block, speaker, sentence
-    listed: list[tuple[int, str]] = []
+    listed: list[tuple[int, str, str]] = []  # block, named speaker, item
     for line in previous.splitlines():
         line = line.strip()
         if not line:
@@ -317,13 +342,15 @@ def _read(
         first, last, phrases, facts = parsed
         blocks.append(_Block(first, last))
         raw.extend((len(blocks) - 1, speaker, quote) for speaker, quote in phrases)
-        listed.extend((len(blocks) - 1, fact) for fact in facts)
+        listed.extend((len(blocks) - 1, speaker, fact) for speaker, fact in facts)
     if utterances:
         blocks.append(
             _Block(min(u.turn_number for u in utterances), max(u.turn_number for u in utterances))
         )
+        named = _speaker_names([u.text for u in utterances] + list(seen))
         for u in utterances:
-            raw.extend((len(blocks) - 1, u.speaker, s) for s in split_sentences(u.text))
+            speaker, text = _speaker_of(u.speaker, u.text, named)
+            raw.extend((len(blocks) - 1, speaker, s) for s in split_sentences(text))
     read = [_whole_words(text) for _, _, text in raw]
     # Names only ever decide whether a sentence's first word is one
     # (facts_in), and every name is capitalised: without a capitalised
@@ -341,8 +368,54 @@ def _read(
         for order, ((block, speaker, text), words) in enumerate(zip(raw, read))
     ]
     offset = len(sentences)
-    facts = [_Fact(text, block, offset + i, 0.0) for i, (block, text) in enumerate(listed)]
+    facts = [
+        # A one-word item an earlier fold listed is its own fact: reading the
+        # facts of every listed item again was a fifth of a fold's time.
+        _Fact(text, block, offset + i, 0.0, facts=_listed_facts(text, names, rare, uncommon), speaker=speaker)
+        for i, (block, speaker, text) in enumerate(listed)
+    ]
     return blocks, sentences, facts
+
+
+def _name_prefix(text: str) -> str:
+    match = _NAME_PREFIX.match(text[:80])
+    if match is None:
+        return ""
+    name = match.group(1)
+    return "" if name.split(" ", 1)[0].lower().rstrip(".") in _LABELS_NOT_NAMES else name
+
+
+def _speaker_names(texts: Sequence[str]) -> set[str]:
+    """The "Name: " prefixes that open at least two of ``texts``: speakers, not a one-off label."""
+    seen: set[str] = set()
+    names: set[str] = set()
+    for text in texts:
+        name = _name_prefix(text)
+        if name:
+            (names if name in seen else seen).add(name)
+    return names
+
+
+def _speaker_of(speaker: str, text: str, names: set[str]) -> tuple[str, str]:
+    """(who said ``text``, ``text`` without its "Name: " prefix) when the prefix is a known speaker."""
+    if speaker != "user" or not names:
+        return speaker, text
+    name = _name_prefix(text)
+    if name in names:
+        return name, text[len(name) + 2:]
+    return speaker, text
+
+
+def _listed_facts(text: str, names: set[str], rare: set[str], uncommon: set[str]) -> tuple[str, ...]:
+    if " " not in text:
+        return (text,)
+    return _item_facts(text)
+
+
+@functools.lru_cache(maxsize=8192)
+def _item_facts(text: str) -> tuple[str, ...]:
+    """The facts of an item an earlier fold listed, by their shape alone (the item came from facts)."""
+    return tuple(facts_of(text, set())) or (text,)
 
 
 def _whole_words(text: str) -> str:
@@ -400,8 +473,8 @@ def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> tuple[set[st
     return split, uncommon
 
 
-def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[str]] | None:
-    """A line this summarizer wrote: its turn range, (speaker, quote) pairs and listed facts."""
+def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[tuple[str, str]]] | None:
+    """A line this summarizer wrote: its turn range, (speaker, quote) pairs and (named speaker, item) pairs."""
     head = _HEAD.match(line)
     if head is None:
         return None
@@ -410,23 +483,40 @@ def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[str]] 
     body = line[head.end():]
     close = body.rfind("”")
     quoted, tail = (body[: close + 1], body[close + 1:]) if close >= 0 else ("", body)
-    facts: list[str] = []
+    facts: list[tuple[str, str]] = []
     if tail.startswith("; " + FACTS_LABEL):
-        facts = [f for f in tail.split(FACTS_LABEL, 1)[1].split("; ") if f]
+        facts = _items_said(tail.split(FACTS_LABEL, 1)[1].split("; "))
     elif close < 0 and not _SPEAKER_START.match(body):
-        facts = [f for f in body.split("; ") if f]  # a line of facts alone
+        facts = _items_said(body.split("; "))  # a line of facts alone
     elif tail.strip():
         return None
     phrases: list[tuple[str, str]] = []
     if quoted:
         pieces = _SPEAKER_START.split(quoted)
-        if len(pieces) < 3 or pieces[0].strip():
+        if len(pieces) < 4 or pieces[0].strip():
             return None
-        for speaker, chunk in zip(pieces[1::2], pieces[2::2]):
-            phrases.extend((speaker, quote) for quote in _QUOTE.findall(chunk))
+        for role, name, chunk in zip(pieces[1::3], pieces[2::3], pieces[3::3]):
+            phrases.extend((role or name, quote) for quote in _QUOTE.findall(chunk))
     if not phrases and not facts:
         return None
     return first, last, phrases, facts
+
+
+# "Tomás Rivera (user): No. 3": the items from here on are that speaker's.
+_LABELLED = re.compile(r"([A-Z][\w.'’\-]{0,30}(?: [A-Z][\w.'’\-]{0,30}){0,4}) \(user\): ")
+
+
+def _items_said(items: list[str]) -> list[tuple[str, str]]:
+    """(named speaker, item) for a fact list, a "Name (user): " label naming the speaker of what follows."""
+    out: list[tuple[str, str]] = []
+    speaker = ""
+    for item in items:
+        label = _LABELLED.match(item)
+        if label is not None:
+            speaker, item = label.group(1), item[label.end():]
+        if item:
+            out.append((speaker, item))
+    return out
 
 
 def _join_blocks(
@@ -590,9 +680,17 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     """Every distinct fact once, in the block where it was last stated, weighted by its rarity."""
     where: dict[str, _Fact] = {}
     candidates = [
-        _Fact(text, s.block, s.order, 0.0) for s in sentences for text in s.facts
+        _Fact(text, s.block, s.order, 0.0, facts=inner, speaker="" if s.speaker in _ROLES else s.speaker)
+        for s in sentences
+        for text, inner in s.items
     ] + listed
+    old: dict[str, int] = {}  # old value -> where it was marked superseded
+    for s in sentences:
+        for value in superseded_by(s.items):
+            old[value] = max(old.get(value, -1), s.order)
     for fact in sorted(candidates, key=lambda f: f.order):
+        if fact.facts and all(old.get(t, -1) > fact.order for t in fact.facts):
+            continue  # a later sentence says it changed: the state is the new value (was this)
         where.pop(fact.text, None)
         where[fact.text] = fact
     # "TCK-48601" is kept verbatim inside "Ticket TCK-48601": one of them is
@@ -611,11 +709,19 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
         if len(words) > _SHORT_FACT_WORDS:
             fact.covers = tuple(sorted(t for t in _runs(words, fact.text, _COVERED_WORDS) if t in where))
     for fact in where.values():
-        words = _lower_words(fact.text)
-        fact.weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
-        if fact.text.islower() and fact.text.replace("-", "").replace(" ", "").isalpha():
-            fact.weight *= 0.5  # a rare word: maybe a name, maybe just an unusual word
+        fact.weight = sum(_fact_weight(t, weights) for t in fact.facts or (fact.text,))
+        if "(was " in fact.text:
+            # The old value is worth a little: it says the state changed.
+            fact.weight += _WAS_WEIGHT * sum(_fact_weight(old, weights) for old in _WAS.findall(fact.text))
     return sorted(where.values(), key=lambda f: f.order)
+
+
+def _fact_weight(text: str, weights: dict[str, float]) -> float:
+    words = _lower_words(text)
+    weight = 1.0 + sum(weights.get(w, 1.0) for w in words) / len(words)
+    if text.islower() and text.replace("-", "").replace(" ", "").isalpha():
+        weight *= 0.5  # a rare word: maybe a name, maybe just an unusual word
+    return weight
 
 
 def _runs(words: list[str], whole: str, most: int | None = None) -> set[str]:
@@ -633,9 +739,10 @@ def _choose(facts: Sequence[_Fact], budget: int) -> tuple[list[_Fact], int]:
     """The facts to list within ``budget`` tokens, the most weight per token first, and the tokens they take."""
     chosen: dict[str, _Fact] = {}
     held: set[str] = set()  # inside a chosen long fact
+    stated: set[str] = set()  # the facts the chosen items state
     used = 0
     for fact in sorted(facts, key=lambda f: (-f.weight / f.cost, f.order)):
-        if fact.text in held:
+        if fact.text in held or (fact.facts and stated.issuperset(fact.facts)):
             continue
         inner = [chosen[t] for t in fact.covers if t in chosen]
         extra = fact.cost - sum(f.cost for f in inner)
@@ -644,16 +751,19 @@ def _choose(facts: Sequence[_Fact], budget: int) -> tuple[list[_Fact], int]:
                 del chosen[f.text]
             chosen[fact.text] = fact
             held.update(fact.covers)
+            stated.update(fact.facts)
             used += extra
     return list(chosen.values()), used
 
 
 def _quoted_facts(quoted: Sequence[_Sentence]) -> set[str]:
-    return {t for s in quoted for t in s.facts}
+    return {t for s in quoted for t, _ in s.items}
 
 
 def _replace_text(sentence: _Sentence, text: str) -> _Sentence:
-    return _Sentence(sentence.order, sentence.block, sentence.speaker, text, sentence.facts, sentence.score)
+    return _Sentence(
+        sentence.order, sentence.block, sentence.speaker, text, sentence.facts, sentence.score, items=sentence.items
+    )
 
 
 def _drop_weakest(plan: _Plan, facts: Sequence[_Fact], over: int, counted: dict[int, int]) -> None:
@@ -671,7 +781,7 @@ def _drop_weakest(plan: _Plan, facts: Sequence[_Fact], over: int, counted: dict[
             freed += counted.get(weakest.order, len(weakest.text) // 4 + 4)
         still = _quoted_facts(plan.quoted)
         listed = {f.text for f in plan.listed}
-        wanted = {t for s in dropped for t in s.facts} - still - listed
+        wanted = {t for s in dropped for t, _ in s.items} - still - listed
         plan.listed.extend(f for f in facts if f.text in wanted)
         return
     plan.listed.sort(key=lambda f: (f.weight / f.cost, -f.order))
@@ -681,6 +791,245 @@ def _drop_weakest(plan: _Plan, facts: Sequence[_Fact], over: int, counted: dict[
         freed += plan.listed[cut].cost
         cut += 1
     del plan.listed[:cut]
+
+
+# --- items: a fact with what it is about --------------------------------------------
+
+# Issue 26: a bare list ("75 micrograms; 12:30; 5.3 mmol/L") does not say what
+# a number measures. An item is a fact with the content words before it in
+# its clause (the noun it measures, the name of what it identifies), the
+# function words dropped: "levothyroxine dose 75 µg"; facts whose words
+# touch share one item. Anchor words per fact, by the room per fact:
+_ANCHOR_WORDS = ((16, 2), (9, 1))
+# Words that keep the phrase after a fact with it: "75 µg of levothyroxine".
+_LINKS = frozenset({"of", "for", "per"})
+_EDGE_LEADING = "\"'([{<“‘"
+_EDGE_TRAILING = "\"')]}>.,;:!?”’…"
+_CLAUSE_ENDS = (";", ":", ".", "!", "?", "—", "–")
+_PAIRS = (("(", ")"), ("[", "]"), ("{", "}"), ("“", "”"))
+
+
+def _anchor_width(limit: int, facts: int) -> int:
+    per_fact = limit / max(1, facts)
+    return next((width for room, width in _ANCHOR_WORDS if per_fact >= room), 0)
+
+
+@functools.lru_cache(maxsize=8192)
+def _items_of(sentence: str, facts: tuple[str, ...], width: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The items of one sentence: each fact with up to ``width`` content words before it in its clause.
+
+    Linear in the sentence: each fact is looked for once from where the
+    previous one ended, and every window is at most ``2 * width + 2`` tokens.
+    """
+    if not facts:
+        return ()
+    tokens = sentence.split(" ")
+    cores = [t.lstrip(_EDGE_LEADING).rstrip(_EDGE_TRAILING) for t in tokens]
+    spans: list[tuple[int, int, str]] = []
+    start = 0
+    for fact in dict.fromkeys(facts):
+        words = [w.lstrip(_EDGE_LEADING).rstrip(_EDGE_TRAILING) for w in fact.split(" ")]
+        at = _find(cores, words, start)
+        if at < 0:
+            at = _find(cores, words, 0)
+        if at < 0:
+            spans.append((-1, -1, fact))
+            continue
+        spans.append((at, at + len(words), fact))
+        start = at + len(words)
+    windows: list[list] = []
+    for a, b, fact in sorted(spans, key=lambda s: s[0]):
+        if a < 0 or width == 0:
+            windows.append([a, b, [fact]])
+            continue
+        lo, taken = a, 0
+        j = a - 1
+        while j >= 0 and taken < width and a - j <= 2 * width + 1 and not tokens[j].endswith(_CLAUSE_ENDS):
+            if cores[j] and cores[j].lower() not in STOPWORDS:
+                taken += 1
+                lo = j
+            j -= 1
+        hi = b
+        if b < len(tokens) and cores[b].lower() in _LINKS and not tokens[b - 1].endswith(_CLAUSE_ENDS + (",",)):
+            k = b + 1
+            while k < len(tokens) and k <= b + 2 and cores[k] and cores[k].lower() not in STOPWORDS:
+                hi = k + 1
+                if tokens[k].endswith(_CLAUSE_ENDS + (",",)):
+                    break
+                k += 1
+        if windows and windows[-1][0] >= 0 and lo < windows[-1][1]:
+            windows[-1][1] = max(windows[-1][1], hi)
+            windows[-1][2].append(fact)
+        else:
+            windows.append([lo, hi, [fact]])
+    fact_at = {a: (b, fact) for a, b, fact in spans if a >= 0}
+    was = _corrected(cores, spans)
+    old = set(was.values())
+    cue = {j for a, _, f in spans if f in old for j in range(max(0, a - 2), a) if cores[j].lower() in _CUE_WORDS}
+    items: list[tuple[str, tuple[str, ...]]] = []
+    for lo, hi, inner in windows:
+        if old.issuperset(inner):
+            continue
+        if lo < 0:
+            items.append((_balanced(inner[0]), tuple(inner)))
+            continue
+        words: list[str] = []
+        i = lo
+        while i < hi:
+            if i in fact_at:
+                end, fact = fact_at[i]
+                if fact in was.values():
+                    i = max(end, i + 1)
+                    continue  # said as the old value of another: "(was …)" after the new one
+                words.append(fact + (f" (was {was[fact]})" if fact in was else ""))
+                i = max(end, i + 1)
+                continue
+            core = cores[i].strip("-–—")  # "awesome--", "- vibes": a dash is no word
+            if i in cue or not any(c.isalnum() for c in core):
+                i += 1
+                continue
+            if core and (core.lower() not in STOPWORDS or (core.lower() in _LINKS and i > lo)):
+                words.append(core)
+            i += 1
+        items.append((_balanced(" ".join(words)), tuple(inner)))
+    return tuple(items)
+
+
+# Words that put an old value after a new one in one sentence: "HL-2026-0471,
+# not HL-2026-0417", "18:00 instead of 17:30", "75 µg rather than 50 µg".
+_NOT_BEFORE = (("not",), ("instead", "of"), ("rather", "than"), ("no", "longer"))
+_CUE_WORDS = frozenset(w for cue in _NOT_BEFORE for w in cue)
+
+
+def _corrected(cores: list[str], spans: list[tuple[int, int, str]]) -> dict[str, str]:
+    """{new fact: old fact} for the facts a sentence states as replaced by the fact before them (issue 26)."""
+    was: dict[str, str] = {}
+    located = sorted((a, b, f) for a, b, f in spans if a >= 0)
+    for k in range(1, len(located)):
+        a, _, old = located[k]
+        before = tuple(c.lower() for c in cores[max(0, a - 2):a])
+        if not any(before[-len(cue):] == cue for cue in _NOT_BEFORE):
+            continue
+        new = located[k - 1][2]
+        if new not in was and _same_shape(new, old):
+            was[new] = old
+    return was
+
+
+def _same_shape(new: str, old: str) -> bool:
+    """Both numbers (the same unit word, if any), or both names or codes: a value and the one it replaces."""
+    digits = any(c.isdigit() for c in new), any(c.isdigit() for c in old)
+    if digits[0] != digits[1]:
+        return False
+    if not digits[0]:
+        return True
+    unit = [w for w in new.split(" ") if not any(c.isdigit() for c in w)]
+    old_unit = [w for w in old.split(" ") if not any(c.isdigit() for c in w)]
+    return not old_unit or not unit or unit[-1:] == old_unit[-1:]
+
+
+# Words that say a sentence changes a value stated before ("Actually the
+# deposit is $5,000", "we moved the tasting to 4 pm").
+_CHANGE_CUES = frozenset(
+    "actually correction corrected instead changed update updated moved rather switched revised".split()
+)
+_DAY_WORDS = frozenset(
+    "monday tuesday wednesday thursday friday saturday sunday january february march april may june july "
+    "august september october november december".split()
+)
+
+
+def _mark_corrections(sentences: list[_Sentence]) -> None:
+    """A value a later sentence changes is written "new (was old)" there (issue 26: corrections as state).
+
+    The later sentence must say it changes something (_CHANGE_CUES) and share
+    a content word other than its values with the earlier one (the anchor:
+    "deposit", "tasting"), and the two values must have the same shape (a
+    number with the same unit, or a day). Earlier sentences are looked at in
+    a bounded window, so the cost stays linear.
+    """
+    recent: list[_Sentence] = []
+    for sentence in sentences:
+        if sentence.facts and recent and _CHANGE_CUES.intersection(_lower_words(sentence.text)):
+            said = {w for fact in sentence.facts for w in _lower_words(fact)}
+            anchors = sentence.words - _CHANGE_CUES - said
+            was: dict[str, str] = {}
+            for new in sentence.facts:
+                if any(f"{new} (was " in text for text, _ in sentence.items):
+                    continue
+                for earlier in reversed(recent[-_WINDOW:]):
+                    if not anchors & earlier.words:
+                        continue
+                    old = next(
+                        (o for o in earlier.facts if o != new and o not in sentence.facts and _same_value_shape(new, o)),
+                        None,
+                    )
+                    if old is not None:
+                        was[new] = old
+                        break
+            if was:
+                # Beside the bare items, not instead of them: when room is short the
+                # plan keeps the new value alone (_facts: the marked item covers it).
+                sentence.items += tuple(
+                    (marked, inner)
+                    for text, inner in sentence.items
+                    if (marked := _with_was(text, inner, was)) != text
+                )
+        if sentence.facts:
+            recent.append(sentence)
+
+
+def _with_was(text: str, facts: tuple[str, ...], was: dict[str, str]) -> str:
+    for new in facts:
+        if new in was and f"{new} (was " not in text:
+            text = text.replace(new, f"{new} (was {was[new]})", 1)
+    return text
+
+
+def _same_value_shape(new: str, old: str) -> bool:
+    """Two values one can replace the other: numbers with the same words around them, or two days."""
+    new_digits, old_digits = any(c.isdigit() for c in new), any(c.isdigit() for c in old)
+    if new_digits and old_digits:
+        words = [w.lower() for w in new.split(" ") if not any(c.isdigit() for c in w)]
+        old_words = [w.lower() for w in old.split(" ") if not any(c.isdigit() for c in w)]
+        currency = (new[:1] in "€$£") == (old[:1] in "€$£")
+        return words == old_words and currency and (":" in new) == (":" in old)
+    if new_digits or old_digits:
+        return False
+    return new.lower() in _DAY_WORDS and old.lower() in _DAY_WORDS
+
+
+def superseded_by(items: Sequence[tuple[str, tuple[str, ...]]]) -> set[str]:
+    """The old values the items mark "(was …)"."""
+    return {m.group(1) for text, _ in items for m in _WAS.finditer(text)}
+
+
+_WAS = re.compile(r"\(was ([^()]{1,80})\)")
+_WAS_MARK = re.compile(r" \(was [^()]{1,80}\)")
+# What the old value in "new (was old)" adds to the new one's weight.
+_WAS_WEIGHT = 0.2
+
+
+def _find(cores: list[str], words: list[str], start: int) -> int:
+    n = len(words)
+    first = words[0]
+    for i in range(start, len(cores) - n + 1):
+        if cores[i] == first and cores[i:i + n] == words:
+            return i
+    return -1
+
+
+def _balanced(item: str) -> str:
+    """``item`` without the brackets and quotes that do not close in it ("9.4(b" -> "9.4b")."""
+    if not any(c in item for c in "()[]{}“”\"`"):
+        return item
+    for opening, closing in _PAIRS:
+        if item.count(opening) != item.count(closing):
+            item = item.replace(opening, "").replace(closing, "")
+    for mark in ('"', "`"):
+        if item.count(mark) % 2:
+            item = item.replace(mark, "")
+    return item
 
 
 # --- writing ---------------------------------------------------------------------
@@ -696,8 +1045,11 @@ def _render(
     for sentence in sorted(plan.quoted, key=lambda s: s.order):
         quoted_in.setdefault(sentence.block, []).append(sentence)
     listed_in: dict[int, list[str]] = {}
-    for fact in sorted(plan.listed, key=lambda f: f.order):
-        listed_in.setdefault(fact.block, []).append(fact.text)
+    if any(fact.speaker for fact in plan.listed):
+        listed_in = _by_speaker(plan.listed)
+    else:
+        for fact in sorted(plan.listed, key=lambda f: f.order):
+            listed_in.setdefault(fact.block, []).append(fact.text)
     for b in sorted(quoted_in.keys() | listed_in.keys()):
         sentences = quoted_in.get(b, [])
         facts = listed_in.get(b, [])
@@ -726,6 +1078,27 @@ def _render(
     return "\n".join(lines)
 
 
+def _by_speaker(listed: Sequence[_Fact]) -> dict[int, list[str]]:
+    """Each block's items: the roles' first, then each named speaker's under one label (issue 26)."""
+    groups: dict[int, dict[str, list[str]]] = {}
+    for fact in sorted(listed, key=lambda f: f.order):
+        groups.setdefault(fact.block, {"": []}).setdefault(fact.speaker, []).append(fact.text)
+    out: dict[int, list[str]] = {}
+    for b, by in groups.items():
+        unnamed = list(by.pop(""))
+        labelled: list[str] = []
+        for speaker, said in by.items():
+            if len(said) < 2:
+                # A label costs about five tokens: worth it for a group, not for one
+                # item (LoCoMo: labels were a tenth of a 2,048-token summary).
+                unnamed.append(said[0])
+                continue
+            labelled.append(f"{speaker} (user): {said[0]}")
+            labelled.extend(said[1:])
+        out[b] = unnamed + labelled
+    return out
+
+
 def _topics(sentences: Sequence[_Sentence], weights: dict[str, float], most: int = 3) -> list[str]:
     """The words of what a line kept that weigh most: said at least twice, names first."""
     counts: dict[str, int] = {}
@@ -746,7 +1119,7 @@ def _topics(sentences: Sequence[_Sentence], weights: dict[str, float], most: int
     return [w if w in common else shown[w] for w in repeated[:most]]
 
 
-def _verb(speaker: str, text: str) -> str:
+def _verb(speaker: str, text: str) -> str:  # a named speaker is a person: "said", "asked"
     if speaker == "system":
         return "noted"
     return "asked" if text.endswith("?") else "said"
@@ -771,5 +1144,6 @@ def _phrase(run: list[_Sentence]) -> str:
             verb, texts = _verb(speaker, sentence.text), []
         texts.append(sentence.text)
     parts.append(f"{verb} {_join_quotes(texts)}")
-    return f"the {speaker} " + " and ".join(parts)
+    who = f"the {speaker}" if speaker in _ROLES else speaker
+    return f"{who} " + " and ".join(parts)
 

@@ -80,6 +80,35 @@ def clean(sentence: str) -> str:
 MAX_SENTENCE = 1000
 
 
+# Words whose dot is an abbreviation's, not a sentence end (issue 26: "Dr."
+# ended a sentence, so "Dr. Helen Achterberg" never survived). Compared in
+# lower case, without the dot.
+_ABBREVIATIONS = frozenset(
+    "dr mr mrs ms mx prof st mt ft jr sr vs e.g i.e approx cf dept est fig incl ref tel ave rd blvd "
+    "gen col capt lt sgt rev hon jan feb apr jun jul aug sep sept oct nov dec mon tue tues wed thu thur "
+    "thurs fri sat sun".split()
+)
+# These only before a number: "No. 3" (but "No. I don't think so.").
+_NUMBER_ABBREVIATIONS = frozenset({"no", "nos", "nr", "vol", "pp", "ch", "art", "sec"})
+
+
+def _abbreviation(text: str, dot: int) -> bool:
+    """Whether the dot at ``dot`` closes an abbreviation: looks back at most 6 characters (linear)."""
+    word = text[max(0, dot - 6):dot].rsplit(None, 1)[-1:]
+    if not word:
+        return False
+    lowered = word[0].lstrip(_LEADING).lower()
+    if lowered in _ABBREVIATIONS:
+        return True
+    if lowered in ("a.m", "p.m"):  # "at 4 p.m. on Friday", but "… at 4 p.m. Then we"
+        after = text[dot + 1:dot + 3].lstrip()
+        return after[:1].islower() or after[:1].isdigit()
+    if lowered in _NUMBER_ABBREVIATIONS:
+        after = text[dot + 1:dot + 3].lstrip()
+        return after[:1].isdigit()
+    return False
+
+
 def split_sentences(text: str) -> list[str]:
     """The sentences of ``text``, cleaned, empty ones left out, none over MAX_SENTENCE characters."""
     out: list[str] = []
@@ -89,6 +118,8 @@ def split_sentences(text: str) -> list[str]:
         end = match.end()
         if match.group() != "\n" and end < length and not text[end].isspace():
             continue  # "3.11", "a.py", "x@y.org": a dot inside a word
+        if match.group() == "." and end < length and _abbreviation(text, match.start()):
+            continue  # "Dr. Achterberg", "e.g. a pump", "No. 3"
         out.extend(_pieces(clean(text[start:end])))
         start = end
     out.extend(_pieces(clean(text[start:])))
@@ -148,8 +179,21 @@ def _strong(core: str) -> bool:
     return any(c.isupper() for c in core[1:]) and any(c.islower() for c in core)  # NoneType
 
 
+# Words of talk, not of content: a capital does not make them a name (issue
+# 26: "Agreed", "Yep", "Hm" were kept as facts of a transcript).
+FILLERS = frozenset(
+    """hey hiya yo wow woah whoa yay yep yup nope nah ha haha hah hm hmm mhm uh um umm oof ooh oh aww
+    agreed absolutely definitely totally exactly indeed congrats congratulations awesome amazing gotcha
+    lemme gonna wanna bye goodbye cheers lol omg btw hopefully honestly basically anyway sounds looks
+    perfect noted understood alright true cool sweet wonderful fantastic brilliant lovely excellent
+    ugh aha right sure okay ok yes no thanks""".split()
+)
+
+
 def _capitalised(core: str) -> bool:
-    return bool(core) and core[0].isupper() and core[0].isalpha() and core.lower() not in STOPWORDS
+    return bool(core) and core[0].isupper() and core[0].isalpha() and core.lower() not in STOPWORDS and (
+        core.lower() not in FILLERS
+    )
 
 
 def opener(sentence: str) -> str:
@@ -263,9 +307,62 @@ def facts_of(
         ends = closing[i]
         lowered = core.lower()
         number = bool(core) and core[0].isdigit() or core[:1] in "€$£" and core[1:2].isdigit()
+        if lowered in _ABBREVIATIONS and token.endswith(".") and lowered not in _TITLES and lowered not in _MONTHS:
+            close()  # "e.g.", "vs.": not a fact, and no part of one
+            continue
+        if lowered in _MONTHS and token.endswith(".") and _next_is_number(cores, i):
+            close()
+            run.append(core + ".")  # "Oct. 10": the month keeps its dot and its day
+            ends = False
+            continue
+        if lowered in _TITLES and token.endswith(".") and i + 1 < len(tokens) and _capitalised(cores[i + 1]):
+            close()  # "Dr. Helen Achterberg": a name keeps its title
+            run.append(core + ".")
+            ends = False
+            continue
+        if (lowered in _NUMBER_LABELS or lowered in _NUMBER_ABBREVIATIONS and token.endswith(".")) and (
+            not ends or token.endswith(".")
+        ) and _next_is_number(cores, i):
+            close()  # "type 2 diabetes", "run No. 3": the label says what the number counts
+            run.append(core + "." if token.endswith(".") and lowered in _NUMBER_ABBREVIATIONS else core)
+            ends = False
+            continue
+        if lowered in _SPELLED and not run and not ends and i + 1 < len(tokens) and (
+            _unit(cores, closing, i + 1) or cores[i + 1].lower() in _SPELLED
+        ):
+            run.append(core)  # "three nights", "two hundred guests": a number in words
+            continue
+        if run and lowered in _SPELLED and run[-1].lower() in _SPELLED and not ends:
+            run.append(core)
+            continue
+        if run and units == 0 and _ordinal(run[-1]) and _is_word(core) and lowered not in STOPWORDS:
+            run.append(core)  # "4th floor", "2nd draft": an ordinal counts the noun after it
+            units = 2
+            if ends:
+                close()
+            continue
+        if run and lowered in ("×", "x") and i + 1 < len(tokens) and cores[i + 1] == "g" and _after_number(run):
+            run.extend((core, "g"))  # "16,000 × g"
+            skip = i + 1
+            ends = closing[i + 1]
+            units = 2
+            continue
+        if run and units < 2 and _after_unit_start(run, units) and _measure_word(core):
+            # "USD 1.15 million", "4,000 rpm", "3.85 %", "75 µg", "50 mM"; "4 p.m." keeps its dot
+            run.append(core + "." if lowered in ("a.m", "p.m") and token.endswith(".") else core)
+            units += 1
+            if ends:
+                close()
+            continue
         if _strong(core):
             if run and units:
                 close()
+            if number and token.startswith("(") and token.endswith(")") and i + 1 < len(tokens) and (
+                _next_is_number(cores, i)
+            ):
+                close()
+                run.append(token)  # "(845) 555-0142": a phone number keeps its area code's brackets
+                continue
             run.append(_quoted(token, core))
         elif core == "The" and not ends and i + 1 < len(tokens) and _capitalised(cores[i + 1]):
             close()  # "The Linden Inn": the article is part of the name
@@ -289,9 +386,10 @@ def facts_of(
                 run.append(nxt)
                 units += 1
                 skip = i + 1
-        elif lowered in _MONTHS and not ends:
+        elif lowered in _MONTHS and (not ends or token.endswith(".") and _next_is_number(cores, i)):
             close()
-            run.append(core)
+            run.append(core + "." if ends else core)  # "Oct. 10"
+            ends = False
         elif run and lowered in _TIMES_OF_DAY and run[-1].lower() in _MONTHS:
             run.append(core)  # "Monday noon"
         elif i in phrases and not (run and _after_number(run)):
@@ -410,8 +508,64 @@ def _rare_phrases(cores: list[str], closes: list[bool], rare: set[str], uncommon
     return out
 
 
+# Titles kept with the name after them; labels kept with the number after them.
+_TITLES = frozenset("dr mr mrs ms mx prof st mt sir dame capt lt sgt rev".split())
+_NUMBER_LABELS = frozenset(
+    "type stage grade level phase tier size class category room floor gate bay dock lane platform terminal "
+    "track route exit step round batch lot run table row seat section clause item unit apt suite week "
+    "day page chapter version option plan line passage cycle dose door pier berth slot zone aisle rack shelf "
+    "bin box tube well lane trailer truck load order invoice ticket case account policy claim ref booking "
+    "flight train bus container pallet station stop highway interstate mile sample fraction plate gel figure "
+    "panel replicate slide aliquot freezer fridge incubator year month quarter term payment instalment "
+    "installment course song seat bed ward bed floor building block wing ext extension".split()
+)
+# Scale words and units written after a number; issue 26 found "USD 5" kept
+# for "USD 5 million", "600" for "600 mg". Lower-case words that are not a
+# plural (which _unit already takes) or that the tokenizer reads as symbols.
+_SCALES = frozenset("thousand million billion trillion k m bn mn percent pc pct".split())
+_UNITS = frozenset(
+    """mg g kg µg ug mcg ng lb lbs oz t ml l µl ul dl cl mm cm m km mi ft yd nm µm um mph kph kmh km/h rpm
+    bpm mmol mol µm µmol nmol mm/hg mmhg psi bar kpa pa hz khz mhz ghz kw kwh w mw v mv ma mah wh db
+    gb mb tb kb gbps mbps kbps ms min mins h hr hrs sec secs s yo am pm % ° °c °f c f x ×g iu u da kda
+    bp kb sqm m² m2 m³ m3 ha ac sq usd eur gbp chf cad aud a.m p.m ×g""".split()
+)
+
+
+_SPELLED = frozenset(
+    """two three four five six seven eight nine ten eleven twelve fifteen twenty thirty forty fifty
+    sixty seventy eighty ninety hundred dozen""".split()
+)
+
+
+def _ordinal(word: str) -> bool:
+    return len(word) >= 3 and word[:-2].isdigit() and word[-2:].lower() in ("st", "nd", "rd", "th")
+
+
+def _measure_word(core: str) -> bool:
+    """A unit or scale word as written after a number: "million", "rpm", "mM", "µg/µL", "°C", "%"."""
+    if not core or len(core) > 10:
+        return False
+    lowered = core.lower()
+    if lowered in _SCALES or lowered in _UNITS:
+        return True
+    if core[0] in "%°µ":
+        return True
+    head, slash, tail = lowered.partition("/")
+    return bool(slash) and (head in _UNITS or head[:1] in "µ°%") and (tail in _UNITS or tail in {"day", "dose", "kg", "week"})
+
+
+def _after_unit_start(run: list[str], units: int) -> bool:
+    """Whether a unit may follow: right after a number, or after a scale word ("1.5 million tonnes")."""
+    if units == 0:
+        last = run[-1].lstrip("-+~−")  # "-18 °C", "~40 kg"
+        return _after_number(run) or (last[:1].isdigit() and last.count(".") < 2 and last[-1:].isdigit())
+    return run[-1].lower() in _SCALES
+
+
 def _after_number(run: list[str]) -> bool:
     last = run[-1]
+    if last.lower() in _SPELLED:
+        return True
     # A version or a code takes no unit: "1.10.15 works" is not a quantity.
     return (last[:1].isdigit() and last.count(".") < 2 and not any(c.isalpha() for c in last)) or (
         last[:1] in "€$£"
@@ -426,7 +580,13 @@ _VERBS_IN_S = frozenset(
 )
 
 
+# Plurals without an s: "12 people", "2 children", "40 feet".
+_IRREGULAR_PLURALS = frozenset("people children men women feet teeth mice geese persons staff crew".split())
+
+
 def _plural(word: str) -> bool:
+    if word in _IRREGULAR_PLURALS:
+        return True
     return len(word) > 2 and word.endswith("s") and not word.endswith("ss") and word not in _VERBS_IN_S
 
 
