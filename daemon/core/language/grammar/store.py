@@ -192,6 +192,10 @@ def _after_separator(q: str, sep: re.Match[str]) -> _Split | None:
         if quoted.header.understood:
             return replace(quoted, label=True)
         after = rest[_closing(rest, 0) + 1 :] if _closing(rest, 0) is not None else ""
+        if _holds_quote(after):
+            # "Add: 'hi' and 'bye'": quotes inside the utterance, not around
+            # it; after the colon all of it is what was said, unless its end reads as instruction.
+            return _tail_split(rest, header, instruction)
         if after[:1] in (" ", "\u2014", "\u2013", "-", "(", "[") and not _STRAY.search(after):
             # '"Lost my umbrella" (yes again, don't ask)': the quotes mark the
             # utterance and the words after it are not understood. Storing the
@@ -350,6 +354,14 @@ def _trailer(after: str) -> Header:
 
 
 _NO_COMMENT = Header()
+
+
+def _holds_quote(text: str) -> bool:
+    """Whether ``text`` holds a quoted span of its own (an opener the rules pair, closed)."""
+    for i, char in enumerate(text):
+        if char in _OPENERS and (i == 0 or not text[i - 1].isalnum()):
+            return _closing(text, i) is not None
+    return False
 
 
 def _closing(q: str, start: int) -> int | None:
