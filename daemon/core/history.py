@@ -18,7 +18,7 @@ from chd.backends.memory import MemoryBackend
 from chd.core.language.classifier import QueryClassifier
 from chd.core.memory.configure import configure, effective_settings
 from chd.core.memory.context import build_context
-from chd.core.errors import DaemonError, DeadlineExceeded, InvalidRequest, NotFound, TooLarge
+from chd.core.errors import DaemonError, DeadlineExceeded, InvalidRequest, NotFound, TooLarge, quote
 from chd.core.memory.eviction import evictions_for_store
 from chd.core.language.fields import as_str
 from chd.core.summaries.folding import FoldReport, Folder, with_pending
@@ -270,9 +270,17 @@ class ConversationHistory:
         tokens = _count_tokens(self.counter, intent.text, deadline)
         timestamp = now_rfc3339() if intent.timestamp is None else rfc3339(intent.timestamp)
 
-        def decide(state: ConversationState) -> tuple[Change, tuple[Utterance, list[Utterance], int]]:
+        key = intent.idempotency_key
+
+        def decide(state: ConversationState) -> tuple[Change, tuple[Utterance, list[Utterance], int | None, int, bool]]:
             # Checked again here: waiting for the conversation's lock counts too.
             _check_deadline(deadline, "before the store was decided")
+            if key is not None:
+                # Decided in the transaction, so two sends of one key store
+                # once, on one daemon or on replicas sharing Redis (issue 29).
+                held = state.keyed(key)
+                if held is not None:
+                    return Change(), (_replayed(held[0], intent.text, key), [], held[1], len(state.pending), True)
             limits = effective_settings(settings, state.settings)
             if tokens > limits.max_tokens:
                 raise TooLarge(
@@ -295,6 +303,7 @@ class ConversationHistory:
                 turn_number=turn,
                 timestamp=timestamp,
                 tokens=tokens,
+                key=key or "",
             )
             evicted = evictions_for_store(state.utterances, utterance, limits, state.buffer_tokens)
             queue = settings.summarization_enabled
@@ -308,9 +317,21 @@ class ConversationHistory:
             )
             index = len(state.utterances) - len(evicted)
             pending = len(state.pending) + (len(evicted) if queue else 0)
-            return change, (utterance, evicted, index, pending)
+            return change, (utterance, evicted, index, pending, False)
 
-        utterance, evicted, index, pending = self.backend.transact(conversation_id, decide)
+        utterance, evicted, index, pending, replayed = self.backend.transact(conversation_id, decide)
+        if replayed:
+            return QueryResult(
+                "store",
+                {"utterance": utterance.to_dict(index), "evicted": []},
+                {
+                    "conversation_id": conversation_id,
+                    "items_affected": 0,
+                    "tokens_used": 0,
+                    "summary_pending": pending,
+                    "replayed": True,
+                },
+            )
         self._note_store(conversation_id, utterance, evicted)
         if evicted and settings.summarization_enabled:
             # Summarizing is the worker's job: the store has already returned
@@ -563,6 +584,16 @@ def _count_tokens(counter: TokenCounter, text: str, deadline: float | None) -> i
     if deadline is None or checked is None:
         return counter.count(text)
     return int(checked(text, lambda: _check_deadline(deadline, "while its tokens were counted")))
+
+
+def _replayed(utterance: Utterance, text: str, key: str) -> Utterance:
+    """The held ``utterance`` a store with its idempotency key answers again, if it is the same store."""
+    if utterance.text != text:
+        raise InvalidRequest(
+            f"metadata.idempotency_key {quote(key, 40)} was already used by the store of utterance "
+            f"{utterance.seq} with a different text; use a new key for a new utterance"
+        )
+    return utterance
 
 
 def _check_deadline(deadline: float | None, stage: str) -> None:
