@@ -53,6 +53,7 @@ without them (only slower at scale):
 from __future__ import annotations
 
 from bisect import bisect_left
+from math import isqrt
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, runtime_checkable
@@ -367,9 +368,11 @@ def _key_index(state: ConversationState) -> dict[str, int]:
     return {u.key: u.seq for items in (state.utterances, state.pending, state.archive) for u in items if u.key}
 
 
-# ``recent`` is folded into ``base`` once it outgrows this plus an eighth of
-# ``base``: a store copies a dict of at most that size, and the merge, a
-# copy of ``base``, happens once per that many keyed stores.
+# ``recent`` is folded into ``base`` once it outgrows this or the square root
+# of ``base``: a keyed store copies ``recent`` (O(sqrt n)) and the merge, a
+# copy of ``base``, comes once per sqrt(n) keyed stores, O(sqrt n) each
+# amortized; about 2 us a store at 10,000 held (bench/bench_idempotent.py).
+# An eighth of ``base`` instead made the copy itself O(n).
 _RECENT_KEYS = 32
 
 
@@ -388,7 +391,7 @@ def _keys_after(state: ConversationState, change: Change) -> tuple[dict[str, int
     if not added:
         return keys
     recent = recent | added
-    if len(recent) <= _RECENT_KEYS + len(base) // 8:
+    if len(recent) <= max(_RECENT_KEYS, isqrt(len(base))):
         return base, recent
     merged = base | recent
     held = len(state.utterances) + len(state.pending) + len(state.archive)
