@@ -53,6 +53,7 @@ without them (only slower at scale):
 from __future__ import annotations
 
 from bisect import bisect_left
+from math import isqrt
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, runtime_checkable
@@ -109,10 +110,38 @@ class ConversationState:
     # by apply_change: every store checks it against max_tokens, and summing
     # a 10,000-utterance buffer each time made a store O(buffer).
     _buffer_tokens: int | None = field(default=None, repr=False, compare=False)
+    # Idempotency key -> seq of the held utterances that have one (issue 29),
+    # built on the first keyed lookup of a line of snapshots and carried
+    # forward by apply_change as (base, recent): a store adds its key to the
+    # small ``recent`` dict instead of copying one as large as the
+    # conversation. Entries may be stale (an utterance removed since):
+    # ``keyed`` checks the seq is still held with that key.
+    _keys: tuple[dict[str, int], dict[str, int]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_empty(self) -> bool:
         return self.next_seq == 1 and not self.settings
+
+    def keyed(self, key: str) -> tuple[Utterance, int | None] | None:
+        """The held utterance stored with idempotency ``key`` and its buffer position, if any.
+
+        Held means in the buffer (the position is its index there), the
+        summary queue or the archive (the position is None). A dict lookup
+        and a bisection, not a scan, once the index is built.
+        """
+        if self._keys is None:
+            self._keys = (_key_index(self), {})
+        base, recent = self._keys
+        seq = recent.get(key)
+        if seq is None:
+            seq = base.get(key)
+            if seq is None:
+                return None
+        for items, buffered in ((self.utterances, True), (self.pending, False), (self.archive, False)):
+            i = bisect_left(items, seq, key=_seq)
+            if i < len(items) and items[i].seq == seq:
+                return (items[i], i if buffered else None) if items[i].key == key else None
+        return None
 
     @property
     def buffer_tokens(self) -> int:
@@ -335,6 +364,42 @@ def _tokens_of(items: list[Utterance], seqs: set[int]) -> int:
     return total
 
 
+def _key_index(state: ConversationState) -> dict[str, int]:
+    return {u.key: u.seq for items in (state.utterances, state.pending, state.archive) for u in items if u.key}
+
+
+# ``recent`` is folded into ``base`` once it outgrows this or the square root
+# of ``base``: a keyed store copies ``recent`` (O(sqrt n)) and the merge, a
+# copy of ``base``, comes once per sqrt(n) keyed stores, O(sqrt n) each
+# amortized; about 2 us a store at 10,000 held (bench/bench_idempotent.py).
+# An eighth of ``base`` instead made the copy itself O(n).
+_RECENT_KEYS = 32
+
+
+def _keys_after(state: ConversationState, change: Change) -> tuple[dict[str, int], dict[str, int]] | None:
+    """``state``'s key index after ``change`` (None: build it again when asked)."""
+    keys = state._keys
+    if keys is None:
+        return None
+    base, recent = keys
+    added = {u.key: u.seq for u in change.append if u.key}
+    # An utterance moved to the queue or the archive keeps its seq; an
+    # imported one (import --replace) may bring a key the index maps elsewhere.
+    for u in (*change.pending_add, *change.archive_add):
+        if u.key and recent.get(u.key, base.get(u.key)) != u.seq:
+            added[u.key] = u.seq
+    if not added:
+        return keys
+    recent = recent | added
+    if len(recent) <= max(_RECENT_KEYS, isqrt(len(base))):
+        return base, recent
+    merged = base | recent
+    held = len(state.utterances) + len(state.pending) + len(state.archive)
+    if len(merged) > 2 * held + _RECENT_KEYS:
+        return None  # mostly keys of utterances long gone: rebuilt from what is held
+    return merged, {}
+
+
 def sizes_after(state: ConversationState, change: Change) -> tuple[int, int]:
     """``len`` of the buffer and of the queue after ``change``, without building that state.
 
@@ -388,4 +453,5 @@ def apply_change(state: ConversationState, change: Change) -> ConversationState:
         settings=state.settings if change.settings is None else dict(change.settings),
         archive=archive,
         _buffer_tokens=tokens,
+        _keys=_keys_after(state, change),
     )

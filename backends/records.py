@@ -297,6 +297,8 @@ _RECORD_START = '{"seq":'
 _RECORD_KEYS = frozenset(
     ("seq", "speaker", "text", "turn_number", "timestamp", "tokens", "conversation_id", "important")
 )
+# A record stored with an idempotency key (issue 29) has it last, as a ninth key.
+_KEYED_RECORD_KEYS = _RECORD_KEYS | {"idempotency_key"}
 _scan = json.JSONDecoder().raw_decode
 
 
@@ -338,7 +340,8 @@ def _split_scanned(text: str, conversation_id: str, block: int, i: int) -> dict[
         while True:
             record, end = _scan(text, i)
             if not (
-                type(record) is dict and len(record) == 8 and record.keys() == _RECORD_KEYS
+                type(record) is dict
+                and (record.keys() == _RECORD_KEYS or record.keys() == _KEYED_RECORD_KEYS)
                 and type(record["seq"]) is int and type(record["text"]) is str
             ):
                 return _split_decoded(text, conversation_id, block)

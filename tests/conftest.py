@@ -31,7 +31,7 @@ from chd.v1 import daemon_pb2, daemon_pb2_grpc
 ROOT = Path(__file__).resolve().parent.parent
 
 # Variables of the developer's shell that change what a daemon does.
-DEVELOPER_PREFIXES = ("ANTHROPIC_", "CHD_")
+DEVELOPER_PREFIXES = ("ANTHROPIC_", "CHD_", "OTEL_")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -195,3 +195,15 @@ def test_a_circle_would_be_found() -> None:
     assert ["chd.core.history", "chd.core.memory.retrieval"] in [
         [m for m in c if m in ("chd.core.history", "chd.core.memory.retrieval")] for c in _cycles(graph)
     ]
+
+
+def test_only_the_otel_module_imports_opentelemetry() -> None:
+    """Traces are an optional extra: the core opens spans through a protocol, chd.service.otel fills it in."""
+    offences = [
+        f"{module} imports {name}"
+        for module in _modules()
+        if module != "chd.service.otel"
+        for name in _imports(module)
+        if _in(name, "opentelemetry")
+    ]
+    assert not offences, offences

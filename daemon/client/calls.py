@@ -8,22 +8,24 @@ query's (a misspelt field is refused, never ignored).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Mapping, TypeVar
 
 from chd.client import results
 from chd.client.results import Answer
 
-__all__ = ["Call", "DEFAULT_CONVERSATION", "READ_OPERATIONS"]
+__all__ = ["Call", "DEFAULT_CONVERSATION", "READ_OPERATIONS", "IDEMPOTENCY_KEY", "new_key"]
 
 T = TypeVar("T")
 
 DEFAULT_CONVERSATION = "default"
 # Operations that change nothing a second send could change twice: a retry
 # after a lost reply is safe. (Reads of the summary fold the queue first;
-# folding twice is folding once.) store, remove, configure and mark are not
-# retried: the protocol has no idempotency key yet, so a store re-sent after
-# a lost reply would be stored twice (issue 29).
+# folding twice is folding once.) A store is retried too, with the
+# idempotency key it was first sent with: the daemon answers a key it holds
+# with the utterance it stored (issue 29). remove, configure and mark are
+# not retried.
 READ_OPERATIONS = frozenset({"retrieve", "summarize", "stats"})
 
 
@@ -54,15 +56,31 @@ def _op(operation: str, conversation: str, read: Callable[[Answer], T], metadata
 
 def query(text: str, conversation: str, metadata: Mapping[str, Any] | None, data: Mapping[str, Any]) -> Call[Answer]:
     merged = {"conversation_id": conversation, **(metadata or {})}
-    # Free text may say anything, a remove too: retried only when data names a read.
-    return Call(text, merged, dict(data), data.get("operation") in READ_OPERATIONS, lambda answer: answer)
+    operation = data.get("operation")
+    if operation == "store":
+        # A store named by data.operation (the MCP server's remember) gets a
+        # key of its own unless the caller chose one, and is then retried.
+        merged.setdefault(IDEMPOTENCY_KEY, new_key())
+    # Free text may say anything, a remove too: retried only when data names a read or a store.
+    return Call(text, merged, dict(data), operation in READ_OPERATIONS or operation == "store",
+                lambda answer: answer)
 
 
 def store(text: str, speaker: str, turn: int | None, conversation: str) -> Call[results.Stored]:
-    metadata: dict[str, Any] = {"speaker": speaker}
+    metadata: dict[str, Any] = {"speaker": speaker, IDEMPOTENCY_KEY: new_key()}
     if turn is not None:
         metadata["turn_number"] = turn
-    return _op("store", conversation, results.stored_of, metadata, text=text)
+    call = _op("store", conversation, results.stored_of, metadata, text=text)
+    return Call(call.text, call.metadata, call.data, True, call.read)
+
+
+# The metadata key of docs/protocol.md: a store sent again with it is applied once.
+IDEMPOTENCY_KEY = "idempotency_key"
+
+
+def new_key() -> str:
+    """A fresh idempotency key: a random UUID, made once per store and kept across its retries."""
+    return uuid.uuid4().hex
 
 
 def last(n: int, speaker: str | None, conversation: str) -> Call[list[results.Utterance]]:

@@ -1,10 +1,10 @@
-"""When a call is sent again: only a safe one (a read), only after UNAVAILABLE, within its deadline."""
+"""When a call is sent again: only a safe one (a read, a keyed store), after UNAVAILABLE or DEADLINE_EXCEEDED, within its deadline."""
 
 from __future__ import annotations
 
 import time
 
-from chd.client.errors import ChdError, Unavailable
+from chd.client.errors import ChdError, DeadlineExceeded, Unavailable
 
 __all__ = ["backoff", "again"]
 
@@ -15,12 +15,15 @@ def backoff(attempt: int) -> float:
 
 
 def again(failure: ChdError, safe: bool, attempt: int, retries: int, until: float) -> bool:
-    """Whether to send a call again: a safe call, refused as UNAVAILABLE, with tries and time left.
+    """Whether to send a call again: a safe call, UNAVAILABLE or DEADLINE_EXCEEDED, with tries and time left.
 
-    UNAVAILABLE is what gRPC answers when no connection could be made (the
-    daemon restarting, a load balancer between replicas) and what chd answers
-    when its storage failed before changing anything; other statuses are
-    answers, and sending the same question again gets the same answer.
+    UNAVAILABLE is what gRPC answers when no connection could be made or one
+    broke mid-call (the daemon restarting, a load balancer between replicas)
+    and what chd answers when its storage failed before changing anything;
+    DEADLINE_EXCEEDED from the daemon (its own request_timeout, shorter than
+    ours) leaves time to ask again. Either way the first send may have been
+    carried out, which is why only reads and keyed stores are safe. Other
+    statuses are answers, and the same question gets the same answer.
     """
-    return (safe and isinstance(failure, Unavailable) and attempt <= retries
+    return (safe and isinstance(failure, (Unavailable, DeadlineExceeded)) and attempt <= retries
             and time.monotonic() + backoff(attempt) < until)

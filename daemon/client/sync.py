@@ -36,9 +36,11 @@ class Client:
         token: the bearer token, when the daemon has ``auth_token`` set.
         tls: connect with TLS as it says (None: plaintext).
         timeout: seconds a call may take, retries included (per call: ``timeout=``).
-        retries: how often a read is re-sent after UNAVAILABLE. Writes are
-            never re-sent: the protocol has no idempotency key yet, so a
-            store whose reply was lost could be applied twice.
+        retries: how often a read or a store is re-sent after UNAVAILABLE or
+            DEADLINE_EXCEEDED. A store carries a fresh idempotency key
+            (``metadata.idempotency_key``) kept across its retries, so one
+            whose reply was lost is applied once; remove, configure and mark
+            are never re-sent.
     """
 
     def __init__(self, target: str = DEFAULT_TARGET, *, token: str | None = None, tls: TLS | None = None,

@@ -18,7 +18,7 @@ from chd.backends.memory import MemoryBackend
 from chd.core.language.classifier import QueryClassifier
 from chd.core.memory.configure import configure, effective_settings
 from chd.core.memory.context import build_context
-from chd.core.errors import DaemonError, DeadlineExceeded, InvalidRequest, NotFound, TooLarge
+from chd.core.errors import DaemonError, DeadlineExceeded, InvalidRequest, NotFound, TooLarge, quote
 from chd.core.memory.eviction import evictions_for_store
 from chd.core.language.fields import as_str
 from chd.core.summaries.folding import FoldReport, Folder, with_pending
@@ -54,6 +54,7 @@ from chd.core.summaries.extractive import ExtractiveSummarizer
 from chd.core.summaries.summarizer import Summarized, Summarizer
 from chd.core.summaries.writer import SummaryWriter
 from chd.core.tokens import TokenCounter, default_counter
+from chd.core.tracing import COMMIT, FOLD, NO_TRACER, PARSE, Tracer
 from chd.core.language.understanding import understand
 from chd.core.utterance import Speaker, Summary, SummarySegment, Utterance, now_rfc3339, rfc3339
 from chd.core.summaries.worker import FoldWorker
@@ -102,14 +103,18 @@ class ConversationHistory:
         writer: SummaryWriter | None = None,
         background: bool = True,
         embedder: Embedder | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         """Args beyond the obvious: ``classifier`` (Claude) reads queries the
         rules are unsure of (None: the rules alone); ``writer`` wraps
         ``summarizer`` with retries and the offline fallback (built from
         ``summarizer`` when None); ``background`` False folds on the store
         itself (no worker threads); ``embedder`` (None: off) adds vector
-        similarity to topic search (daemon/core/memory/embedder.py)."""
+        similarity to topic search (daemon/core/memory/embedder.py);
+        ``tracer`` (None: none) opens spans around the parse, storage
+        commits and folds (daemon/core/tracing.py)."""
         self.embedder = embedder
+        self.tracer: Tracer = tracer or NO_TRACER
         self.backend: Backend = backend if backend is not None else MemoryBackend()
         self.settings = settings or Settings()
         self.counter: TokenCounter = counter or default_counter()
@@ -126,7 +131,7 @@ class ConversationHistory:
         self.folder = Folder(self.backend, self.settings, self.writer, self.counter)
         self.worker: FoldWorker | None = None
         if background:
-            self.worker = FoldWorker(lambda cid: self.folder.fold(cid).done, delay=self.settings.fold_delay)
+            self.worker = FoldWorker(self.fold, delay=self.settings.fold_delay)
             self.folder.rewrite_due = self.worker.submit
             self.worker.recover(lambda: queued_conversations(self.backend))
 
@@ -200,7 +205,8 @@ class ConversationHistory:
         try:
             operation = _named_operation(data)
             conversation_id = self._conversation_id(metadata)
-            understood = understand(text, metadata, data, self.classifier)
+            with self.tracer.span(PARSE, conversation_id):
+                understood = understand(text, metadata, data, self.classifier)
             operation = _OPERATION_OF.get(type(understood.intent), operation)
             _check_deadline(deadline, "once the query was read")
             outcome = self.execute(understood.intent, conversation_id, deadline)
@@ -270,9 +276,17 @@ class ConversationHistory:
         tokens = _count_tokens(self.counter, intent.text, deadline)
         timestamp = now_rfc3339() if intent.timestamp is None else rfc3339(intent.timestamp)
 
-        def decide(state: ConversationState) -> tuple[Change, tuple[Utterance, list[Utterance], int]]:
+        key = intent.idempotency_key
+
+        def decide(state: ConversationState) -> tuple[Change, tuple[Utterance, list[Utterance], int | None, int, bool]]:
             # Checked again here: waiting for the conversation's lock counts too.
             _check_deadline(deadline, "before the store was decided")
+            if key is not None:
+                # Decided in the transaction, so two sends of one key store
+                # once, on one daemon or on replicas sharing Redis (issue 29).
+                held = state.keyed(key)
+                if held is not None:
+                    return Change(), (_replayed(held[0], intent.text, key), [], held[1], len(state.pending), True)
             limits = effective_settings(settings, state.settings)
             if tokens > limits.max_tokens:
                 raise TooLarge(
@@ -295,6 +309,7 @@ class ConversationHistory:
                 turn_number=turn,
                 timestamp=timestamp,
                 tokens=tokens,
+                key=key or "",
             )
             evicted = evictions_for_store(state.utterances, utterance, limits, state.buffer_tokens)
             queue = settings.summarization_enabled
@@ -308,9 +323,22 @@ class ConversationHistory:
             )
             index = len(state.utterances) - len(evicted)
             pending = len(state.pending) + (len(evicted) if queue else 0)
-            return change, (utterance, evicted, index, pending)
+            return change, (utterance, evicted, index, pending, False)
 
-        utterance, evicted, index, pending = self.backend.transact(conversation_id, decide)
+        with self.tracer.span(COMMIT, conversation_id):
+            utterance, evicted, index, pending, replayed = self.backend.transact(conversation_id, decide)
+        if replayed:
+            return QueryResult(
+                "store",
+                {"utterance": utterance.to_dict(index), "evicted": []},
+                {
+                    "conversation_id": conversation_id,
+                    "items_affected": 0,
+                    "tokens_used": 0,
+                    "summary_pending": pending,
+                    "replayed": True,
+                },
+            )
         self._note_store(conversation_id, utterance, evicted)
         if evicted and settings.summarization_enabled:
             # Summarizing is the worker's job: the store has already returned
@@ -423,7 +451,8 @@ class ConversationHistory:
             )
             return change, (sorted([*victims, *archived], key=lambda u: u.seq), forgotten)
 
-        removed, forgotten = self.backend.transact(conversation_id, decide)
+        with self.tracer.span(COMMIT, conversation_id):
+            removed, forgotten = self.backend.transact(conversation_id, decide)
         self.folder.forget_late(conversation_id)  # its answers kept for joining may quote what was removed
         return QueryResult(
             "remove",
@@ -476,7 +505,8 @@ class ConversationHistory:
         See daemon/core/summaries/folding.py: utterances leave the queue only in the commit
         that stores the summary holding them.
         """
-        return self.folder.fold(conversation_id).done
+        with self.tracer.span(FOLD, conversation_id):
+            return self.folder.fold(conversation_id).done
 
     def _fold_now(self, conversation_id: str, deadline: float | None = None) -> FoldReport:
         """Fold what is queued before answering with the summary, so it is never stale.
@@ -489,7 +519,8 @@ class ConversationHistory:
         """
         _check_deadline(deadline, "before the summary was brought up to date")
         wait = READ_WAIT if deadline is None else max(0.0, min(READ_WAIT, deadline - time.monotonic()))
-        report = self.folder.fold(conversation_id, patient=False, wait=wait)
+        with self.tracer.span(FOLD, conversation_id):
+            report = self.folder.fold(conversation_id, patient=False, wait=wait)
         _check_deadline(deadline, "while the summary was brought up to date")
         return report
 
@@ -563,6 +594,16 @@ def _count_tokens(counter: TokenCounter, text: str, deadline: float | None) -> i
     if deadline is None or checked is None:
         return counter.count(text)
     return int(checked(text, lambda: _check_deadline(deadline, "while its tokens were counted")))
+
+
+def _replayed(utterance: Utterance, text: str, key: str) -> Utterance:
+    """The held ``utterance`` a store with its idempotency key answers again, if it is the same store."""
+    if utterance.text != text:
+        raise InvalidRequest(
+            f"metadata.idempotency_key {quote(key, 40)} was already used by the store of utterance "
+            f"{utterance.seq} with a different text; use a new key for a new utterance"
+        )
+    return utterance
 
 
 def _check_deadline(deadline: float | None, stage: str) -> None:

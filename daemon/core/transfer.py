@@ -582,6 +582,7 @@ def _utterance(record: dict[str, Any]) -> Utterance:
         timestamp=as_str("timestamp", record.get("timestamp")),
         tokens=as_int("tokens", record.get("tokens")),
         important=as_bool("important", record.get("important", False)),
+        key=as_str("idempotency_key", record.get("idempotency_key", ""), allow_empty=True),
     )
 
 _SEGMENT_NUMBERS = ("tokens", "seq_from", "seq_to", "turn_from", "turn_to")

@@ -52,6 +52,11 @@ class Utterance:
     names an utterance for its whole life; its position in the buffer
     (``utterance_index``) changes as older ones leave and is computed when the
     utterance is returned, never stored.
+
+    ``key`` is the idempotency key its store carried (empty: none): kept with
+    the utterance while it is held, so a store sent again with that key is
+    answered with this utterance instead of storing it twice (issue 29). It
+    is stored, never returned on the wire.
     """
 
     conversation_id: str
@@ -62,6 +67,7 @@ class Utterance:
     timestamp: str
     tokens: int
     important: bool = False
+    key: str = ""
 
     def to_dict(self, utterance_index: int | None = None) -> dict[str, Any]:
         """The wire form; ``utterance_index`` is included when known."""
@@ -80,8 +86,15 @@ class Utterance:
         return out
 
     def to_record(self) -> dict[str, Any]:
-        """A plain dict for storage (JSON- and pickle-safe)."""
-        return self.to_dict()
+        """A plain dict for storage (JSON- and pickle-safe).
+
+        ``idempotency_key`` is written last and only when set, so a record
+        without one reads as before and older records need no migration.
+        """
+        record = self.to_dict()
+        if self.key:
+            record["idempotency_key"] = self.key
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Utterance:
@@ -90,7 +103,7 @@ class Utterance:
         # each, twice the cost, and a state-cache miss decodes every buffered
         # utterance (issue 17). tests/test_core.py checks it against __init__.
         made = object.__new__(cls)
-        conversation_id, seq, speaker, text, turn_number, timestamp, tokens, important = _UTTERANCE_SLOTS
+        conversation_id, seq, speaker, text, turn_number, timestamp, tokens, important, key = _UTTERANCE_SLOTS
         conversation_id(made, record["conversation_id"])
         seq(made, int(record["seq"]))
         speaker(made, record["speaker"])
@@ -99,6 +112,7 @@ class Utterance:
         timestamp(made, record["timestamp"])
         tokens(made, int(record["tokens"]))
         important(made, bool(record.get("important", False)))
+        key(made, str(record.get("idempotency_key", "")))
         return made
 
     def with_important(self, important: bool) -> Utterance:
@@ -108,7 +122,9 @@ class Utterance:
 # Utterance's slot setters, in from_record's order.
 _UTTERANCE_SLOTS = tuple(
     vars(Utterance)[name].__set__
-    for name in ("conversation_id", "seq", "speaker", "text", "turn_number", "timestamp", "tokens", "important")
+    for name in (
+        "conversation_id", "seq", "speaker", "text", "turn_number", "timestamp", "tokens", "important", "key"
+    )
 )
 
 

@@ -20,6 +20,7 @@ from chd.core.history import ConversationHistory
 from chd.service.limits import LimitedBackend, Limits, deadline_guard
 from chd.service.metrics import Metrics
 from chd.service.observe import CallSink, observing
+from chd.service.otel import OtelTracing, tracing_from_environment
 from chd.service.server import ListenError, Server, build_server, check_port_free
 from chd.core.summaries.extractive import ExtractiveSummarizer
 from chd.core.summaries.summarizer import Summarizer
@@ -71,8 +72,12 @@ def summary_writer(config: Config, summarizer: Summarizer | None = None) -> Summ
         raise ConfigError("summarizer", config.sources["summarizer"], str(exc)) from None
 
 
-def start(config: Config, *, backend: Backend | None = None, summarizer: Summarizer | None = None) -> Server:
+def start(config: Config, *, backend: Backend | None = None, summarizer: Summarizer | None = None,
+          tracing: OtelTracing | None | bool = True) -> Server:
     """A started server as ``config`` says, over ``backend`` (memory if None).
+
+    ``tracing`` True traces as the OTEL_* variables say (off when they say
+    nothing, or without ``chd[otel]``); False never; or the given tracing.
 
     The backend and summarizer are wrapped (limits, sizes, failure counts)
     before the core is built over them, so every part of the core that holds
@@ -103,8 +108,9 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
         writer.primary = metrics.watch_summarizer(writer.primary)
         if writer.late is not None:
             metrics.watch_late(writer.late)
+    traces = tracing_from_environment() if tracing is True else tracing or None
     history = ConversationHistory(
-        backend=store, settings=to_settings(config), classifier=classifier, writer=writer
+        backend=store, settings=to_settings(config), classifier=classifier, writer=writer, tracer=traces
     )
     # Interceptors only note, per call, what the polling thread knows (arrival,
     # a bad token); the guards the Daemon handlers are built with act on it.
@@ -120,12 +126,14 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
         config.port,
         config.workers,
         interceptors=interceptors,
-        observers=[observing(sinks)],
+        observers=[*((traces.guard,) if traces is not None else ()), observing(sinks)],
         checks=[deadline_guard(limits.request_timeout)],
         credentials=credentials,
         options=[("grpc.max_receive_message_length", limits.max_request_bytes)],
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
     )
+    if traces is not None:
+        server.on_stop.append(traces.shutdown)
     if metrics is not None:
         try:
             check_port_free(config.metrics_host, config.metrics_port)

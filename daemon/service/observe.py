@@ -21,7 +21,8 @@ import grpc
 from chd.service.admission import arrived
 from chd.service.handlers import Behavior, Guard
 
-__all__ = ["CallRecord", "CallSink", "note_operation", "observing", "operation_of"]
+__all__ = ["CallRecord", "CallSink", "attempted_operation", "clear_operation", "note_operation", "observing",
+           "operation_of"]
 
 _OPERATIONS = {"GetPurpose": "get_purpose", "GetInstructions": "get_instructions"}
 # What the current call tried to do, noted by whoever decided it (the
@@ -32,6 +33,16 @@ _ATTEMPTED: ContextVar[str | None] = ContextVar("chd_attempted_operation", defau
 def note_operation(operation: str) -> None:
     """Note the operation the current call performed or tried (a bounded name)."""
     _ATTEMPTED.set(operation)
+
+
+def attempted_operation() -> str | None:
+    """The operation ``note_operation`` noted in this call so far (None: none)."""
+    return _ATTEMPTED.get()
+
+
+def clear_operation() -> None:
+    """Forget what an earlier call on this worker thread noted (a call's guards start with it)."""
+    _ATTEMPTED.set(None)
 
 
 @dataclass(frozen=True, slots=True)

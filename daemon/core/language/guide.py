@@ -100,6 +100,9 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "turn_number": "the turn; without it user utterances open a new turn, others join the current one",
         "timestamp": "when it was said, RFC 3339 with a zone (imported history); at most 300 s ahead of the "
         "daemon's clock; default now. Times need not increase: time filters test each utterance's own",
+        "idempotency_key": "a string of 1-128 characters, e.g. a UUID per store; a store sent again with a key "
+        "the conversation still holds answers that utterance instead of storing it twice (a different text "
+        "with the same key is refused)",
     },
     "retrieve": {
         "topic": "rank by relevance to these words (BM25 blended with recency); each hit has a score",
@@ -166,7 +169,10 @@ PARAMETERS: dict[str, dict[str, str]] = {
 # verbatim (so a turn number in it is just text), and at_most is only set to
 # 1 by singular phrasings; where is a data field of issue 27's one search.
 NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset(
-    {("store", "turn_number"), ("store", "timestamp"), ("remove", "at_most"), ("retrieve", "where")}
+    {
+        ("store", "turn_number"), ("store", "timestamp"), ("store", "idempotency_key"), ("remove", "at_most"),
+        ("retrieve", "where"),
+    }
 )
 
 GUIDE: tuple[OperationGuide, ...] = (

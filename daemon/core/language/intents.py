@@ -47,12 +47,15 @@ class StoreIntent:
 
     ``timestamp`` (from ``metadata.timestamp``, RFC 3339) is when the
     utterance was said, for imported history (issue 27); None means now.
+    ``idempotency_key`` (from ``metadata.idempotency_key``) makes a store sent
+    again with the same key answer the utterance it stored (issue 29).
     """
 
     text: str
     speaker: Speaker = "user"
     turn_number: int | None = None
     timestamp: datetime | None = None
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +243,18 @@ def _where(name: str, value: Any) -> tuple[str, ...]:
 MAX_FUTURE_SKEW = 300  # seconds
 
 
+# Long enough for a UUID, a ULID or a hash in hex; short enough that keeping
+# one with every held utterance costs little (docs/protocol.md).
+MAX_IDEMPOTENCY_KEY = 128
+
+
+def _idempotency_key(name: str, value: Any) -> str:
+    key = as_str(name, value)
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        raise InvalidRequest(f"{name} is {len(key)} characters long; the limit is {MAX_IDEMPOTENCY_KEY}")
+    return key
+
+
 def _said_at(name: str, value: Any) -> datetime:
     moment = _since(name, value)
     if moment.timestamp() > time.time() + MAX_FUTURE_SKEW:
@@ -286,6 +301,7 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "speaker": (as_speaker, ("metadata",)),
             "turn_number": (_index, ("metadata",)),
             "timestamp": (_said_at, ("metadata",)),
+            "idempotency_key": (_idempotency_key, ("metadata",)),
         },
     ),
     "retrieve": (
