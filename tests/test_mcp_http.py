@@ -39,7 +39,7 @@ async def _remember_and_recall(url: str, headers: Mapping[str, str] | None = Non
             vague = refusal(await client.call_tool("forget", {"conversation_id": "web"}))
             assert vague.startswith("INVALID_ARGUMENT: remove needs to know what to delete")
             recent = await client.read_resource("chd://conversations/web/recent")
-            assert recent.contents[0].text == "#1 [turn 1] user: over HTTP"  # type: ignore[union-attr]
+            assert recent.contents[0].text == "#1 [turn 1] user: \"over HTTP\""  # type: ignore[union-attr]
             found = answer(await client.call_tool("recall", {"conversation_id": "web"}))
             return [u["text"] for u in found["result"]["utterances"]]
 

@@ -138,7 +138,7 @@ class TestTools:
             b = answer(await client.call_tool("remember", {"text": "in b", "conversation_id": "b"}))
             assert b["result"]["utterance"]["seq"] == 1
             recent = await client.read_resource("chd://conversations/a/recent")
-            assert recent.contents[0].text == "#1 [turn 1] user: in a"  # type: ignore[union-attr]
+            assert recent.contents[0].text == "#1 [turn 1] user: \"in a\""  # type: ignore[union-attr]
             summary = await client.read_resource("chd://conversations/a/summary")
             assert summary.contents[0].text == ""  # type: ignore[union-attr]  # nothing has left the buffer
             instructions = await client.read_resource("chd://instructions")

@@ -66,7 +66,7 @@ class TestStoredTime:
         ("2023-05-01T10:00:00", "time zone"),
         (12345, "metadata.timestamp"),
         ((datetime.now(timezone.utc) + timedelta(hours=1)).isoformat(), "in the future"),
-    ])
+    ], ids=["words", "no-zone", "a-number", "an-hour-ahead"])  # fixed ids: parallel workers must collect the same
     def test_bad_time_is_refused_and_nothing_is_stored(self, when: Any, fragment: str) -> None:
         """Unparseable, zoneless or future times are INVALID_ARGUMENT; the store does not happen."""
         history = ConversationHistory(background=False)

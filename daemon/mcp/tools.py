@@ -18,7 +18,7 @@ from typing import Annotated, Any, Callable, Literal, Mapping
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 import chd
 from chd.client import Answer
@@ -201,13 +201,15 @@ def build_server(answerer: Answerer) -> MCPServer:
 
     @server.resource("chd://conversations/{conversation_id}/recent", mime_type="text/plain",
                      description=f"The conversation's newest {RECENT_UTTERANCES} utterances, one a line: "
-                     "#seq [turn N] speaker: text.")
+                     "#seq [turn N] speaker: \"text\" (the text a JSON string).")
     def recent_resource(conversation_id: str) -> str:
         answer = _asked("recent resource", lambda: answerer.query(
             "", {"conversation_id": conversation_id}, {"operation": "retrieve", "last_n": RECENT_UTTERANCES}),
             ResourceError)
+        # The text as a JSON string: a newline in an utterance cannot forge
+        # another "#seq [turn] speaker:" line for the model reading this.
         return "\n".join(
-            f"#{u['seq']} [turn {u['turn_number']}] {u['speaker']}: {u['text']}"
+            f"#{u['seq']} [turn {u['turn_number']}] {u['speaker']}: {json.dumps(u['text'], ensure_ascii=False)}"
             for u in answer.result.get("utterances", [])
         )
 
@@ -216,7 +218,26 @@ def build_server(answerer: Answerer) -> MCPServer:
     def instructions_resource() -> str:
         return _asked("instructions", answerer.instructions, ResourceError)
 
+    for tool in server._tool_manager.list_tools():  # the SDK has no public way to configure validation
+        _strict_arguments(tool)
     return server
+
+
+def _strict_arguments(tool: Any) -> None:
+    """Refuse arguments a tool does not have, and values of another type, instead of the SDK's defaults.
+
+    By default an unknown argument is dropped and "yes" or 1 is read as
+    true: forget {"speaker": "user", "turn_form": 3} (a typo) deleted every
+    user utterance, and forget {"all": "yes"} cleared the conversation. The
+    query language refuses both (protocol.md: a typo never silently does
+    something else), so the tools do too. A JSON value sent inside a string
+    ("[1, 2]", "true"), which some hosts do, is still read as that value.
+    """
+    meta = tool.fn_metadata
+    base = meta.arg_model
+    strict = type(base.__name__, (base,), {"model_config": ConfigDict(**base.model_config, extra="forbid", strict=True)})
+    meta.arg_model = strict
+    tool.parameters = strict.model_json_schema(by_alias=True)
 
 
 def _tool_result(tool: str, ask: Callable[[], Answer]) -> CallToolResult:
