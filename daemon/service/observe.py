@@ -21,7 +21,7 @@ import grpc
 from chd.service.admission import arrived
 from chd.service.handlers import Behavior, Guard
 
-__all__ = ["CallRecord", "CallSink", "attempted_operation", "clear_operation", "note_operation", "observing",
+__all__ = ["CallRecord", "CallSink", "answered_code", "attempted_operation", "clear_operation", "note_operation", "observing",
            "operation_of"]
 
 _OPERATIONS = {"GetPurpose": "get_purpose", "GetInstructions": "get_instructions"}
@@ -97,10 +97,7 @@ def observing(sinks: Sequence[CallSink]) -> Guard:
                 response = behavior(request, context)
                 return response
             finally:
-                # context.abort raises; the status it set is still on the context.
-                code = context.code() or grpc.StatusCode.OK
-                if response is None and code is grpc.StatusCode.OK:
-                    code = grpc.StatusCode.UNKNOWN
+                code = answered_code(context, response)
                 details = context.details() or ""
                 call = CallRecord(
                     method,
@@ -117,3 +114,12 @@ def observing(sinks: Sequence[CallSink]) -> Guard:
         return observed
 
     return guard
+
+
+def answered_code(context: grpc.ServicerContext, response: Any) -> grpc.StatusCode:
+    """The status a call was answered with: context.abort raises, and the status it set stays on
+    the context; a handler that raised without one is UNKNOWN to the caller."""
+    code = context.code() or grpc.StatusCode.OK
+    if response is None and code is grpc.StatusCode.OK:
+        return grpc.StatusCode.UNKNOWN
+    return code  # type: ignore[no-any-return]

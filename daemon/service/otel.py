@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import grpc
 
 from chd.service.handlers import Behavior, Guard
-from chd.service.observe import attempted_operation, clear_operation
+from chd.service.observe import answered_code, attempted_operation, clear_operation
 
 __all__ = ["OtelTracing", "tracing_from_environment", "configured", "SERVICE"]
 
@@ -127,9 +127,7 @@ class OtelTracing:
                     response = behavior(request, context)
                     return response
                 finally:
-                    code = context.code() or grpc.StatusCode.OK
-                    if response is None and code is grpc.StatusCode.OK:
-                        code = grpc.StatusCode.UNKNOWN
+                    code = answered_code(context, response)
                     span.set_attribute("chd.operation", _operation(method, response))
                     if method == "Query":
                         span.set_attribute("chd.conversation_id", _conversation(request))
