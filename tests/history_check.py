@@ -73,6 +73,7 @@ import bisect
 import itertools
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -88,7 +89,7 @@ from chd.v1 import daemon_pb2, daemon_pb2_grpc
 __all__ = [
     "OK", "FAIL", "INDETERMINATE", "STORE", "READ", "REMOVE", "CONFIGURE", "MARK",
     "Op", "History", "ChdClient", "Anomaly", "Workload", "run_workload",
-    "check_history", "final_check", "format_report", "anomaly_counts",
+    "check_history", "final_check", "summary_check", "format_report", "anomaly_counts",
     "Replica", "Cluster", "scrub_environment",
 ]
 
@@ -692,6 +693,62 @@ def final_check(history: History, old_replicas: Sequence["Replica"], fresh: "Rep
     finally:
         client.close()
     return list(found.items.values())
+
+
+def summary_check(history: History, fresh: "Replica", conversations: Iterable[str],
+                  settle: float = 15.0, timeout: float = 10.0) -> list[Anomaly]:
+    """The summary, read through ``fresh`` once every fold has landed, against what was acknowledged.
+
+    For a run whose summary budget is large enough to keep every evicted
+    utterance's text (the replicas' --summary-token-limit): each acknowledged
+    store that left the buffer and was not removed is in the summary, as a
+    whole word; a store acknowledged as removed is not. The summary's
+    provenance checked by what a reader gets from it, not by a counter.
+    """
+    client = ChdClient(history, "summary", timeout)
+    found = _Anomalies()
+    ops = history.snapshot()
+    try:
+        for conv in conversations:
+            deadline = time.monotonic() + settle
+            while True:
+                answer = client._stub(fresh.target).Query(
+                    _summary_request(conv), timeout=timeout)
+                result = _plain(answer.result)
+                if not result.get("summary_pending") or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            summary = str(result.get("summary", ""))
+            buffered = {u[0] for u in client.call(fresh, conv, READ, {}).result["utterances"]}
+            through = int(result.get("summary_through_seq", 0))
+            removed = {int(op.args["seq"]) for op in ops
+                       if op.conversation == conv and op.kind == REMOVE and op.status == OK and "seq" in op.args}
+            for op in ops:
+                if op.conversation != conv or op.kind != STORE or op.status != OK or not op.result:
+                    continue
+                seq, text = op.result["seq"], op.args["text"]
+                said = re.search(rf"(?<![\w-]){re.escape(text)}(?![\w-])", summary) is not None
+                if seq in removed and said:
+                    found.add("summary-keeps-removed", conv, seq, text, "in the summary", op, "removed, yet summarized")
+                elif seq not in removed and seq not in buffered and seq <= through and not said:
+                    found.add("summary-lost", conv, seq, text, "not in the summary", op,
+                              f"left the buffer (summary through seq {through}) but the summary does not hold it")
+    finally:
+        client.close()
+    return list(found.items.values())
+
+
+def _summary_request(conversation: str) -> daemon_pb2.QueryRequest:
+    request = daemon_pb2.QueryRequest()
+    request.metadata.update({"conversation_id": conversation})
+    request.data.update({"operation": "retrieve", "summary_only": True})
+    return request
+
+
+def _plain(struct: Any) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
+    return MessageToDict(struct)
 
 
 # --------------------------------------------------------------------------

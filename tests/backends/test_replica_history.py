@@ -21,7 +21,7 @@ import pytest
 
 from tests.history_check import (
     INDETERMINATE, MARK, OK, READ, REMOVE, STORE, ChdClient, Cluster, History, Op, Workload,
-    check_history, final_check, format_report, run_workload,
+    check_history, final_check, format_report, run_workload, summary_check,
 )
 
 BUFFER = 1000  # replicas run with --buffer-size 1000: no evictions unless a test configures them
@@ -38,7 +38,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 def _run_and_check(cluster: Cluster, replicas: int, clients: int, conversations: int, seconds: float,
-                   buffer_sizes: tuple[int, ...] = (BUFFER, BUFFER - 1), seed: int = 1) -> None:
+                   buffer_sizes: tuple[int, ...] = (BUFFER, BUFFER - 1), seed: int = 1,
+                   summaries: bool = False) -> None:
     old = cluster.start_replicas(replicas)
     run = uuid.uuid4().hex[:8]
     names = [f"hist-{run}-{i}" for i in range(conversations)]
@@ -48,6 +49,8 @@ def _run_and_check(cluster: Cluster, replicas: int, clients: int, conversations:
     fresh = cluster.fresh_replica()
     divergence = final_check(history, old, fresh, names, converge=3.0)
     anomalies = check_history(history, default_buffer_size=BUFFER) + divergence
+    if summaries:
+        anomalies += summary_check(history, fresh, names)
     stats = history.stats()
     assert stats["acknowledged"] > 50, f"the load did too little to judge: {stats}"
     if anomalies:
@@ -62,10 +65,20 @@ def test_four_replicas_mixed_load(cluster: Cluster) -> None:
     _run_and_check(cluster, replicas=4, clients=6, conversations=4, seconds=4.0, seed=12)
 
 
-def test_two_replicas_small_buffers_evict(cluster: Cluster) -> None:
-    """Configures small buffers, so stores evict: every absence must be a reported (or possible) eviction."""
-    _run_and_check(cluster, replicas=2, clients=3, conversations=2, seconds=3.0,
-                   buffer_sizes=(6, 9, 12), seed=13)
+def test_two_replicas_small_buffers_evict_and_the_summary_holds_what_left(tmp_path: Path) -> None:
+    """Configures small buffers, so stores evict and replicas fold: every absence must be a reported
+    (or possible) eviction, and with a summary budget that holds them all, every text that left the
+    buffer is in the summary a fresh replica reads, and no removed one (the loser of a race once
+    folded a summary without the winner's utterance)."""
+    # --archive-evicted: a remove rebuilds the summary segments it touches from the originals
+    # (without it, documented, a segment holding a removed utterance is dropped whole).
+    cluster = Cluster(tmp_path, replica_args=("--buffer-size", str(BUFFER), "--summary-token-limit", "60000",
+                                              "--archive-evicted"))
+    try:
+        _run_and_check(cluster, replicas=2, clients=3, conversations=2, seconds=3.0,
+                       buffer_sizes=(6, 9, 12), seed=13, summaries=True)
+    finally:
+        cluster.stop()
 
 
 def test_two_disk_processes_on_one_data_dir_mixed_load(tmp_path: Path) -> None:
