@@ -208,3 +208,21 @@ class TestWindow:
             thread.join()
         assert seqs == [1] * 8
         assert len(history.backend.read("default").utterances) == 1
+
+
+def test_a_key_sent_again_with_another_speaker_or_turn_is_refused_not_answered_with_the_first() -> None:
+    """A retry must be the same store: a different speaker or named turn is refused (outside review)."""
+    from chd.core.errors import InvalidRequest
+    from chd.core.history import ConversationHistory
+
+    history = ConversationHistory(background=False)
+    try:
+        first = history.query("", {"idempotency_key": "k1"}, {"operation": "store", "text": "hello"})
+        assert first.result["utterance"]["speaker"] == "user"
+        for metadata in ({"speaker": "assistant"}, {"turn_number": 50}):
+            with pytest.raises(InvalidRequest, match="different (speaker|turn_number)"):
+                history.query("", {"idempotency_key": "k1", **metadata}, {"operation": "store", "text": "hello"})
+        again = history.query("", {"idempotency_key": "k1"}, {"operation": "store", "text": "hello"})
+        assert again.metadata["replayed"] is True and len(history.backend.read("default").utterances) == 1
+    finally:
+        history.close()

@@ -286,7 +286,7 @@ class ConversationHistory:
                 # once, on one daemon or on replicas sharing Redis (issue 29).
                 held = state.keyed(key)
                 if held is not None:
-                    return Change(), (_replayed(held[0], intent.text, key), [], held[1], len(state.pending), True)
+                    return Change(), (_replayed(held[0], intent, key), [], held[1], len(state.pending), True)
             limits = effective_settings(settings, state.settings)
             if tokens > limits.max_tokens:
                 raise TooLarge(
@@ -596,12 +596,21 @@ def _count_tokens(counter: TokenCounter, text: str, deadline: float | None) -> i
     return int(checked(text, lambda: _check_deadline(deadline, "while its tokens were counted")))
 
 
-def _replayed(utterance: Utterance, text: str, key: str) -> Utterance:
-    """The held ``utterance`` a store with its idempotency key answers again, if it is the same store."""
-    if utterance.text != text:
+def _replayed(utterance: Utterance, intent: StoreIntent, key: str) -> Utterance:
+    """The held ``utterance`` a store with its idempotency key answers again, if it is the same store:
+    the same text and speaker, and the same turn when the store names one (a retry that asked for
+    another speaker would otherwise get back an utterance it did not ask for, unawares)."""
+    differs = [
+        name for name, same in (
+            ("text", utterance.text == intent.text),
+            ("speaker", utterance.speaker == intent.speaker),
+            ("turn_number", intent.turn_number is None or utterance.turn_number == intent.turn_number),
+        ) if not same
+    ]
+    if differs:
         raise InvalidRequest(
             f"metadata.idempotency_key {quote(key, 40)} was already used by the store of utterance "
-            f"{utterance.seq} with a different text; use a new key for a new utterance"
+            f"{utterance.seq} with a different {' and '.join(differs)}; use a new key for a new utterance"
         )
     return utterance
 

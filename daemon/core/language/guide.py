@@ -101,8 +101,8 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "timestamp": "when it was said, RFC 3339 with a zone (imported history); at most 300 s ahead of the "
         "daemon's clock; default now. Times need not increase: time filters test each utterance's own",
         "idempotency_key": "a string of 1-128 characters, e.g. a UUID per store; a store sent again with a key "
-        "the conversation still holds answers that utterance instead of storing it twice (a different text "
-        "with the same key is refused)",
+        "the conversation still holds answers that utterance instead of storing it twice (a different text, "
+        "speaker or turn with the same key is refused)",
     },
     "retrieve": {
         "topic": "rank by relevance to these words (BM25 blended with recency); each hit has a score",
