@@ -252,3 +252,18 @@ def test_a_reply_over_grpcs_default_4_mb_is_read() -> None:
         assert [u.text for u in got] == [f"{i} {text}" for i in range(200)]
     finally:
         daemon.kill()
+
+
+def test_a_field_given_in_data_and_as_a_keyword_with_different_values_is_refused(client: Client) -> None:
+    """As the protocol refuses a field given twice: which value was meant is a guess (outside review)."""
+    with pytest.raises(ValueError, match="given twice"):
+        client.query(data={"operation": "retrieve", "last_n": 1}, last_n=2)
+    assert client.query(data={"operation": "retrieve", "last_n": 1}, last_n=1).operation == "retrieve"
+
+
+@pytest.mark.parametrize("timeout", [0, -5])
+def test_a_timeout_that_is_not_positive_is_refused(daemon: DaemonProcess, timeout: float) -> None:
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        Client(daemon.target, timeout=timeout)
+    with Client(daemon.target) as chd, pytest.raises(ValueError, match="positive number of seconds"):
+        chd.stats(timeout=timeout)

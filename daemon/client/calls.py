@@ -66,6 +66,25 @@ def query(text: str, conversation: str, metadata: Mapping[str, Any] | None, data
                 lambda answer: answer)
 
 
+def seconds(timeout: float) -> float:
+    """``timeout`` if it is a positive number of seconds; 0 or less would send every call with a 1 ms deadline."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def merged_data(data: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` and the keyword fields as one mapping; a field given in both with different values is
+    refused, as the protocol refuses a field given twice (which one was meant is a guess)."""
+    merged = dict(data or {})
+    for name, value in fields.items():
+        if name in merged and merged[name] != value:
+            raise ValueError(f"data field {name!r} is given twice with different values: "
+                             f"{merged[name]!r} in data and {value!r} as a keyword")
+        merged[name] = value
+    return merged
+
+
 def store(text: str, speaker: str, turn: int | None, conversation: str) -> Call[results.Stored]:
     metadata: dict[str, Any] = {"speaker": speaker, IDEMPOTENCY_KEY: new_key()}
     if turn is not None:

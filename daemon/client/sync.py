@@ -46,7 +46,7 @@ class Client:
     def __init__(self, target: str = DEFAULT_TARGET, *, token: str | None = None, tls: TLS | None = None,
                  timeout: float = DEFAULT_TIMEOUT, retries: int = 3) -> None:
         self.target = target
-        self.timeout = timeout
+        self.timeout = calls.seconds(timeout)
         self.retries = retries
         self._metadata = auth_metadata(token)
         self._channel = open_channel(target, tls)
@@ -73,7 +73,7 @@ class Client:
         is positional-only, so ``text=`` is the data field). A conversation_id
         in ``metadata`` wins over ``conversation``.
         """
-        return self._run(calls.query(text, conversation, metadata, {**(data or {}), **fields}), timeout)
+        return self._run(calls.query(text, conversation, metadata, calls.merged_data(data, fields)), timeout)
 
     def purpose(self, *, timeout: float | None = None) -> str:
         return self._unary(self._stub.GetPurpose, daemon_pb2.GetPurposeRequest(), True, timeout).purpose
@@ -160,7 +160,7 @@ class Client:
         return call.read(answer)
 
     def _unary(self, method: Any, message: Any, retry: bool, timeout: float | None) -> Any:
-        until = time.monotonic() + (self.timeout if timeout is None else timeout)
+        until = time.monotonic() + calls.seconds(self.timeout if timeout is None else timeout)
         attempt = 0
         while True:
             try:
