@@ -113,7 +113,8 @@ def _serve(connection: Connection) -> None:
     except (EOFError, OSError):
         return
     summarizer = make()
-    connection.send((True, ""))  # ready: the daemon may stop folding by itself
+    if not _sent(connection, (True, "")):  # ready: the daemon may stop folding by itself
+        return
     while True:
         try:
             message = connection.recv()
@@ -126,7 +127,18 @@ def _serve(connection: Connection) -> None:
             reply: tuple[bool, str, tuple[str, tuple[int, ...]] | None] = (True, text, _counts(text))
         except Exception as exc:  # the daemon's to report; the child goes on
             reply = (False, f"{type(exc).__name__}: {exc}", None)
-        connection.send(reply)
+        if not _sent(connection, reply):
+            return
+
+
+def _sent(connection: Connection, message: object) -> bool:
+    """Send ``message``; False when the daemon is gone (stopped or killed meanwhile): the child just ends,
+    without the BrokenPipeError trace a daemon stopping right after a start or a fold printed."""
+    try:
+        connection.send(message)
+    except (EOFError, OSError):
+        return False
+    return True
 
 
 class ProcessSummarizer:
