@@ -252,3 +252,12 @@ def test_a_reply_over_grpcs_default_4_mb_is_read() -> None:
         assert [u.text for u in got] == [f"{i} {text}" for i in range(200)]
     finally:
         daemon.kill()
+
+
+@pytest.mark.parametrize("token", ["café", "a\nb", "a b", "\udcff"], ids=["accent", "newline", "space", "bad-byte"])
+def test_a_token_grpc_cannot_send_is_refused_before_any_call(token: str) -> None:
+    """Client(token=...) raises ValueError naming the rule, not INTERNAL 'Invalid metadata' at the first call."""
+    from chd.client.channel import auth_metadata
+
+    with pytest.raises(ValueError, match="visible ASCII"):
+        auth_metadata(token)
