@@ -316,7 +316,7 @@ KEYS: tuple[Key, ...] = (
     Key("request_timeout", Seconds(), 30.0, "longest a call may wait for a worker when its caller set no shorter deadline"),
     Key("max_concurrent_rpcs", Integer(1, 100_000), 256, "calls accepted at once; more are refused"),
     Key("max_memory_bytes", Integer(1024, 2**62), 1024**3,
-        "memory backend: bytes the process's utterances may take, each counted as its UTF-8 text plus 400; "
+        "memory backend: bytes the process's utterances may take, each counted as its UTF-8 text and conversation id plus 400, each conversation as its id plus 500; "
         "stores beyond it are refused with RESOURCE_EXHAUSTED"),
     Key("shutdown_grace", Seconds(), 10.0,
         "seconds in-flight calls get to finish at shutdown, after the drain; then the process exits regardless"),
