@@ -92,7 +92,7 @@ from chd.backends.disk_errors import describe_open_error, is_full
 from chd.backends.group_commit import GroupCommit, Request
 from chd.backends.lazy_list import LazyList, is_unloaded
 from chd.backends.seq_runs import SeqRuns
-from chd.core.errors import DeadlineExceeded, InvalidRequest, StorageError, StorageFull
+from chd.core.errors import DeadlineExceeded, EmptiedDatabase, InvalidRequest, StorageError, StorageFull
 from chd.core.utterance import Summary, Utterance
 
 __all__ = ["DiskBackend", "DURABILITY", "InvalidChange", "MARKER"]
@@ -1243,10 +1243,12 @@ def _check_database_kept(path: Path, allow_empty: bool) -> None:
         log.warning("%s is %s in a data dir that held data (%s); starting with no conversations "
                     "(allow_empty_database)", database, state, evidence)
         return
-    raise StorageError(
+    raise EmptiedDatabase(
         f"{database} is {state}, but {path} has held chd's data ({evidence} is there); restore cache.db "
-        "from a backup, or start chd serve once with --allow-empty-database to begin with no conversations"
+        "from a backup, or start chd serve once with --allow-empty-database to begin with no conversations",
+        f"{database} is {state}, but {path} has held chd's data ({evidence} is there)",
     )
+
 
 
 def _mark(path: Path) -> None:
