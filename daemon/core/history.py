@@ -561,8 +561,10 @@ class ConversationHistory:
             # Evicted utterances that are queued or archived stay indexed.
             kept = self.settings.summarization_enabled or self.settings.archive_evicted
             with index.lock:
+                before = index.bytes
                 index.note_store(utterance, () if kept else (u.seq for u in evicted))
-            self.indexes.trim()
+                grown = index.bytes - before
+            self.indexes.grew(conversation_id, index, grown)
 
     # --- helpers -------------------------------------------------------------
 

@@ -280,6 +280,8 @@ class IndexCache:
         self.max_conversations = max_conversations
         self.max_documents = max_documents
         self.max_bytes = max_bytes
+        # The estimated bytes of the cached indexes, as last counted (``trim``, ``grew``).
+        self._bytes = 0
 
     def get(self, conversation_id: str) -> ConversationIndex:
         with self._guard:
@@ -301,17 +303,35 @@ class IndexCache:
     def trim(self) -> None:
         """Drop the least recently searched indexes until the rest fit in ``max_bytes``.
 
-        Called after a search and after a store updated a cached index: the
-        sizes read without the indexes' locks are estimates anyway. The
-        most recent index is dropped too when it alone is over the bound.
+        Called after a search (sizes read without the indexes' locks are
+        estimates anyway); sums every cached index, which a search can
+        afford and a store cannot (see ``grew``). The most recent index is
+        dropped too when it alone is over the bound.
         """
         if self.max_bytes is None:
             return
         with self._guard:
-            total = sum(i.bytes for i in self._indexes.values())
-            while total > self.max_bytes and self._indexes:
-                _, dropped = self._indexes.popitem(last=False)
-                total -= dropped.bytes
+            self._bytes = sum(i.bytes for i in self._indexes.values())
+            self._evict()
+
+    def grew(self, conversation_id: str, index: ConversationIndex, delta: int) -> None:
+        """Note that a store changed the cached ``index`` by ``delta`` bytes; trim if that went over.
+
+        O(1) unless it evicts: summing 256 cached indexes on every store
+        cost 50 us. The running total drifts only by changes to an index
+        dropped while it was being changed, and every search recounts it.
+        """
+        if self.max_bytes is None:
+            return
+        with self._guard:
+            if self._indexes.get(conversation_id) is index:
+                self._bytes += delta
+                self._evict()
+
+    def _evict(self) -> None:
+        while self._bytes > self.max_bytes and self._indexes:  # type: ignore[operator]
+            _, dropped = self._indexes.popitem(last=False)
+            self._bytes -= dropped.bytes
 
     @property
     def bytes(self) -> int:
