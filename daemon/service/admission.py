@@ -18,7 +18,6 @@ from typing import Any
 import grpc
 
 from chd.backends.base import CALL_DEADLINE
-
 from chd.service.handlers import Behavior
 
 __all__ = ["ArrivalInterceptor", "arrived", "call_deadline", "note_deadline", "note_refusal", "refuse_noted"]
