@@ -53,6 +53,7 @@ without them (only slower at scale):
 from __future__ import annotations
 
 from bisect import bisect_left
+from contextvars import ContextVar
 from math import isqrt
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -60,7 +61,15 @@ from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, runtime
 
 from chd.core.utterance import Summary, Utterance
 
+# The current call's deadline on the ``time.monotonic`` clock, set by the
+# service for the thread that runs the call (None: no call, or none known).
+# A backend that waits (another process's lock) answers by then rather than
+# after a wait of its own: queued disk writes answered at about twice
+# request_timeout (outside review of issue 28).
+CALL_DEADLINE: ContextVar[float | None] = ContextVar("chd_call_deadline", default=None)
+
 __all__ = [
+    "CALL_DEADLINE",
     "ConversationState",
     "Change",
     "Backend",

@@ -53,7 +53,7 @@ from typing import Callable, Iterator, NoReturn, Sequence
 import diskcache
 import diskcache.core
 
-from chd.backends.base import Change, ConversationState, Decide, Outcome, T, apply_change
+from chd.backends.base import CALL_DEADLINE, Change, ConversationState, Decide, Outcome, T, apply_change
 from chd.backends.checkpointer import BACKSTOP, WAL_KEPT_BYTES, Checkpointer
 from chd.backends.records import (
     BLOCK_SIZE,
@@ -92,7 +92,7 @@ from chd.backends.disk_errors import describe_open_error, is_full
 from chd.backends.group_commit import GroupCommit, Request
 from chd.backends.lazy_list import LazyList, is_unloaded
 from chd.backends.seq_runs import SeqRuns
-from chd.core.errors import DeadlineExceeded, InvalidRequest, StorageError, StorageFull
+from chd.core.errors import DeadlineExceeded, EmptiedDatabase, InvalidRequest, StorageError, StorageFull
 from chd.core.utterance import Summary, Utterance
 
 __all__ = ["DiskBackend", "DURABILITY", "InvalidChange", "MARKER"]
@@ -101,6 +101,12 @@ log = logging.getLogger(__name__)
 
 # --durability -> SQLite's PRAGMA synchronous (diskcache's sqlite_synchronous).
 DURABILITY = {"normal": 1, "full": 2}
+
+# A batch's wait for another process's lock is shortened to what is left of
+# its earliest call's time only when that is this much under the full wait:
+# calls answer within this margin of their deadline, and a store with all its
+# time left sends no PRAGMA.
+_WAIT_SLACK_MS = 50
 
 # What diskcache raises for a storage failure; _failed translates them.
 _STORAGE_ERRORS = (diskcache.Timeout, sqlite3.Error, OSError)
@@ -302,7 +308,9 @@ class DiskBackend:
         self._cached_bytes = 0
         # Orders this process's writers; SQLite's own write lock is what keeps
         # writers from different processes apart.
-        self._group = GroupCommit(self._commit)
+        self._group = GroupCommit(self._commit, expired=self._expired)
+        # Per thread: its connection and the busy timeout set on it (_wait_for).
+        self._busy = threading.local()
         self._tokens = _Tokens()
         self._closed = False
         # A store waited out diskcache's 15 s for a lock another process held,
@@ -363,7 +371,12 @@ class DiskBackend:
                 self.read(conversation_id)
             except StorageError:
                 pass
-        return self._group.run(conversation_id, decide)
+        # The call's own deadline, or request_timeout from now: queued
+        # writes each answer by theirs, not after a fresh wait per batch.
+        deadline = CALL_DEADLINE.get()
+        if deadline is None and self._lock_wait_is_deadline:
+            deadline = time.monotonic() + self._lock_wait
+        return self._group.run(conversation_id, decide, deadline)
 
     def conversations(self) -> list[str]:
         return list(self.iter_conversations())
@@ -863,7 +876,9 @@ class DiskBackend:
         # generator-based context manager would add its own cost to each.
         if self._closed:
             raise StorageError("the disk backend is closed")
+        bounded = False
         try:
+            bounded = self._wait_for(batch)
             with self._cache.transact():
                 for request in batch:
                     cid = request.conversation_id
@@ -888,10 +903,44 @@ class DiskBackend:
                     staged[cid] = entry
                     self._index(cid, current.state, new_state)
         except _STORAGE_ERRORS as exc:
+            if bounded and isinstance(exc, diskcache.Timeout):
+                raise DeadlineExceeded(f"data dir {self.path} stayed locked by another process") from None
             self._failed(exc, "write")
         self._checkpointer.note_commit()
         for cid, entry in staged.items():
             self._remember(cid, entry)
+
+    def _wait_for(self, batch: list[Request]) -> bool:
+        """Wait for another process's lock only until the batch's earliest deadline; True if one bounds it.
+
+        SQLite's busy timeout is per connection: this thread's is shortened
+        (a PRAGMA, microseconds) for a batch with less time left than
+        ``timeout`` (less ``_WAIT_SLACK``), so a later batch waits what is
+        left of its calls' time, not a fresh ``timeout``, and set back after.
+        An uncontended store sends no PRAGMA.
+        """
+        deadlines = [r.deadline for r in batch if r.deadline is not None]
+        full = int(self._lock_wait * 1000)
+        wanted = full
+        if deadlines:
+            left = int((min(deadlines) - time.monotonic()) * 1000)
+            if left < full - _WAIT_SLACK_MS:
+                wanted = max(left, 1)
+        con = self._cache._con  # diskcache's connection of this thread
+        busy = self._busy
+        if getattr(busy, "con", None) is not con:
+            busy.con, busy.ms = con, full  # what diskcache connected with
+        if busy.ms != wanted:
+            con.execute(f"PRAGMA busy_timeout = {wanted}")
+            busy.ms = wanted
+        return bool(deadlines)
+
+    def _expired(self, waited: float) -> DeadlineExceeded:
+        """The error of a write whose call's deadline passed while it waited for the lock."""
+        return DeadlineExceeded(
+            f"data dir {self.path} stayed locked by another process (or by writes queued ahead); "
+            f"this call waited {waited:.2f}s, until its deadline; nothing was written"
+        )
 
     def _append(
         self, conversation_id: str, current: _Cached, old: Meta, utterance: Utterance, new_state: ConversationState
@@ -1194,10 +1243,12 @@ def _check_database_kept(path: Path, allow_empty: bool) -> None:
         log.warning("%s is %s in a data dir that held data (%s); starting with no conversations "
                     "(allow_empty_database)", database, state, evidence)
         return
-    raise StorageError(
+    raise EmptiedDatabase(
         f"{database} is {state}, but {path} has held chd's data ({evidence} is there); restore cache.db "
-        "from a backup, or start chd serve once with --allow-empty-database to begin with no conversations"
+        "from a backup, or start chd serve once with --allow-empty-database to begin with no conversations",
+        f"{database} is {state}, but {path} has held chd's data ({evidence} is there)",
     )
+
 
 
 def _mark(path: Path) -> None:

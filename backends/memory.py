@@ -10,7 +10,7 @@ from chd.backends.base import Change, ConversationState, T, apply_change
 from chd.core.errors import StorageFull
 from chd.core.utterance import Utterance
 
-__all__ = ["MemoryBackend", "UTTERANCE_OVERHEAD", "text_bytes", "utterance_cost"]
+__all__ = ["MemoryBackend", "UTTERANCE_OVERHEAD", "CONVERSATION_OVERHEAD", "text_bytes", "utterance_cost", "conversation_cost"]
 
 # Bytes an utterance costs the process beyond its text: the Utterance, its
 # timestamp and seq objects, its slot in the state's lists. Measured with
@@ -19,6 +19,12 @@ __all__ = ["MemoryBackend", "UTTERANCE_OVERHEAD", "text_bytes", "utterance_cost"
 # with one conversation each. Counting only the text let 50,000 two-byte
 # utterances grow RSS to 154x a 100 kB budget (issue 28).
 UTTERANCE_OVERHEAD = 400
+# Bytes a conversation costs beyond its utterances: its state, summary and
+# settings objects and its slot in the dict (tracemalloc: about 460 B). Each
+# utterance also holds its own copy of the conversation id, and the dict its
+# key: with 256-character ids and one utterance each, RSS grew to 2.31x the
+# budget while only text plus 400 was counted (outside review of issue 28).
+CONVERSATION_OVERHEAD = 500
 
 
 @dataclass(slots=True)
@@ -42,7 +48,8 @@ class MemoryBackend:
 
     ``max_bytes`` is the process's budget for utterances (in buffers,
     summary queues and archives; None: no budget), each counted as its UTF-8
-    text plus ``UTTERANCE_OVERHEAD``. A change that
+    text and conversation id plus ``UTTERANCE_OVERHEAD``, and each
+    conversation holding any as its id plus ``CONVERSATION_OVERHEAD``. A change that
     appends utterances past it is refused with ``StorageFull`` before it is
     applied; removals, folds and settings always go through, so a full
     daemon can still be emptied.
@@ -100,12 +107,15 @@ class MemoryBackend:
     def _commit(self, conversation_id: str, state: ConversationState, change: Change) -> None:
         grown = _text_delta(state, change)
         new_state = apply_change(state, change)
+        if state.is_empty != new_state.is_empty:
+            grown += conversation_cost(conversation_id) * (1 if state.is_empty else -1)
         with self._bytes_guard:
             total = self._bytes + grown
             if change.append and grown > 0 and self.max_bytes is not None and total > self.max_bytes:
                 raise StorageFull(
                     f"the memory backend's budget is full: its utterances count for {self._bytes} bytes "
-                    f"(text plus {UTTERANCE_OVERHEAD} each) and this would make {total}, over "
+                    f"(text and conversation id plus {UTTERANCE_OVERHEAD} each, {CONVERSATION_OVERHEAD} "
+                    f"and its id per conversation) and this would make {total}, over "
                     f"max_memory_bytes ({self.max_bytes}); "
                     "nothing was stored, reads and removals still work"
                 )
@@ -137,8 +147,13 @@ def text_bytes(text: str) -> int:
 
 
 def utterance_cost(utterance: Utterance) -> int:
-    """Bytes ``max_bytes`` counts for ``utterance``: its UTF-8 text plus the measured overhead."""
-    return text_bytes(utterance.text) + UTTERANCE_OVERHEAD
+    """Bytes ``max_bytes`` counts for ``utterance``: its UTF-8 text and conversation id plus the measured overhead."""
+    return text_bytes(utterance.text) + text_bytes(utterance.conversation_id) + UTTERANCE_OVERHEAD
+
+
+def conversation_cost(conversation_id: str) -> int:
+    """Bytes ``max_bytes`` counts for a conversation that holds anything, beside its utterances."""
+    return text_bytes(conversation_id) + CONVERSATION_OVERHEAD
 
 
 def _sum(utterances: Iterable[Utterance]) -> int:
@@ -161,7 +176,7 @@ def _text_delta(state: ConversationState, change: Change) -> int:
     if change.update:
         replaced = {u.seq: u for u in change.update}
         delta += sum(
-            text_bytes(replaced[u.seq].text) - text_bytes(u.text)
+            utterance_cost(replaced[u.seq]) - utterance_cost(u)
             for u in state.utterances
             if u.seq in replaced and u.seq not in change.remove
         )

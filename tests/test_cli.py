@@ -479,3 +479,41 @@ class TestTraceFormat:
         daemon_process.terminate()
         traced = [json.loads(line) for line in daemon_process.log.splitlines() if '"chd.trace"' in line]
         assert [entry["operation"] for entry in traced] == ["store"]
+
+
+class TestArgumentsThatAreNotText:
+    """Targets, tokens and names the client or the daemon could not use are one line and exit 2 (outside review of issue 28)."""
+
+    BAD_BYTE = "\udcff"  # what Python makes of the byte 0xff in argv or the environment
+
+    @pytest.mark.parametrize("command,args,env,named", [
+        ("query", ["--target", "\udcff:1"], {}, "--target"),
+        ("query", ["--auth-token", "\udcff"], {}, "--auth-token"),
+        ("query", ["--tls-server-name", "\udcff"], {}, "--tls-server-name"),
+        ("query", ["--auth-token", "café"], {}, "--auth-token"),
+        ("query", ["--auth-token", "a\nb"], {}, "--auth-token"),
+        ("instructions", [], {"CHD_TARGET": "\udcff:1"}, "CHD_TARGET"),
+        ("purpose", [], {"CHD_AUTH_TOKEN": "\udcff"}, "CHD_AUTH_TOKEN"),
+    ], ids=["target", "token-byte", "server-name", "token-accent", "token-newline", "env-target", "env-token"])
+    def test_the_client_refuses_them_in_one_line(self, command: str, args: list[str], env: dict[str, str], named: str) -> None:
+        """No traceback, no 'INTERNAL: Invalid metadata' from the client's own grpc: one line naming the flag, exit 2."""
+        extra = ["Get the last 5 utterances"] if command == "query" else []
+        done = run_chd(command, *extra, "--timeout", "2", *args, env={**chd_env(), **env})
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and named in lines[0], done.stderr
+        assert "café" not in lines[0]  # a token is never quoted
+
+    @pytest.mark.parametrize("args,key", [
+        (["--auth-token", "\udcff"], "auth_token"),
+        (["--auth-token", "café"], "auth_token"),
+        (["--metrics-host", "\udcff"], "metrics_host"),
+        (["--host", "\udcff"], "host"),
+    ], ids=["token-byte", "token-accent", "metrics-host", "host"])
+    def test_serve_refuses_them_in_one_line(self, args: list[str], key: str) -> None:
+        """`chd serve` does not start with a token no client can send, nor with a host that is not text."""
+        done = run_chd("serve", "--port", "0", *args, timeout=20)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"'{key}'" in lines[0], done.stderr
+        assert "café" not in lines[0]

@@ -267,3 +267,12 @@ def test_a_timeout_that_is_not_positive_is_refused(daemon: DaemonProcess, timeou
         Client(daemon.target, timeout=timeout)
     with Client(daemon.target) as chd, pytest.raises(ValueError, match="positive number of seconds"):
         chd.stats(timeout=timeout)
+
+
+@pytest.mark.parametrize("token", ["café", "a\nb", "a b", "\udcff"], ids=["accent", "newline", "space", "bad-byte"])
+def test_a_token_grpc_cannot_send_is_refused_before_any_call(token: str) -> None:
+    """Client(token=...) raises ValueError naming the rule, not INTERNAL 'Invalid metadata' at the first call."""
+    from chd.client.channel import auth_metadata
+
+    with pytest.raises(ValueError, match="visible ASCII"):
+        auth_metadata(token)

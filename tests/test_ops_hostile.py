@@ -10,7 +10,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from chd.backends.memory import UTTERANCE_OVERHEAD, MemoryBackend
+from chd.backends.memory import CONVERSATION_OVERHEAD, UTTERANCE_OVERHEAD, MemoryBackend
 from chd.core.errors import DeadlineExceeded, quote
 from chd.core.history import ConversationHistory
 from chd.core.language import parser, understanding
@@ -223,17 +223,18 @@ class TestMemoryBounds:
 
     def test_stores_past_the_memory_budget_are_refused_and_removals_make_room(self):
         backend = MemoryBackend()
-        utterance = "word " * 300  # 1,500 bytes, 1,900 counted
-        with running(backend=backend, max_memory_bytes=4096) as server, channel_to(server) as channel:
+        utterance = "word " * 300  # 1,500 bytes, 1,907 counted with the id "default"
+        each, conversation = 1500 + len("default") + UTTERANCE_OVERHEAD, len("default") + CONVERSATION_OVERHEAD
+        with running(backend=backend, max_memory_bytes=5000) as server, channel_to(server) as channel:
             for _ in range(2):
                 ask(channel, "", data={"operation": "store", "text": utterance})
             code, details = _details(ask, channel, "", data={"operation": "store", "text": utterance})
             assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "max_memory_bytes" in details and "nothing was stored" in details
-            assert backend.held_bytes == 2 * (1500 + UTTERANCE_OVERHEAD)
+            assert backend.held_bytes == 2 * each + conversation
             ask(channel, "Clear the conversation")
             assert ask(channel, "", data={"operation": "store", "text": utterance}).operation == "store"
-            assert backend.held_bytes == 1500 + UTTERANCE_OVERHEAD
+            assert backend.held_bytes == each + conversation
 
     def test_searching_for_distinct_huge_topics_does_not_grow_the_word_cache(self):
         """40 searches for distinct 100 kB words add well under a tenth of their size to the cache."""

@@ -88,3 +88,80 @@ def test_the_daemons_logging_rate_limits_repeated_errors() -> None:
         root.setLevel(saved[1])
     written = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [line["message"] for line in written] == ["data dir /d is full: disk full"]
+
+
+class TestNeverDropped:
+    """What the filter must not take for a repeat (outside review of issue 28)."""
+
+    def test_health_transitions_are_all_logged_however_fast_storage_flaps(self, monkeypatch) -> None:
+        """Storage down, up, down, up within one window: four lines, the last saying SERVING, in order."""
+        import threading
+        from types import SimpleNamespace
+
+        from chd.service import server as server_module
+
+        out: list[str] = []
+
+        class Collect(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                out.append(record.getMessage())
+
+        handler = Collect()
+        handler.addFilter(RepeatFilter(clock=lambda: 1000.0))  # the clock never moves: all in one window
+        logger = logging.getLogger("chd.service.server")
+        logger.addHandler(handler)
+        answers = iter([False, True, False, True, False])
+        closing = threading.Event()
+
+        def available() -> bool:
+            answer = next(answers, None)
+            if answer is None:
+                closing.set()
+                return False
+            return answer
+
+        class Health:
+            def set(self, service: str, status: int) -> None:
+                pass
+
+        running = SimpleNamespace(_closing=closing, _stopped=threading.Event(), health=Health())
+        monkeypatch.setattr(server_module, "_FOLLOW_INTERVAL", 0.0)
+        try:
+            server_module._follow_backend(running, available)  # type: ignore[arg-type]
+        finally:
+            logger.removeHandler(handler)
+        assert out == [
+            "storage does not answer; health is now NOT_SERVING",
+            "storage is back; health is now SERVING",
+            "storage does not answer; health is now NOT_SERVING",
+            "storage is back; health is now SERVING",
+            "storage does not answer; health is now NOT_SERVING",
+        ]
+
+    def test_one_message_with_different_exceptions_is_logged_for_each(self, lines) -> None:
+        """log.exception with the same text but another exception type, or raised elsewhere, is not a repeat."""
+        log = logging.getLogger("chd.test.repeats")
+
+        def fail(kind: type[Exception]) -> None:
+            raise kind("boom")
+
+        def fail_elsewhere() -> None:
+            raise ValueError("boom")
+
+        for _ in range(3):
+            for raiser in (lambda: fail(ValueError), lambda: fail(KeyError), fail_elsewhere):
+                try:
+                    raiser()
+                except Exception:
+                    log.exception("the handler failed")
+        assert lines == ["the handler failed"] * 3
+
+    def test_the_same_exception_at_the_same_place_is_still_counted(self, lines) -> None:
+        """The same failure again within the window is a repeat."""
+        log = logging.getLogger("chd.test.repeats")
+        for _ in range(5):
+            try:
+                {}["missing"]
+            except KeyError:
+                log.exception("the handler failed")
+        assert lines == ["the handler failed"]

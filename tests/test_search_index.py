@@ -406,3 +406,94 @@ class TestExpansion:
 
         monkeypatch.setattr(search, "EXPANSION_WEIGHT", 0.0)
         assert [h["seq"] for h in _find(history, "Find utterances about the lake")["utterances"]] == [1, 5, 3, 7]
+
+
+def _distinct_words(rng: Any, count: int) -> str:
+    return " ".join(f"w{rng.getrandbits(40):x}" for _ in range(count))
+
+
+class TestIndexBytes:
+    """The index cache is bounded by the bytes its indexes take, a share of max_memory_bytes (outside review of issue 28)."""
+
+    @pytest.mark.parametrize("words,vocabulary", [(2000, None), (2000, 500), (2, 10), (2, None), (50, 1000)])
+    def test_estimate_is_at_least_what_the_index_allocates(self, words: int, vocabulary: int | None) -> None:
+        """ConversationIndex.bytes is not below 90 % of what tracemalloc sees the index allocate, nor over 3x."""
+        import random
+        import tracemalloc
+
+        from chd.core.memory.terms import term_counts
+        from chd.core.utterance import Utterance
+
+        rng = random.Random(words * 7 + (vocabulary or 0))
+        pool = [f"w{rng.getrandbits(40):x}" for _ in range(vocabulary)] if vocabulary else None
+        texts = [
+            " ".join(rng.choices(pool, k=words)) if pool else _distinct_words(rng, words)
+            for _ in range(max(20, 4000 // words))
+        ]
+        for text in texts:  # the term cache is apart from the index (its own bound)
+            term_counts(text)
+        utterances = [
+            Utterance(conversation_id="c", seq=n + 1, speaker="user", text=t, turn_number=n, timestamp="2026-01-01T00:00:00Z", tokens=1)
+            for n, t in enumerate(texts)
+        ]
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            index = ConversationIndex()
+            for utterance in utterances:
+                index.add(utterance)
+            allocated = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert 0.9 * allocated <= index.bytes <= 3 * allocated
+
+    def test_removing_everything_brings_the_estimate_back_to_zero(self) -> None:
+        """Discarding every utterance leaves an estimate of 0 bytes."""
+        history = ConversationHistory(background=False)
+        for n in range(5):
+            history.query(f"Add utterance: paris hotel {n} rain")
+        _find(history, "", operation="retrieve", topic="paris")
+        index = history.indexes.peek("default")
+        assert index is not None and index.bytes > 0
+        for seq in range(1, 6):
+            history.query(f"Remove utterance {seq}")
+        _find(history, "", operation="retrieve", topic="paris")
+        assert index.bytes == 0
+
+    def test_searching_many_conversations_keeps_the_cache_within_its_bound(self) -> None:
+        """After each search and each store, the cached indexes' estimate is at most max_bytes; recent ones are kept."""
+        import random
+
+        rng = random.Random(28)
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=1000))
+        history.indexes.max_bytes = 2_000_000
+        for n in range(12):
+            for _ in range(3):
+                history.query("", {"conversation_id": f"c{n}"}, {"operation": "store", "text": _distinct_words(rng, 600)})
+        for n in range(12):
+            history.query("", {"conversation_id": f"c{n}"}, {"operation": "retrieve", "topic": "paris"})
+            assert history.indexes.bytes <= 2_000_000
+            assert history.indexes.peek(f"c{n}") is not None
+        history.query("", {"conversation_id": "c11"}, {"operation": "store", "text": _distinct_words(rng, 600)})
+        assert history.indexes.bytes <= 2_000_000
+        assert 1 < len(history.indexes) < 12
+
+    def test_an_index_over_the_bound_alone_is_dropped_after_its_search(self) -> None:
+        """A conversation whose index alone exceeds max_bytes is searched correctly and not kept."""
+        import random
+
+        history = ConversationHistory(background=False, settings=Settings(buffer_size=1000))
+        history.indexes.max_bytes = 100_000
+        for _ in range(3):
+            history.query("", {}, {"operation": "store", "text": _distinct_words(random.Random(1), 600) + " paris"})
+        hits = _find(history, "", operation="retrieve", topic="paris")["utterances"]
+        assert len(hits) == 3
+        assert len(history.indexes) == 0
+
+    def test_serve_gives_the_indexes_half_of_max_memory_bytes(self) -> None:
+        """`chd serve` and `chd mcp` bound the index cache by half of max_memory_bytes."""
+        from chd.mcp.serve import open_local
+        from chd.service.config import load
+
+        answerer = open_local(load({"max_memory_bytes": 20_000_000}, {}), MemoryBackend())
+        assert answerer.history.indexes.max_bytes == 10_000_000

@@ -127,9 +127,24 @@ def _json_object(flag: str, value: str | None, stdin: TextIO) -> dict[str, Any]:
     return parsed
 
 
+def _check_text(args: argparse.Namespace) -> None:
+    """Refuse a target, token or server name the client could not send (one line, before dialing)."""
+    from chd.client.channel import text_problem, token_problem
+
+    for flag, variable, value in (("--target", "CHD_TARGET", args.target),
+                                  ("--tls-server-name", "CHD_TLS_SERVER_NAME", args.tls_server_name)):
+        problem = value and text_problem(value)
+        if problem:
+            raise UsageError(f"{flag} (or {variable}) {problem}")
+    problem = args.auth_token and token_problem(args.auth_token)
+    if problem:
+        raise UsageError(f"--auth-token (or CHD_AUTH_TOKEN) {problem}")
+
+
 def _security(args: argparse.Namespace) -> TLS | None:
     from chd.client import TLS
 
+    _check_text(args)
     if bool(args.tls_cert) != bool(args.tls_key):
         given, missing = ("--tls-key", "--tls-cert") if args.tls_key else ("--tls-cert", "--tls-key")
         raise UsageError(f"{given} needs {missing}: a client certificate and its key go together")

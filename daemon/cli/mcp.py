@@ -68,6 +68,12 @@ def run_mcp(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         print(f"chd: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    for flag, value in (("--target", args.target), ("--target-tls-server-name", args.target_tls_server_name),
+                        ("--http", args.http[0] if args.http else None)):
+        problem = value and config.Text().check_problem(value)
+        if problem:
+            print(f"chd: {flag} {problem}", file=sys.stderr)
+            return EXIT_USAGE
     if args.http is not None:
         host = args.http[0]
         authenticated = effective.auth_token is not None or effective.tls_client_ca is not None

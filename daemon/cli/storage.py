@@ -32,7 +32,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, TextIO
 
 from chd.backends import ALIASES, Backend, open_backend
 from chd.backends.base import iter_conversations
-from chd.core.errors import DaemonError, InvalidRequest
+from chd.core.errors import DaemonError, EmptiedDatabase, InvalidRequest
 from chd.core.utterance import Summary
 from chd.backends.base import count_conversations
 from chd.backends.encoded import EncodedConversation
@@ -113,6 +113,13 @@ def open_storage(
         del options["durability"]  # nothing to make durable
     try:
         backend = open_backend(name, **options)
+    except EmptiedDatabase as exc:
+        if serving:
+            print(f"chd: {exc}", file=sys.stderr)
+        else:  # the advice names chd serve's flag: say that the tools do not take it
+            print(f"chd: {exc.what}; restore cache.db from a backup (chd export and chd import do not take "
+                  "--allow-empty-database: to begin with no conversations, start chd serve once with it)",
+                  file=sys.stderr)
     except DaemonError as exc:
         print(f"chd: {exc}", file=sys.stderr)
     except Exception as exc:  # a custom backend's constructor may raise anything

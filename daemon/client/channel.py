@@ -8,13 +8,14 @@ server's ring, and so grpc.aio channels are made the same way.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import grpc.aio
 
-__all__ = ["TLS", "open_channel", "open_aio_channel", "auth_metadata"]
+__all__ = ["TLS", "open_channel", "open_aio_channel", "auth_metadata", "token_problem", "text_problem"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,4 +72,37 @@ def auth_metadata(token: str | None) -> tuple[tuple[str, str], ...] | None:
         return None
     if not token:
         raise ValueError("an empty token authenticates nobody; leave it out instead")
+    problem = token_problem(token)
+    if problem:
+        raise ValueError(f"the token {problem}")
     return (("authorization", f"Bearer {token}"),)
+
+
+# What a token can hold: gRPC metadata and HTTP header values carry visible
+# ASCII; `café`, a newline or a byte that is not UTF-8 made the client's own
+# grpc answer "INTERNAL: Invalid metadata" or a UnicodeEncodeError traceback
+# (outside review of issue 28). Spaces are left out too: HTTP trims them.
+_TOKEN = re.compile(r"[!-~]+")
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be sent as a bearer token (None: it can). Never quotes the token."""
+    if _TOKEN.fullmatch(token):
+        return None
+    bad = next(c for c in token if not _TOKEN.fullmatch(c))
+    what = "a byte that is not UTF-8" if "\udc80" <= bad <= "\udcff" else f"U+{ord(bad):04X}"
+    return (
+        f"holds {what}; a token must be visible ASCII characters (! to ~, no spaces or accents), "
+        "all a gRPC or HTTP client can send"
+    )
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` (a target, host or name from argv, the environment or a file) is not text (None: it is)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "holds bytes that are not UTF-8 (or a lone surrogate); give it as text"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        return "holds a control character (a newline, say)"
+    return None

@@ -6,7 +6,8 @@
      ├── TooLarge             RESOURCE_EXHAUSTED  over a size or count limit
      ├── DeadlineExceeded     DEADLINE_EXCEEDED the caller's deadline passed first
      └── StorageError         UNAVAILABLE       the backend failed
-          └── StorageFull     RESOURCE_EXHAUSTED  the backend has no room
+          ├── StorageFull     RESOURCE_EXHAUSTED  the backend has no room
+          └── EmptiedDatabase UNAVAILABLE       a data dir that held data lost its database
 
 The core raises these before it changes anything, so a failed query leaves
 the conversation as it was.
@@ -22,6 +23,7 @@ __all__ = [
     "DeadlineExceeded",
     "StorageError",
     "StorageFull",
+    "EmptiedDatabase",
     "quote",
 ]
 
@@ -60,6 +62,14 @@ class StorageError(DaemonError):
 
 class StorageFull(StorageError):
     """The storage backend is out of space; reads still work."""
+
+
+class EmptiedDatabase(StorageError):
+    """A data dir that held a store has a missing or empty database; ``what`` says so without the advice."""
+
+    def __init__(self, message: str, what: str) -> None:
+        super().__init__(message)
+        self.what = what
 
 
 def quote(text: str, limit: int = 80) -> str:

@@ -372,6 +372,8 @@ class ConversationHistory:
             # list from one index (issue 27); ``archived`` and ``where`` narrow it.
             index = self.indexes.get(conversation_id) if intent.topic is not None else None
             result = find_utterances(state, intent, index, time.time(), self.embedder)
+            if index is not None:
+                self.indexes.trim()
             utterances = result["utterances"]
             tokens_used += sum(u["tokens"] for u in utterances)
         metadata: dict[str, Any] = {
@@ -559,7 +561,10 @@ class ConversationHistory:
             # Evicted utterances that are queued or archived stay indexed.
             kept = self.settings.summarization_enabled or self.settings.archive_evicted
             with index.lock:
+                before = index.bytes
                 index.note_store(utterance, () if kept else (u.seq for u in evicted))
+                grown = index.bytes - before
+            self.indexes.grew(conversation_id, index, grown)
 
     # --- helpers -------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from chd.backends.base import Backend
 from chd.backends.memory import MemoryBackend
 from chd.client import TLS, Client
 from chd.core.history import ConversationHistory
+from chd.core.memory.index import index_bytes
 from chd.core.language.classifier import classifier_from_environment
 from chd.mcp.answerer import LocalAnswerer, RemoteAnswerer
 from chd.mcp.http_auth import BearerTokenApp
@@ -45,6 +46,7 @@ def open_local(config: Config, backend: Backend) -> LocalAnswerer:
         classifier=classifier_from_environment(config.query_classifier, config.classifier_model),
         writer=summary_writer(config),
     )
+    history.indexes.max_bytes = index_bytes(config.max_memory_bytes)
     return LocalAnswerer(history, limits.request_timeout)
 
 

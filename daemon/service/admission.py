@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from chd.backends.base import CALL_DEADLINE
 from chd.service.handlers import Behavior
 
 __all__ = ["ArrivalInterceptor", "arrived", "call_deadline", "note_deadline", "note_refusal", "refuse_noted"]
@@ -36,8 +37,9 @@ def arrived() -> float:
 
 
 def note_deadline(deadline: float) -> None:
-    """Note when the current call must have its answer, on the ``time.monotonic`` clock."""
+    """Note when the current call must have its answer, on the ``time.monotonic`` clock (storage waits see it too)."""
     _DEADLINE.set(deadline)
+    CALL_DEADLINE.set(deadline)
 
 
 def call_deadline() -> float | None:

@@ -17,6 +17,7 @@ from chd.service.auth import BearerAuthInterceptor
 from chd.core.language.classifier import classifier_from_environment
 from chd.service.config import Config, ConfigError, to_settings
 from chd.core.history import ConversationHistory
+from chd.core.memory.index import index_bytes
 from chd.service.limits import LimitedBackend, Limits, deadline_guard
 from chd.service.metrics import Metrics
 from chd.service.observe import CallSink, observing
@@ -112,6 +113,7 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
     history = ConversationHistory(
         backend=store, settings=to_settings(config), classifier=classifier, writer=writer, tracer=traces
     )
+    history.indexes.max_bytes = index_bytes(config.max_memory_bytes)
     # Interceptors only note, per call, what the polling thread knows (arrival,
     # a bad token); the guards the Daemon handlers are built with act on it.
     interceptors: list[grpc.ServerInterceptor] = [ArrivalInterceptor()]

@@ -145,18 +145,50 @@ class Boolean:
         return value
 
 
+# A bearer token: visible ASCII, all gRPC metadata and an HTTP header carry
+# (the client's chd.client.channel.token_problem has the same rule). `chd
+# serve --auth-token café` started, and no client could send the token;
+# a byte that is not UTF-8 was a traceback (outside review of issue 28).
+_TOKEN = re.compile(r"[!-~]+")
+
+
 @dataclass(frozen=True)
 class Text:
-    """A string; with ``choices``, one of them (case-insensitive, kept lower case)."""
+    """A string; with ``choices``, one of them (case-insensitive, kept lower case).
+
+    Always text (UTF-8, no control characters); with ``token``, visible ASCII.
+    Problems never quote the value (it may be a secret).
+    """
 
     choices: tuple[str, ...] = ()
+    token: bool = False
 
     def from_text(self, text: str) -> str:
         return self.check(text)
 
+    def check_problem(self, value: str) -> str | None:
+        """Why ``value`` is refused (None: it is not), for a flag that is not a key (``chd mcp --target``)."""
+        try:
+            self.check(value)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
     def check(self, value: Any) -> str:
         if not isinstance(value, str):
             raise ValueError(f"must be a string, got {value!r}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("holds bytes that are not UTF-8 (or a lone surrogate); give it as text") from None
+        if self.token and value.strip() and not _TOKEN.fullmatch(value):
+            bad = next(c for c in value if not _TOKEN.fullmatch(c))
+            raise ValueError(
+                f"holds U+{ord(bad):04X}; a token must be visible ASCII characters "
+                "(! to ~, no spaces or accents), all a gRPC or HTTP client can send"
+            )
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            raise ValueError("holds a control character (a newline, say)")
         if self.choices:
             value = value.strip().lower()
             if value not in self.choices:
@@ -284,14 +316,14 @@ KEYS: tuple[Key, ...] = (
     Key("request_timeout", Seconds(), 30.0, "longest a call may wait for a worker when its caller set no shorter deadline"),
     Key("max_concurrent_rpcs", Integer(1, 100_000), 256, "calls accepted at once; more are refused"),
     Key("max_memory_bytes", Integer(1024, 2**62), 1024**3,
-        "memory backend: bytes the process's utterances may take, each counted as its UTF-8 text plus 400; "
+        "memory backend: bytes the process's utterances may take, each counted as its UTF-8 text and conversation id plus 400, each conversation as its id plus 500; "
         "stores beyond it are refused with RESOURCE_EXHAUSTED"),
     Key("shutdown_grace", Seconds(), 10.0,
         "seconds in-flight calls get to finish at shutdown, after the drain; then the process exits regardless"),
     Key("shutdown_drain", Seconds(), 0.0,
         "seconds health says NOT_SERVING, still answering, before the server stops (for load balancers)"),
     # --- security
-    Key("auth_token", Text(), None, "bearer token every RPC but health must carry", secret=True),
+    Key("auth_token", Text(token=True), None, "bearer token every RPC but health must carry", secret=True),
     Key("tls_cert", FilePath(), None, "PEM certificate chain; with tls_key, serve TLS"),
     # A path, not the key itself: shown so an operator can check it.
     Key("tls_key", FilePath(), None, "PEM private key of tls_cert"),

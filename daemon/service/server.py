@@ -34,6 +34,7 @@ from chd.core.errors import (
 )
 from chd.service.handlers import Behavior, Guard, daemon_handlers, in_own_pool
 from chd.service.observe import note_operation
+from chd.service.repeats import ALWAYS
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
 from chd.service.wire import fill_struct, struct_to_dict
 
@@ -331,8 +332,9 @@ def _follow_backend(running: Server, available: Callable[[], bool]) -> None:
             status = health_pb2.HealthCheckResponse.SERVING if now else health_pb2.HealthCheckResponse.NOT_SERVING
             for service in _HEALTH_SERVICES:
                 running.health.set(service, status)
+            # Never rate-limited: the last such line must say the health now.
             log.warning("storage %s; health is now %s", "is back" if now else "does not answer",
-                        "SERVING" if now else "NOT_SERVING")
+                        "SERVING" if now else "NOT_SERVING", extra=ALWAYS)
             serving = now
 
 

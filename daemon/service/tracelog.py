@@ -28,20 +28,52 @@ __all__ = ["TraceLog", "JsonFormatter", "TextFormatter", "configure_logging", "c
 
 TRACE_LOGGER = "chd.trace"
 
-# Characters of one field of a log line (a message, a trace's query or error,
-# an exception's trace). A RecursionError's trace was 162 kB a line and 311
-# hostile calls wrote 50 MB of log (issue 28); a debug trace quoted whole
-# megabyte stores. Both ends stay: what went wrong and where it ended up.
-MAX_LOG_FIELD = 4000
+# Bytes of one field of a log line as written (a message, a trace's query or
+# error, an exception's trace), counted after JSON escaping and UTF-8
+# encoding. A RecursionError's trace was 162 kB a line and 311 hostile calls
+# wrote 50 MB of log (issue 28); a debug trace quoted whole megabyte stores.
+# Counted in characters, 4,000 control characters still wrote 24 kB (each
+# \x01 is escaped as \u0001) in each of a trace's query and error (outside
+# review of issue 28). Both ends stay: what went wrong and where it ended up.
+# A line holds at most two such fields, so no line passes about 6.5 kB.
+MAX_LOG_FIELD = 3000
+
+_SHORT_ESCAPES = frozenset('"\\\n\r\t\b\f')
+
+
+def _written_bytes(char: str) -> int:
+    """Bytes ``char`` takes in a JSON string written as UTF-8 (json.dumps, ensure_ascii=False)."""
+    code = ord(char)
+    if code < 0x20 or char in _SHORT_ESCAPES:
+        return 2 if char in _SHORT_ESCAPES else 6
+    if code < 0x80:
+        return 1
+    if code < 0x800:
+        return 2
+    if 0xD800 <= code < 0xE000:  # a lone surrogate: written escaped, if at all
+        return 6
+    return 3 if code < 0x10000 else 4
+
+
+def _fits(text: str, budget: int, from_end: bool = False) -> int:
+    """How many characters from the start (or end) of ``text`` fit in ``budget`` written bytes."""
+    used = 0
+    count = 0
+    for char in reversed(text) if from_end else text:
+        used += _written_bytes(char)
+        if used > budget:
+            break
+        count += 1
+    return count
 
 
 def clip(text: str, limit: int = MAX_LOG_FIELD) -> str:
-    """``text`` cut in its middle to about ``limit`` characters, saying how many were cut."""
-    if len(text) <= limit:
+    """``text`` cut in its middle to at most ``limit`` bytes as written in a JSON line, saying how many characters were cut."""
+    if 6 * len(text) <= limit or len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2 <= limit:
         return text
-    head = limit // 4
-    tail = limit - head - 40
-    return f"{text[:head]} ...({len(text) - head - tail:,} characters cut)... {text[-tail:]}"
+    head = _fits(text, limit // 4)
+    tail = _fits(text[head:], limit - limit // 4 - 60, from_end=True)
+    return f"{text[:head]} ...({len(text) - head - tail:,} characters cut)... {text[len(text) - tail:]}"
 
 
 def _rfc3339(seconds: float) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import diskcache
@@ -115,6 +116,84 @@ class TestLockedByAnotherProcess:
         finally:
             other.close()
             backend.close()
+
+
+    def test_calls_queued_behind_the_lock_each_answer_by_their_own_deadline(self, tmp_path: Path) -> None:
+        """Six writes queued behind another process's lock all answer DeadlineExceeded saying how long they waited.
+
+        Each batch's wait is bounded by what is left of its calls' deadlines
+        (the PRAGMA busy_timeout set per batch), not a fresh request_timeout:
+        the later calls answered at about 2x request_timeout (outside review of issue 28).
+        """
+        backend = DiskBackend(tmp_path, request_timeout=0.5)
+        backend.transact("c", append_next("before"))
+        waits: list[tuple[float, float]] = []
+        wait_for = backend._wait_for
+
+        def recorded(batch):  # type: ignore[no-untyped-def]
+            now = time.monotonic()
+            bounded = wait_for(batch)
+            if bounded:
+                waits.append((backend._busy.ms / 1000, min(r.deadline for r in batch) - now))
+            return bounded
+
+        backend._wait_for = recorded  # type: ignore[method-assign]
+        other = sqlite3.connect(tmp_path / "cache.db", isolation_level=None)
+        errors: list[BaseException] = []
+
+        def call(n: int) -> None:
+            try:
+                backend.transact("c", append_next(f"queued {n}"))
+            except BaseException as error:  # noqa: BLE001 - what each caller saw
+                errors.append(error)
+
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            callers = [threading.Thread(target=call, args=(n,)) for n in range(6)]
+            for caller in callers:
+                caller.start()
+            for caller in callers:
+                caller.join()
+            other.execute("ROLLBACK")
+            assert len(errors) == 6 and all(isinstance(e, DeadlineExceeded) for e in errors)
+            assert all("stayed locked by another process" in str(e) and "waited" in str(e) for e in errors)
+            # No batch waited longer than what was left of its earliest call's time (and the slack).
+            assert waits and all(wait <= max(left, 0.001) + 0.05 for wait, left in waits)
+            assert [u.text for u in backend.read("c").utterances] == ["before"]
+        finally:
+            other.close()
+            backend.close()
+
+
+class TestGroupCommitDeadlines:
+    """GroupCommit answers each call by its deadline (a fake clock; outside review of issue 28)."""
+
+    def test_a_timed_out_batch_puts_back_the_calls_with_time_left(self, monkeypatch) -> None:
+        """A batch whose wait ran out answers the calls whose time is up; the others wait only what they have left."""
+        from chd.backends import group_commit
+        from chd.backends.group_commit import GroupCommit, Request
+
+        clock = [100.0]
+        monkeypatch.setattr(group_commit.time, "monotonic", lambda: clock[0])
+        batches: list[tuple[float, list[float]]] = []
+
+        def commit(batch: list[Request]) -> None:
+            deadlines = [r.deadline for r in batch if r.deadline is not None]
+            assert all(d > clock[0] for d in deadlines), "a batch began for a call whose time was up"
+            batches.append((clock[0], deadlines))
+            clock[0] = min(deadlines)  # the lock is never released: the wait runs to the earliest deadline
+            raise DeadlineExceeded("locked")
+
+        group = GroupCommit(commit, max_batch=2)
+        queued = [Request("c", append_next(), queued=100.0, deadline=100.0 + d) for d in (1.0, 1.5, 2.0, 3.0)]
+        group._queue.extend(queued)
+        with pytest.raises(DeadlineExceeded, match="after 4.00s"):
+            group.run("c", append_next(), deadline=104.0)
+        assert all(r.done and isinstance(r.error, DeadlineExceeded) for r in queued)
+        assert [str(r.error) for r in queued] == [
+            f"the call's deadline passed after {d:.2f}s waiting to write; nothing was written" for d in (1.0, 1.5, 2.0, 3.0)
+        ]
+        assert clock[0] == 104.0
 
 
 class TestDiskcacheSettings:

@@ -235,6 +235,22 @@ class TestEmptiedDatabase:
         assert "--allow-empty-database" in line
         assert (database.stat().st_size == 0) if loss == "truncated" else not database.exists()
 
+    @pytest.mark.parametrize("command", ["export", "import"])
+    def test_export_and_import_do_not_send_the_user_to_a_flag_they_lack(self, tmp_path: Path, command: str) -> None:
+        """The tools name the lost file and say the flag is chd serve's, not theirs (outside review of issue 28)."""
+        data = populated(tmp_path / "data")
+        (data / "cache.db").write_bytes(b"")
+        args = ["--data-dir", str(data)] + ([str(tmp_path / "none.jsonl")] if command == "import" else [])
+        if command == "import":
+            (tmp_path / "none.jsonl").write_text("")
+        done = run_chd(command, *args)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode != 0 and len(lines) == 1, done.stderr
+        assert lines[0].startswith(f"chd: {data / 'cache.db'} is empty (0 bytes)")
+        assert "chd export and chd import do not take --allow-empty-database" in lines[0]
+        assert "start chd serve once with it" in lines[0]
+        assert (data / "cache.db").stat().st_size == 0
+
     def test_a_write_ahead_log_without_its_database_is_refused(self, tmp_path: Path) -> None:
         """A dir from before the marker, or whose marker went too: the WAL shows it held data."""
         (tmp_path / "cache.db-wal").write_bytes(b"\x37\x7f\x06\x82" + b"\x00" * 28)

@@ -14,7 +14,7 @@ import tracemalloc
 
 import pytest
 
-from chd.backends.memory import UTTERANCE_OVERHEAD, MemoryBackend, utterance_cost
+from chd.backends.memory import CONVERSATION_OVERHEAD, UTTERANCE_OVERHEAD, MemoryBackend, utterance_cost
 from chd.core.errors import StorageFull
 from chd.core.history import ConversationHistory
 from chd.core.settings import Settings
@@ -25,7 +25,9 @@ FACTOR = 2
 MOST_STORES = 5_000
 
 
-def _store_until_refused(budget: int, size: int, conversations: int) -> tuple[int, int, MemoryBackend]:
+def _store_until_refused(
+    budget: int, size: int, conversations: int, id_length: int = 0
+) -> tuple[int, int, MemoryBackend]:
     """(stores accepted, bytes allocated meanwhile, the backend) for utterances of ``size`` characters."""
     backend = MemoryBackend(max_bytes=budget)
     history = ConversationHistory(
@@ -40,7 +42,8 @@ def _store_until_refused(budget: int, size: int, conversations: int) -> tuple[in
         for n in range(MOST_STORES):
             text = (f"{n:x}-" * size)[:size]
             try:
-                history.query("", {"conversation_id": f"c{n % conversations}"}, {"operation": "store", "text": text})
+                cid = f"c{n % conversations}".ljust(id_length, "-")
+                history.query("", {"conversation_id": cid}, {"operation": "store", "text": text})
             except StorageFull:
                 break
             stored += 1
@@ -74,4 +77,22 @@ class TestMemoryBudget:
         history = ConversationHistory(backend=backend, settings=Settings())
         history.query("", {}, {"operation": "store", "text": "héllo"})
         (utterance,) = backend.read("default").utterances
-        assert utterance_cost(utterance) == len("héllo".encode()) + UTTERANCE_OVERHEAD == backend.held_bytes
+        assert utterance_cost(utterance) == len("héllo".encode()) + len("default") + UTTERANCE_OVERHEAD
+        assert backend.held_bytes == utterance_cost(utterance) + len("default") + CONVERSATION_OVERHEAD
+
+    @pytest.mark.parametrize("conversations", [MOST_STORES, 20], ids=["one each", "many each"])
+    def test_long_conversation_ids_stay_within_the_factor(self, conversations):
+        """256-character ids count in each utterance and each conversation (2.31x the budget before; outside review of issue 28)."""
+        budget = 200_000
+        stored, grown, _ = _store_until_refused(budget, 2, conversations, id_length=256)
+        assert stored < MOST_STORES
+        assert grown <= FACTOR * budget, f"{stored} stores allocated {grown:,} bytes, {grown / budget:.2f}x the budget"
+
+    def test_a_cleared_conversation_gives_its_utterances_bytes_back(self):
+        """Clearing leaves only what each conversation's state costs (it keeps its next seq)."""
+        backend = MemoryBackend()
+        history = ConversationHistory(backend=backend, settings=Settings())
+        for cid in ("a", "b" * 200):
+            history.query("", {"conversation_id": cid}, {"operation": "store", "text": "hello"})
+            history.query("Clear the conversation", {"conversation_id": cid}, {})
+        assert backend.held_bytes == 2 * CONVERSATION_OVERHEAD + 1 + 200

@@ -40,6 +40,7 @@ def _vectors(index: ConversationIndex, embedder: Embedder, text_of: Callable[[in
         batch = missing[start:start + _BATCH]
         for seq, vector in zip(batch, embedder.embed([text_of(seq) for seq in batch])):
             vectors[seq] = normalized(vector)
+            index.vector_dimensions = len(vectors[seq])
         index.vector_changes += 1
     return vectors
 

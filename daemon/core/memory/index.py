@@ -32,7 +32,7 @@ from chd.backends.base import ConversationState
 from chd.core.memory.terms import term_counts
 from chd.core.utterance import Utterance
 
-__all__ = ["IndexedDoc", "ConversationIndex", "IndexCache", "WHERE", "held_parts"]
+__all__ = ["IndexedDoc", "ConversationIndex", "IndexCache", "WHERE", "held_parts", "index_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,20 @@ class IndexedDoc:
     timestamp: str
 
 
+# What the index's Python objects cost, estimated per part (CPython 3.11,
+# tracemalloc over 2- to 2,000-word utterances, 10- to 200,000-word
+# vocabularies; the estimate was within 10 % of the measure or above it):
+# an utterance's IndexedDoc, tuple header and dict slots; one (term, seq)
+# posting with its slot in the terms tuple; a term's own posting dict and
+# slot, plus its string, which the term cache may share but need not.
+DOC_BYTES = 200
+POSTING_BYTES = 48
+TERM_BYTES = 272
+# One embedding vector: a list of floats (8 + 24 per dimension) and its row
+# in the numpy matrix (4 per dimension).
+VECTOR_BYTES_PER_DIMENSION = 36
+
+
 class ConversationIndex:
     """Postings for one conversation's utterances, wherever they live. Not thread-safe: hold ``lock``."""
 
@@ -58,6 +72,8 @@ class ConversationIndex:
         self.postings: dict[str, dict[int, int]] = {}
         self.docs: dict[int, IndexedDoc] = {}
         self.total_length = 0
+        # The estimated bytes of postings and docs (see DOC_BYTES); vectors apart.
+        self.term_bytes = 0
         # Every seq below next_seq that any later state holds is indexed.
         self.next_seq = 1
         # Seqs in ascending order; removed ones are skipped lazily (see _edge).
@@ -68,6 +84,12 @@ class ConversationIndex:
         # hybrid.py's matrix of ``vectors`` and the count of changes it was made at.
         self.vector_changes = 0
         self.vector_matrix: tuple[Any, ...] | None = None
+        self.vector_dimensions = 0
+
+    @property
+    def bytes(self) -> int:
+        """About how many bytes this index holds: terms, postings, docs and vectors."""
+        return self.term_bytes + len(self.vectors) * (64 + VECTOR_BYTES_PER_DIMENSION * self.vector_dimensions)
 
     # --- updates -----------------------------------------------------------------
 
@@ -78,8 +100,10 @@ class ConversationIndex:
             posting = self.postings.get(term)
             if posting is None:
                 self.postings[term] = {seq: tf}
+                self.term_bytes += TERM_BYTES + len(term)
             else:
                 posting[seq] = tf
+        self.term_bytes += DOC_BYTES + POSTING_BYTES * len(counts)
         length = sum(counts.values())
         self.docs[seq] = IndexedDoc(tuple(counts), length, utterance.speaker, utterance.turn_number, utterance.timestamp)
         self.total_length += length
@@ -98,6 +122,8 @@ class ConversationIndex:
             del posting[seq]
             if not posting:
                 del self.postings[term]
+                self.term_bytes -= TERM_BYTES + len(term)
+        self.term_bytes -= DOC_BYTES + POSTING_BYTES * len(doc.terms)
         self.total_length -= doc.length
         if len(self._order) > 2 * len(self.docs) + 64:
             self._order = deque(s for s in self._order if s in self.docs)
@@ -200,6 +226,7 @@ class ConversationIndex:
         self.docs.clear()
         self._order.clear()
         self.total_length = 0
+        self.term_bytes = 0
         for utterance in sorted((u for p in held_parts(state) for u in p), key=_seq):
             self.add(utterance)
         self.next_seq = state.next_seq
@@ -218,22 +245,43 @@ def _seq(u: Utterance) -> int:
     return u.seq
 
 
+def index_bytes(max_memory_bytes: int) -> int:
+    """The share of ``max_memory_bytes`` the search indexes may take: half.
+
+    The utterances themselves measured 0.6x to 1.2x the budget in RSS
+    (docs/operations.md), so half for the indexes keeps the process within
+    the documented 2x.
+    """
+    return max_memory_bytes // 2
+
+
 class IndexCache:
     """One ConversationIndex per conversation id, least recently searched dropped first.
 
     Bounded because a durable backend may hold far more conversations than
     are searched; a dropped index is rebuilt from the backend when needed.
-    Bounded by conversations and by indexed utterances (buffer, queue and
-    archive alike): with archives of up to ``max_archived_utterances``
-    (10,000 by default) 256 conversations could hold millions. The
-    conversation being searched is always kept, however large.
+    Bounded by conversations, by indexed utterances (buffer, queue and
+    archive alike: with archives of up to ``max_archived_utterances``, 256
+    conversations could hold millions) and, when ``max_bytes`` is set, by
+    the estimated bytes of all indexes (``ConversationIndex.bytes``).
+
+    The byte bound is needed because an index costs far more than the text
+    it covers: 50 conversations of 2,000 distinct-word utterances within a
+    20 MB ``max_memory_bytes`` took RSS from 147 MB to 1,083 MB once each
+    was searched (outside review of issue 28; bench/bench_index_memory.py).
+    The conversation being searched is kept while it fits; one whose index
+    alone exceeds ``max_bytes`` is dropped after its search (``trim``) and
+    built again on the next, so it costs memory only while it is searched.
     """
 
-    def __init__(self, max_conversations: int = 256, max_documents: int = 1_000_000) -> None:
+    def __init__(self, max_conversations: int = 256, max_documents: int = 1_000_000, max_bytes: int | None = None) -> None:
         self._indexes: OrderedDict[str, ConversationIndex] = OrderedDict()
         self._guard = threading.Lock()
         self.max_conversations = max_conversations
         self.max_documents = max_documents
+        self.max_bytes = max_bytes
+        # The estimated bytes of the cached indexes, as last counted (``trim``, ``grew``).
+        self._bytes = 0
 
     def get(self, conversation_id: str) -> ConversationIndex:
         with self._guard:
@@ -251,6 +299,45 @@ class IndexCache:
                 _, dropped = self._indexes.popitem(last=False)
                 documents -= len(dropped.docs)
             return index
+
+    def trim(self) -> None:
+        """Drop the least recently searched indexes until the rest fit in ``max_bytes``.
+
+        Called after a search (sizes read without the indexes' locks are
+        estimates anyway); sums every cached index, which a search can
+        afford and a store cannot (see ``grew``). The most recent index is
+        dropped too when it alone is over the bound.
+        """
+        if self.max_bytes is None:
+            return
+        with self._guard:
+            self._bytes = sum(i.bytes for i in self._indexes.values())
+            self._evict()
+
+    def grew(self, conversation_id: str, index: ConversationIndex, delta: int) -> None:
+        """Note that a store changed the cached ``index`` by ``delta`` bytes; trim if that went over.
+
+        O(1) unless it evicts: summing 256 cached indexes on every store
+        cost 50 us. The running total drifts only by changes to an index
+        dropped while it was being changed, and every search recounts it.
+        """
+        if self.max_bytes is None:
+            return
+        with self._guard:
+            if self._indexes.get(conversation_id) is index:
+                self._bytes += delta
+                self._evict()
+
+    def _evict(self) -> None:
+        while self._bytes > self.max_bytes and self._indexes:  # type: ignore[operator]
+            _, dropped = self._indexes.popitem(last=False)
+            self._bytes -= dropped.bytes
+
+    @property
+    def bytes(self) -> int:
+        """The estimated bytes of every cached index."""
+        with self._guard:
+            return sum(i.bytes for i in self._indexes.values())
 
     def peek(self, conversation_id: str) -> ConversationIndex | None:
         """The index if one is cached, without creating it or refreshing its place."""
