@@ -31,19 +31,6 @@ class TestTokenCounting:
         for text in ("<|endoftext|> and <|fim_prefix|>x<|endofprompt|>", "héllo 🎉 日本語\n\tend.", "", "a" * 3000):
             assert counter.count(text) == len(encoding.encode(text, disallowed_special=()))
 
-    def test_short_ascii_counts_are_encode_ordinarys(self) -> None:
-        """A short ASCII text, counted without tiktoken's encode (issue 31), counts what encode_ordinary gives."""
-        import random
-        import string
-
-        counter = default_counter()
-        rng = random.Random(31)
-        alphabet = string.printable + "   \n\n\r'''sdmtllvere" + string.digits * 2
-        texts = ["", " ", "\n\n", "it's 12345 o'clock", "Add utterance: zxqvjkw unbelievabilityness!!!"]
-        texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 199))) for _ in range(3000)]
-        for text in texts:
-            assert counter.count(text) == len(counter._encoding.encode_ordinary(text)), repr(text)
-
     def test_truncate_never_exceeds_limit_even_mid_character(self) -> None:
         """Cutting multi-byte text stays within the limit and valid unicode."""
         counter = default_counter()

@@ -15,7 +15,6 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Iterator, Protocol, Sequence
 
-import regex
 import tiktoken
 
 from chd.core.token_table import CL100K_NAME, cl100k_encoding
@@ -49,15 +48,6 @@ _LINES = re.compile(r"(?<=\n)(?=\S)")
 # Shorter texts (a stored utterance) are new each time.
 _REMEMBER_FROM = 200
 _REMEMBERED = 4096
-# tiktoken 0.14's encode_ordinary lets go of the GIL while it encodes (pyo3's
-# allow_threads), and a store thread then waited for the GIL to come back:
-# py-spy put 69 % of a memory store's wall time in encode_ordinary, for a
-# 5 us encode (issue 31). An ASCII text shorter than _REMEMBER_FROM (an
-# utterance) is split here by the encoding's own pattern, holding the GIL,
-# each piece looked up in the table and only a piece not in it encoded
-# (encode_single_piece): the same count (tests/test_tokens.py compares them).
-# ASCII only, so the pattern's Unicode classes cannot differ between the
-# regex module and tiktoken's engine.
 
 
 class TokenCounter(Protocol):
@@ -85,24 +75,11 @@ class TiktokenCounter:
         self._encoding = cl100k_encoding() if encoding_name == CL100K_NAME else tiktoken.get_encoding(encoding_name)
         self._known: OrderedDict[bytes, int] = OrderedDict()  # count by digest (see _REMEMBER_FROM)
         self._lock = threading.Lock()
-        self._pattern = regex.compile(self._encoding._pat_str)
-        self._ranks = self._encoding._mergeable_ranks
 
     def count(self, text: str) -> int:
-        if len(text) < _REMEMBER_FROM and text.isascii():
-            return self._ascii_count(text)
         if not _cut(text):
             return len(self._ids(text))
         return sum(map(self._line_count, _lines(text)))
-
-    def _ascii_count(self, text: str) -> int:
-        """``count(text)`` for a short ASCII text, without letting go of the GIL (see _REMEMBER_FROM)."""
-        ranks = self._ranks
-        total = 0
-        for piece in self._pattern.findall(text):
-            raw = piece.encode("ascii")
-            total += 1 if raw in ranks else len(self._encoding._core_bpe.encode_single_piece(raw))
-        return total
 
     def count_checked(self, text: str, check: Callable[[], None]) -> int:
         """``count(text)``, calling ``check`` every ``_CHECK_EVERY`` pieces of a long text (it may raise).
@@ -212,8 +189,9 @@ class TiktokenCounter:
 
     def _ids(self, text: str) -> list[int]:
         # encode_ordinary reads "<|endoftext|>" typed by a user as plain
-        # text (encode would raise on it). Both let go of the GIL in
-        # tiktoken 0.14; short ASCII counts avoid that (_ascii_count).
+        # text (encode would raise on it), and unlike encode it keeps the
+        # GIL: releasing it for a few microseconds let another thread in,
+        # and the store that was counting waited for that thread's turn.
         if len(text) <= _PIECE:
             return self._encoding.encode_ordinary(text)
         ids: list[int] = []
