@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'all topics':22} {_us(_p(overall_new, .5)):>16} {_us(_p(overall_new, .99)):>12} {'':>16} "
           f"{_us(_p(overall_old, .5)):>12} {_p(overall_old, .5) / _p(overall_new, .5):7.0f}x")
 
-    # Index update per store: what _note_store adds to a store at this size.
+    # Index update per store: what the next search's sync pays for each store since the
+    # last one (a store itself no longer updates the index, issue 31).
     extra = [
         Utterance("default", state.next_seq + i, "user", text, 0, "2026-01-01T00:00:00.000000Z", 10)
         for i, text in enumerate(texts[options.size :])

@@ -77,13 +77,15 @@ class TestIncrementalIndex:
         cached = history.indexes.get("default")
         assert _index_snapshot(cached) == _index_snapshot(_rebuilt(history))
 
-    def test_store_updates_a_live_index_without_a_resync(self) -> None:
-        """After the first search, each store is applied to the index as it commits."""
+    def test_a_store_leaves_a_live_index_for_the_next_search_to_catch_up(self) -> None:
+        """A store does not touch the index (issue 31); the next search adds it and finds it."""
         history = ConversationHistory(background=False)
         history.query("Add utterance: paris in spring")
         history.query("Find utterances about paris")
         index = history.indexes.get("default")
         history.query("Add utterance: paris in autumn")
+        assert not index.matches(history.backend.read("default"))
+        assert [u["seq"] for u in _find(history, "Find utterances about autumn")["utterances"]] == [2]
         assert index.matches(history.backend.read("default"))
 
     def test_out_of_order_store_update_is_skipped_and_caught_up(self) -> None:

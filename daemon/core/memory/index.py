@@ -110,6 +110,8 @@ class ConversationIndex:
 
         A store that another thread committed first (or another daemon) is
         not known here, so the update is skipped and ``sync`` catches up.
+        Stores no longer call it (issue 31: ``sync`` at the next search does
+        the same work); bench/bench_search.py prices an update with it.
         """
         if utterance.seq != self.next_seq:
             return False
