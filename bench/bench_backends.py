@@ -34,7 +34,11 @@ ratios is reported with a 95 % interval for that median (a bootstrap over
 the rounds) and with its lowest and highest round (targets: memory >= 70 %,
 disk >= 40 %). On a shared 2-CPU machine single runs vary by 30 % and more;
 pairing within a round and taking medians over rounds is what makes two runs
-comparable, and the interval says how far to trust a median.
+comparable, and the interval says how far to trust a median. Each target's
+server CPU per call (user + system time of its process, from /proc) is
+printed too, and with ``--against`` its paired ratio: another process on
+the machine slows calls but does not add to their CPU time, so it spreads
+far less than a rate does (issue 31).
 """
 
 from __future__ import annotations
@@ -137,6 +141,24 @@ class Target:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far; 0.0 where /proc is missing.
+
+    Per call, this is steadier than a rate on a shared machine: another
+    process taking a core slows the calls but does not add to their CPU
+    time (issue 31: rounds within 3 % where rates spread 30 %).
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 def _run(address: str, requests: list[daemon_pb2.QueryRequest], clients: int) -> float:
@@ -260,6 +282,7 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
                                             "--durability", "normal"]
         paths |= {name: old for name in commands if "@" in name}
     results: dict[str, dict[str, list[float]]] = {name: {"store": [], "retrieve": []} for name in commands}
+    cpu: dict[str, dict[str, list[float]]] = {name: {"store": [], "retrieve": []} for name in commands}
     targets = {name: Target(name, command, paths[name]) for name, command in commands.items()}
     try:
         names = list(targets)
@@ -276,7 +299,9 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
                 for name in order:
                     target = targets[name]
                     requests = _requests(phase, args.requests, round_number)
+                    before = server_cpu(target.proc.pid)
                     results[name][phase].append(_run(target.address, requests, args.clients))
+                    cpu[name][phase].append((server_cpu(target.proc.pid) - before) / len(requests) * 1e6)
     finally:
         for target in targets.values():
             target.stop()
@@ -314,6 +339,9 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
                 verdict += " (the goal is inside an interval: take more runs)"
             row += f"  >= {goal:.0%} of ceiling: {verdict}"
         print(row)
+    print("server CPU per call (user + system, us), median over rounds:")
+    for name in commands:
+        print(f"{name:<10}" + "".join(f"  {phase} {statistics.median(cpu[name][phase]):6.0f}" for phase in ("store", "retrieve")))
     if args.against:
         print(f"this checkout against {args.against}: median of each round's rate ratio (95 % interval)")
         for name in ("memory", "disk"):
@@ -323,6 +351,15 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
                 paired = [new / was for new, was in zip(results[name][phase], results[old][phase])]
                 low, high = median_interval(paired)
                 row += f"  {phase} {statistics.median(paired):.3f}x ({low:.3f}-{high:.3f})"
+            print(row)
+        print(f"server CPU per call, this checkout against {args.against}: median of each round's ratio (95 % interval)")
+        for name in ("memory", "disk"):
+            old = f"{name}@{args.against}"
+            row = f"{name:<10}"
+            for phase in ("store", "retrieve"):
+                paired = [new / was for new, was in zip(cpu[name][phase], cpu[old][phase]) if was]
+                low, high = median_interval(paired) if paired else (0.0, 0.0)
+                row += f"  {phase} {statistics.median(paired) if paired else 0:.3f}x ({low:.3f}-{high:.3f})"
             print(row)
     return failed
 
