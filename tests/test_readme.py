@@ -39,6 +39,15 @@ def _tour() -> list[tuple[str, str]]:
     return _session(block.splitlines())
 
 
+def _summaries() -> tuple[str, list[tuple[str, str]]]:
+    """The flags of the daemon the "Summaries" transcript runs against (its first remark), and the transcript."""
+    section = _section("Summaries")
+    block = section[section.index("```console\n") + len("```console\n"):section.index("\n```", section.index("```console"))]
+    lines = block.splitlines()
+    assert lines[0].startswith("# with chd serve ") and lines[0].endswith(" running:"), lines[0]
+    return lines[0][len("# with chd serve "):-len(" running:")], _session(lines)
+
+
 def _talking() -> list[tuple[str, str]]:
     indented = [line[4:] for line in _section("Talking to chd").splitlines() if line.startswith("    ")]
     return _session(indented)
@@ -53,7 +62,9 @@ def _replay(session: list[tuple[str, str]], target: str, tmp_path: Path) -> None
     for command, shown in session:
         done = subprocess.run(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=30, env=env, cwd=tmp_path)
-        assert done.stdout.rstrip("\n") == shown, command
+        # Trailing spaces are not shown in a README (editors strip them); everything else is compared.
+        got = "\n".join(line.rstrip() for line in done.stdout.rstrip("\n").splitlines())
+        assert got == shown, command
 
 
 def test_the_short_tour_prints_what_the_readme_shows(tmp_path: Path):
@@ -70,4 +81,13 @@ def test_talking_to_chd_prints_what_the_readme_shows_on_the_demo_conversation(tm
     assert len(session) >= 3 and any("score" in shown for _, shown in session)
     with running() as server:
         seed_demo(server.history)
+        _replay(session, f"127.0.0.1:{server.port}", tmp_path)
+
+
+def test_summaries_prints_what_the_readme_shows_from_the_first_utterance(tmp_path: Path):
+    """The "Summaries" transcript, every utterance from the first, against a daemon with its flags."""
+    flags, session = _summaries()
+    assert flags == "--buffer-size 6 --eviction-batch 3 --summary-token-limit 120"
+    assert sum(command.startswith('chd query "Add') for command, _ in session) == 7
+    with running(buffer_size=6, eviction_batch=3, summary_token_limit=120) as server:
         _replay(session, f"127.0.0.1:{server.port}", tmp_path)
