@@ -27,3 +27,15 @@ class TestQueryCommand:
         refused = run_chd("query", "Remove 3 messages", "--target", daemon_process.target)
         assert refused.returncode == 64 + 3
         assert "INVALID_ARGUMENT" in refused.stderr and "the oldest 3" in refused.stderr
+
+
+def test_a_configure_that_evicts_lists_its_evictions_once() -> None:
+    """As seqs ("evicted: #1, #2"), not a second time as the raw field (issue 30 item 6)."""
+    from chd.cli.answer import human
+
+    text = human({
+        "operation": "configure",
+        "result": {"changed": ["buffer_size"], "evicted": [1, 2], "overrides": {"buffer_size": 5}},
+        "metadata": {"conversation_id": "default", "items_affected": 2, "tokens_used": 0},
+    })
+    assert [line for line in text.splitlines() if line.startswith("evicted")] == ["evicted: #1, #2"]

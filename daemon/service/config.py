@@ -250,7 +250,7 @@ KEYS: tuple[Key, ...] = (
     Key("backend", Text(), "memory", "memory, disk (alias durable), redis, or module:Class for a custom backend"),
     Key("data_dir", Text(), None, "directory of the disk backend, created if missing"),
     Key("durability", Text(("normal", "full")), None,
-        "disk backend: normal survives a crash of chd, full also an OS crash or power loss (default normal)"),
+        "disk backend: normal survives a crash of chd, full also an OS crash or power loss; unset: normal"),
     Key("allow_empty_database", Boolean(), False,
         "disk backend: start although the data dir held data and its cache.db is now missing or empty, "
         "with no conversations (once, after losing the database on purpose)"),
