@@ -111,3 +111,22 @@ class TestTraceFromTheProcess:
         traced = [r for r in records if r["logger"] == TRACE_LOGGER]
         assert [r["operation"] for r in traced] == ["store", "retrieve"]
         assert (SECRET_TEXT in stderr) == (level == "debug")
+
+
+def test_an_ambiguous_remove_is_traced_as_a_remove_every_time() -> None:
+    """'Remove utterances' is refused as a remove, first read and from the reading cache alike
+    (it was traced as 'unknown'; issue 30 item 6)."""
+    from chd.core.errors import DaemonError
+    from chd.core.history import ConversationHistory
+
+    history = ConversationHistory(background=False)
+    try:
+        for _ in range(2):
+            try:
+                history.query("Remove utterances")
+            except DaemonError as refused:
+                assert refused.operation == "remove"
+            else:
+                raise AssertionError("an ambiguous remove ran")
+    finally:
+        history.close()

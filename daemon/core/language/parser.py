@@ -244,7 +244,9 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
         # read here would answer as if something had been deleted.
         best = removal
     if best.refusal is not None:
-        raise Ambiguous(f"{best.refusal}. Nothing was changed.")
+        refused = Ambiguous(f"{best.refusal}. Nothing was changed.")
+        refused.operation = best.operation  # traced and counted as the remove it was, not "unknown"
+        raise refused
     if best.operation not in _WRITE_OPERATIONS and (writes := write_operations(_unquoted(query))):
         # Issue 25: "The utterance with seq 6 can be removed" was read as a
         # retrieve with one stray word, and answered OK. A write word anywhere
@@ -506,8 +508,11 @@ class _ReadingCache:
 def _fresh(refusal: InvalidRequest) -> InvalidRequest:
     """A new exception like the cached one (re-raising one object would chain tracebacks)."""
     if isinstance(refusal, NotUnderstood):
-        return NotUnderstood(str(refusal), refusal.confidence, refusal.best, refusal.did_you_mean)
-    return type(refusal)(*refusal.args)
+        fresh: InvalidRequest = NotUnderstood(str(refusal), refusal.confidence, refusal.best, refusal.did_you_mean)
+    else:
+        fresh = type(refusal)(*refusal.args)
+    fresh.operation = refusal.operation
+    return fresh
 
 
 # 2 MiB: a few thousand typical queries, or a thousand of the longest.
