@@ -604,6 +604,6 @@ ERRORS_RULE = (
     f"A query other than a store is read up to {MAX_INSTRUCTION_CHARS:,} characters and refused "
     "(INVALID_ARGUMENT) past that: a store's utterance may be of any length, and a longer topic goes "
     "in data.topic ('Find utterances' with data.topic). Outside quotes, a run of whitespace or "
-    "control characters reads as one space. Error messages quote at most the first 60 characters "
-    "of what the caller sent."
+    "control characters reads as one space. Error messages quote at most about the first 80 "
+    "characters of what the caller sent, and say how long the whole was."
 )
