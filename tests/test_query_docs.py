@@ -152,3 +152,18 @@ class TestExamplesAreTrue:
         seed_demo(demo_server.history, cid)
         with grpc.insecure_channel(f"127.0.0.1:{demo_server.port}") as channel:
             _expectation_holds(example, daemon_pb2_grpc.DaemonStub(channel), cid, demo_server.history)
+
+
+def test_the_stats_returns_name_every_field_a_stats_answer_has() -> None:
+    """The guide's "Returns" for stats is the field list a real stats answer carries (issue 30 item 5)."""
+    from chd.core.history import ConversationHistory
+    from chd.core.language.guide import GUIDE
+
+    (stats,) = [g for g in GUIDE if g.operation == "stats"]
+    history = ConversationHistory(background=False)
+    try:
+        fields = list(history.query("Stats").result)
+    finally:
+        history.close()
+    named = [name.strip() for name in stats.returns.removeprefix("result.").split(",")]
+    assert named == fields

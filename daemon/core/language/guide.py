@@ -487,7 +487,9 @@ GUIDE: tuple[OperationGuide, ...] = (
         ),
         "result.utterance_count, by_speaker, important_count, tokens, turn_count, first_turn, last_turn, "
         "oldest_seq, newest_seq, next_seq, summary_tokens, summary_segments, "
-        "summary_through_seq, queue_length, queue_tokens, buffer_fill, token_fill, settings",
+        "summary_through_seq, summary_coverage, summary_offline_only_utterances, summary_awaiting_rewrite, "
+        "summary_rewrite_ranges, summary_originals_dropped, queue_length, queue_tokens, buffer_fill, "
+        "token_fill, settings",
     ),
 )
 
