@@ -9,7 +9,8 @@ spec's names ``in-memory`` and ``durable`` are accepted as aliases.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from chd.backends.base import Backend, Change, ConversationState, apply_change
 from chd.core.errors import InvalidRequest
@@ -31,7 +32,9 @@ def _memory(**options: Any) -> Backend:
 
     if options.get("data_dir") is not None:
         # Accepting it silently would let a user believe their data is on disk.
-        raise InvalidRequest("the memory backend keeps nothing on disk; use --backend disk with --data-dir")
+        raise InvalidRequest(
+            "the memory backend keeps nothing on disk; use --backend disk with --data-dir"
+        )
     return MemoryBackend()
 
 
@@ -43,11 +46,15 @@ def _disk(data_dir: Any = None, durability: str | None = None, **options: Any) -
     return DiskBackend(data_dir, durability=durability, **options)
 
 
-def _redis(redis_url: Any = None, data_dir: Any = None, durability: Any = None, **options: Any) -> Backend:
+def _redis(
+    redis_url: Any = None, data_dir: Any = None, durability: Any = None, **options: Any
+) -> Backend:
     from chd.backends.redis_backend import RedisBackend
 
     if redis_url is None:
-        raise InvalidRequest("the redis backend needs a server: --redis-url redis://HOST:PORT/DB (or CHD_REDIS_URL)")
+        raise InvalidRequest(
+            "the redis backend needs a server: --redis-url redis://HOST:PORT/DB (or CHD_REDIS_URL)"
+        )
     if data_dir is not None or durability is not None:
         # Accepting them silently would let a user believe Redis writes there.
         raise InvalidRequest(

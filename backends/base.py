@@ -53,11 +53,12 @@ without them (only slower at scale):
 from __future__ import annotations
 
 from bisect import bisect_left
-from contextvars import ContextVar
-from math import isqrt
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, runtime_checkable
+from math import isqrt
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from chd.core.utterance import Summary, Utterance
 
@@ -125,7 +126,9 @@ class ConversationState:
     # small ``recent`` dict instead of copying one as large as the
     # conversation. Entries may be stale (an utterance removed since):
     # ``keyed`` checks the seq is still held with that key.
-    _keys: tuple[dict[str, int], dict[str, int]] | None = field(default=None, repr=False, compare=False)
+    _keys: tuple[dict[str, int], dict[str, int]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def is_empty(self) -> bool:
@@ -146,7 +149,11 @@ class ConversationState:
             seq = base.get(key)
             if seq is None:
                 return None
-        for items, buffered in ((self.utterances, True), (self.pending, False), (self.archive, False)):
+        for items, buffered in (
+            (self.utterances, True),
+            (self.pending, False),
+            (self.archive, False),
+        ):
             i = bisect_left(items, seq, key=_seq)
             if i < len(items) and items[i].seq == seq:
                 return (items[i], i if buffered else None) if items[i].key == key else None
@@ -238,6 +245,8 @@ class Leases(Protocol):
     """
 
     def lease(self, conversation_id: str) -> AbstractContextManager[bool]: ...
+
+
 Decide = Callable[[ConversationState], tuple[Change, Any]]
 
 
@@ -374,7 +383,12 @@ def _tokens_of(items: list[Utterance], seqs: set[int]) -> int:
 
 
 def _key_index(state: ConversationState) -> dict[str, int]:
-    return {u.key: u.seq for items in (state.utterances, state.pending, state.archive) for u in items if u.key}
+    return {
+        u.key: u.seq
+        for items in (state.utterances, state.pending, state.archive)
+        for u in items
+        if u.key
+    }
 
 
 # ``recent`` is folded into ``base`` once it outgrows this or the square root
@@ -385,7 +399,9 @@ def _key_index(state: ConversationState) -> dict[str, int]:
 _RECENT_KEYS = 32
 
 
-def _keys_after(state: ConversationState, change: Change) -> tuple[dict[str, int], dict[str, int]] | None:
+def _keys_after(
+    state: ConversationState, change: Change
+) -> tuple[dict[str, int], dict[str, int]] | None:
     """``state``'s key index after ``change`` (None: build it again when asked)."""
     keys = state._keys
     if keys is None:
@@ -416,7 +432,11 @@ def sizes_after(state: ConversationState, change: Change) -> tuple[int, int]:
     a copy of the buffer: the limits and metrics wrappers ask on every store.
     """
     buffer = len(state.utterances) - _present(state.utterances, change.remove) + len(change.append)
-    pending = len(state.pending) - _present(state.pending, change.pending_remove) + len(change.pending_add)
+    pending = (
+        len(state.pending)
+        - _present(state.pending, change.pending_remove)
+        + len(change.pending_add)
+    )
     return buffer, pending
 
 

@@ -126,12 +126,16 @@ class Checkpointer:
         with self._start_lock:
             if self._thread is not None or self._stopping:
                 return
-            self._thread = threading.Thread(target=self._run, name="chd-wal-checkpoint", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, name="chd-wal-checkpoint", daemon=True
+            )
             self._thread.start()
 
     def _run(self) -> None:
         try:
-            connection = sqlite3.connect(self._database, isolation_level=None, check_same_thread=True)
+            connection = sqlite3.connect(
+                self._database, isolation_level=None, check_same_thread=True
+            )
         except sqlite3.Error as exc:
             self._report(exc)
             return

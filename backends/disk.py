@@ -45,16 +45,34 @@ import threading
 import time
 from bisect import bisect_left
 from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, NoReturn, Sequence
+from typing import NoReturn
 
 import diskcache
 import diskcache.core
 
-from chd.backends.base import CALL_DEADLINE, Change, ConversationState, Decide, Outcome, T, apply_change
+from chd.backends.base import (
+    CALL_DEADLINE,
+    Change,
+    ConversationState,
+    Decide,
+    Outcome,
+    T,
+    apply_change,
+)
 from chd.backends.checkpointer import BACKSTOP, WAL_KEPT_BYTES, Checkpointer
+from chd.backends.disk_errors import describe_open_error, is_full
+from chd.backends.encoded import (
+    EncodedConversation,
+    EncodedUtterance,
+    encode_record,
+    replacing_change,
+)
+from chd.backends.group_commit import GroupCommit, Request
+from chd.backends.lazy_list import LazyList, is_unloaded
 from chd.backends.records import (
     BLOCK_SIZE,
     COUNTS_KEY,
@@ -87,12 +105,14 @@ from chd.backends.records import (
     summary_key,
     utterance_key,
 )
-from chd.backends.encoded import EncodedConversation, EncodedUtterance, encode_record, replacing_change
-from chd.backends.disk_errors import describe_open_error, is_full
-from chd.backends.group_commit import GroupCommit, Request
-from chd.backends.lazy_list import LazyList, is_unloaded
 from chd.backends.seq_runs import SeqRuns
-from chd.core.errors import DeadlineExceeded, EmptiedDatabase, InvalidRequest, StorageError, StorageFull
+from chd.core.errors import (
+    DeadlineExceeded,
+    EmptiedDatabase,
+    InvalidRequest,
+    StorageError,
+    StorageFull,
+)
 from chd.core.utterance import Summary, Utterance
 
 __all__ = ["DiskBackend", "DURABILITY", "InvalidChange", "MARKER"]
@@ -322,7 +342,9 @@ class DiskBackend:
         try:
             self._cache = diskcache.Cache(str(self.path), timeout=timeout, **settings)
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
-            raise StorageError(f"cannot open data dir {self.path}: {describe_open_error(exc, self.path)}") from exc
+            raise StorageError(
+                f"cannot open data dir {self.path}: {describe_open_error(exc, self.path)}"
+            ) from exc
         self._checkpointer = Checkpointer(
             Path(self._cache.directory) / diskcache.core.DBNAME, self._cache.sqlite_synchronous
         )
@@ -333,7 +355,9 @@ class DiskBackend:
             raise StorageError(f"cannot use data dir {self.path}: {exc}") from exc
         except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
             self._cache.close()
-            raise StorageError(f"cannot open data dir {self.path}: {describe_open_error(exc, self.path)}") from exc
+            raise StorageError(
+                f"cannot open data dir {self.path}: {describe_open_error(exc, self.path)}"
+            ) from exc
         _mark(self.path)
 
     # --- the Backend protocol --------------------------------------------------
@@ -433,7 +457,9 @@ class DiskBackend:
             if records.meta is None:
                 return EncodedConversation(conversation_id)
             try:
-                return self._encoded(conversation_id, decode_meta(records.meta, conversation_id), records)
+                return self._encoded(
+                    conversation_id, decode_meta(records.meta, conversation_id), records
+                )
             except _Changed as missing:
                 raise self._damaged(conversation_id, missing) from None
 
@@ -497,7 +523,10 @@ class DiskBackend:
                 if rows:
                     self._insert(rows)
                 if added:
-                    self._cache.set(COUNTS_KEY, encode_counts(decode_counts(self._cache.get(COUNTS_KEY)) + added))
+                    self._cache.set(
+                        COUNTS_KEY,
+                        encode_counts(decode_counts(self._cache.get(COUNTS_KEY)) + added),
+                    )
         except _STORAGE_ERRORS as exc:
             self._failed(exc, "write")
         self._checkpointer.note_commit(bulk=True)
@@ -537,7 +566,9 @@ class DiskBackend:
             archive=encoded(meta.archive),
         )
 
-    def _encoded_rows(self, conversation: EncodedConversation) -> tuple[list[tuple[str, str]], Meta, list[str]]:
+    def _encoded_rows(
+        self, conversation: EncodedConversation
+    ) -> tuple[list[tuple[str, str]], Meta, list[str]]:
         """The records of a conversation that has none yet, as (key, value) rows, its meta, and its open block.
 
         The meta record's row comes last; the open block's records are the
@@ -561,10 +592,16 @@ class DiskBackend:
             ordered = sorted(itertools.chain(*lists))
         seqs = list(map(_SEQ, ordered))
         if not apart and not all(map(operator.lt, seqs, seqs[1:])):
-            raise InvalidChange(f"refusing a change to conversation {cid!r} that would leave its seqs duplicated")
+            raise InvalidChange(
+                f"refusing a change to conversation {cid!r} that would leave its seqs duplicated"
+            )
         rows: list[tuple[str, str]] = []
         if any(map(_LONG, ordered)):
-            rows.extend((utterance_key(cid, seq), encode_own(record)) for seq, long, record in ordered if long)
+            rows.extend(
+                (utterance_key(cid, seq), encode_own(record))
+                for seq, long, record in ordered
+                if long
+            )
             ordered = [item for item in ordered if not item[1]]
             seqs = list(map(_SEQ, ordered))
         texts = list(map(_TEXT, ordered))
@@ -618,7 +655,9 @@ class DiskBackend:
         the meta record, a fold a block, the summary and the meta record).
         """
         now = time.time()
-        self._cache._con.execute(_UPSERT, (key, now, now, value))  # diskcache's connection of this thread
+        self._cache._con.execute(
+            _UPSERT, (key, now, now, value)
+        )  # diskcache's connection of this thread
 
     def _keys(self, prefix: str, after: str, where: str = "") -> Iterator[str]:
         """The ids after ``prefix`` of the keys above ``prefix + after``."""
@@ -676,7 +715,9 @@ class DiskBackend:
         # What Cache.get returns for the text values chd stores (MODE_RAW, no
         # expiry), in one statement of a third of its cost: every read and
         # every commit asks.
-        row = self._cache._sql(_GET, (meta_key(conversation_id),)).fetchone()  # this thread's connection
+        row = self._cache._sql(
+            _GET, (meta_key(conversation_id),)
+        ).fetchone()  # this thread's connection
         return None if row is None else row[0]
 
     def _cached(self, conversation_id: str, text: str | None) -> _Cached | None:
@@ -707,9 +748,17 @@ class DiskBackend:
         thread can wait a switch interval (5 ms); a miss made five of them.
         """
         blocks, own = block_key(conversation_id, 0)[:-1], utterance_key(conversation_id, 0)[:-1]
-        rows = self._cache._sql(_FETCH, (
-            meta_key(conversation_id), summary_key(conversation_id), blocks + "0", blocks + ":", own + "0", own + ":"
-        )).fetchall()
+        rows = self._cache._sql(
+            _FETCH,
+            (
+                meta_key(conversation_id),
+                summary_key(conversation_id),
+                blocks + "0",
+                blocks + ":",
+                own + "0",
+                own + ":",
+            ),
+        ).fetchall()
         records = _Records({}, {})
         for key, value in rows:
             kind = key[0]
@@ -746,7 +795,9 @@ class DiskBackend:
         )
 
     def _load(self, conversation_id: str, meta: Meta, records: _Records) -> ConversationState:
-        blocks: dict[int, dict[int, Utterance]] = {block_of(meta.next_seq): {u.seq: u for u in meta.open}}
+        blocks: dict[int, dict[int, Utterance]] = {
+            block_of(meta.next_seq): {u.seq: u for u in meta.open}
+        }
         summary = self._summary_of(conversation_id, meta, records)
         return ConversationState(
             conversation_id=conversation_id,
@@ -760,7 +811,11 @@ class DiskBackend:
         )
 
     def _archive(
-        self, conversation_id: str, meta: Meta, blocks: dict[int, dict[int, Utterance]], records: _Records
+        self,
+        conversation_id: str,
+        meta: Meta,
+        blocks: dict[int, dict[int, Utterance]],
+        records: _Records,
     ) -> list[Utterance]:
         """The archive's records, read now with the rest of the state, decoded on first use.
 
@@ -781,7 +836,9 @@ class DiskBackend:
         for number, text in texts.items():
             if text is None:  # all of its archived seqs must have their own records then
                 low, high = max(number * BLOCK_SIZE + 1, meta.own_below), (number + 1) * BLOCK_SIZE
-                missing = [seq for seq in range(low, high + 1) if seq in meta.archive and seq not in own]
+                missing = [
+                    seq for seq in range(low, high + 1) if seq in meta.archive and seq not in own
+                ]
                 if missing:
                     own_key = utterance_key(conversation_id, missing[0])
                     raise _Changed(f"{block_key(conversation_id, number)!r} (or {own_key!r})")
@@ -796,7 +853,9 @@ class DiskBackend:
                     block = decoded.get(number)
                     if block is None:
                         text = texts.get(number)
-                        block = decoded[number] = {} if text is None else decode_block(text, conversation_id, number)
+                        block = decoded[number] = (
+                            {} if text is None else decode_block(text, conversation_id, number)
+                        )
                     found = block.get(seq)
                 if found is None:
                     text = own.get(seq)
@@ -828,7 +887,9 @@ class DiskBackend:
                 block = blocks.get(number)
                 if block is None:
                     text = records.blocks.get(number)
-                    block = blocks[number] = {} if text is None else decode_block(text, conversation_id, number)
+                    block = blocks[number] = (
+                        {} if text is None else decode_block(text, conversation_id, number)
+                    )
                 found = block.get(seq)
             if found is None:  # a long text, or stored by schema 1
                 key = utterance_key(conversation_id, seq)
@@ -904,7 +965,9 @@ class DiskBackend:
                     self._index(cid, current.state, new_state)
         except _STORAGE_ERRORS as exc:
             if bounded and isinstance(exc, diskcache.Timeout):
-                raise DeadlineExceeded(f"data dir {self.path} stayed locked by another process") from None
+                raise DeadlineExceeded(
+                    f"data dir {self.path} stayed locked by another process"
+                ) from None
             self._failed(exc, "write")
         self._checkpointer.note_commit()
         for cid, entry in staged.items():
@@ -943,7 +1006,12 @@ class DiskBackend:
         )
 
     def _append(
-        self, conversation_id: str, current: _Cached, old: Meta, utterance: Utterance, new_state: ConversationState
+        self,
+        conversation_id: str,
+        current: _Cached,
+        old: Meta,
+        utterance: Utterance,
+        new_state: ConversationState,
     ) -> _Cached:
         """_write for the usual store (see _plain_append): one short utterance into the open block."""
         seq = utterance.seq
@@ -974,8 +1042,12 @@ class DiskBackend:
         self._insert(rows)
         open_block = block_of(meta.next_seq)
         opening = sorted(
-            (u for items in (new_state.utterances, new_state.pending, new_state.archive) for u in items
-             if block_of(u.seq) == open_block and not has_own_record(u, 1)),
+            (
+                u
+                for items in (new_state.utterances, new_state.pending, new_state.archive)
+                for u in items
+                if block_of(u.seq) == open_block and not has_own_record(u, 1)
+            ),
             key=_seq,
         )
         meta = dataclasses.replace(meta, open=tuple(opening))
@@ -1004,7 +1076,8 @@ class DiskBackend:
         kept = old.buffer.without(change.remove)
         appended = [u.seq for u in change.append]
         if appended and (
-            (len(appended) > 1 and appended != sorted(set(appended))) or (kept and appended[0] <= kept.last)
+            (len(appended) > 1 and appended != sorted(set(appended)))
+            or (kept and appended[0] <= kept.last)
         ):
             raise InvalidChange(
                 f"refusing a change to conversation {conversation_id!r} that appends "
@@ -1013,12 +1086,20 @@ class DiskBackend:
         buffer = kept.with_added(appended)
         pending, archive = old.pending, old.archive
         if change.pending_remove or change.pending_add:
-            pending = pending.without(change.pending_remove).with_added(u.seq for u in change.pending_add)
+            pending = pending.without(change.pending_remove).with_added(
+                u.seq for u in change.pending_add
+            )
         if change.archive_remove or change.archive_add:
-            archive = archive.without(change.archive_remove).with_added(u.seq for u in change.archive_add)
+            archive = archive.without(change.archive_remove).with_added(
+                u.seq for u in change.archive_add
+            )
         # An archive not decoded yet is one this change left alone: its runs stand.
         archived = len(archive) if is_unloaded(new_state.archive) else len(new_state.archive)
-        if (len(buffer), len(pending), len(archive)) != (len(new_state.utterances), len(new_state.pending), archived):
+        if (len(buffer), len(pending), len(archive)) != (
+            len(new_state.utterances),
+            len(new_state.pending),
+            archived,
+        ):
             raise InvalidChange(
                 f"refusing a change to conversation {conversation_id!r} that would leave "
                 "its seqs duplicated"
@@ -1094,7 +1175,9 @@ class DiskBackend:
             if number != open_block:
                 content = _block_content(new_state, number, own_below, archive)
                 if content:
-                    self._set(block_key(conversation_id, number), encode_block(map(record, content)))
+                    self._set(
+                        block_key(conversation_id, number), encode_block(map(record, content))
+                    )
                 else:
                     cache.delete(block_key(conversation_id, number))
         has_summary = old.has_summary
@@ -1157,7 +1240,8 @@ class DiskBackend:
                 if old < SCHEMA_VERSION:
                     self._build_index(old)
                     self._cache.set(
-                        SCHEMA_KEY, encode_schema(f"chd storage schema {SCHEMA_VERSION}, upgraded from {old}")
+                        SCHEMA_KEY,
+                        encode_schema(f"chd storage schema {SCHEMA_VERSION}, upgraded from {old}"),
                     )
                 return  # current, or another process created it first
             if len(self._cache) > 0:
@@ -1172,11 +1256,15 @@ class DiskBackend:
         """chd:counts and the q: index of a schema 1 or 2 dir, inside the upgrade's transaction."""
         log.info(
             "data dir %s has storage schema %d: counting its conversations and indexing their "
-            "summary queues once, for schema %d", self.path, old, SCHEMA_VERSION,
+            "summary queues once, for schema %d",
+            self.path,
+            old,
+            SCHEMA_VERSION,
         )
         count, queued = 0, []
         rows = self._cache._sql(
-            "SELECT key, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1", (META_PREFIX, "m;")
+            "SELECT key, value FROM Cache WHERE key >= ? AND key < ? AND raw = 1",
+            (META_PREFIX, "m;"),
         )
         for key, text in rows:
             conversation_id = key[len(META_PREFIX) :]
@@ -1187,7 +1275,12 @@ class DiskBackend:
         for conversation_id in queued:
             self._cache.set(queued_key(conversation_id), QUEUED_RECORD)
         self._cache.set(COUNTS_KEY, encode_counts(count))
-        log.info("data dir %s: %d conversations, %d with queued utterances", self.path, count, len(queued))
+        log.info(
+            "data dir %s: %d conversations, %d with queued utterances",
+            self.path,
+            count,
+            len(queued),
+        )
 
     @contextmanager
     def _storage(self, doing: str) -> Iterator[None]:
@@ -1207,7 +1300,9 @@ class DiskBackend:
                     f"data dir {self.path} stayed locked by another process for {self._lock_wait:g}s "
                     "(request_timeout); nothing was written"
                 ) from None
-            raise StorageError(f"data dir {self.path} stayed locked by another writer; try again") from None
+            raise StorageError(
+                f"data dir {self.path} stayed locked by another writer; try again"
+            ) from None
         if doing == "write":
             # A failed COMMIT can leave the transaction open on this
             # thread's connection (diskcache issue #112); closing the
@@ -1240,15 +1335,19 @@ def _check_database_kept(path: Path, allow_empty: bool) -> None:
     state = "missing" if size is None else "empty (0 bytes)"
     evidence = MARKER if (path / MARKER).exists() else wal.name
     if allow_empty:
-        log.warning("%s is %s in a data dir that held data (%s); starting with no conversations "
-                    "(allow_empty_database)", database, state, evidence)
+        log.warning(
+            "%s is %s in a data dir that held data (%s); starting with no conversations "
+            "(allow_empty_database)",
+            database,
+            state,
+            evidence,
+        )
         return
     raise EmptiedDatabase(
         f"{database} is {state}, but {path} has held chd's data ({evidence} is there); restore cache.db "
         "from a backup, or start chd serve once with --allow-empty-database to begin with no conversations",
         f"{database} is {state}, but {path} has held chd's data ({evidence} is there)",
     )
-
 
 
 def _mark(path: Path) -> None:
@@ -1271,15 +1370,21 @@ def _rolled_back(exc: BaseException) -> bool:
     )
 
 
-def _plain_append(change: Change, state: ConversationState, new_state: ConversationState, old: Meta) -> bool:
+def _plain_append(
+    change: Change, state: ConversationState, new_state: ConversationState, old: Meta
+) -> bool:
     """True for the usual store: one new short utterance, after every stored
     seq, into the open block, which it does not close; nothing else changes
     but the counters. _write's general path gives the same records."""
     if len(change.append) != 1 or change.summary is not None or change.settings is not None:
         return False
     if (
-        change.remove or change.update or change.pending_add or change.pending_remove
-        or change.archive_add or change.archive_remove
+        change.remove
+        or change.update
+        or change.pending_add
+        or change.pending_remove
+        or change.archive_add
+        or change.archive_remove
     ):
         return False
     utterance = change.append[0]
@@ -1299,7 +1404,9 @@ def _open_records(current: _Cached, old: Meta) -> dict[int, str]:
     return {u.seq: encode_in_block(u) for u in old.open}
 
 
-def _block_content(state: ConversationState, block: int, own_below: int, archive: SeqRuns) -> list[Utterance]:
+def _block_content(
+    state: ConversationState, block: int, own_below: int, archive: SeqRuns
+) -> list[Utterance]:
     """The utterances of ``state`` that block ``block`` holds, in seq order.
 
     ``archive`` is the state's archive seqs: an archive not decoded yet is
@@ -1310,7 +1417,9 @@ def _block_content(state: ConversationState, block: int, own_below: int, archive
     last = (block + 1) * BLOCK_SIZE
     found: list[Utterance] = []
     sources = 0
-    sleeping = is_unloaded(state.archive) and not any(seq in archive for seq in range(first, last + 1))
+    sleeping = is_unloaded(state.archive) and not any(
+        seq in archive for seq in range(first, last + 1)
+    )
     for utterances in (state.utterances, state.pending, [] if sleeping else state.archive):
         if not utterances or utterances[-1].seq < first:
             continue

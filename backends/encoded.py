@@ -19,8 +19,9 @@ line it has checked, a backend from a record it wrote.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from chd.backends.base import Change, ConversationState
 from chd.backends.records import LONG_TEXT
@@ -42,7 +43,16 @@ __all__ = [
 EncodedUtterance = tuple[int, bool, str]
 
 # The keys of Utterance.to_record(), in its order.
-RECORD_KEYS = ("seq", "speaker", "text", "turn_number", "timestamp", "tokens", "conversation_id", "important")
+RECORD_KEYS = (
+    "seq",
+    "speaker",
+    "text",
+    "turn_number",
+    "timestamp",
+    "tokens",
+    "conversation_id",
+    "important",
+)
 
 # One encoder for every record: json.dumps with options builds a new encoder each call.
 _dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -55,7 +65,10 @@ def encode_record(utterance: Utterance) -> EncodedUtterance:
 
 def _decoded(items: list[EncodedUtterance]) -> list[Utterance]:
     # One json.loads for the list: a call per text costs several times more.
-    return [Utterance.from_record(r) for r in json.loads("[" + ",".join(item[2] for item in items) + "]")]
+    return [
+        Utterance.from_record(r)
+        for r in json.loads("[" + ",".join(item[2] for item in items) + "]")
+    ]
 
 
 @dataclass(slots=True)

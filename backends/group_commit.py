@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from chd.backends.base import Change, ConversationState, T
 from chd.core.errors import DeadlineExceeded, StorageError
@@ -82,7 +83,10 @@ class GroupCommit:
         return len(self._queue)
 
     def run(
-        self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]], deadline: float | None = None
+        self,
+        conversation_id: str,
+        decide: Callable[[ConversationState], tuple[Change, T]],
+        deadline: float | None = None,
     ) -> T:
         now = time.monotonic()
         request = Request(conversation_id, decide, queued=now, deadline=deadline)
@@ -126,7 +130,9 @@ class GroupCommit:
                 # The wait for the batch's earliest deadline ran out: those
                 # whose time is up answer; the rest go back to the front.
                 now = time.monotonic()
-                left = [r for r in batch if not r.done and r.deadline is not None and r.deadline > now]
+                left = [
+                    r for r in batch if not r.done and r.deadline is not None and r.deadline > now
+                ]
                 for request in batch:
                     if not request.done and not any(r is request for r in left):
                         request.error = self._expired(now - request.queued)
@@ -160,4 +166,6 @@ class GroupCommit:
 
 
 def _expired(waited: float) -> DeadlineExceeded:
-    return DeadlineExceeded(f"the call's deadline passed after {waited:.2f}s waiting to write; nothing was written")
+    return DeadlineExceeded(
+        f"the call's deadline passed after {waited:.2f}s waiting to write; nothing was written"
+    )

@@ -17,7 +17,8 @@ subclass's reflected method first) and nothing here is JSON-encoded.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 __all__ = ["LazyList", "is_unloaded"]
 
@@ -61,10 +62,37 @@ def _reading(name: str) -> Callable[..., Any]:
 
 
 for _name in (
-    "__len__", "__iter__", "__getitem__", "__contains__", "__reversed__", "__repr__",
-    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__", "__mul__", "__rmul__",
-    "__iadd__", "__imul__", "__setitem__", "__delitem__", "__reduce_ex__",
-    "index", "count", "copy", "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+    "__len__",
+    "__iter__",
+    "__getitem__",
+    "__contains__",
+    "__reversed__",
+    "__repr__",
+    "__eq__",
+    "__ne__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+    "__add__",
+    "__mul__",
+    "__rmul__",
+    "__iadd__",
+    "__imul__",
+    "__setitem__",
+    "__delitem__",
+    "__reduce_ex__",
+    "index",
+    "count",
+    "copy",
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "remove",
+    "clear",
+    "sort",
+    "reverse",
 ):
     setattr(LazyList, _name, _reading(_name))
 

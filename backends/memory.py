@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from chd.backends.base import Change, ConversationState, T, apply_change
 from chd.core.errors import StorageFull
 from chd.core.utterance import Utterance
 
-__all__ = ["MemoryBackend", "UTTERANCE_OVERHEAD", "CONVERSATION_OVERHEAD", "text_bytes", "utterance_cost", "conversation_cost"]
+__all__ = [
+    "MemoryBackend",
+    "UTTERANCE_OVERHEAD",
+    "CONVERSATION_OVERHEAD",
+    "text_bytes",
+    "utterance_cost",
+    "conversation_cost",
+]
 
 # Bytes an utterance costs the process beyond its text: the Utterance, its
 # timestamp and seq objects, its slot in the state's lists. Measured with
@@ -111,7 +118,12 @@ class MemoryBackend:
             grown += conversation_cost(conversation_id) * (1 if state.is_empty else -1)
         with self._bytes_guard:
             total = self._bytes + grown
-            if change.append and grown > 0 and self.max_bytes is not None and total > self.max_bytes:
+            if (
+                change.append
+                and grown > 0
+                and self.max_bytes is not None
+                and total > self.max_bytes
+            ):
                 raise StorageFull(
                     f"the memory backend's budget is full: its utterances count for {self._bytes} bytes "
                     f"(text and conversation id plus {UTTERANCE_OVERHEAD} each, {CONVERSATION_OVERHEAD} "

@@ -45,8 +45,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from chd.backends.seq_runs import SeqRuns
 from chd.core.errors import StorageError
@@ -198,7 +199,7 @@ def decode_schema(text: Any) -> int:
 
 
 # The value of a q: key: the key is the information.
-QUEUED_RECORD = '{"schema":%d}' % SCHEMA_VERSION
+QUEUED_RECORD = f'{{"schema":{SCHEMA_VERSION}}}'
 
 
 def encode_counts(conversations: int) -> str:
@@ -259,7 +260,9 @@ def encode_utterance(utterance: Utterance) -> str:
 
 
 def decode_utterance(text: Any, conversation_id: str, seq: int) -> Utterance:
-    return _parse(text, f"utterance {seq} of conversation {conversation_id!r}", Utterance.from_record)
+    return _parse(
+        text, f"utterance {seq} of conversation {conversation_id!r}", Utterance.from_record
+    )
 
 
 def encode_in_block(utterance: Utterance) -> str:
@@ -331,7 +334,9 @@ def split_block(text: Any, conversation_id: str, block: int) -> dict[int, tuple[
     return _split_scanned(text, conversation_id, block, head.end())
 
 
-def _split_scanned(text: str, conversation_id: str, block: int, i: int) -> dict[int, tuple[int, bool, str]]:
+def _split_scanned(
+    text: str, conversation_id: str, block: int, i: int
+) -> dict[int, tuple[int, bool, str]]:
     """split_block's objects found by the JSON decoder, each cut out as it is when it is a plain record."""
     out: dict[int, tuple[int, bool, str]] = {}
     try:
@@ -342,7 +347,8 @@ def _split_scanned(text: str, conversation_id: str, block: int, i: int) -> dict[
             if not (
                 type(record) is dict
                 and (record.keys() == _RECORD_KEYS or record.keys() == _KEYED_RECORD_KEYS)
-                and type(record["seq"]) is int and type(record["text"]) is str
+                and type(record["seq"]) is int
+                and type(record["text"]) is str
             ):
                 return _split_decoded(text, conversation_id, block)
             out[record["seq"]] = (record["seq"], len(record["text"]) > LONG_TEXT, text[i:end])

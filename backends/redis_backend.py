@@ -57,10 +57,11 @@ import threading
 import time
 from bisect import bisect_left
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -70,19 +71,25 @@ from redis.retry import Retry
 
 from chd.backends.base import Change, ConversationState, Decide, Outcome, T, apply_change
 from chd.backends.group_commit import GroupCommit, Request
-from chd.backends.redis_direct import ThreadConnections
-from chd.backends.redis_index import RedisIndex, run_lengths
-from chd.backends.redis_keys import conversation_key, conversation_of, conversation_tag, index_keys, partition_of
-from chd.backends.redis_meta import Meta
-from chd.backends.redis_quota import ClusterQuota
-from chd.backends.redis_read_lease import LEASE_KEY, READ_LEASE, ReadLease, stamp
-from chd.backends.redis_scripts import COMMIT, EXPIRED, FETCH, FULL, RELEASE_LEASE, WAIT
 from chd.backends.records import (
     decode_summary,
     decode_utterance,
     encode_summary,
     encode_utterance,
 )
+from chd.backends.redis_direct import ThreadConnections
+from chd.backends.redis_index import RedisIndex, run_lengths
+from chd.backends.redis_keys import (
+    conversation_key,
+    conversation_of,
+    conversation_tag,
+    index_keys,
+    partition_of,
+)
+from chd.backends.redis_meta import Meta
+from chd.backends.redis_quota import ClusterQuota
+from chd.backends.redis_read_lease import LEASE_KEY, READ_LEASE, ReadLease, stamp
+from chd.backends.redis_scripts import COMMIT, EXPIRED, FETCH, FULL, RELEASE_LEASE, WAIT
 from chd.core.errors import InvalidRequest, StorageError, StorageFull, TooLarge
 from chd.core.utterance import Summary, Utterance
 
@@ -204,7 +211,9 @@ class RedisBackend:
         if redis_tls_ca is not None:
             if urlsplit(redis_url).scheme != "rediss":
                 # Accepting it would let a user believe the connection is verified.
-                raise InvalidRequest(f"redis_tls_ca is for TLS: use a rediss:// URL, not {self.url}")
+                raise InvalidRequest(
+                    f"redis_tls_ca is for TLS: use a rediss:// URL, not {self.url}"
+                )
             options["ssl_ca_certs"] = redis_tls_ca
         self._options = options
         try:
@@ -224,7 +233,9 @@ class RedisBackend:
         # commit sets it, and a shorter one would trim ids a slower
         # replica may still send again).
         attempts = 1 + max(0, _retry_policy(self._client).get_retries())
-        self._recent_ms = str(int((RECENT_COMMITS + attempts * (2 * max(socket_timeout, 5.0) + 5)) * 1000))
+        self._recent_ms = str(
+            int((RECENT_COMMITS + attempts * (2 * max(socket_timeout, 5.0) + 5)) * 1000)
+        )
         self._commit = self._client.register_script(COMMIT)
         self._fetch = self._client.register_script(FETCH)
         self._release = self._client.register_script(RELEASE_LEASE)
@@ -232,19 +243,27 @@ class RedisBackend:
         # A cluster's scripts cannot see other slots' index: its creations
         # reserve a place in one key first (backends/redis_quota.py), also
         # without a limit (chd import), so the quota always holds them all.
-        self._quota = ClusterQuota(self._client, max_conversations, int(self._ttl_ms)) if self.cluster else None
+        self._quota = (
+            ClusterQuota(self._client, max_conversations, int(self._ttl_ms))
+            if self.cluster
+            else None
+        )
         self._health: list[redis.Redis] | None = None
         self._unanswered = False  # the last health probe found Redis not answering
         self._count_lock = threading.Lock()
         self._swept: tuple[int, float] | None = None
         self._sweeping = False
-        self._created = 0  # conversations this replica created less those it emptied since the sweep
+        self._created = (
+            0  # conversations this replica created less those it emptied since the sweep
+        )
         self._ids = _CommitIds()
         # Standalone only: a cluster's lease key would be in another slot than
         # the commit's keys. Never held with a ttl: Redis expires
         # conversations without a commit the cache could see.
         self._read_lease = (
-            None if self.cluster else ReadLease(self._client, self._ids.replica, may_hold=not conversation_ttl)
+            None
+            if self.cluster
+            else ReadLease(self._client, self._ids.replica, may_hold=not conversation_ttl)
         )
         try:
             self._index.ensure_built(self._meta_keys)
@@ -387,7 +406,9 @@ class RedisBackend:
                 if swept is not None:
                     if time.monotonic() - swept[1] > _CLUSTER_COUNT_AGE and not self._sweeping:
                         self._sweeping = True
-                        threading.Thread(target=self._sweep, name="chd-redis-count", daemon=True).start()
+                        threading.Thread(
+                            target=self._sweep, name="chd-redis-count", daemon=True
+                        ).start()
                     return swept[0] + self._created
             self._sweep()
             with self._count_lock:
@@ -404,7 +425,10 @@ class RedisBackend:
         except redis.RedisError as exc:
             if self._swept is None:
                 raise
-            log.warning("could not count the cluster's conversations (kept the last count): %s", _reason(exc))
+            log.warning(
+                "could not count the cluster's conversations (kept the last count): %s",
+                _reason(exc),
+            )
             return
         finally:
             with self._count_lock:
@@ -505,7 +529,10 @@ class RedisBackend:
                 try:
                     self._release(keys=[key], args=[token])
                 except redis.RedisError:
-                    log.warning("could not release the fold lease of %r; it expires by itself", conversation_id)
+                    log.warning(
+                        "could not release the fold lease of %r; it expires by itself",
+                        conversation_id,
+                    )
 
     def available(self) -> bool:
         """True if every Redis node answers a PING within HEALTH_TIMEOUT (health follows this).
@@ -533,7 +560,9 @@ class RedisBackend:
         tries every call.
         """
         if self._unanswered:
-            raise StorageError(f"Redis at {self.url} does not answer (health probe); nothing was done")
+            raise StorageError(
+                f"Redis at {self.url} does not answer (health probe); nothing was done"
+            )
 
     def _close_probes(self) -> None:
         probes, self._health = self._health or [], None
@@ -551,18 +580,27 @@ class RedisBackend:
             }
             if self.cluster:
                 nodes = self._client.get_primaries()
-                kwargs = self._client.get_redis_connection(nodes[0]).connection_pool.connection_kwargs
+                kwargs = self._client.get_redis_connection(
+                    nodes[0]
+                ).connection_pool.connection_kwargs
                 tls = {k: v for k, v in kwargs.items() if k.startswith("ssl")}
                 self._health = [
-                    redis.Redis(host=node.host, port=node.port, username=kwargs.get("username"),
-                                password=kwargs.get("password"), **{**tls, **quick})
+                    redis.Redis(
+                        host=node.host,
+                        port=node.port,
+                        username=kwargs.get("username"),
+                        password=kwargs.get("password"),
+                        **{**tls, **quick},
+                    )
                     for node in nodes
                 ]
             else:
                 kwargs = dict(self._client.connection_pool.connection_kwargs)
                 kwargs.pop("retry", None)
                 kwargs.update(quick)
-                pool = redis.ConnectionPool(connection_class=self._client.connection_pool.connection_class, **kwargs)
+                pool = redis.ConnectionPool(
+                    connection_class=self._client.connection_pool.connection_class, **kwargs
+                )
                 self._health = [redis.Redis(connection_pool=pool)]
         return self._health
 
@@ -579,7 +617,9 @@ class RedisBackend:
             commits = lease.commits() if lease is not None else 0
             if tenure is not None and self._direct is not None:
                 key = conversation_key(conversation_id, "m")
-                (commit, meta_text), ttl = _raised(self._direct.run([("HMGET", key, "c", "m"), ("PTTL", key)]))
+                (commit, meta_text), ttl = _raised(
+                    self._direct.run([("HMGET", key, "c", "m"), ("PTTL", key)])
+                )
                 # Keys written with a conversation_ttl (since turned off) still
                 # expire, with no commit the lease would see: never trusted.
                 trusted = int(ttl) < 0
@@ -607,7 +647,11 @@ class RedisBackend:
         An import's batch is mostly conversations this replica never read:
         one round trip for all of them instead of one each.
         """
-        missing = [cid for cid in dict.fromkeys(r.conversation_id for r in batch) if self._cached_snapshot(cid) is None]
+        missing = [
+            cid
+            for cid in dict.fromkeys(r.conversation_id for r in batch)
+            if self._cached_snapshot(cid) is None
+        ]
         if len(missing) < 2:
             return {}
         found = {}
@@ -622,7 +666,9 @@ class RedisBackend:
             found[cid] = snapshot
         return found
 
-    def _refreshed(self, conversation_id: str, commit: str, meta_text: str, old: _Snapshot | None) -> _Snapshot:
+    def _refreshed(
+        self, conversation_id: str, commit: str, meta_text: str, old: _Snapshot | None
+    ) -> _Snapshot:
         """The snapshot at ``commit`` (whose meta record is ``meta_text``), reusing what ``old`` holds.
 
         Raises:
@@ -641,21 +687,40 @@ class RedisBackend:
         if old is not None and old.commit and old.meta.updated_at == meta.updated_at:
             for items in (old.state.utterances, old.state.pending, old.state.archive):
                 known.update((u.seq, u) for u in items)
-        want_summary = bool(meta.summary_at) and (old is None or old.meta.summary_at != meta.summary_at)
-        seqs = [seq for runs in (meta.buffer, meta.pending, meta.archive) for seq in runs if seq not in known]
+        want_summary = bool(meta.summary_at) and (
+            old is None or old.meta.summary_at != meta.summary_at
+        )
+        seqs = [
+            seq
+            for runs in (meta.buffer, meta.pending, meta.archive)
+            for seq in runs
+            if seq not in known
+        ]
         summary = old.state.summary if old is not None and not want_summary else Summary()
         if seqs or want_summary:
-            (reply,) = _raised(self._scripts(self._fetch, [(
-                [conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u")],
-                [commit, "1" if want_summary else "0", *seqs],
-            )]))
+            (reply,) = _raised(
+                self._scripts(
+                    self._fetch,
+                    [
+                        (
+                            [
+                                conversation_key(conversation_id, "m"),
+                                conversation_key(conversation_id, "u"),
+                            ],
+                            [commit, "1" if want_summary else "0", *seqs],
+                        )
+                    ],
+                )
+            )
             if not reply[0]:
                 raise _Conflict
             if want_summary:
                 summary = decode_summary(_text(reply[1]), conversation_id)
             for seq, record in zip(seqs, reply[2:]):
                 if record is None:
-                    raise StorageError(f"utterance {seq} of conversation {conversation_id!r} is missing from Redis")
+                    raise StorageError(
+                        f"utterance {seq} of conversation {conversation_id!r} is missing from Redis"
+                    )
                 known[seq] = decode_utterance(_text(record), conversation_id, seq)
         state = ConversationState(
             conversation_id=conversation_id,
@@ -718,9 +783,13 @@ class RedisBackend:
         # kept, not rebuilt from empty changes on every commit.
         pending, archive = old.pending, old.archive
         if change.pending_remove or change.pending_add:
-            pending = pending.without(change.pending_remove).with_added([u.seq for u in change.pending_add])
+            pending = pending.without(change.pending_remove).with_added(
+                [u.seq for u in change.pending_add]
+            )
         if change.archive_remove or change.archive_add:
-            archive = archive.without(change.archive_remove).with_added([u.seq for u in change.archive_add])
+            archive = archive.without(change.archive_remove).with_added(
+                [u.seq for u in change.archive_add]
+            )
         writes: dict[int, Utterance] = {}
         rewritten = False
         # Seqs from next_seq on are new: nothing stored can hold them (a
@@ -736,7 +805,11 @@ class RedisBackend:
             if seq < fresh and any(seq in runs for runs in stored_before):
                 rewritten = True
         removed = (*change.remove, *change.pending_remove, *change.archive_remove)
-        gone = {seq for seq in removed if seq not in buffer and seq not in pending and seq not in archive}
+        gone = {
+            seq
+            for seq in removed
+            if seq not in buffer and seq not in pending and seq not in archive
+        }
         meta = Meta(
             conversation_id=conversation_id,
             next_seq=new_state.next_seq,
@@ -812,7 +885,9 @@ class RedisBackend:
                 cid = request.conversation_id
                 if cid not in working:
                     cached = self._cached_snapshot(cid)
-                    working[cid] = (cached, False) if cached is not None else (self._current(cid), True)
+                    working[cid] = (
+                        (cached, False) if cached is not None else (self._current(cid), True)
+                    )
                 snapshot, verified = working[cid]
                 try:
                     change, value = request.decide(snapshot.state)
@@ -877,7 +952,9 @@ class RedisBackend:
             for cid, overtaking in lost.items():
                 # What it decided on may be a state this batch would have
                 # made: the records worth reusing are those of the version cached.
-                old = working[cid][0] if working[cid][0].acknowledged else self._cached_snapshot(cid)
+                old = (
+                    working[cid][0] if working[cid][0].acknowledged else self._cached_snapshot(cid)
+                )
                 try:
                     if overtaking is None:
                         raise _Conflict
@@ -890,7 +967,9 @@ class RedisBackend:
             waiting = sorted(later, key=batch.index)
             if attempt >= 3:
                 time.sleep(random.uniform(0, 0.002 * min(attempt, 20)))
-        raise StorageError(f"{len(waiting)} writes kept losing to other replicas in {_MAX_ATTEMPTS} attempts")
+        raise StorageError(
+            f"{len(waiting)} writes kept losing to other replicas in {_MAX_ATTEMPTS} attempts"
+        )
 
     def _send(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         """Run commit scripts in one round trip; each reply, or the exception of its call.
@@ -900,7 +979,9 @@ class RedisBackend:
         """
         replies = self._scripts(self._commit, calls) if calls else []
         resent = 0
-        while waiting := [i for i, reply in enumerate(replies) if isinstance(reply, list) and reply[0] == WAIT]:
+        while waiting := [
+            i for i, reply in enumerate(replies) if isinstance(reply, list) and reply[0] == WAIT
+        ]:
             if resent == 3:
                 raise StorageError("writes kept waiting for other replicas' read leases to run out")
             time.sleep(max(int(replies[i][1]) for i in waiting) / 1000)
@@ -951,7 +1032,9 @@ class RedisBackend:
         """Cache ``snapshot``; with ``replacing`` only if the cache still holds that (None: nothing)."""
         conversation_id = snapshot.state.conversation_id
         if not snapshot.acknowledged:
-            raise AssertionError(f"a state Redis never acknowledged was about to be cached for {conversation_id!r}")
+            raise AssertionError(
+                f"a state Redis never acknowledged was about to be cached for {conversation_id!r}"
+            )
         with self._cache_lock:
             if replacing is not True and self._cache.get(conversation_id) is not replacing:
                 return
@@ -970,7 +1053,9 @@ class RedisBackend:
 
     def _nodes(self) -> list[Any]:
         if self.cluster:
-            return [self._client.get_redis_connection(node) for node in self._client.get_primaries()]
+            return [
+                self._client.get_redis_connection(node) for node in self._client.get_primaries()
+            ]
         return [self._client]
 
 
@@ -1037,7 +1122,9 @@ def _reason(exc: BaseException) -> str:
 
 
 def _is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, redis.exceptions.OutOfMemoryError) or "OOM command not allowed" in str(exc)
+    return isinstance(exc, redis.exceptions.OutOfMemoryError) or "OOM command not allowed" in str(
+        exc
+    )
 
 
 @contextmanager
@@ -1047,5 +1134,7 @@ def _translated() -> Iterator[None]:
         yield
     except redis.RedisError as exc:
         if _is_oom(exc):
-            raise StorageFull(f"Redis refused the write: out of memory (maxmemory): {_reason(exc)}") from None
+            raise StorageFull(
+                f"Redis refused the write: out of memory (maxmemory): {_reason(exc)}"
+            ) from None
         raise StorageError(f"Redis failed: {type(exc).__name__}: {_reason(exc)}") from None

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import redis
 from redis.commands.core import Script
@@ -59,7 +60,9 @@ class ThreadConnections:
             lambda: _exchange(connection, commands), lambda _error: connection.disconnect()
         )
 
-    def scripts(self, script: Script, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
+    def scripts(
+        self, script: Script, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]
+    ) -> list[Any]:
         """The replies of ``script`` run once per (keys, args) call, all in one round trip.
 
         A Redis that lost its script cache (a restart, SCRIPT FLUSH) ran none

@@ -30,7 +30,8 @@ import logging
 import os
 import time
 from binascii import crc_hqx
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from chd.backends.redis_keys import (
     QUOTA_KEY,
@@ -58,13 +59,18 @@ _BATCH = 500
 NOW_MS = "local _t = redis.call('TIME'); local now = tonumber(_t[1]) * 1000 + math.floor(tonumber(_t[2]) / 1000)\n"
 
 # KEYS: ids, expiries. The live count: members of ids less those past expiry.
-_COUNT = NOW_MS + """
+_COUNT = (
+    NOW_MS
+    + """
 return redis.call('ZCARD', KEYS[1]) - redis.call('ZCOUNT', KEYS[2], '-inf', now)
 """
+)
 
 # KEYS: a set (ids or queued), expiries. ARGV: start ('-' or '(' .. id), count.
 # One page: {last member read ('' none), how many were read, live members...}.
-_PAGE_SCRIPT = NOW_MS + """
+_PAGE_SCRIPT = (
+    NOW_MS
+    + """
 local got = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], '+', 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {got[#got] or '', #got}
 local timed = redis.call('EXISTS', KEYS[2]) == 1
@@ -74,11 +80,15 @@ for _, member in ipairs(got) do
 end
 return out
 """
+)
 
 # KEYS: meta, ids, queued, expiries. ARGV: member. Indexes one conversation
 # written before the index existed; atomic, so a commit of a replica of this
 # version on the same conversation comes wholly before or after it.
-_INDEX_ONE = "redis.replicate_commands()\n" + NOW_MS + """
+_INDEX_ONE = (
+    "redis.replicate_commands()\n"
+    + NOW_MS
+    + """
 local meta = redis.call('HGET', KEYS[1], 'm')
 if not meta then return 0 end
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
@@ -88,6 +98,7 @@ local ttl = redis.call('PTTL', KEYS[1])
 if ttl > 0 then redis.call('ZADD', KEYS[4], now + ttl, ARGV[1]) end
 return 1
 """
+)
 
 
 class RedisIndex:
@@ -128,10 +139,14 @@ class RedisIndex:
                 found += self._members(part, 1, _text(reply[0]))
         return iter(sorted(found))
 
-    def _every_slot(self, script: Any, call: Callable[[list[str]], tuple[list[str], list[Any]]]) -> list[Any]:
+    def _every_slot(
+        self, script: Any, call: Callable[[list[str]], tuple[list[str], list[Any]]]
+    ) -> list[Any]:
         """``script`` on every slot's index keys; the replies in slot order."""
         tags = partitions(True)
-        return self._pipelined(script, [(slot, *call(index_keys(tag))) for slot, tag in enumerate(tags)])
+        return self._pipelined(
+            script, [(slot, *call(index_keys(tag))) for slot, tag in enumerate(tags)]
+        )
 
     def _pipelined(self, script: Any, calls: list[tuple[int, list[str], list[Any]]]) -> list[Any]:
         """``script`` once per ``(slot, keys, args)``, one pipeline per master; the replies in order.
@@ -201,7 +216,8 @@ class RedisIndex:
             if indexed:
                 log.info(
                     "Redis store written without a conversation index (chd before issue 17): "
-                    "indexed its %d conversations once", indexed,
+                    "indexed its %d conversations once",
+                    indexed,
                 )
         finally:
             # Compare and delete in one step: a lease that expired mid-build may be another replica's now.
@@ -212,14 +228,22 @@ class RedisIndex:
             return 0
         calls = []
         for key in meta_keys:
-            tag = key[len("chd:{"):-len("}:m")]
+            tag = key[len("chd:{") : -len("}:m")]
             slot = crc_hqx(tag.encode(), 0) % SLOTS
-            calls.append((slot, [key, *index_keys(partition_of(tag, self._cluster))], [conversation_of(key).encode()]))
+            calls.append(
+                (
+                    slot,
+                    [key, *index_keys(partition_of(tag, self._cluster))],
+                    [conversation_of(key).encode()],
+                )
+            )
         found = self._pipelined(self._index_one, calls)
         if self._cluster:
             # The quota holds every live conversation (backends/redis_quota.py); NX
             # keeps a reservation a replica made meanwhile.
-            live = {conversation_of(key): float("inf") for key, n in zip(meta_keys, found) if int(n)}
+            live = {
+                conversation_of(key): float("inf") for key, n in zip(meta_keys, found) if int(n)
+            }
             if live:
                 self._client.zadd(QUOTA_KEY, live, nx=True)
         return sum(int(n) for n in found)
@@ -228,7 +252,9 @@ class RedisIndex:
 def run_lengths(meta_text: str) -> tuple[int, int]:
     """Buffer and queue lengths from a meta record, without decoding an utterance."""
     record = json.loads(meta_text)
-    return len(SeqRuns(tuple(r) for r in record["buffer"])), len(SeqRuns(tuple(r) for r in record["pending"]))
+    return len(SeqRuns(tuple(r) for r in record["buffer"])), len(
+        SeqRuns(tuple(r) for r in record["pending"])
+    )
 
 
 def _text(value: Any) -> str:

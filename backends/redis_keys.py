@@ -44,7 +44,7 @@ def conversation_key(conversation_id: str, part: str) -> str:
 
 def conversation_of(meta_key: str) -> str:
     """The id of the conversation whose meta key (``chd:{<tag>}:m``) this is."""
-    tag = meta_key[len("chd:{"):-len("}:m")]
+    tag = meta_key[len("chd:{") : -len("}:m")]
     return "" if tag == "%" else unquote(tag, errors="strict")
 
 

@@ -52,7 +52,9 @@ class Meta:
         try:
             record = json.loads(text)
             if record["schema"] > META_SCHEMA:
-                raise StorageError(f"{what} was written by a newer chd (schema {record['schema']}): upgrade chd")
+                raise StorageError(
+                    f"{what} was written by a newer chd (schema {record['schema']}): upgrade chd"
+                )
             return cls(
                 conversation_id=conversation_id,
                 next_seq=int(record["next_seq"]),

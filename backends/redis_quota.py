@@ -60,7 +60,9 @@ AUDIT_SECONDS = 5.0
 _WRITES = "redis.replicate_commands()\n" + NOW_MS
 
 # KEYS: quota. ARGV: id, limit (0: none), reservation ms. {1, deadline} or {0, held}.
-_RESERVE = _WRITES + """
+_RESERVE = (
+    _WRITES
+    + """
 local deadline = now + tonumber(ARGV[3])
 local limit = tonumber(ARGV[2])
 if limit > 0 and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
@@ -70,9 +72,12 @@ end
 redis.call('ZADD', KEYS[1], deadline, ARGV[1])
 return {1, deadline}
 """
+)
 
 # KEYS: quota. ARGV: id, the deadline this replica set, ttl ms ('0': none).
-_CONFIRM = _WRITES + """
+_CONFIRM = (
+    _WRITES
+    + """
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if score and tonumber(score) == tonumber(ARGV[2]) then
   local ttl = tonumber(ARGV[3])
@@ -80,21 +85,30 @@ if score and tonumber(score) == tonumber(ARGV[2]) then
 end
 return 1
 """
+)
 
 # KEYS: quota. ARGV: id.
-_RELEASE = _WRITES + """
+_RELEASE = (
+    _WRITES
+    + """
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if score == 'inf' then redis.call('ZADD', KEYS[1], now, ARGV[1]) end
 return 1
 """
+)
 
 # KEYS: quota. ARGV: skew ms, count. Members past their score by more than skew: {id, score, ...}.
-_STALE = NOW_MS + """
+_STALE = (
+    NOW_MS
+    + """
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
 """
+)
 
 # KEYS: quota. ARGV: id, the score read, '1' live (then ARGV[4]: its keys' ttl ms, -1 none) or '0' gone.
-_SETTLE = _WRITES + """
+_SETTLE = (
+    _WRITES
+    + """
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score or score ~= ARGV[2] then return 0 end
 if ARGV[3] == '0' then return redis.call('ZREM', KEYS[1], ARGV[1]) end
@@ -102,6 +116,7 @@ local ttl = tonumber(ARGV[4])
 redis.call('ZADD', KEYS[1], ttl > 0 and (now + ttl) or '+inf', ARGV[1])
 return 1
 """
+)
 
 
 class ClusterQuota:
@@ -125,7 +140,9 @@ class ClusterQuota:
         A full set is repaired once before the answer is given.
         """
         for attempt in range(2):
-            reply = self._reserve(keys=[QUOTA_KEY], args=[conversation_id, self._limit, RESERVATION_MS])
+            reply = self._reserve(
+                keys=[QUOTA_KEY], args=[conversation_id, self._limit, RESERVATION_MS]
+            )
             if reply[0]:
                 return int(reply[1]), 0
             if attempt == 0 and not self.repair():
@@ -147,7 +164,12 @@ class ClusterQuota:
             return freed
         self._audited = time.monotonic()
         flat = self._client.zrangebyscore(
-            QUOTA_KEY, "+inf", "+inf", start=self._audit_from, num=_REPAIR_BATCH, withscores=True,
+            QUOTA_KEY,
+            "+inf",
+            "+inf",
+            start=self._audit_from,
+            num=_REPAIR_BATCH,
+            withscores=True,
             score_cast_func=_text,
         )
         page = [(_text(member), score) for member, score in flat]
@@ -169,7 +191,9 @@ class ClusterQuota:
         for (conversation_id, score), ttl in zip(stale, ttls):
             live = int(ttl) != -2  # -2: no such key
             gone.append(not live)
-            self._settle(keys=[QUOTA_KEY], args=[conversation_id, score, int(live), int(ttl)], client=settle)
+            self._settle(
+                keys=[QUOTA_KEY], args=[conversation_id, score, int(live), int(ttl)], client=settle
+            )
         return sum(int(n) for n, dead in zip(settle.execute(), gone) if dead)
 
 

@@ -62,7 +62,9 @@ __all__ = ["ReadLease", "READ_LEASE", "LEASE_KEY"]
 # Trust is timed on a clock that counts a suspended host's sleep, as Redis's
 # wall clock does: the monotonic clock would wake up still trusting.
 _clock = (
-    partial(time.clock_gettime, time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
+    partial(time.clock_gettime, time.CLOCK_BOOTTIME)
+    if hasattr(time, "CLOCK_BOOTTIME")
+    else time.monotonic
 )
 
 log = logging.getLogger(__name__)
@@ -155,11 +157,19 @@ class ReadLease:
         taking = holding + 1  # never used before: no state is stamped with it yet
         sent = _clock()
         try:
-            held = int(self._heartbeat(
-                keys=[LEASE_KEY, REPLICAS_KEY],
-                args=[self._replica, int(_HELD * 1000), int(_PRESENT * 1000),
-                      "1" if self._may_hold and not self._stop.is_set() else "0", holding, taking],
-            ))
+            held = int(
+                self._heartbeat(
+                    keys=[LEASE_KEY, REPLICAS_KEY],
+                    args=[
+                        self._replica,
+                        int(_HELD * 1000),
+                        int(_PRESENT * 1000),
+                        "1" if self._may_hold and not self._stop.is_set() else "0",
+                        holding,
+                        taking,
+                    ],
+                )
+            )
         except redis.RedisError as exc:
             # Trust runs out by itself at _until: an unreachable Redis takes no writes either.
             log.debug("read lease renewal failed: %s", exc)

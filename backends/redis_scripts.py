@@ -8,7 +8,15 @@ they are legal on Redis Cluster too.
 from __future__ import annotations
 
 __all__ = [
-    "COMMIT", "FETCH", "RELEASE_LEASE", "HEARTBEAT", "LEAVE", "FULL", "EXPIRED", "WAIT", "RECENT_COMMITS_KEPT",
+    "COMMIT",
+    "FETCH",
+    "RELEASE_LEASE",
+    "HEARTBEAT",
+    "LEAVE",
+    "FULL",
+    "EXPIRED",
+    "WAIT",
+    "RECENT_COMMITS_KEPT",
 ]
 
 # The most commit ids a conversation's recent commits keep, whatever the rate.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_right
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 __all__ = ["SeqRuns"]
 
@@ -55,7 +55,9 @@ class SeqRuns:
             if runs and seq == runs[-1][1] + 1:
                 runs[-1][1] = seq
             elif runs and seq <= runs[-1][1]:
-                raise ValueError(f"seqs must be ascending and unique, got {seq} after {runs[-1][1]}")
+                raise ValueError(
+                    f"seqs must be ascending and unique, got {seq} after {runs[-1][1]}"
+                )
             else:
                 runs.append([seq, seq])
         return cls((a, b) for a, b in runs)

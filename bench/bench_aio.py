@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_backends import NullServicer, Target, _requests, _run, median_interval  # noqa: E402
+
 from chd.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
 
 TARGETS = ("null-pool", "null-aio", "chd-pool", "chd-aio", "chd-aio-exec")
@@ -59,7 +60,9 @@ def _chd_servicer() -> daemon_pb2_grpc.DaemonServicer:
 def _serve(kind: str) -> None:
     servicer = NullServicer() if kind.startswith("null") else _chd_servicer()
     if kind.endswith("pool"):
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=(("grpc.so_reuseport", 0),))
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=16), options=(("grpc.so_reuseport", 0),)
+        )
         daemon_pb2_grpc.add_DaemonServicer_to_server(servicer, server)
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
@@ -73,10 +76,14 @@ async def _serve_aio(inner: daemon_pb2_grpc.DaemonServicer, executor: bool) -> N
     pool = futures.ThreadPoolExecutor(max_workers=16) if executor else None
 
     class Servicer(daemon_pb2_grpc.DaemonServicer):
-        async def Query(self, request: daemon_pb2.QueryRequest, context) -> daemon_pb2.QueryResponse:
+        async def Query(
+            self, request: daemon_pb2.QueryRequest, context
+        ) -> daemon_pb2.QueryResponse:
             if pool is None:
                 return inner.Query(request, context)
-            return await asyncio.get_running_loop().run_in_executor(pool, inner.Query, request, context)
+            return await asyncio.get_running_loop().run_in_executor(
+                pool, inner.Query, request, context
+            )
 
     server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))
     daemon_pb2_grpc.add_DaemonServicer_to_server(Servicer(), server)
@@ -88,7 +95,9 @@ async def _serve_aio(inner: daemon_pb2_grpc.DaemonServicer, executor: bool) -> N
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=600, help="requests per phase, round and concurrency")
+    parser.add_argument(
+        "--requests", type=int, default=600, help="requests per phase, round and concurrency"
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--clients", default="1,4,16", help="comma-separated client thread counts")
     parser.add_argument("--serve", choices=TARGETS, help=argparse.SUPPRESS)
@@ -100,11 +109,14 @@ def main() -> int:
     load = os.getloadavg()[0]
     concurrencies = [int(c) for c in args.clients.split(",")]
     rates: dict[tuple[str, str, int], list[float]] = {}
-    targets = {name: Target(name, [sys.executable, str(Path(__file__).resolve()), "--serve", name]) for name in TARGETS}
+    targets = {
+        name: Target(name, [sys.executable, str(Path(__file__).resolve()), "--serve", name])
+        for name in TARGETS
+    }
     try:
         names = list(targets)
         for round_number in range(args.rounds):
-            order = names[round_number % len(names):] + names[: round_number % len(names)]
+            order = names[round_number % len(names) :] + names[: round_number % len(names)]
             if round_number % 2:
                 order.reverse()
             for clients in concurrencies:
@@ -117,18 +129,34 @@ def main() -> int:
         for target in targets.values():
             target.stop()
 
-    print(f"\n{args.requests} requests x {args.rounds} rounds, {os.cpu_count()} CPUs, load average at start "
-          f"{load:.2f}, at end {os.getloadavg()[0]:.2f}")
-    print("median calls/s; ratio = median of each round's ratio to the pool server in that round (95 % interval)")
-    print(f"{'clients':>7} {'phase':<8} " + " ".join(f"{n:>13}" for n in TARGETS)
-          + f" {'null aio/pool':>22} {'chd aio/pool':>22} {'chd aio-exec/pool':>22} {'chd-pool/null-pool':>22}")
+    print(
+        f"\n{args.requests} requests x {args.rounds} rounds, {os.cpu_count()} CPUs, load average at start "
+        f"{load:.2f}, at end {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        "median calls/s; ratio = median of each round's ratio to the pool server in that round (95 % interval)"
+    )
+    print(
+        f"{'clients':>7} {'phase':<8} "
+        + " ".join(f"{n:>13}" for n in TARGETS)
+        + f" {'null aio/pool':>22} {'chd aio/pool':>22} {'chd aio-exec/pool':>22} {'chd-pool/null-pool':>22}"
+    )
     for clients in concurrencies:
         for phase in ("store", "retrieve"):
             row = f"{clients:>7} {phase:<8} "
-            row += " ".join(f"{statistics.median(rates[(n, phase, clients)]):>13.0f}" for n in TARGETS)
-            for new, old in (("null-aio", "null-pool"), ("chd-aio", "chd-pool"), ("chd-aio-exec", "chd-pool"),
-                             ("chd-pool", "null-pool")):
-                paired = [a / b for a, b in zip(rates[(new, phase, clients)], rates[(old, phase, clients)])]
+            row += " ".join(
+                f"{statistics.median(rates[(n, phase, clients)]):>13.0f}" for n in TARGETS
+            )
+            for new, old in (
+                ("null-aio", "null-pool"),
+                ("chd-aio", "chd-pool"),
+                ("chd-aio-exec", "chd-pool"),
+                ("chd-pool", "null-pool"),
+            ):
+                paired = [
+                    a / b
+                    for a, b in zip(rates[(new, phase, clients)], rates[(old, phase, clients)])
+                ]
                 low, high = median_interval(paired)
                 row += f" {statistics.median(paired):>8.3f} ({low:.3f}-{high:.3f})"
             print(row)

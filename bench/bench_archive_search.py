@@ -44,15 +44,27 @@ from chd.core.utterance import Utterance  # noqa: E402
 def _fill(history: ConversationHistory, texts: list[str], archived: int) -> None:
     """An archive of ``archived`` utterances and a buffer of the next 20, written in batches."""
     stamp = "2026-01-01T00:00:00.000000Z"
-    made = [Utterance("default", i + 1, "user" if i % 2 == 0 else "assistant", t, i // 2 + 1, stamp, 12)
-            for i, t in enumerate(texts)]
+    made = [
+        Utterance("default", i + 1, "user" if i % 2 == 0 else "assistant", t, i // 2 + 1, stamp, 12)
+        for i, t in enumerate(texts)
+    ]
     for start in range(0, archived, 5000):
-        batch = made[start:min(start + 5000, archived)]
-        history.backend.transact("default", lambda s, b=batch: (Change(archive_add=b, next_seq=b[-1].seq + 1,
-                                                                          last_turn=b[-1].turn_number), None))
+        batch = made[start : min(start + 5000, archived)]
+        history.backend.transact(
+            "default",
+            lambda s, b=batch: (
+                Change(archive_add=b, next_seq=b[-1].seq + 1, last_turn=b[-1].turn_number),
+                None,
+            ),
+        )
     buffer = made[archived:]
-    history.backend.transact("default", lambda s: (Change(append=buffer, next_seq=buffer[-1].seq + 1,
-                                                          last_turn=buffer[-1].turn_number), None))
+    history.backend.transact(
+        "default",
+        lambda s: (
+            Change(append=buffer, next_seq=buffer[-1].seq + 1, last_turn=buffer[-1].turn_number),
+            None,
+        ),
+    )
 
 
 def _measure(backend: object, texts: list[str], size: int, queries: int) -> None:
@@ -73,16 +85,29 @@ def _measure(backend: object, texts: list[str], size: int, queries: int) -> None
     for band, words in bands.items():
         topics = [words[i % len(words)] for i in range(queries)]
         it = iter(topics)
-        new = _timed(lambda: history.query(
-            "", {}, {"operation": "retrieve", "topic": next(it), "where": "archive", "limit": 10}),
-            queries)
+        new = _timed(
+            lambda: history.query(
+                "",
+                {},
+                {"operation": "retrieve", "topic": next(it), "where": "archive", "limit": 10},
+            ),
+            queries,
+        )
         it = iter(topics)
         repeat = max(3, queries // 40)
-        old = _timed(lambda: find_utterances(
-            state, RetrieveIntent(topic=next(it), archived=True, limit=10), ConversationIndex(), time.time()),
-            repeat)
-        print(f"{size:>9} {band:<12} {_p(new, .5) * 1e3:>13.2f} {_p(new, .99) * 1e3:>8.2f}"
-              f" {_p(old, .5) * 1e3:>13.1f} {_p(old, .5) / _p(new, .5):>7.0f}x {build:>20.2f}s")
+        old = _timed(
+            lambda: find_utterances(
+                state,
+                RetrieveIntent(topic=next(it), archived=True, limit=10),
+                ConversationIndex(),
+                time.time(),
+            ),
+            repeat,
+        )
+        print(
+            f"{size:>9} {band:<12} {_p(new, 0.5) * 1e3:>13.2f} {_p(new, 0.99) * 1e3:>8.2f}"
+            f" {_p(old, 0.5) * 1e3:>13.1f} {_p(old, 0.5) / _p(new, 0.5):>7.0f}x {build:>20.2f}s"
+        )
     history.close()
 
 
@@ -93,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=200)
     options = parser.parse_args(argv)
     print(f"backend {options.backend}; p50 of {options.queries} topic searches per band, ms")
-    print(f"{'archived':>9} {'topic words':<12} {'one call p50':>13} {'p99':>8} {'old scan p50':>13} {'old/new':>8}"
-          f" {'first search (build)':>21}")
+    print(
+        f"{'archived':>9} {'topic words':<12} {'one call p50':>13} {'p99':>8} {'old scan p50':>13} {'old/new':>8}"
+        f" {'first search (build)':>21}"
+    )
     for size in (int(s) for s in options.sizes.split(",")):
         rng = random.Random(SEED)
         texts = _utterances(rng, size + 20)
@@ -108,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
                     server.start()
                     backend = open_backend("redis", redis_url=server.url)
                 else:
-                    backend = open_backend(options.backend, **({"data_dir": tmp} if options.backend == "disk" else {}))
+                    backend = open_backend(
+                        options.backend, **({"data_dir": tmp} if options.backend == "disk" else {})
+                    )
                 _measure(backend, texts, size, options.queries)
             finally:
                 if server is not None:

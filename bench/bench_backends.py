@@ -100,7 +100,9 @@ class NullServicer(daemon_pb2_grpc.DaemonServicer):
     def __init__(self) -> None:
         self._responses = _canned_responses()
 
-    def Query(self, request: daemon_pb2.QueryRequest, context: grpc.ServicerContext) -> daemon_pb2.QueryResponse:
+    def Query(
+        self, request: daemon_pb2.QueryRequest, context: grpc.ServicerContext
+    ) -> daemon_pb2.QueryResponse:
         return self._responses["store" if request.query.startswith("Add") else "retrieve"]
 
 
@@ -127,7 +129,9 @@ class Target:
     def __init__(self, name: str, command: list[str], path: Path = ROOT) -> None:
         self.name = name
         env = dict(os.environ, PYTHONPATH=str(path))
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT
+        )
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         match = re.search(r"listening on \S+:(\d+)", line)
         if not match:
@@ -190,8 +194,12 @@ def _export(revision: str, into: Path) -> Path:
     """Revision ``revision``'s package, laid out as installed (chd = daemon/, chd.backends = backends/)."""
     tree = into / "tree"
     tree.mkdir()
-    archive = subprocess.run(["git", "archive", revision, "daemon", "backends"], cwd=ROOT, check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "archive", revision, "daemon", "backends"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     package = into / "pkg"
     package.mkdir()
@@ -226,11 +234,23 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1000, help="requests per phase and round")
     parser.add_argument("--clients", type=int, default=4, help="client threads")
     parser.add_argument("--rounds", type=int, default=7, help="rounds; medians are reported")
-    parser.add_argument("--scenario", choices=tuple(SCENARIOS), action="append",
-                        help="storage and/or default (default: both)")
-    parser.add_argument("--against", metavar="REV", help="also run memory and disk from git revision REV, paired")
-    parser.add_argument("--archive-evicted", action="store_true", help="chd servers keep an archive")
-    parser.add_argument("--search-first", action="store_true", help="a topic search per conversation before its stores")
+    parser.add_argument(
+        "--scenario",
+        choices=tuple(SCENARIOS),
+        action="append",
+        help="storage and/or default (default: both)",
+    )
+    parser.add_argument(
+        "--against", metavar="REV", help="also run memory and disk from git revision REV, paired"
+    )
+    parser.add_argument(
+        "--archive-evicted", action="store_true", help="chd servers keep an archive"
+    )
+    parser.add_argument(
+        "--search-first",
+        action="store_true",
+        help="a topic search per conversation before its stores",
+    )
     parser.add_argument("--null-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.null_server:
@@ -265,24 +285,61 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
     load = os.getloadavg()[0]
     cpu_before = _cpu_times()
     data = Path(tempfile.mkdtemp(prefix="chd-bench-"))
-    chd = [sys.executable, "-m", "chd", "serve", "--port", "0", "--log-level", "WARNING", *SCENARIOS[scenario]]
+    chd = [
+        sys.executable,
+        "-m",
+        "chd",
+        "serve",
+        "--port",
+        "0",
+        "--log-level",
+        "WARNING",
+        *SCENARIOS[scenario],
+    ]
     if args.archive_evicted:
         chd.append("--archive-evicted")
     commands = {
         "ceiling": [sys.executable, str(Path(__file__).resolve()), "--null-server"],
         "memory": [*chd, "--backend", "memory"],
-        "disk": [*chd, "--backend", "disk", "--data-dir", str(data / "normal"), "--durability", "normal"],
-        "disk-full": [*chd, "--backend", "disk", "--data-dir", str(data / "full"), "--durability", "full"],
+        "disk": [
+            *chd,
+            "--backend",
+            "disk",
+            "--data-dir",
+            str(data / "normal"),
+            "--durability",
+            "normal",
+        ],
+        "disk-full": [
+            *chd,
+            "--backend",
+            "disk",
+            "--data-dir",
+            str(data / "full"),
+            "--durability",
+            "full",
+        ],
     }
     paths = {name: ROOT for name in commands}
     if args.against:
         old = _export(args.against, data)
         commands[f"memory@{args.against}"] = [*chd, "--backend", "memory"]
-        commands[f"disk@{args.against}"] = [*chd, "--backend", "disk", "--data-dir", str(data / "old"),
-                                            "--durability", "normal"]
+        commands[f"disk@{args.against}"] = [
+            *chd,
+            "--backend",
+            "disk",
+            "--data-dir",
+            str(data / "old"),
+            "--durability",
+            "normal",
+        ]
         paths |= {name: old for name in commands if "@" in name}
-    results: dict[str, dict[str, list[float]]] = {name: {"store": [], "retrieve": []} for name in commands}
-    cpu: dict[str, dict[str, list[float]]] = {name: {"store": [], "retrieve": []} for name in commands}
+    results: dict[str, dict[str, list[float]]] = {
+        name: {"store": [], "retrieve": []} for name in commands
+    }
+    cpu: dict[str, dict[str, list[float]]] = {
+        name: {"store": [], "retrieve": []} for name in commands
+    }
     targets = {name: Target(name, command, paths[name]) for name, command in commands.items()}
     try:
         names = list(targets)
@@ -290,7 +347,7 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
             # Interleaved, so drift on a shared machine hits every target alike,
             # and each round starts with another target, so no target always
             # runs just after the disk targets' writeback.
-            order = names[round_number % len(names):] + names[: round_number % len(names)]
+            order = names[round_number % len(names) :] + names[: round_number % len(names)]
             if args.search_first:
                 for name in order:
                     if name != "ceiling":
@@ -301,23 +358,32 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
                     requests = _requests(phase, args.requests, round_number)
                     before = server_cpu(target.proc.pid)
                     results[name][phase].append(_run(target.address, requests, args.clients))
-                    cpu[name][phase].append((server_cpu(target.proc.pid) - before) / len(requests) * 1e6)
+                    cpu[name][phase].append(
+                        (server_cpu(target.proc.pid) - before) / len(requests) * 1e6
+                    )
     finally:
         for target in targets.values():
             target.stop()
         shutil.rmtree(data, ignore_errors=True)
 
     steal = _steal(cpu_before, _cpu_times())
-    print(f"\nscenario {scenario}: {args.requests} requests x {args.rounds} rounds, {args.clients} client "
-          f"threads, {CONVERSATIONS} conversations, {os.cpu_count()} CPUs, load average at start {load:.2f}, "
-          f"CPU steal during the run {steal}")
-    print("median requests/s; 'ceiling' is the median of each round's ratio to the ceiling measured in that")
-    print("round (paired, so drift on a shared machine cancels), its 95 % interval in parentheses, and the")
+    print(
+        f"\nscenario {scenario}: {args.requests} requests x {args.rounds} rounds, {args.clients} client "
+        f"threads, {CONVERSATIONS} conversations, {os.cpu_count()} CPUs, load average at start {load:.2f}, "
+        f"CPU steal during the run {steal}"
+    )
+    print(
+        "median requests/s; 'ceiling' is the median of each round's ratio to the ceiling measured in that"
+    )
+    print(
+        "round (paired, so drift on a shared machine cancels), its 95 % interval in parentheses, and the"
+    )
     print("lowest and highest round in brackets")
     print(f"{'target':<10} {'store/s':>8} {'ceiling':>27} {'retrieve/s':>11} {'ceiling':>27}  goal")
     rate = {name: {p: statistics.median(r[p]) for p in r} for name, r in results.items()}
     ratios = {
-        name: {p: [x / c for x, c in zip(r[p], results["ceiling"][p])] for p in r} for name, r in results.items()
+        name: {p: [x / c for x, c in zip(r[p], results["ceiling"][p])] for p in r}
+        for name, r in results.items()
     }
     failed = False
     for name in commands:
@@ -341,9 +407,17 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
         print(row)
     print("server CPU per call (user + system, us), median over rounds:")
     for name in commands:
-        print(f"{name:<10}" + "".join(f"  {phase} {statistics.median(cpu[name][phase]):6.0f}" for phase in ("store", "retrieve")))
+        print(
+            f"{name:<10}"
+            + "".join(
+                f"  {phase} {statistics.median(cpu[name][phase]):6.0f}"
+                for phase in ("store", "retrieve")
+            )
+        )
     if args.against:
-        print(f"this checkout against {args.against}: median of each round's rate ratio (95 % interval)")
+        print(
+            f"this checkout against {args.against}: median of each round's rate ratio (95 % interval)"
+        )
         for name in ("memory", "disk"):
             old = f"{name}@{args.against}"
             row = f"{name:<10}"
@@ -352,7 +426,9 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
                 low, high = median_interval(paired)
                 row += f"  {phase} {statistics.median(paired):.3f}x ({low:.3f}-{high:.3f})"
             print(row)
-        print(f"server CPU per call, this checkout against {args.against}: median of each round's ratio (95 % interval)")
+        print(
+            f"server CPU per call, this checkout against {args.against}: median of each round's ratio (95 % interval)"
+        )
         for name in ("memory", "disk"):
             old = f"{name}@{args.against}"
             row = f"{name:<10}"
@@ -364,7 +440,9 @@ def _bench(scenario: str, args: argparse.Namespace) -> bool:
     return failed
 
 
-def median_interval(values: list[float], share: float = 0.95, resamples: int = 2000) -> tuple[float, float]:
+def median_interval(
+    values: list[float], share: float = 0.95, resamples: int = 2000
+) -> tuple[float, float]:
     """A bootstrap interval for the median of ``values``: how closely these rounds pin it down.
 
     Rounds of one run share its stretch of machine noise, so runs taken at

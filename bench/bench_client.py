@@ -30,14 +30,27 @@ sys.path.insert(0, str(ROOT))
 from chd.client import Client  # noqa: E402
 from chd.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
 
-SERVE = ["serve", "--port", "0", "--buffer-size", "100000", "--max-tokens", "100000000",
-         "--max-utterances-per-conversation", "100000"]
+SERVE = [
+    "serve",
+    "--port",
+    "0",
+    "--buffer-size",
+    "100000",
+    "--max-tokens",
+    "100000000",
+    "--max-utterances-per-conversation",
+    "100000",
+]
 
 
 def _start() -> tuple[subprocess.Popen[str], str]:
     chd = Path(sys.executable).parent / "chd"
-    proc = subprocess.Popen([str(chd), *SERVE, "--log-level", "WARNING"], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [str(chd), *SERVE, "--log-level", "WARNING"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     match = re.search(r"listening on (\S+)", proc.stdout.readline())
     if not match:
@@ -68,7 +81,9 @@ def _client(client: Client, conversation: str, n: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
@@ -80,22 +95,31 @@ def main() -> None:
             _client(client, "warm-client", 200)
             ratios, raws, clients = [], [], []
             for r in range(args.rounds):
-                order = [("raw", lambda c: _raw(stub, c, args.requests)),
-                         ("client", lambda c: _client(client, c, args.requests))]
+                order = [
+                    ("raw", lambda c: _raw(stub, c, args.requests)),
+                    ("client", lambda c: _client(client, c, args.requests)),
+                ]
                 if r % 2:
                     order.reverse()
                 medians = {name: statistics.median(run(f"{name}-{r}")) for name, run in order}
                 raws.append(medians["raw"])
                 clients.append(medians["client"])
                 ratios.append(medians["client"] / medians["raw"])
-                print(f"round {r + 1}: raw {medians['raw'] * 1e6:.0f} us, client {medians['client'] * 1e6:.0f} us, "
-                      f"ratio {ratios[-1]:.3f}", flush=True)
+                print(
+                    f"round {r + 1}: raw {medians['raw'] * 1e6:.0f} us, client {medians['client'] * 1e6:.0f} us, "
+                    f"ratio {ratios[-1]:.3f}",
+                    flush=True,
+                )
     finally:
         proc.terminate()
         proc.wait(10)
-    print(f"store p50: raw stub {statistics.median(raws) * 1e6:.0f} us, chd.client {statistics.median(clients) * 1e6:.0f} us")
-    print(f"Client.store / raw stub: median {statistics.median(ratios):.3f} "
-          f"(rounds {min(ratios):.3f}-{max(ratios):.3f}, {args.rounds} rounds of {args.requests}); target <= 1.10")
+    print(
+        f"store p50: raw stub {statistics.median(raws) * 1e6:.0f} us, chd.client {statistics.median(clients) * 1e6:.0f} us"
+    )
+    print(
+        f"Client.store / raw stub: median {statistics.median(ratios):.3f} "
+        f"(rounds {min(ratios):.3f}-{max(ratios):.3f}, {args.rounds} rounds of {args.requests}); target <= 1.10"
+    )
 
 
 if __name__ == "__main__":

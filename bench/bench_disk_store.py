@@ -28,9 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chd.backends import open_backend  # noqa: E402
 from bench_backends import store_text  # noqa: E402  (the same stores as over gRPC)
 from percentiles import percentile  # noqa: E402
+
+from chd.backends import open_backend  # noqa: E402
 from chd.core.history import ConversationHistory  # noqa: E402
 from chd.core.settings import Settings  # noqa: E402
 
@@ -71,9 +72,13 @@ def main() -> int:
     args = parser.parse_args()
 
     rows = []
-    print(f"{args.stores} stores x {args.rounds} rounds, {CONVERSATIONS} conversations, durability {args.durability}")
-    print(f"{'round':<6} {'memory us':>10} {'disk us':>8} {'ratio':>6} {'disk p50':>9} {'p99':>7} {'p99.9':>7} "
-          f"{'max':>7} {'slow':>6}")
+    print(
+        f"{args.stores} stores x {args.rounds} rounds, {CONVERSATIONS} conversations, durability {args.durability}"
+    )
+    print(
+        f"{'round':<6} {'memory us':>10} {'disk us':>8} {'ratio':>6} {'disk p50':>9} {'p99':>7} {'p99.9':>7} "
+        f"{'max':>7} {'slow':>6}"
+    )
     for round_number in range(args.rounds):
         order = ("memory", "disk") if round_number % 2 == 0 else ("disk", "memory")
         latencies = {kind: _run(kind, args.stores, args.durability) for kind in order}
@@ -91,11 +96,15 @@ def main() -> int:
             sum(t for t in ranked if t > 1e-3) / sum(ranked),
         )
         rows.append(row)
-        print(f"{round_number + 1:<6} {row[0]:>10.0f} {row[1]:>8.0f} {row[2]:>6.2f} "
-              f"{row[3]:>9.0f} {row[4]:>7.0f} {row[5]:>7.0f} {row[6]:>7.0f} {row[7]:>6.1%}")
+        print(
+            f"{round_number + 1:<6} {row[0]:>10.0f} {row[1]:>8.0f} {row[2]:>6.2f} "
+            f"{row[3]:>9.0f} {row[4]:>7.0f} {row[5]:>7.0f} {row[6]:>7.0f} {row[7]:>6.1%}"
+        )
     median = [statistics.median(column) for column in zip(*rows)]
-    print(f"{'median':<6} {median[0]:>10.0f} {median[1]:>8.0f} {median[2]:>6.2f} "
-          f"{median[3]:>9.0f} {median[4]:>7.0f} {median[5]:>7.0f} {median[6]:>7.0f} {median[7]:>6.1%}")
+    print(
+        f"{'median':<6} {median[0]:>10.0f} {median[1]:>8.0f} {median[2]:>6.2f} "
+        f"{median[3]:>9.0f} {median[4]:>7.0f} {median[5]:>7.0f} {median[6]:>7.0f} {median[7]:>6.1%}"
+    )
     return 0
 
 

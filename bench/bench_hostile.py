@@ -28,8 +28,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 
@@ -44,22 +45,46 @@ Shape = Callable[[int], tuple[str, dict[str, Any], dict[str, Any]]]
 # Each builds a request of about n bytes.
 SHAPES: dict[str, Shape] = {
     "query: number words after a speaker": lambda n: ("user " + "two " * (n // 4) + "x", {}, {}),
-    "query: topic with trailing spaces": lambda n: ("Find utterances about x" + " " * n + "y", {}, {}),
+    "query: topic with trailing spaces": lambda n: (
+        "Find utterances about x" + " " * n + "y",
+        {},
+        {},
+    ),
     "query: spaces between two words": lambda n: ("a" + " " * n + "a", {}, {}),
     "query: ordinary words, refused": lambda n: ("hello " * (n // 6), {}, {}),
     "query: count of digits": lambda n: ("Get the last " + "9" * n + " utterances", {}, {}),
     "store: one long word": lambda n: ("Add utterance: " + "x" * n, {}, {}),
     "store: spaces": lambda n: ("Add utterance: a" + " " * n + "a", {}, {}),
-    "store: sentences without an end": lambda n: ("", {}, {"operation": "store", "text": "a" * n + "\nb"}),
-    "data: topic of words": lambda n: ("", {}, {"operation": "retrieve", "topic": "two " * (n // 4)}),
-    "data: topic of spaces": lambda n: ("", {}, {"operation": "retrieve", "topic": "x" + " " * n + "y"}),
+    "store: sentences without an end": lambda n: (
+        "",
+        {},
+        {"operation": "store", "text": "a" * n + "\nb"},
+    ),
+    "data: topic of words": lambda n: (
+        "",
+        {},
+        {"operation": "retrieve", "topic": "two " * (n // 4)},
+    ),
+    "data: topic of spaces": lambda n: (
+        "",
+        {},
+        {"operation": "retrieve", "topic": "x" + " " * n + "y"},
+    ),
     "data: unknown operation": lambda n: ("", {}, {"operation": "q" * n}),
     "metadata: long key": lambda n: ("Get summary", {"m" * n: 1}, {}),
 }
 BASELINE = "Get the last 5 utterances"
 SERVE_FLAGS = (
-    "--max-utterance-chars", "4000000", "--max-tokens", "8000000", "--max-request-bytes", str(16 << 20),
-    "--summarizer", "offline", "--log-level", "warning",
+    "--max-utterance-chars",
+    "4000000",
+    "--max-tokens",
+    "8000000",
+    "--max-request-bytes",
+    str(16 << 20),
+    "--summarizer",
+    "offline",
+    "--log-level",
+    "warning",
 )
 
 
@@ -69,7 +94,10 @@ class Daemon:
     def __init__(self, *flags: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "chd", "serve", "--port", "0", *SERVE_FLAGS, *flags],
-            stdout=subprocess.PIPE, stderr=None if os.environ.get("BENCH_LOG") else subprocess.DEVNULL, text=True, cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=None if os.environ.get("BENCH_LOG") else subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
         )
         assert self.proc.stdout is not None
@@ -80,11 +108,16 @@ class Daemon:
             raise RuntimeError(f"chd serve did not start: {line!r}")
         self.channel = grpc.insecure_channel(
             f"127.0.0.1:{match.group(1)}",
-            options=[("grpc.max_send_message_length", 32 << 20), ("grpc.max_receive_message_length", 32 << 20)],
+            options=[
+                ("grpc.max_send_message_length", 32 << 20),
+                ("grpc.max_receive_message_length", 32 << 20),
+            ],
         )
         self.stub = daemon_pb2_grpc.DaemonStub(self.channel)
 
-    def ask(self, query: str, metadata: dict[str, Any], data: dict[str, Any], timeout: float) -> float:
+    def ask(
+        self, query: str, metadata: dict[str, Any], data: dict[str, Any], timeout: float
+    ) -> float:
         """Seconds for one call (whatever status it ends with); raises on a deadline."""
         message = daemon_pb2.QueryRequest(query=query)
         message.metadata.update(metadata)
@@ -130,10 +163,14 @@ def part_costs(max_size: int, cap: float) -> tuple[str, int, float]:
             size = 1024
             while size <= max_size:
                 query, metadata, data = shape(size)
-                request_bytes = len(query) + sum(len(str(k)) + len(str(v)) for d in (metadata, data) for k, v in d.items())
+                request_bytes = len(query) + sum(
+                    len(str(k)) + len(str(v)) for d in (metadata, data) for k, v in d.items()
+                )
                 try:
                     seconds = daemon.ask(query, metadata, data, cap)
-                    if seconds < cap / 4:  # the first call of a shape pays for warm-up: take the better of two
+                    if (
+                        seconds < cap / 4
+                    ):  # the first call of a shape pays for warm-up: take the better of two
                         seconds = min(seconds, daemon.ask(query, metadata, data, cap))
                 except TimeoutError:
                     cells.append(f"{size >> 10}k: >{cap:g}s")
@@ -142,7 +179,9 @@ def part_costs(max_size: int, cap: float) -> tuple[str, int, float]:
                     daemon.stop()
                     daemon = Daemon()  # the stuck request may still hold the old one
                     break
-                cells.append(f"{size >> 10}k: {seconds / request_bytes / per_byte:.2f}x ({seconds * 1e3:.0f} ms)")
+                cells.append(
+                    f"{size >> 10}k: {seconds / request_bytes / per_byte:.2f}x ({seconds * 1e3:.0f} ms)"
+                )
                 if seconds > slowest[2] and size * 4 > max_size:
                     slowest = (name, size, seconds)
                 size *= 4
@@ -167,7 +206,9 @@ def _time_to_exit(daemon: Daemon, start_call: Callable[[], Any]) -> str:
 def part_exit(slowest: tuple[str, int, float]) -> None:
     drain, grace = 0.5, 1.0
     flags = ("--shutdown-drain", str(drain), "--shutdown-grace", str(grace))
-    print(f"2. seconds from SIGTERM to exit (bound: drain {drain} + grace {grace} + 2 = {drain + grace + 2:g} s)")
+    print(
+        f"2. seconds from SIGTERM to exit (bound: drain {drain} + grace {grace} + 2 = {drain + grace + 2:g} s)"
+    )
     name, size, _ = slowest
     if name:
         daemon = Daemon(*flags)
@@ -182,16 +223,34 @@ def part_exit(slowest: tuple[str, int, float]) -> None:
             daemon.stop()
     with FakeAnthropic(delay=300) as api:
         env = {"ANTHROPIC_API_KEY": "sk-bench", "ANTHROPIC_BASE_URL": api.base_url}
-        daemon = Daemon(*flags, "--summarizer", "claude", "--summarizer-timeout", "300", "--anthropic-max-retries", "0",
-                        "--summarizer-attempts", "1", "--buffer-size", "4", "--eviction-batch", "2", "--fold-delay", "0",
-                        env=env)
+        daemon = Daemon(
+            *flags,
+            "--summarizer",
+            "claude",
+            "--summarizer-timeout",
+            "300",
+            "--anthropic-max-retries",
+            "0",
+            "--summarizer-attempts",
+            "1",
+            "--buffer-size",
+            "4",
+            "--eviction-batch",
+            "2",
+            "--fold-delay",
+            "0",
+            env=env,
+        )
         try:
             for n in range(6):
                 daemon.ask(f"Add utterance: fact {n}", {}, {}, 10)
             while not api.requests:
                 time.sleep(0.05)
             took = _time_to_exit(
-                daemon, lambda: daemon.stub.Query.future(daemon_pb2.QueryRequest(query="Get summary"), timeout=300)
+                daemon,
+                lambda: daemon.stub.Query.future(
+                    daemon_pb2.QueryRequest(query="Get summary"), timeout=300
+                ),
             )
             print(f"   summary read waiting on a model that does not answer: {took}")
         finally:
@@ -206,26 +265,40 @@ def part_memory(topics: int) -> None:
         print(f"   at start: {daemon.rss_mib():.0f}")
         for n in range(topics):
             daemon.ask("", {}, {"operation": "retrieve", "topic": f"{n:06d}" + "z" * (1 << 20)}, 60)
-        print(f"   after {topics} searches for distinct 1 MB topics ({topics} MiB sent): {daemon.rss_mib():.0f}")
+        print(
+            f"   after {topics} searches for distinct 1 MB topics ({topics} MiB sent): {daemon.rss_mib():.0f}"
+        )
         for n in range(20_000):
             daemon.ask("Get the last 1 utterances", {"conversation_id": f"ghost-{n}"}, {}, 10)
         print(f"   after reads of 20,000 ids never stored: {daemon.rss_mib():.0f}")
         refused = 0
-        for n in range(100):
+        for _ in range(100):
             try:
-                daemon.stub.Query(daemon_pb2.QueryRequest(query="Add utterance: " + "w " * (1 << 19)), timeout=60)
+                daemon.stub.Query(
+                    daemon_pb2.QueryRequest(query="Add utterance: " + "w " * (1 << 19)), timeout=60
+                )
             except grpc.RpcError as error:
                 refused += error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-        print(f"   after 100 stores of 1 MiB with max_memory_bytes 64 MiB ({refused} refused): {daemon.rss_mib():.0f}")
+        print(
+            f"   after 100 stores of 1 MiB with max_memory_bytes 64 MiB ({refused} refused): {daemon.rss_mib():.0f}"
+        )
     finally:
         daemon.stop()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--max-size", type=int, default=1 << 20, help="largest request, bytes (default 1 MiB)")
-    parser.add_argument("--cap", type=float, default=5.0, help="seconds a call may take before its shape stops")
-    parser.add_argument("--topics", type=int, default=100, help="distinct 1 MB topics searched in part 3")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--max-size", type=int, default=1 << 20, help="largest request, bytes (default 1 MiB)"
+    )
+    parser.add_argument(
+        "--cap", type=float, default=5.0, help="seconds a call may take before its shape stops"
+    )
+    parser.add_argument(
+        "--topics", type=int, default=100, help="distinct 1 MB topics searched in part 3"
+    )
     args = parser.parse_args()
     slowest = part_costs(args.max_size, args.cap)
     if slowest[0]:

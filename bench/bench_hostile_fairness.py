@@ -16,15 +16,16 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_hostile import SHAPES as REQUEST_SHAPES, Daemon  # noqa: E402
+from bench_hostile import SHAPES as REQUEST_SHAPES  # noqa: E402
+from bench_hostile import Daemon
 from percentiles import percentile  # noqa: E402
+
 from tests.parser_shapes import SHAPES, build  # noqa: E402
 
 VALID = "Get the last 5 utterances"
@@ -44,7 +45,9 @@ def _shapes() -> dict[str, Request]:
     return shapes
 
 
-def _valid_latencies(daemon: Daemon, clients: int, requests: int, attack: list[Request] | None) -> list[float]:
+def _valid_latencies(
+    daemon: Daemon, clients: int, requests: int, attack: list[Request] | None
+) -> list[float]:
     latencies: list[float] = []
     lock = threading.Lock()
     done = threading.Event()
@@ -74,19 +77,27 @@ def _valid_latencies(daemon: Daemon, clients: int, requests: int, attack: list[R
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=500)
-    parser.add_argument("--worst", type=int, default=3, help="how many of the costliest shapes the attacker cycles")
+    parser.add_argument(
+        "--worst", type=int, default=3, help="how many of the costliest shapes the attacker cycles"
+    )
     args = parser.parse_args()
     daemon = Daemon()
     try:
         for n in range(args.clients):
             for k in range(5):
-                daemon.ask(f"Add utterance: fact {k} for client {n}", {"conversation_id": f"v{n}"}, {}, 10)
+                daemon.ask(
+                    f"Add utterance: fact {k} for client {n}", {"conversation_id": f"v{n}"}, {}, 10
+                )
         valid = _round_trip(daemon, (VALID, {}, {}))
         shapes = _shapes()
-        costs = sorted(((_round_trip(daemon, request), name) for name, request in shapes.items()), reverse=True)
+        costs = sorted(
+            ((_round_trip(daemon, request), name) for name, request in shapes.items()), reverse=True
+        )
         print(f"valid query round trip {valid * 1e3:.2f} ms; costliest {SIZE}-character shapes:")
         for seconds, shape in costs[: args.worst]:
             print(f"   {seconds * 1e3:7.2f} ms = {seconds / valid:5.1f}x  {shape}")
@@ -94,8 +105,10 @@ def main() -> None:
         alone = _valid_latencies(daemon, args.clients, args.requests, None)
         beside = _valid_latencies(daemon, args.clients, args.requests, attack)
         for name, values in (("alone", alone), ("beside the attacker", beside)):
-            print(f"{args.clients} x {args.requests} valid calls {name}: p50 {percentile(values, 0.5) * 1e3:.2f} ms, "
-                  f"p99 {percentile(values, 0.99) * 1e3:.2f} ms")
+            print(
+                f"{args.clients} x {args.requests} valid calls {name}: p50 {percentile(values, 0.5) * 1e3:.2f} ms, "
+                f"p99 {percentile(values, 0.99) * 1e3:.2f} ms"
+            )
         print(f"p99 ratio {percentile(beside, 0.99) / percentile(alone, 0.99):.2f} (target 1.5)")
     finally:
         daemon.stop()

@@ -35,7 +35,10 @@ from chd.core.settings import Settings  # noqa: E402
 
 def _timed(history: ConversationHistory, stores: int, keyed: bool, start: int) -> float:
     keys = [{"idempotency_key": uuid.uuid4().hex} if keyed else {} for _ in range(stores)]
-    data = [{"operation": "store", "text": f"utterance {start + i} about the train to Lyon"} for i in range(stores)]
+    data = [
+        {"operation": "store", "text": f"utterance {start + i} about the train to Lyon"}
+        for i in range(stores)
+    ]
     began = time.perf_counter()
     for metadata, fields in zip(keys, data):
         history.query("", metadata, fields)
@@ -45,16 +48,21 @@ def _timed(history: ConversationHistory, stores: int, keyed: bool, start: int) -
 def run(kind: str, held: int, stores: int, rounds: int) -> tuple[float, float]:
     directory = Path(tempfile.mkdtemp(prefix="chd-bench-idem-"))
     try:
-        backend = open_backend(kind, data_dir=str(directory)) if kind == "disk" else open_backend(kind)
+        backend = (
+            open_backend(kind, data_dir=str(directory)) if kind == "disk" else open_backend(kind)
+        )
         total = held + stores * rounds * 2 + 10
-        history = ConversationHistory(backend, Settings(buffer_size=total, max_tokens=total * 40),
-                                      background=False)
+        history = ConversationHistory(
+            backend, Settings(buffer_size=total, max_tokens=total * 40), background=False
+        )
         for i in range(held):
-            history.query("", {"idempotency_key": f"fill-{i}"}, {"operation": "store", "text": f"held {i}"})
+            history.query(
+                "", {"idempotency_key": f"fill-{i}"}, {"operation": "store", "text": f"held {i}"}
+            )
         plain, keyed = [], []
         n = held
         for r in range(rounds):
-            for kind_keyed in ((False, True) if r % 2 == 0 else (True, False)):
+            for kind_keyed in (False, True) if r % 2 == 0 else (True, False):
                 cost = _timed(history, stores, kind_keyed, n)
                 n += stores
                 (keyed if kind_keyed else plain).append(cost)
@@ -73,8 +81,10 @@ def main() -> None:
     args = parser.parse_args()
     for kind in args.backends.split(","):
         plain, keyed = run(kind, args.held, args.stores, args.rounds)
-        print(f"{kind:7s} held={args.held}: no key {plain:7.1f} us/store, keyed {keyed:7.1f} us/store, "
-              f"ratio {keyed / plain:.3f}")
+        print(
+            f"{kind:7s} held={args.held}: no key {plain:7.1f} us/store, keyed {keyed:7.1f} us/store, "
+            f"ratio {keyed / plain:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -24,11 +24,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_hostile import Daemon  # noqa: E402
+
 from chd.v1 import daemon_pb2  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--budget", type=int, default=20_000_000, help="max_memory_bytes")
     parser.add_argument("--conversations", type=int, default=50)
     parser.add_argument("--words", type=int, default=2000, help="words per utterance")
@@ -36,8 +39,14 @@ def main() -> None:
     rng = random.Random(28)
     vocabulary = [f"w{rng.getrandbits(40):x}" for _ in range(200_000)]
     daemon = Daemon(
-        "--max-memory-bytes", str(args.budget), "--buffer-size", "10000",
-        "--max-utterances-per-conversation", "10000", "--max-conversations", str(args.conversations + 10),
+        "--max-memory-bytes",
+        str(args.budget),
+        "--buffer-size",
+        "10000",
+        "--max-utterances-per-conversation",
+        "10000",
+        "--max-conversations",
+        str(args.conversations + 10),
     )
     try:
         # One search first: the lemmatizer's dictionaries load on the first
@@ -51,7 +60,9 @@ def main() -> None:
             for n in range(args.conversations):
                 message = daemon_pb2.QueryRequest()
                 message.metadata.update({"conversation_id": f"c{n}"})
-                message.data.update({"operation": "store", "text": " ".join(rng.choices(vocabulary, k=args.words))})
+                message.data.update(
+                    {"operation": "store", "text": " ".join(rng.choices(vocabulary, k=args.words))}
+                )
                 try:
                     daemon.stub.Query(message, timeout=60)
                     stored += 1
@@ -62,7 +73,12 @@ def main() -> None:
                     break
         stored_rss = daemon.rss_mib()
         for n in range(args.conversations):
-            daemon.ask("", {"conversation_id": f"c{n}"}, {"operation": "retrieve", "topic": vocabulary[n]}, 120)
+            daemon.ask(
+                "",
+                {"conversation_id": f"c{n}"},
+                {"operation": "retrieve", "topic": vocabulary[n]},
+                120,
+            )
         searched = daemon.rss_mib()
         print(
             f"{stored:,} utterances of {args.words:,} words over {args.conversations} conversations, budget "

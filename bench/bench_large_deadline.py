@@ -23,17 +23,28 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_hostile import Daemon  # noqa: E402
+
 from chd.v1 import daemon_pb2  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--timeout", type=float, default=2.0, help="request_timeout, seconds")
     parser.add_argument("--sizes", default="1,4,16", help="MiB of each store, comma-separated")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data:
-        daemon = Daemon("--backend", "disk", "--data-dir", data, "--request-timeout", str(args.timeout),
-                        "--max-utterance-chars", str(32 << 20))
+        daemon = Daemon(
+            "--backend",
+            "disk",
+            "--data-dir",
+            data,
+            "--request-timeout",
+            str(args.timeout),
+            "--max-utterance-chars",
+            str(32 << 20),
+        )
         try:
             for mib in (float(size) for size in args.sizes.split(",")):
                 text = "word " * int(mib * (1 << 20) / 5)
@@ -45,8 +56,10 @@ def main() -> None:
                     status = "OK"
                 except grpc.RpcError as error:
                     status = f"{error.code().name}: {(error.details() or '')[:90]}"
-                print(f"{mib:g} MiB store, request_timeout {args.timeout:g} s: "
-                      f"answered in {time.perf_counter() - began:.2f} s, {status}")
+                print(
+                    f"{mib:g} MiB store, request_timeout {args.timeout:g} s: "
+                    f"answered in {time.perf_counter() - began:.2f} s, {status}"
+                )
         finally:
             daemon.stop()
 

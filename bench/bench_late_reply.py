@@ -36,15 +36,27 @@ COUNTER = default_counter()
 
 def run(model_s: float, late_after: float | None) -> dict[str, float]:
     """Seconds from the first store until the summary has content, and until it has Claude's text."""
-    with FakeAnthropic(reply=lambda body: "<fact>Claude kept the parcels.</fact>", delay=model_s) as api:
-        claude = ClaudeSummarizer(ClaudeConfig(api_key="sk-bench", base_url=api.base_url, timeout=model_s * 5,
-                                               max_retries=0), COUNTER)
-        writer = SummaryWriter(claude, COUNTER, ExtractiveSummarizer(COUNTER), attempts=1, late_after=late_after)
-        history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=0), writer=writer)
+    with FakeAnthropic(
+        reply=lambda body: "<fact>Claude kept the parcels.</fact>", delay=model_s
+    ) as api:
+        claude = ClaudeSummarizer(
+            ClaudeConfig(
+                api_key="sk-bench", base_url=api.base_url, timeout=model_s * 5, max_retries=0
+            ),
+            COUNTER,
+        )
+        writer = SummaryWriter(
+            claude, COUNTER, ExtractiveSummarizer(COUNTER), attempts=1, late_after=late_after
+        )
+        history = ConversationHistory(
+            settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=0), writer=writer
+        )
         try:
             start = time.monotonic()
             for i in range(5):
-                history.execute(StoreIntent(f"Parcel K{i:03d}W goes to locker {i * 7 + 3}.", "user"), "bench")
+                history.execute(
+                    StoreIntent(f"Parcel K{i:03d}W goes to locker {i * 7 + 3}.", "user"), "bench"
+                )
             current = by_claude = None
             while by_claude is None and time.monotonic() - start < model_s * 10:
                 segments = history.backend.read("bench").summary.segments
@@ -62,17 +74,27 @@ def run(model_s: float, late_after: float | None) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-s", type=float, default=2.0, help="seconds the fake model takes per call")
-    parser.add_argument("--wait-s", type=float, default=0.3, help="--summarizer-wait of the late-reply run")
+    parser.add_argument(
+        "--model-s", type=float, default=2.0, help="seconds the fake model takes per call"
+    )
+    parser.add_argument(
+        "--wait-s", type=float, default=0.3, help="--summarizer-wait of the late-reply run"
+    )
     args = parser.parse_args()
     baseline = run(args.model_s, None)
     late = run(args.model_s, args.wait_s)
     print(f"slow model {args.model_s:g} s per call, 2 evicted utterances")
-    print(f"  waited to the end  : current after {baseline['current_s']:.2f} s, Claude's text after "
-          f"{baseline['claude_s']:.2f} s, {baseline['calls']:g} call(s)")
-    print(f"  late reply ({args.wait_s:g} s): current after {late['current_s']:.2f} s, Claude's text after "
-          f"{late['claude_s']:.2f} s, {late['calls']:g} call(s)")
-    print(f"  time to a current summary, late / waited: {late['current_s'] / baseline['current_s']:.2f}")
+    print(
+        f"  waited to the end  : current after {baseline['current_s']:.2f} s, Claude's text after "
+        f"{baseline['claude_s']:.2f} s, {baseline['calls']:g} call(s)"
+    )
+    print(
+        f"  late reply ({args.wait_s:g} s): current after {late['current_s']:.2f} s, Claude's text after "
+        f"{late['claude_s']:.2f} s, {late['calls']:g} call(s)"
+    )
+    print(
+        f"  time to a current summary, late / waited: {late['current_s'] / baseline['current_s']:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -40,9 +40,10 @@ import sys
 import time
 import zipfile
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -90,7 +91,10 @@ def _samples(path: Path) -> list[dict[str, Any]]:
         raw = [(p.stem, json.loads(p.read_text())) for p in files]
     elif path.suffix == ".zip":
         with zipfile.ZipFile(path) as archive:
-            names = sorted((n for n in archive.namelist() if n.endswith(".json")), key=lambda n: _number(Path(n).stem))
+            names = sorted(
+                (n for n in archive.namelist() if n.endswith(".json")),
+                key=lambda n: _number(Path(n).stem),
+            )
             raw = [(Path(n).stem, json.loads(archive.read(n))) for n in names]
     else:
         data = json.loads(path.read_text())
@@ -98,7 +102,9 @@ def _samples(path: Path) -> list[dict[str, Any]]:
     samples = []
     for name, sample in raw:
         if "conversation" in sample:  # locomo10.json
-            samples.append({"name": name, "conversation": sample["conversation"], "qa": sample["qa"]})
+            samples.append(
+                {"name": name, "conversation": sample["conversation"], "qa": sample["qa"]}
+            )
         else:  # locomo10_v2: the conversation's keys at the top level
             samples.append({"name": f"conv-{name}", "conversation": sample, "qa": sample["qa"]})
     return samples
@@ -115,7 +121,8 @@ def load(path: Path) -> list[Conversation]:
     for sample in _samples(path):
         c = sample["conversation"]
         sessions = sorted(
-            (k for k in c if re.fullmatch(r"session_\d+", k) and c[k]), key=lambda k: int(k.split("_")[1])
+            (k for k in c if re.fullmatch(r"session_\d+", k) and c[k]),
+            key=lambda k: int(k.split("_")[1]),
         )
         turns = [
             Turn(t["dia_id"], t["speaker"], t["text"], c.get(f"{k}_date_time", ""))
@@ -127,7 +134,9 @@ def load(path: Path) -> list[Conversation]:
             for q in sample["qa"]
             if q.get("category") in CATEGORIES
         ]
-        conversations.append(Conversation(sample["name"], (c["speaker_a"], c["speaker_b"]), turns, questions))
+        conversations.append(
+            Conversation(sample["name"], (c["speaker_a"], c["speaker_b"]), turns, questions)
+        )
     return conversations
 
 
@@ -140,7 +149,9 @@ def _stored_text(turn: Turn) -> str:
 Ranker = Callable[[str, int], list[str]]  # question, k -> dia_ids best first
 
 
-def chd_ranker(conversation: Conversation, mode: str, embedder: Any = None) -> tuple[Ranker, dict[str, float]]:
+def chd_ranker(
+    conversation: Conversation, mode: str, embedder: Any = None
+) -> tuple[Ranker, dict[str, float]]:
     size = len(conversation.turns) + 10
     if mode == "buffer":
         settings = Settings(buffer_size=size, max_tokens=10_000_000, summarization_enabled=False)
@@ -154,7 +165,9 @@ def chd_ranker(conversation: Conversation, mode: str, embedder: Any = None) -> t
     for turn in conversation.turns:
         speaker = "user" if turn.speaker == user else "assistant"
         result = history.query(
-            "", {"conversation_id": cid, "speaker": speaker}, {"operation": "store", "text": _stored_text(turn)}
+            "",
+            {"conversation_id": cid, "speaker": speaker},
+            {"operation": "store", "text": _stored_text(turn)},
         )
         by_seq[result.result["utterance"]["seq"]] = turn.dia_id
     store_seconds = time.perf_counter() - start
@@ -182,7 +195,10 @@ def bm25s_ranker(conversation: Conversation) -> Ranker | None:
     corpus = [_stored_text(t) for t in conversation.turns]
     ids = [t.dia_id for t in conversation.turns]
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    retriever.index(
+        bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer, show_progress=False),
+        show_progress=False,
+    )
 
     def rank(question: str, k: int) -> list[str]:
         tokens = bm25s.tokenize([question], stopwords="en", stemmer=stemmer, show_progress=False)
@@ -226,18 +242,32 @@ def _parse_range(text: str, count: int) -> list[int]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("path", nargs="?", default=os.environ.get("CHD_LOCOMO"), help="LoCoMo data (or CHD_LOCOMO)")
+    parser.add_argument(
+        "path", nargs="?", default=os.environ.get("CHD_LOCOMO"), help="LoCoMo data (or CHD_LOCOMO)"
+    )
     parser.add_argument("--mode", choices=("buffer", "archive"), default="buffer")
-    parser.add_argument("--conversations", default="1-10", help="which of the ten, e.g. 1-5 or 6-10")
-    parser.add_argument("--no-baselines", action="store_true", help="chd only (faster while tuning)")
-    parser.add_argument("--embedder", choices=("none", "wordllama"), default="none",
-                        help="hybrid search with the wordllama package's shipped model (pip install wordllama)")
+    parser.add_argument(
+        "--conversations", default="1-10", help="which of the ten, e.g. 1-5 or 6-10"
+    )
+    parser.add_argument(
+        "--no-baselines", action="store_true", help="chd only (faster while tuning)"
+    )
+    parser.add_argument(
+        "--embedder",
+        choices=("none", "wordllama"),
+        default="none",
+        help="hybrid search with the wordllama package's shipped model (pip install wordllama)",
+    )
     args = parser.parse_args(argv)
     if not args.path:
         parser.error("give the LoCoMo data's path (or set CHD_LOCOMO); see docs/search.md")
     conversations = load(Path(args.path))
     chosen = _parse_range(args.conversations, len(conversations))
-    groups = {"1-5": [i for i in chosen if i <= 5], "6-10": [i for i in chosen if i > 5], "all": chosen}
+    groups = {
+        "1-5": [i for i in chosen if i <= 5],
+        "6-10": [i for i in chosen if i > 5],
+        "all": chosen,
+    }
     systems = ["chd"] + ([] if args.no_baselines else ["bm25s", "recency"])
     # system -> conversation number -> k -> [(category, recall)]
     results: dict[str, dict[int, dict[int, list[tuple[int, float]]]]] = defaultdict(dict)
@@ -258,19 +288,31 @@ def main(argv: Sequence[str] | None = None) -> None:
             ranker = bm25s_ranker(conversation)
             if ranker is None:
                 systems.remove("bm25s")
-                print("bm25s or PyStemmer not installed (pip install -e '.[test]'): left out", file=sys.stderr)
+                print(
+                    "bm25s or PyStemmer not installed (pip install -e '.[test]'): left out",
+                    file=sys.stderr,
+                )
             else:
                 results["bm25s"][number] = recall(ranker, conversation)
         if "recency" in systems:
             results["recency"][number] = recall(recency_ranker(conversation), conversation)
     questions = sum(len(results["chd"][n][1]) for n in chosen)
     turns = sum(len(conversations[n - 1].turns) for n in chosen)
-    print(f"LoCoMo: conversations {args.conversations}, {turns} turns, {questions} questions (categories 1-4), "
-          f"mode {args.mode}, embedder {args.embedder}")
-    print(f"chd: {turns} stores in {stores:.1f} s; topic search p50 {statistics.median(timings) * 1e3:.2f} ms")
+    print(
+        f"LoCoMo: conversations {args.conversations}, {turns} turns, {questions} questions (categories 1-4), "
+        f"mode {args.mode}, embedder {args.embedder}"
+    )
+    print(
+        f"chd: {turns} stores in {stores:.1f} s; topic search p50 {statistics.median(timings) * 1e3:.2f} ms"
+    )
     print()
-    print(f"{'system':<8} {'convs':<6} " + " ".join(f"{'R@' + str(k):>6}" for k in KS) + "   "
-          + " ".join(f"{name[:11]:>11}" for name in CATEGORIES.values()) + "  (R@10)")
+    print(
+        f"{'system':<8} {'convs':<6} "
+        + " ".join(f"{'R@' + str(k):>6}" for k in KS)
+        + "   "
+        + " ".join(f"{name[:11]:>11}" for name in CATEGORIES.values())
+        + "  (R@10)"
+    )
     for system in systems:
         for label, numbers in groups.items():
             if not numbers:

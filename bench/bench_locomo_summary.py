@@ -121,7 +121,9 @@ def _tail(text: str, limit: int) -> str:
 def measure(sample: dict, limits: list[int]) -> dict[str, object]:
     """Answers in the summary at each limit, the ceiling and the truncation baseline."""
     turns = turns_of(sample)
-    full = "\n".join(f"{speaker}: {text}" if speaker == "system" else text for speaker, text in turns)
+    full = "\n".join(
+        f"{speaker}: {text}" if speaker == "system" else text for speaker, text in turns
+    )
     questions = [answer_words(q["answer"]) for q in sample["qa"] if "answer" in q]
     questions = [q for q in questions if q]
     full_words = _words(full)
@@ -131,7 +133,9 @@ def measure(sample: dict, limits: list[int]) -> dict[str, object]:
         "ceiling": sum(answered(q, full_words) for q in questions) / len(questions),
     }
     for limit in limits:
-        history = ConversationHistory(settings=Settings(summary_token_limit=limit), background=False)
+        history = ConversationHistory(
+            settings=Settings(summary_token_limit=limit), background=False
+        )
         try:
             for speaker, text in turns:
                 history.execute(StoreIntent(text, speaker), "default")  # type: ignore[arg-type]
@@ -142,7 +146,9 @@ def measure(sample: dict, limits: list[int]) -> dict[str, object]:
         assert summary["summary_tokens"] <= limit
         summary_words = _words(text)
         tail_words = _words(_tail(full, limit))
-        row[f"summary_{limit}"] = sum(answered(q, summary_words) for q in questions) / len(questions)
+        row[f"summary_{limit}"] = sum(answered(q, summary_words) for q in questions) / len(
+            questions
+        )
         row[f"tail_{limit}"] = sum(answered(q, tail_words) for q in questions) / len(questions)
         row[f"tokens_{limit}"] = summary["summary_tokens"]
     return row
@@ -157,11 +163,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default=os.environ.get("CHD_LOCOMO"))
     parser.add_argument("--limits", default="512,2048")
-    parser.add_argument("--conversations", default="1-5,6-10", help="groups reported apart, 1-based")
+    parser.add_argument(
+        "--conversations", default="1-5,6-10", help="groups reported apart, 1-based"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if not args.path:
-        parser.error("give the path of locomo10.json (or locomo10.zip), or set CHD_LOCOMO; see the docstring")
+        parser.error(
+            "give the path of locomo10.json (or locomo10.zip), or set CHD_LOCOMO; see the docstring"
+        )
     samples = load(args.path)
     limits = [int(x) for x in args.limits.split(",")]
     groups = [_span(g) for g in args.conversations.split(",")]
@@ -185,7 +195,9 @@ def main() -> int:
         def pooled(key: str) -> float:
             return sum(rows[n][key] * rows[n]["questions"] for n in group) / qs  # type: ignore[operator]
 
-        line = f"{str(group[0]) + '-' + str(group[-1]):>5} {'':>5} {qs:>4} {pooled('ceiling'):>7.1%}"
+        line = (
+            f"{str(group[0]) + '-' + str(group[-1]):>5} {'':>5} {qs:>4} {pooled('ceiling'):>7.1%}"
+        )
         for limit in limits:
             line += f" {pooled(f'summary_{limit}'):>9.1%} {pooled(f'tail_{limit}'):>9.1%}"
         print(line)

@@ -26,11 +26,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mcp import Client, StdioServerParameters  # noqa: E402
-
 from percentiles import percentile  # noqa: E402  (bench/ is on sys.path when run as a script)
 
-ROOMY = ["--buffer-size", "100000", "--max-tokens", "100000000", "--max-utterances-per-conversation", "100000",
-         "--log-level", "WARNING"]
+ROOMY = [
+    "--buffer-size",
+    "100000",
+    "--max-tokens",
+    "100000000",
+    "--max-utterances-per-conversation",
+    "100000",
+    "--log-level",
+    "WARNING",
+]
 
 
 async def _drive(server: Any, requests: int) -> dict[str, list[float]]:
@@ -40,8 +47,10 @@ async def _drive(server: Any, requests: int) -> dict[str, list[float]]:
             await client.call_tool("remember", {"text": f"warm {i}", "conversation_id": "warm"})
         for i in range(requests):
             start = time.perf_counter()
-            result = await client.call_tool("remember", {"text": f"utterance number {i} of the bench",
-                                                         "conversation_id": "bench"})
+            result = await client.call_tool(
+                "remember",
+                {"text": f"utterance number {i} of the bench", "conversation_id": "bench"},
+            )
             times["remember"].append(time.perf_counter() - start)
             assert not result.is_error
         for _ in range(requests):
@@ -58,8 +67,12 @@ def _stdio(requests: int) -> dict[str, list[float]]:
 
 def _http(requests: int) -> dict[str, list[float]]:
     chd = str(Path(sys.executable).parent / "chd")
-    proc = subprocess.Popen([chd, "mcp", "--http", "127.0.0.1:0", *ROOMY], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [chd, "mcp", "--http", "127.0.0.1:0", *ROOMY],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         match = re.search(r"listening on (\S+)", proc.stdout.readline())
@@ -72,19 +85,28 @@ def _http(requests: int) -> dict[str, list[float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--transports", default="stdio,http", help="comma-separated: stdio, http")
     args = parser.parse_args()
-    chosen = [(name, run) for name, run in (("stdio", _stdio), ("http", _http)) if name in args.transports.split(",")]
+    chosen = [
+        (name, run)
+        for name, run in (("stdio", _stdio), ("http", _http))
+        if name in args.transports.split(",")
+    ]
     rows: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for r in range(args.rounds):
         for transport, run in chosen:
             for tool, times in run(args.requests).items():
                 p50, p90 = percentile(times, 0.5) * 1e3, percentile(times, 0.9) * 1e3
                 rows.setdefault((transport, tool), []).append((p50, p90))
-                print(f"round {r + 1} {transport:5} {tool:8} p50 {p50:.2f} ms  p90 {p90:.2f} ms", flush=True)
+                print(
+                    f"round {r + 1} {transport:5} {tool:8} p50 {p50:.2f} ms  p90 {p90:.2f} ms",
+                    flush=True,
+                )
     print(f"\nmedian of {args.rounds} rounds of {args.requests} calls:")
     for (transport, tool), values in rows.items():
         p50 = statistics.median(v[0] for v in values)

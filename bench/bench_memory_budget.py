@@ -23,20 +23,31 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_hostile import Daemon  # noqa: E402
+
 from chd.v1 import daemon_pb2  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", type=int, default=2, help="characters of each utterance")
     parser.add_argument("--budget", type=int, default=10_000_000, help="max_memory_bytes")
     parser.add_argument("--count", type=int, default=200_000, help="most stores to send")
-    parser.add_argument("--conversations", type=int, default=1, help="spread the stores over this many")
+    parser.add_argument(
+        "--conversations", type=int, default=1, help="spread the stores over this many"
+    )
     args = parser.parse_args()
     per = max(args.count // args.conversations + 1, 10)
     daemon = Daemon(
-        "--max-memory-bytes", str(args.budget), "--buffer-size", str(per),
-        "--max-utterances-per-conversation", str(per), "--max-conversations", str(args.conversations + 10),
+        "--max-memory-bytes",
+        str(args.budget),
+        "--buffer-size",
+        str(per),
+        "--max-utterances-per-conversation",
+        str(per),
+        "--max-conversations",
+        str(args.conversations + 10),
     )
     try:
         daemon.ask("Add utterance: warm up", {"conversation_id": "warm"}, {}, 10)

@@ -26,9 +26,6 @@ from chd.core.language.parser import MAX_INSTRUCTION_CHARS  # noqa: E402
 from tests.parser_shapes import NORMAL_QUERY, RULES, SHAPES, best_seconds, build, parse_uncached  # noqa: E402
 
 
-
-
-
 def main(argv: list[str]) -> int:
     args = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     args.add_argument("--sizes", default="1000,100000,1000000")

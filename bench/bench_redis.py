@@ -51,15 +51,18 @@ from bench_backends import (  # noqa: E402
     _requests,
     _steal,
     median_interval,
+    store_text,  # noqa: E402
 )
-from bench_backends import store_text  # noqa: E402
+
 from chd.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
 from tests.redis_support import start_redis  # noqa: E402
 
 REPLICAS = (1, 2, 4)
 
 
-def _run_spread(addresses: list[str], requests: list[daemon_pb2.QueryRequest], clients: int) -> float:
+def _run_spread(
+    addresses: list[str], requests: list[daemon_pb2.QueryRequest], clients: int
+) -> float:
     """Requests per second with ``clients`` threads, thread i sending to ``addresses[i % len]``."""
     channels = [grpc.insecure_channel(address) for address in addresses]
     try:
@@ -77,7 +80,9 @@ def _run_spread(addresses: list[str], requests: list[daemon_pb2.QueryRequest], c
                     return
                 stub.Query(requests[i], timeout=30)
 
-        threads = [threading.Thread(target=client, args=(stubs[i % len(stubs)],)) for i in range(clients)]
+        threads = [
+            threading.Thread(target=client, args=(stubs[i % len(stubs)],)) for i in range(clients)
+        ]
         start = time.perf_counter()
         for thread in threads:
             thread.start()
@@ -93,8 +98,9 @@ def _database(url: str, db: int) -> str:
     return url.rsplit("/", 1)[0] + f"/{db}"
 
 
-def _round_trips(server, db: int, addresses: list[str], requests: list[daemon_pb2.QueryRequest],
-                 clients: int) -> float:
+def _round_trips(
+    server, db: int, addresses: list[str], requests: list[daemon_pb2.QueryRequest], clients: int
+) -> float:
     """Redis round trips per request in database ``db`` while ``requests`` run (untimed: MONITOR
     slows Redis down).
 
@@ -114,8 +120,11 @@ def _round_trips(server, db: int, addresses: list[str], requests: list[daemon_pb
                 text = command["command"]
                 if marker in text:
                     return
-                if (command.get("client_type") != "lua" and not text.upper().startswith("PING")
-                        and int(command.get("db", db)) == db):
+                if (
+                    command.get("client_type") != "lua"
+                    and not text.upper().startswith("PING")
+                    and int(command.get("db", db)) == db
+                ):
                     sent[0] += 1
 
     watcher = threading.Thread(target=watch)
@@ -143,7 +152,9 @@ def _histories(url: str, parsers: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
             pool.connection_kwargs["parser_class"] = parser_class
             pool.connection_kwargs["command_packer"] = packer
             pool.reset()  # connections made from now on use them
-        history = ConversationHistory(backend, Settings(buffer_size=10000, max_tokens=10_000_000), background=False)
+        history = ConversationHistory(
+            backend, Settings(buffer_size=10000, max_tokens=10_000_000), background=False
+        )
         _stores(history, name, 100)
         histories[name] = history
     return histories
@@ -169,10 +180,13 @@ def compare_parsers(blocks: int) -> None:
     data = Path(tempfile.mkdtemp(prefix="chd-bench-redis-"))
     server = start_redis(data / "redis", "--appendonly", "yes", "--appendfsync", "everysec")
     try:
-        histories = _histories(server.url, {
-            "python": (_RESP3Parser, PythonRespSerializer(6000, _encode)),
-            "hiredis": (_HiredisParser, None),
-        })
+        histories = _histories(
+            server.url,
+            {
+                "python": (_RESP3Parser, PythonRespSerializer(6000, _encode)),
+                "hiredis": (_HiredisParser, None),
+            },
+        )
         times: dict[str, list[float]] = {"python": [], "hiredis": []}
         ratios = []
         for block in range(blocks):
@@ -183,9 +197,13 @@ def compare_parsers(blocks: int) -> None:
             ratios.append(took["hiredis"] / took["python"])
         low, high = median_interval(ratios)
         print(f"{blocks} alternating blocks of 300 stores, load average {os.getloadavg()[0]:.2f}")
-        print(f"us per store, median: python parser {statistics.median(times['python']):.0f}, "
-              f"hiredis {statistics.median(times['hiredis']):.0f}")
-        print(f"hiredis / python, median of paired ratios: {statistics.median(ratios):.3f} ({low:.3f}-{high:.3f})")
+        print(
+            f"us per store, median: python parser {statistics.median(times['python']):.0f}, "
+            f"hiredis {statistics.median(times['hiredis']):.0f}"
+        )
+        print(
+            f"hiredis / python, median of paired ratios: {statistics.median(ratios):.3f} ({low:.3f}-{high:.3f})"
+        )
     finally:
         server.stop()
         shutil.rmtree(data, ignore_errors=True)
@@ -197,8 +215,12 @@ def _backend_at(revision: str) -> type:
     import importlib.util
     import subprocess
 
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:backends/redis_backend.py"],
-                            check=True, capture_output=True, text=True).stdout
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{revision}:backends/redis_backend.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     path = Path(tempfile.mkdtemp(prefix="chd-bench-rev-")) / "redis_backend_at_rev.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("redis_backend_at_rev", path)
@@ -220,8 +242,11 @@ def compare_revision(revision: str, blocks: int) -> None:
     try:
         histories = {}
         for name, backend_class in (("now", RedisBackend), (revision, _backend_at(revision))):
-            history = ConversationHistory(backend_class(server.url), Settings(buffer_size=10000, max_tokens=10_000_000),
-                                          background=False)
+            history = ConversationHistory(
+                backend_class(server.url),
+                Settings(buffer_size=10000, max_tokens=10_000_000),
+                background=False,
+            )
             _stores(history, name, 100)
             histories[name] = history
         ratios = []
@@ -231,8 +256,10 @@ def compare_revision(revision: str, blocks: int) -> None:
             ratios.append(took["now"] / took[revision])
         low, high = median_interval(ratios)
         print(f"{blocks} alternating blocks of 300 stores, load average {os.getloadavg()[0]:.2f}")
-        print(f"time per store, now / {revision}, median of paired ratios: "
-              f"{statistics.median(ratios):.3f} ({low:.3f}-{high:.3f})")
+        print(
+            f"time per store, now / {revision}, median of paired ratios: "
+            f"{statistics.median(ratios):.3f} ({low:.3f}-{high:.3f})"
+        )
     finally:
         server.stop()
         shutil.rmtree(data, ignore_errors=True)
@@ -241,8 +268,8 @@ def compare_revision(revision: str, blocks: int) -> None:
 def compare_direct(blocks: int) -> None:
     """Paired A/B in one process: one HMGET through redis-py's client, and on a thread's own
     connection as the backend sends it (backends/redis_direct.py)."""
-    from redis.retry import Retry
     from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     from chd.backends.redis_direct import ThreadConnections
 
@@ -260,7 +287,7 @@ def compare_direct(blocks: int) -> None:
             ratios = []
             for block in range(blocks):
                 took = {}
-                for name in (("client", "direct") if block % 2 else ("direct", "client")):
+                for name in ("client", "direct") if block % 2 else ("direct", "client"):
                     start = time.perf_counter()
                     for _ in range(2000):
                         ways[name]()
@@ -270,9 +297,13 @@ def compare_direct(blocks: int) -> None:
             direct.close()
         low, high = median_interval(ratios)
         print(f"{blocks} alternating blocks of 2000 HMGETs, load average {os.getloadavg()[0]:.2f}")
-        print(f"us per HMGET, median: client {statistics.median(times['client']):.1f}, "
-              f"direct {statistics.median(times['direct']):.1f}")
-        print(f"direct / client, median of paired ratios: {statistics.median(ratios):.3f} ({low:.3f}-{high:.3f})")
+        print(
+            f"us per HMGET, median: client {statistics.median(times['client']):.1f}, "
+            f"direct {statistics.median(times['direct']):.1f}"
+        )
+        print(
+            f"direct / client, median of paired ratios: {statistics.median(ratios):.3f} ({low:.3f}-{high:.3f})"
+        )
     finally:
         server.stop()
         shutil.rmtree(data, ignore_errors=True)
@@ -297,7 +328,9 @@ def profile_stores() -> None:
         print(f"{us:.0f} us per store under the profiler")
         for name in ("cmdstat_evalsha", "cmdstat_hmget"):
             if name in stats:
-                print(f"{name}: {stats[name]['calls']} calls, {stats[name]['usec_per_call']} us each in Redis")
+                print(
+                    f"{name}: {stats[name]['calls']} calls, {stats[name]['usec_per_call']} us each in Redis"
+                )
         pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
     finally:
         server.stop()
@@ -307,16 +340,29 @@ def profile_stores() -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1000, help="requests per phase and round")
-    parser.add_argument("--clients", type=int, default=8, help="client threads (spread over the replicas)")
+    parser.add_argument(
+        "--clients", type=int, default=8, help="client threads (spread over the replicas)"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="rounds; medians are reported")
     parser.add_argument("--scenario", choices=tuple(SCENARIOS), default="storage")
-    parser.add_argument("--parsers", type=int, metavar="BLOCKS", help="compare the reply parsers in-process")
+    parser.add_argument(
+        "--parsers", type=int, metavar="BLOCKS", help="compare the reply parsers in-process"
+    )
     parser.add_argument("--profile", action="store_true", help="profile in-process stores")
-    parser.add_argument("--direct", type=int, metavar="BLOCKS", help="compare client and direct HMGETs in-process")
-    parser.add_argument("--against", metavar="REV", help="in-process: stores through this checkout's RedisBackend "
-                        "against backends/redis_backend.py as of git REV, alternating blocks (--rounds blocks)")
-    parser.add_argument("--replicas", default=",".join(map(str, REPLICAS)),
-                        help="comma-separated replica counts to run (default: %(default)s)")
+    parser.add_argument(
+        "--direct", type=int, metavar="BLOCKS", help="compare client and direct HMGETs in-process"
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="in-process: stores through this checkout's RedisBackend "
+        "against backends/redis_backend.py as of git REV, alternating blocks (--rounds blocks)",
+    )
+    parser.add_argument(
+        "--replicas",
+        default=",".join(map(str, REPLICAS)),
+        help="comma-separated replica counts to run (default: %(default)s)",
+    )
     args = parser.parse_args()
     if args.against:
         compare_revision(args.against, args.rounds)
@@ -335,11 +381,23 @@ def main() -> int:
     cpu_before = _cpu_times()
     data = Path(tempfile.mkdtemp(prefix="chd-bench-redis-"))
     server = start_redis(data / "redis", "--appendonly", "yes", "--appendfsync", "everysec")
-    chd = [sys.executable, "-m", "chd", "serve", "--port", "0", "--log-level", "WARNING", *SCENARIOS[args.scenario]]
+    chd = [
+        sys.executable,
+        "-m",
+        "chd",
+        "serve",
+        "--port",
+        "0",
+        "--log-level",
+        "WARNING",
+        *SCENARIOS[args.scenario],
+    ]
     redis_chd = [*chd, "--backend", "redis", "--redis-url"]
     groups: dict[str, list[list[str]]] = {
         "ceiling": [[sys.executable, str(ROOT / "bench" / "bench_backends.py"), "--null-server"]],
-        "disk": [[*chd, "--backend", "disk", "--data-dir", str(data / "disk"), "--durability", "normal"]],
+        "disk": [
+            [*chd, "--backend", "disk", "--data-dir", str(data / "disk"), "--durability", "normal"]
+        ],
     }
     for db, count in enumerate((int(n) for n in args.replicas.split(",")), start=1):
         # A database of its own per group: the groups run side by side, and
@@ -347,19 +405,23 @@ def main() -> int:
         # replica takes the read lease, backends/redis_read_lease.py).
         groups[f"redis-x{count}"] = [[*redis_chd, _database(server.url, db)]] * count
     results = {name: {"store": [], "retrieve": []} for name in groups}
-    trips: dict[str, list[float]] = {name: [] for name in groups if name.startswith("redis")}  # store, retrieve
+    trips: dict[str, list[float]] = {
+        name: [] for name in groups if name.startswith("redis")
+    }  # store, retrieve
     targets: dict[str, list[Target]] = {}
     try:
         for name, commands in groups.items():
             targets[name] = [Target(name, command) for command in commands]
         names = list(groups)
         for round_number in range(args.rounds):
-            order = names[round_number % len(names):] + names[: round_number % len(names)]
+            order = names[round_number % len(names) :] + names[: round_number % len(names)]
             for phase in ("store", "retrieve"):
                 for name in order:
                     # Conversations of their own per target and round: every
                     # target starts each round on buffers of the same size.
-                    requests = _requests(phase, args.requests, round_number * 100 + names.index(name))
+                    requests = _requests(
+                        phase, args.requests, round_number * 100 + names.index(name)
+                    )
                     rate = _run_spread([t.address for t in targets[name]], requests, args.clients)
                     results[name][phase].append(rate)
         for name in trips:
@@ -378,14 +440,24 @@ def main() -> int:
         shutil.rmtree(data, ignore_errors=True)
 
     steal = _steal(cpu_before, _cpu_times())
-    print(f"\nscenario {args.scenario}: {args.requests} requests x {args.rounds} rounds, {args.clients} client "
-          f"threads spread over the replicas, {os.cpu_count()} CPUs, load average at start {load:.2f}, "
-          f"CPU steal during the run {steal}")
-    print("median requests/s; the share of the ceiling is the median of each round's ratio to the ceiling")
-    print("of that round, its 95 % interval in parentheses; Redis round trips per store and per retrieve")
-    print("(counted with MONITOR in a separate, untimed run with one client per replica; concurrent stores of a replica")
+    print(
+        f"\nscenario {args.scenario}: {args.requests} requests x {args.rounds} rounds, {args.clients} client "
+        f"threads spread over the replicas, {os.cpu_count()} CPUs, load average at start {load:.2f}, "
+        f"CPU steal during the run {steal}"
+    )
+    print(
+        "median requests/s; the share of the ceiling is the median of each round's ratio to the ceiling"
+    )
+    print(
+        "of that round, its 95 % interval in parentheses; Redis round trips per store and per retrieve"
+    )
+    print(
+        "(counted with MONITOR in a separate, untimed run with one client per replica; concurrent stores of a replica"
+    )
     print("share pipelines, so under load a store costs fewer)")
-    print(f"{'target':<10} {'store/s':>8} {'ceiling':>16} {'retrieve/s':>11} {'ceiling':>16} {'trips/store':>12} {'/retrieve':>10}")
+    print(
+        f"{'target':<10} {'store/s':>8} {'ceiling':>16} {'retrieve/s':>11} {'ceiling':>16} {'trips/store':>12} {'/retrieve':>10}"
+    )
     for name in groups:
         row = f"{name:<10}"
         for phase, width in (("store", 8), ("retrieve", 11)):

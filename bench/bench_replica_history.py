@@ -41,35 +41,76 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.history_check import (  # noqa: E402
-    Cluster, History, Workload, anomaly_counts, check_history, final_check, format_report,
-    run_workload, scrub_environment,
+    Cluster,
+    History,
+    Workload,
+    anomaly_counts,
+    check_history,
+    final_check,
+    format_report,
+    run_workload,
+    scrub_environment,
 )
 
 FAULTS = ("none", "kill-replica", "stop-redis", "restart-redis")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--replicas", type=int, choices=(2, 3, 4), default=2, help="chd replicas (default 2)")
-    parser.add_argument("--backend", choices=("redis", "disk"), default="redis",
-                        help="shared storage: one redis-server, or one data dir opened by every process")
-    parser.add_argument("--ops", type=int, default=10_000, help="operations in all (default 10,000)")
-    parser.add_argument("--conversations", type=int, default=4, help="shared conversations (default 4)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--replicas", type=int, choices=(2, 3, 4), default=2, help="chd replicas (default 2)"
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("redis", "disk"),
+        default="redis",
+        help="shared storage: one redis-server, or one data dir opened by every process",
+    )
+    parser.add_argument(
+        "--ops", type=int, default=10_000, help="operations in all (default 10,000)"
+    )
+    parser.add_argument(
+        "--conversations", type=int, default=4, help="shared conversations (default 4)"
+    )
     parser.add_argument("--clients", type=int, default=8, help="client threads (default 8)")
-    parser.add_argument("--fault", choices=FAULTS, default="none", help="fault injected mid-run (default none)")
-    parser.add_argument("--fault-at", type=float, default=0.4,
-                        help="share of the operations done before the fault (default 0.4)")
-    parser.add_argument("--buffer-size", type=int, default=1000,
-                        help="the replicas' --buffer-size, and what configure sets (default 1000: no evictions)")
-    parser.add_argument("--small-buffers", action="store_true",
-                        help="configure buffers of 6-12 utterances, so stores evict")
-    parser.add_argument("--timeout", type=float, default=5.0, help="deadline of each call, seconds (default 5)")
-    parser.add_argument("--converge", type=float, default=5.0,
-                        help="seconds old replicas get to read what the fresh one reads (default 5)")
+    parser.add_argument(
+        "--fault", choices=FAULTS, default="none", help="fault injected mid-run (default none)"
+    )
+    parser.add_argument(
+        "--fault-at",
+        type=float,
+        default=0.4,
+        help="share of the operations done before the fault (default 0.4)",
+    )
+    parser.add_argument(
+        "--buffer-size",
+        type=int,
+        default=1000,
+        help="the replicas' --buffer-size, and what configure sets (default 1000: no evictions)",
+    )
+    parser.add_argument(
+        "--small-buffers",
+        action="store_true",
+        help="configure buffers of 6-12 utterances, so stores evict",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, help="deadline of each call, seconds (default 5)"
+    )
+    parser.add_argument(
+        "--converge",
+        type=float,
+        default=5.0,
+        help="seconds old replicas get to read what the fresh one reads (default 5)",
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--show", type=int, default=10, help="anomalies printed in full (default 10)")
-    parser.add_argument("--json", action="store_true", help="also print the summary as one JSON line")
+    parser.add_argument(
+        "--show", type=int, default=10, help="anomalies printed in full (default 10)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="also print the summary as one JSON line"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the Redis directory (printed)")
     return parser.parse_args(argv)
 
@@ -110,13 +151,24 @@ def main(argv: list[str] | None = None) -> int:
     cluster = None
     fault_log: list[str] = []
     try:
-        cluster = Cluster(directory, replica_args=("--buffer-size", str(args.buffer_size)), backend=args.backend)
+        cluster = Cluster(
+            directory, replica_args=("--buffer-size", str(args.buffer_size)), backend=args.backend
+        )
         replicas = cluster.start_replicas(args.replicas)
         run = uuid.uuid4().hex[:8]
         names = [f"bench-{run}-{i}" for i in range(args.conversations)]
-        buffer_sizes = (6, 9, 12) if args.small_buffers else (args.buffer_size, args.buffer_size - 1)
-        workload = Workload(conversations=names, clients=args.clients, ops=args.ops, buffer_sizes=buffer_sizes,
-                            timeout=args.timeout, seed=args.seed, tag=f"{run}-")
+        buffer_sizes = (
+            (6, 9, 12) if args.small_buffers else (args.buffer_size, args.buffer_size - 1)
+        )
+        workload = Workload(
+            conversations=names,
+            clients=args.clients,
+            ops=args.ops,
+            buffer_sizes=buffer_sizes,
+            timeout=args.timeout,
+            seed=args.seed,
+            tag=f"{run}-",
+        )
         history = History()
         fault_errors: list[BaseException] = []
         load_done = threading.Event()
@@ -130,9 +182,14 @@ def main(argv: list[str] | None = None) -> int:
             except BaseException as error:  # reported at the end
                 fault_errors.append(error)
 
-        injector = threading.Thread(target=fault_thread, daemon=True) if args.fault != "none" else None
-        print(f"{args.replicas} replicas on {args.backend} {cluster.url}, {args.clients} clients, {args.ops} ops "
-              f"on {args.conversations} conversations, fault {args.fault}", flush=True)
+        injector = (
+            threading.Thread(target=fault_thread, daemon=True) if args.fault != "none" else None
+        )
+        print(
+            f"{args.replicas} replicas on {args.backend} {cluster.url}, {args.clients} clients, {args.ops} ops "
+            f"on {args.conversations} conversations, fault {args.fault}",
+            flush=True,
+        )
         started = time.monotonic()
         if injector:
             injector.start()
@@ -151,21 +208,39 @@ def main(argv: list[str] | None = None) -> int:
         counts = anomaly_counts(anomalies)
         for line in fault_log:
             print("fault:", line)
-        print(f"load: {load_seconds:.1f}s, {stats['ops'] / max(load_seconds, 1e-9):.0f} ops/s "
-              f"(started {started - began:.1f}s in); check: {check_seconds:.1f}s")
-        print(f"ops {stats['ops']}  acknowledged {stats['acknowledged']}  failed {stats['failed']}  "
-              f"indeterminate {stats['indeterminate']}")
+        print(
+            f"load: {load_seconds:.1f}s, {stats['ops'] / max(load_seconds, 1e-9):.0f} ops/s "
+            f"(started {started - began:.1f}s in); check: {check_seconds:.1f}s"
+        )
+        print(
+            f"ops {stats['ops']}  acknowledged {stats['acknowledged']}  failed {stats['failed']}  "
+            f"indeterminate {stats['indeterminate']}"
+        )
         print("by kind:", json.dumps(stats["by_kind_status"], sort_keys=True))
         print("error codes:", json.dumps(stats["error_codes"], sort_keys=True))
-        print(f"anomalies: {sum(counts.values())}", json.dumps(counts, sort_keys=True) if counts else "")
+        print(
+            f"anomalies: {sum(counts.values())}",
+            json.dumps(counts, sort_keys=True) if counts else "",
+        )
         if anomalies:
             print(format_report(anomalies, history, limit=args.show))
         print(f"total: {time.monotonic() - began:.1f}s")
         if args.json:
-            print(json.dumps({"replicas": args.replicas, "fault": args.fault, "ops": stats["ops"],
-                              "acknowledged": stats["acknowledged"], "failed": stats["failed"],
-                              "indeterminate": stats["indeterminate"], "anomalies": counts,
-                              "load_seconds": round(load_seconds, 2)}, sort_keys=True))
+            print(
+                json.dumps(
+                    {
+                        "replicas": args.replicas,
+                        "fault": args.fault,
+                        "ops": stats["ops"],
+                        "acknowledged": stats["acknowledged"],
+                        "failed": stats["failed"],
+                        "indeterminate": stats["indeterminate"],
+                        "anomalies": counts,
+                        "load_seconds": round(load_seconds, 2),
+                    },
+                    sort_keys=True,
+                )
+            )
         return 1 if anomalies else 0
     finally:
         if cluster is not None:

@@ -53,12 +53,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from retention_conversations import SCENARIOS, Said, utterances  # noqa: E402
+from summary_measures import anchored, corrections_marked, items_of, truncated, unbalanced  # noqa: E402
+
 from chd.core.history import ConversationHistory  # noqa: E402
 from chd.core.language.intents import StoreIntent  # noqa: E402
 from chd.core.settings import Settings  # noqa: E402
 from chd.core.tokens import TokenCounter, default_counter  # noqa: E402
-from retention_conversations import SCENARIOS, Said, utterances  # noqa: E402
-from summary_measures import anchored, corrections_marked, items_of, truncated, unbalanced  # noqa: E402
 
 __all__ = ["retention", "bare_list_bound", "facts_by_third", "said_in", "blind", "BLIND"]
 
@@ -75,10 +76,14 @@ class Blind(NamedTuple):
     corrections: list[tuple[int, str, str]]  # (index of the correcting utterance, old, new)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def blind(name: str) -> Blind:
     """Load ``bench/blind_conversations/<name>.jsonl``: facts are the marked ones less superseded values."""
-    rows = [json.loads(line) for line in (BLIND_DIR / f"{name}.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [
+        json.loads(line)
+        for line in (BLIND_DIR / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     superseded = {value for row in rows for value in row.get("superseded", ())}
     said: list[Said] = []
     anchors: dict[str, str] = {}
@@ -129,11 +134,14 @@ def retention(scenario: str, evicted: int, limit: int, buffer_size: int = 20) ->
     )
     try:
         conversation = blind(scenario) if scenario in BLIND else None
-        said = conversation.said if conversation else utterances(scenario, evicted + buffer_size + 10)
+        said = (
+            conversation.said if conversation else utterances(scenario, evicted + buffer_size + 10)
+        )
         stored = 0
-        while history.backend.read("default").summary.through_seq < evicted or history.backend.read(
-            "default"
-        ).pending:
+        while (
+            history.backend.read("default").summary.through_seq < evicted
+            or history.backend.read("default").pending
+        ):
             line = said[stored]
             history.execute(StoreIntent(line.text, line.speaker), "default")  # type: ignore[arg-type]
             stored += 1
@@ -160,10 +168,16 @@ def retention(scenario: str, evicted: int, limit: int, buffer_size: int = 20) ->
     } | _readability(text, facts, through, conversation)
 
 
-def _readability(text: str, facts: list[str], through: int, conversation: Blind | None) -> dict[str, object]:
+def _readability(
+    text: str, facts: list[str], through: int, conversation: Blind | None
+) -> dict[str, object]:
     """Anchored, truncated, unbalanced and corrections marked (anchors and corrections: blind only)."""
     items = items_of(text)
-    out: dict[str, object] = {"items": len(items), "truncated": truncated(facts, text, items), "unbalanced": unbalanced(items)}
+    out: dict[str, object] = {
+        "items": len(items),
+        "truncated": truncated(facts, text, items),
+        "unbalanced": unbalanced(items),
+    }
     if conversation is None:
         return out
     kept = [(f, conversation.anchors[f]) for f in facts if said_in(f, text)]
@@ -178,11 +192,19 @@ def _readability(text: str, facts: list[str], through: int, conversation: Blind 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="20,100,500", help="evicted utterances, comma-separated")
-    parser.add_argument("--limits", default="128,512,2048", help="summary token limits, comma-separated")
+    parser.add_argument(
+        "--limits", default="128,512,2048", help="summary token limits, comma-separated"
+    )
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--blind", action="store_true", help="the conversations written blind (the reported set)")
-    parser.add_argument("--pairs", default="", help="evicted/limit pairs instead of sizes x limits, e.g. 100/512,500/2048")
+    parser.add_argument(
+        "--blind", action="store_true", help="the conversations written blind (the reported set)"
+    )
+    parser.add_argument(
+        "--pairs",
+        default="",
+        help="evicted/limit pairs instead of sizes x limits, e.g. 100/512,500/2048",
+    )
     args = parser.parse_args()
     scenarios = BLIND if args.blind else args.scenarios.split(",")
     if args.blind and not args.pairs:
@@ -196,18 +218,24 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'scenario':16} {'evicted':>7} {'limit':>5} {'facts':>5} {'kept':>6} "
-          f"{'oldest':>6} {'middle':>6} {'newest':>6} {'tokens':>6} {'bound':>6} {'of bound':>8} "
-          f"{'anchored':>8} {'trunc':>5} {'unbal':>5} {'items':>5} {'corr marked':>11}")
+    print(
+        f"{'scenario':16} {'evicted':>7} {'limit':>5} {'facts':>5} {'kept':>6} "
+        f"{'oldest':>6} {'middle':>6} {'newest':>6} {'tokens':>6} {'bound':>6} {'of bound':>8} "
+        f"{'anchored':>8} {'trunc':>5} {'unbal':>5} {'items':>5} {'corr marked':>11}"
+    )
     for r in rows:
         thirds = r["thirds"]
         assert isinstance(thirds, list)
         anchored_share = f"{r['anchored']:.0%}" if "anchored" in r else "-"
-        corr = f"{r['corrections_marked']}/{r['corrections_both']}" if "corrections_both" in r else "-"
-        print(f"{r['scenario']:16} {r['evicted']:>7} {r['limit']:>5} {r['facts']:>5} {r['kept']:>6.0%} "
-              f"{thirds[0]:>6.0%} {thirds[1]:>6.0%} {thirds[2]:>6.0%} {r['tokens']:>6} "
-              f"{r['bound']:>6.0%} {r['of_bound']:>8.0%} {anchored_share:>8} {r['truncated']:>5} "
-              f"{r['unbalanced']:>5} {r['items']:>5} {corr:>11}")
+        corr = (
+            f"{r['corrections_marked']}/{r['corrections_both']}" if "corrections_both" in r else "-"
+        )
+        print(
+            f"{r['scenario']:16} {r['evicted']:>7} {r['limit']:>5} {r['facts']:>5} {r['kept']:>6.0%} "
+            f"{thirds[0]:>6.0%} {thirds[1]:>6.0%} {thirds[2]:>6.0%} {r['tokens']:>6} "
+            f"{r['bound']:>6.0%} {r['of_bound']:>8.0%} {anchored_share:>8} {r['truncated']:>5} "
+            f"{r['unbalanced']:>5} {r['items']:>5} {corr:>11}"
+        )
     return 0
 
 

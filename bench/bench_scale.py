@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from percentiles import percentile  # noqa: E402
+
 from chd.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
 
 BUFFER, ARCHIVED, SEGMENTS = 20, 80, 4
@@ -95,24 +96,47 @@ def write_export(path: Path, size: int, seed: int = 17) -> int:
         for i in range(size):
             cid = f"conv{i:06d}"
             segments = [
-                {"text": f"Summary of turns {s * per_segment + 1} to {(s + 1) * per_segment}: the "
-                 + " ".join(rng.choice(WORDS) for _ in range(12)),
-                 "tokens": 20, "seq_from": s * per_segment + 1, "seq_to": (s + 1) * per_segment,
-                 "turn_from": s * per_segment + 1, "turn_to": (s + 1) * per_segment,
-                 "made_by": "extractive", "error": ""}
+                {
+                    "text": f"Summary of turns {s * per_segment + 1} to {(s + 1) * per_segment}: the "
+                    + " ".join(rng.choice(WORDS) for _ in range(12)),
+                    "tokens": 20,
+                    "seq_from": s * per_segment + 1,
+                    "seq_to": (s + 1) * per_segment,
+                    "turn_from": s * per_segment + 1,
+                    "turn_to": (s + 1) * per_segment,
+                    "made_by": "extractive",
+                    "error": "",
+                }
                 for s in range(SEGMENTS)
             ]
-            header = {"record": "conversation", "format": 1, "conversation_id": cid, "next_seq": total + 1,
-                      "last_turn": total, "settings": {},
-                      "summary": {"segments": segments, "through_seq": ARCHIVED, "tokens": 20 * SEGMENTS}}
+            header = {
+                "record": "conversation",
+                "format": 1,
+                "conversation_id": cid,
+                "next_seq": total + 1,
+                "last_turn": total,
+                "settings": {},
+                "summary": {"segments": segments, "through_seq": ARCHIVED, "tokens": 20 * SEGMENTS},
+            }
             out.write(json.dumps(header, separators=(",", ":")) + "\n")
-            for where, seqs in (("buffer", range(ARCHIVED + 1, total + 1)), ("archive", range(1, ARCHIVED + 1))):
+            for where, seqs in (
+                ("buffer", range(ARCHIVED + 1, total + 1)),
+                ("archive", range(1, ARCHIVED + 1)),
+            ):
                 for seq in seqs:
                     # The fields in the order `chd export` writes them.
-                    record = {"record": "utterance", "in": where, "seq": seq,
-                              "speaker": "user" if seq % 2 else "assistant", "text": _text(rng, seq),
-                              "turn_number": seq, "timestamp": f"2026-01-01T00:{seq // 60:02d}:{seq % 60:02d}.000000Z",
-                              "tokens": 14, "conversation_id": cid, "important": False}
+                    record = {
+                        "record": "utterance",
+                        "in": where,
+                        "seq": seq,
+                        "speaker": "user" if seq % 2 else "assistant",
+                        "text": _text(rng, seq),
+                        "turn_number": seq,
+                        "timestamp": f"2026-01-01T00:{seq // 60:02d}:{seq % 60:02d}.000000Z",
+                        "tokens": 14,
+                        "conversation_id": cid,
+                        "important": False,
+                    }
                     out.write(json.dumps(record, separators=(",", ":")) + "\n")
                     lines += 1
     return lines
@@ -132,8 +156,14 @@ def chd(*args: str) -> tuple[float, float]:
     """
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "chd", *args], env=_env(), cwd=ROOT,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "chd", *args],
+        env=_env(),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -154,9 +184,29 @@ def serve(data: Path, size: int) -> tuple[subprocess.Popen[str], str, float]:
     """A daemon on ``data``; its process, target and the seconds until health said SERVING."""
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "chd", "serve", "--port", "0", "--backend", "disk", "--data-dir", str(data),
-         "--max-conversations", str(size), "--metrics-port", "0", "--buffer-size", str(BUFFER)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env(), cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "chd",
+            "serve",
+            "--port",
+            "0",
+            "--backend",
+            "disk",
+            "--data-dir",
+            str(data),
+            "--max-conversations",
+            str(size),
+            "--metrics-port",
+            "0",
+            "--buffer-size",
+            str(BUFFER),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
     )
     assert proc.stdout is not None
     target = ""
@@ -225,27 +275,41 @@ def measure(size: int, work: Path, stores: int, keep: bool) -> Figures:
             # to conversations just read. The mixed median after them draws
             # from all ids, so at 1k every store hits and at 100k almost none.
             first = rng.sample(ids, min(FIRST_TOUCHES, size))
-            figures.first_touch_median_ms = statistics.median(
-                ask(stub, f"Add utterance: {_text(rng, n)}", cid) for n, cid in enumerate(first)) * 1000
+            figures.first_touch_median_ms = (
+                statistics.median(
+                    ask(stub, f"Add utterance: {_text(rng, n)}", cid) for n, cid in enumerate(first)
+                )
+                * 1000
+            )
             time.sleep(SETTLE)  # let the folds those stores queued finish before the next figures
             touched = rng.sample(ids, min(1000, size))
             for cid in touched:
                 ask(stub, "Get the last 5 utterances", cid)
             figures.rss_touched_mb = rss_mb(proc.pid)
-            figures.cached_median_ms = statistics.median(
-                ask(stub, f"Add utterance: {_text(rng, n)}", cid) for n, cid in enumerate(touched[:FIRST_TOUCHES])
-            ) * 1000
+            figures.cached_median_ms = (
+                statistics.median(
+                    ask(stub, f"Add utterance: {_text(rng, n)}", cid)
+                    for n, cid in enumerate(touched[:FIRST_TOUCHES])
+                )
+                * 1000
+            )
             # Each to a conversation no store has reached since start, so every
             # one meets a full buffer and queues a fold at every size. Drawn
             # with repeats, as before, a store at 1k often came back to a
             # conversation a store had just made room in (no fold), and at
             # 100k almost never: the sizes did different work per store.
             stored = set(first) | set(touched[:FIRST_TOUCHES])
-            fresh = rng.sample([cid for cid in ids if cid not in stored], min(stores, size - len(stored)))
-            latencies = [ask(stub, f"Add utterance: {_text(rng, n)}", cid) for n, cid in enumerate(fresh)]
+            fresh = rng.sample(
+                [cid for cid in ids if cid not in stored], min(stores, size - len(stored))
+            )
+            latencies = [
+                ask(stub, f"Add utterance: {_text(rng, n)}", cid) for n, cid in enumerate(fresh)
+            ]
             figures.store_median_ms = statistics.median(latencies) * 1000
             figures.store_p99_ms = percentile(latencies, 99) * 1000
-            figures.refused_median_ms = statistics.median(refused(stub, f"new{n}") for n in range(50)) * 1000
+            figures.refused_median_ms = (
+                statistics.median(refused(stub, f"new{n}") for n in range(50)) * 1000
+            )
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -309,16 +373,29 @@ def report(results: list[Figures]) -> None:
     print()
     print("targets (issue 17):")
     serving = largest.serving_s
-    print(f"  SERVING < 1 s at {largest.size:,}: {'yes' if serving < 1 else 'NO'} ({serving:.2f} s)")
+    print(
+        f"  SERVING < 1 s at {largest.size:,}: {'yes' if serving < 1 else 'NO'} ({serving:.2f} s)"
+    )
     ratio = largest.store_median_ms / base.store_median_ms
-    print(f"  store median within 1.5x of {base.size:,}: {'yes' if ratio <= 1.5 else 'NO'} ({ratio:.2f}x)")
-    for label, name in (("an untouched", "first_touch_median_ms"), ("a just-read", "cached_median_ms")):
+    print(
+        f"  store median within 1.5x of {base.size:,}: {'yes' if ratio <= 1.5 else 'NO'} ({ratio:.2f}x)"
+    )
+    for label, name in (
+        ("an untouched", "first_touch_median_ms"),
+        ("a just-read", "cached_median_ms"),
+    ):
         like = getattr(largest, name) / getattr(base, name)
         print(f"    like for like, store to {label} conversation: {like:.2f}x of {base.size:,}")
-    for label, name in (("export", "export_rate"), ("import", "import_rate"),
-                        ("export per CPU-s", "export_cpu_rate"), ("import per CPU-s", "import_cpu_rate")):
+    for label, name in (
+        ("export", "export_rate"),
+        ("import", "import_rate"),
+        ("export per CPU-s", "export_cpu_rate"),
+        ("import per CPU-s", "import_cpu_rate"),
+    ):
         worst = min(getattr(r, name) for r in results)
-        print(f"  {label} >= 100,000 utterances/s: {'yes' if worst >= 100_000 else 'NO'} (lowest {worst:,.0f})")
+        print(
+            f"  {label} >= 100,000 utterances/s: {'yes' if worst >= 100_000 else 'NO'} (lowest {worst:,.0f})"
+        )
     refused_ratio = largest.refused_median_ms / largest.store_median_ms
     print(f"  refused store as fast as a store: {refused_ratio:.2f}x the store median")
 
@@ -335,7 +412,9 @@ def machine_speed() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000", help="comma-separated conversation counts")
-    parser.add_argument("--work", default=None, help="directory for the files and data dirs (default: a temp dir)")
+    parser.add_argument(
+        "--work", default=None, help="directory for the files and data dirs (default: a temp dir)"
+    )
     parser.add_argument("--stores", type=int, default=500)
     parser.add_argument("--keep", action="store_true", help="keep the data dirs")
     args = parser.parse_args()
@@ -352,10 +431,14 @@ def main() -> None:
     speed = machine_speed()
     empty_serving, empty_rss = empty_baseline(work)
     results = [measure(size, work, args.stores, args.keep) for size in sizes]
-    print(f"load average at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs); "
-          f"this machine runs a fixed 10^7-step Python loop in {speed:.2f} CPU-s (the figures of runs on "
-          f"other machines scale with it)")
-    print(f"an empty data dir, for comparison: SERVING after {empty_serving:.2f} s, RSS {empty_rss:.0f} MB")
+    print(
+        f"load average at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs); "
+        f"this machine runs a fixed 10^7-step Python loop in {speed:.2f} CPU-s (the figures of runs on "
+        f"other machines scale with it)"
+    )
+    print(
+        f"an empty data dir, for comparison: SERVING after {empty_serving:.2f} s, RSS {empty_rss:.0f} MB"
+    )
     report(results)
     if not args.work and not args.keep:
         shutil.rmtree(work, ignore_errors=True)

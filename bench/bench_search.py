@@ -19,14 +19,14 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from chd.core.history import ConversationHistory  # noqa: E402
-from chd.core.memory.index import ConversationIndex  # noqa: E402
 from chd.core.language.intents import RetrieveIntent  # noqa: E402
+from chd.core.memory.index import ConversationIndex  # noqa: E402
 from chd.core.memory.retrieval import find_utterances  # noqa: E402
 from chd.core.memory.terms import terms  # noqa: E402
 from chd.core.settings import Settings  # noqa: E402
@@ -120,8 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     history.query("Find utterances about warmup")  # builds the index once, as the first search does
     index = history.indexes.get("default")
 
-    print("\nTopic query, p50 / p99 (new: the core with its index; old: query-time BM25 of 961fc11)")
-    print(f"{'topic words':22} {'core query p50':>16} {'p99':>12} {'search only p50':>16} {'old p50':>12} {'old/new':>8}")
+    print(
+        "\nTopic query, p50 / p99 (new: the core with its index; old: query-time BM25 of 961fc11)"
+    )
+    print(
+        f"{'topic words':22} {'core query p50':>16} {'p99':>12} {'search only p50':>16} {'old p50':>12} {'old/new':>8}"
+    )
     overall_new, overall_old = [], []
     for band, words in [*bands.items(), ("rare + medium", mixed)]:
         topics = [words[i % len(words)] for i in range(options.queries)]
@@ -129,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         core = _timed(lambda: history.query(f"Find utterances about {next(it)}"), options.queries)
         it = iter(topics)
         search = _timed(
-            lambda: find_utterances(state, RetrieveIntent(topic=next(it)), index, time.time()), options.queries
+            lambda: find_utterances(state, RetrieveIntent(topic=next(it)), index, time.time()),
+            options.queries,
         )
         it = iter(topics)
         old_repeat = max(5, options.queries // 30)
@@ -137,11 +142,13 @@ def main(argv: list[str] | None = None) -> int:
         overall_new += core
         overall_old += old
         print(
-            f"{band:22} {_us(_p(core, .5)):>16} {_us(_p(core, .99)):>12} {_us(_p(search, .5)):>16} "
-            f"{_us(_p(old, .5)):>12} {_p(old, .5) / _p(core, .5):7.0f}x"
+            f"{band:22} {_us(_p(core, 0.5)):>16} {_us(_p(core, 0.99)):>12} {_us(_p(search, 0.5)):>16} "
+            f"{_us(_p(old, 0.5)):>12} {_p(old, 0.5) / _p(core, 0.5):7.0f}x"
         )
-    print(f"{'all topics':22} {_us(_p(overall_new, .5)):>16} {_us(_p(overall_new, .99)):>12} {'':>16} "
-          f"{_us(_p(overall_old, .5)):>12} {_p(overall_old, .5) / _p(overall_new, .5):7.0f}x")
+    print(
+        f"{'all topics':22} {_us(_p(overall_new, 0.5)):>16} {_us(_p(overall_new, 0.99)):>12} {'':>16} "
+        f"{_us(_p(overall_old, 0.5)):>12} {_p(overall_old, 0.5) / _p(overall_new, 0.5):7.0f}x"
+    )
 
     # Index update per store: what _note_store adds to a store at this size.
     extra = [
@@ -158,15 +165,23 @@ def main(argv: list[str] | None = None) -> int:
     rebuild = _timed(lambda: ConversationIndex().sync(state), 3)
     store = _timed(lambda: history.add_utterance(texts[0]), 50)
     print("\nIndex update per store (add the new utterance, drop an evicted one)")
-    print(f"  index update p50 {_us(_p(updates, .5))}  p99 {_us(_p(updates, .99))}  mean {_us(statistics.mean(updates))}")
-    print(f"  whole store in the core p50 {_us(_p(store, .5))} (update share {_p(updates, .5) / _p(store, .5):.1%})")
-    print(f"  baseline, full rebuild per change p50 {_us(_p(rebuild, .5))} "
-          f"({_p(rebuild, .5) / _p(updates, .5):.0f}x the incremental update)")
+    print(
+        f"  index update p50 {_us(_p(updates, 0.5))}  p99 {_us(_p(updates, 0.99))}  mean {_us(statistics.mean(updates))}"
+    )
+    print(
+        f"  whole store in the core p50 {_us(_p(store, 0.5))} (update share {_p(updates, 0.5) / _p(store, 0.5):.1%})"
+    )
+    print(
+        f"  baseline, full rebuild per change p50 {_us(_p(rebuild, 0.5))} "
+        f"({_p(rebuild, 0.5) / _p(updates, 0.5):.0f}x the incremental update)"
+    )
 
-    verdict_query = _p(overall_new, .5) < 1e-3
-    verdict_update = _p(updates, .5) < 50e-6
-    print(f"\ntargets: query p50 < 1 ms: {'met' if verdict_query else 'MISSED'}; "
-          f"index update < 50 us: {'met' if verdict_update else 'MISSED'}")
+    verdict_query = _p(overall_new, 0.5) < 1e-3
+    verdict_update = _p(updates, 0.5) < 50e-6
+    print(
+        f"\ntargets: query p50 < 1 ms: {'met' if verdict_query else 'MISSED'}; "
+        f"index update < 50 us: {'met' if verdict_update else 'MISSED'}"
+    )
     return 0
 
 

@@ -31,35 +31,50 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chd.core.summaries.claude import ClaudeConfig, ClaudeSummarizer  # noqa: E402
+from percentiles import percentile  # noqa: E402
+
 from chd.core.history import ConversationHistory  # noqa: E402
+from chd.core.settings import Settings  # noqa: E402
+from chd.core.summaries.claude import ClaudeConfig, ClaudeSummarizer  # noqa: E402
 from chd.core.summaries.extractive import ExtractiveSummarizer  # noqa: E402
 from chd.core.summaries.segments import fold_into  # noqa: E402
-from chd.core.settings import Settings  # noqa: E402
 from chd.core.summaries.summarizer import Summarized  # noqa: E402
 from chd.core.summaries.writer import SummaryWriter  # noqa: E402
 from chd.core.tokens import default_counter  # noqa: E402
 from chd.core.utterance import Summary, Utterance  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic  # noqa: E402
-from percentiles import percentile  # noqa: E402
 
 COUNTER = default_counter()
 _PEOPLE = ["Ada", "Bruno", "Chen", "Dana", "Emeka", "Fatima", "Goran", "Hana"]
-_TOPICS = ["the Lisbon offsite", "the Q3 budget", "the data migration", "the hiring plan",
-           "the client demo", "the security audit", "the pricing page", "the on-call rota"]
+_TOPICS = [
+    "the Lisbon offsite",
+    "the Q3 budget",
+    "the data migration",
+    "the hiring plan",
+    "the client demo",
+    "the security audit",
+    "the pricing page",
+    "the on-call rota",
+]
 
 
 def utterance_text(i: int) -> str:
     """A plausible, varied utterance of two or three sentences."""
     person, topic = _PEOPLE[i % len(_PEOPLE)], _TOPICS[(i * 3) % len(_TOPICS)]
     if i % 2 == 0:
-        return (f"Can you check where we are with {topic}? {person} said the deadline moved to "
-                f"day {i % 28 + 1} and the cost is now {1000 + i * 37} euros.")
-    return (f"{person} confirmed {topic} is on track. We agreed to spend at most {900 + i * 41} euros "
-            f"and to review it again in {i % 6 + 2} weeks. Nothing else is blocking.")
+        return (
+            f"Can you check where we are with {topic}? {person} said the deadline moved to "
+            f"day {i % 28 + 1} and the cost is now {1000 + i * 37} euros."
+        )
+    return (
+        f"{person} confirmed {topic} is on track. We agreed to spend at most {900 + i * 41} euros "
+        f"and to review it again in {i % 6 + 2} weeks. Nothing else is blocking."
+    )
 
 
-def store_round(history: ConversationHistory, stores: int, offset: int, interval: float = 0.0) -> list[float]:
+def store_round(
+    history: ConversationHistory, stores: int, offset: int, interval: float = 0.0
+) -> list[float]:
     timings = []
     for i in range(offset, offset + stores):
         if interval:
@@ -72,10 +87,16 @@ def store_round(history: ConversationHistory, stores: int, offset: int, interval
     return timings
 
 
-def bench_store_latency(stores: int, model_ms: float, rounds: int, interval_ms: float) -> dict[str, float]:
-    with FakeAnthropic(reply=lambda body: "The team reviewed budgets and deadlines.", delay=model_ms / 1000) as api:
+def bench_store_latency(
+    stores: int, model_ms: float, rounds: int, interval_ms: float
+) -> dict[str, float]:
+    with FakeAnthropic(
+        reply=lambda body: "The team reviewed budgets and deadlines.", delay=model_ms / 1000
+    ) as api:
         config = ClaudeConfig(api_key="bench", base_url=api.base_url, timeout=30, max_retries=0)
-        writer = SummaryWriter(ClaudeSummarizer(config, COUNTER), COUNTER, ExtractiveSummarizer(COUNTER))
+        writer = SummaryWriter(
+            ClaudeSummarizer(config, COUNTER), COUNTER, ExtractiveSummarizer(COUNTER)
+        )
         plain = ConversationHistory(settings=Settings(summarization_enabled=False))
         summarizing = ConversationHistory(settings=Settings(), writer=writer)
         store_round(plain, 50, 0)  # warm-up: imports, tiktoken caches, first HTTP connection
@@ -114,15 +135,26 @@ def bench_offline(batches: int) -> dict[str, float]:
     per_utterance: list[float] = []
     cpu = 0.0
     seq = 1
-    for b in range(batches):
+    for _ in range(batches):
         batch = []
         for _ in range(5):
             text = utterance_text(seq)
-            batch.append(Utterance("bench", seq, "user" if seq % 2 else "assistant", text, (seq + 1) // 2, "t",
-                                   COUNTER.count(text)))
+            batch.append(
+                Utterance(
+                    "bench",
+                    seq,
+                    "user" if seq % 2 else "assistant",
+                    text,
+                    (seq + 1) // 2,
+                    "t",
+                    COUNTER.count(text),
+                )
+            )
             seq += 1
         started, started_cpu = time.perf_counter(), time.process_time()
-        summary, _ = fold_into(summary, batch, limit=512, max_segments=4, write=write, counter=COUNTER)
+        summary, _ = fold_into(
+            summary, batch, limit=512, max_segments=4, write=write, counter=COUNTER
+        )
         per_utterance.append((time.perf_counter() - started) / len(batch))
         cpu += time.process_time() - started_cpu
     return {
@@ -149,21 +181,30 @@ class _CountingSummarizer:
 def bench_fold_delay(stores: int, interval_ms: float) -> dict[str, float]:
     calls: dict[float, int] = {}
     for delay in (0.0, 0.5):
-        history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=delay))
+        history = ConversationHistory(
+            settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=delay)
+        )
         counted = _CountingSummarizer(history.offline)
         history.writer.primary = counted
         try:
             for i in range(stores):
                 history.query(f"Add utterance: {utterance_text(i)}")
-                time.sleep(interval_ms / 1000)  # a conversation's pace: each fold has time to finish
+                time.sleep(
+                    interval_ms / 1000
+                )  # a conversation's pace: each fold has time to finish
             assert history.worker is not None and history.worker.idle(30)
             state = history.backend.read("default")
             assert state.pending == [], "every evicted utterance is summarized"
             calls[delay] = counted.calls
         finally:
             history.close()
-    return {"delay_stores": stores, "delay_interval_ms": interval_ms, "calls_without_delay": calls[0.0],
-            "calls_with_delay_0_5s": calls[0.5], "delay_call_ratio": calls[0.5] / calls[0.0]}
+    return {
+        "delay_stores": stores,
+        "delay_interval_ms": interval_ms,
+        "calls_without_delay": calls[0.0],
+        "calls_with_delay_0_5s": calls[0.5],
+        "delay_call_ratio": calls[0.5] / calls[0.0],
+    }
 
 
 def main() -> int:
@@ -171,29 +212,52 @@ def main() -> int:
     parser.add_argument("--stores", type=int, default=600, help="stores per mode per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model-ms", type=float, default=300.0, help="fake model latency per call")
-    parser.add_argument("--interval-ms", type=float, default=2.0, help="pause between stores (0: flat out)")
+    parser.add_argument(
+        "--interval-ms", type=float, default=2.0, help="pause between stores (0: flat out)"
+    )
     parser.add_argument("--batches", type=int, default=200, help="offline fold batches of 5")
-    parser.add_argument("--delay-stores", type=int, default=44, help="stores of the fold_delay comparison")
-    parser.add_argument("--delay-interval-ms", type=float, default=20.0, help="pause between those stores")
+    parser.add_argument(
+        "--delay-stores", type=int, default=44, help="stores of the fold_delay comparison"
+    )
+    parser.add_argument(
+        "--delay-interval-ms", type=float, default=20.0, help="pause between those stores"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = (bench_store_latency(args.stores, args.model_ms, args.rounds, args.interval_ms)
-               | bench_offline(args.batches) | bench_fold_delay(args.delay_stores, args.delay_interval_ms))
+    results = (
+        bench_store_latency(args.stores, args.model_ms, args.rounds, args.interval_ms)
+        | bench_offline(args.batches)
+        | bench_fold_delay(args.delay_stores, args.delay_interval_ms)
+    )
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
     r = results
-    print(f"store latency, {r['stores_per_mode']} stores per mode, one every {r['interval_ms']:g} ms, "
-          f"fake model {r['model_ms']:.0f} ms ({r['model_calls']} model calls)")
-    print(f"  no summarizer : p50 {r['no_summarizer_p50_ms']:.3f} ms   p99 {r['no_summarizer_p99_ms']:.3f} ms")
-    print(f"  slow model    : p50 {r['slow_model_p50_ms']:.3f} ms   p99 {r['slow_model_p99_ms']:.3f} ms")
-    print(f"  ratio         : p50 {r['p50_ratio']:.2f}   p99 {r['p99_ratio']:.2f}   (target <= 1.2)")
+    print(
+        f"store latency, {r['stores_per_mode']} stores per mode, one every {r['interval_ms']:g} ms, "
+        f"fake model {r['model_ms']:.0f} ms ({r['model_calls']} model calls)"
+    )
+    print(
+        f"  no summarizer : p50 {r['no_summarizer_p50_ms']:.3f} ms   p99 {r['no_summarizer_p99_ms']:.3f} ms"
+    )
+    print(
+        f"  slow model    : p50 {r['slow_model_p50_ms']:.3f} ms   p99 {r['slow_model_p99_ms']:.3f} ms"
+    )
+    print(
+        f"  ratio         : p50 {r['p50_ratio']:.2f}   p99 {r['p99_ratio']:.2f}   (target <= 1.2)"
+    )
     print(f"offline summarizer, {r['batches']} batches of 5 into a 512-token summary")
-    print(f"  per evicted utterance: mean {r['offline_per_utterance_mean_ms']:.3f} ms   "
-          f"p99 {r['offline_per_utterance_p99_ms']:.3f} ms   CPU mean {r['offline_per_utterance_cpu_ms']:.3f} ms")
-    print(f"fold_delay, {r['delay_stores']} stores one every {r['delay_interval_ms']:g} ms (buffer 4, batch 2)")
-    print(f"  summarizer calls: {r['calls_without_delay']} without a delay, {r['calls_with_delay_0_5s']} with 0.5 s"
-          f"   ratio {r['delay_call_ratio']:.2f}")
+    print(
+        f"  per evicted utterance: mean {r['offline_per_utterance_mean_ms']:.3f} ms   "
+        f"p99 {r['offline_per_utterance_p99_ms']:.3f} ms   CPU mean {r['offline_per_utterance_cpu_ms']:.3f} ms"
+    )
+    print(
+        f"fold_delay, {r['delay_stores']} stores one every {r['delay_interval_ms']:g} ms (buffer 4, batch 2)"
+    )
+    print(
+        f"  summarizer calls: {r['calls_without_delay']} without a delay, {r['calls_with_delay_0_5s']} with 0.5 s"
+        f"   ratio {r['delay_call_ratio']:.2f}"
+    )
     return 0
 
 

@@ -27,8 +27,9 @@ import json
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -67,7 +68,10 @@ def judge_corpus_entry(entry: dict[str, Any]) -> Verdict:
             _check_state(expect, history.backend.read("default"), history.settings)
         except AssertionError as error:
             stored = expect.get("stored", {})
-            if "text" in stored and outcome.result.get("utterance", {}).get("text") != stored["text"]:
+            if (
+                "text" in stored
+                and outcome.result.get("utterance", {}).get("text") != stored["text"]
+            ):
                 return Verdict("wrong-text", f"stored {outcome.result['utterance']['text']!r}")
             return Verdict("wrong-effect", str(error)[:160])
         return Verdict("understood")
@@ -93,24 +97,39 @@ TUNING_CORPORA = frozenset({"a", "c", "d"})
 def run_blind(name: str, examples: int) -> Counter[str]:
     """One blind corpus (tests/corpus/blind/understanding_<name>.jsonl): per operation, then per voice."""
     path = BLIND / f"understanding_{name}.jsonl"
-    entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    entries = [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     rows, by_voice = [], []
     shown = 0
     for entry in entries:
         verdict = judge_corpus_entry(entry)
-        operation = _expected_operation(entry["expect"]) or ("refusal" if "error" in entry["expect"] else "other")
+        operation = _expected_operation(entry["expect"]) or (
+            "refusal" if "error" in entry["expect"] else "other"
+        )
         rows.append((operation, [("voice", entry.get("voice", "?"))], verdict))
         by_voice.append((entry.get("voice", "?"), [], verdict))
-        if examples and name in TUNING_CORPORA and verdict.outcome != "understood" and shown < examples:
-            print(f"    {entry['id']:7} {verdict.outcome:15} {entry['query']!r}\n    {'':23} {verdict.detail[:140]}")
+        if (
+            examples
+            and name in TUNING_CORPORA
+            and verdict.outcome != "understood"
+            and shown < examples
+        ):
+            print(
+                f"    {entry['id']:7} {verdict.outcome:15} {entry['query']!r}\n    {'':23} {verdict.detail[:140]}"
+            )
             shown += 1
-    total = _report(f"blind corpus {name}: {path.name} ({len(entries)} entries)", rows, classes=False)
+    total = _report(
+        f"blind corpus {name}: {path.name} ({len(entries)} entries)", rows, classes=False
+    )
     _report(f"blind corpus {name}, per voice", by_voice, classes=False)
     return total
 
 
 def _table(rows: Iterable[tuple[str, Counter[str]]], width: int = 34) -> None:
-    print(f"  {'':{width}} {'n':>6} {'understood':>11} {'refused':>8} {'wrong text':>10} {'wrong op':>9} {'wrong other':>11}")
+    print(
+        f"  {'':{width}} {'n':>6} {'understood':>11} {'refused':>8} {'wrong text':>10} {'wrong op':>9} {'wrong other':>11}"
+    )
     for name, counts in rows:
         n = sum(counts.values())
         print(
@@ -119,11 +138,15 @@ def _table(rows: Iterable[tuple[str, Counter[str]]], width: int = 34) -> None:
         )
 
 
-def _report(title: str, results: list[tuple[str, Iterable[tuple[str, str]], Verdict]], classes: bool) -> Counter[str]:
+def _report(
+    title: str, results: list[tuple[str, Iterable[tuple[str, str]], Verdict]], classes: bool
+) -> Counter[str]:
     """Per operation, then per class; returns the totals."""
     print(f"\n== {title}")
     by_operation: dict[str, Counter[str]] = defaultdict(Counter)
-    by_class: dict[str, dict[tuple[str, str], Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    by_class: dict[str, dict[tuple[str, str], Counter[str]]] = defaultdict(
+        lambda: defaultdict(Counter)
+    )
     total: Counter[str] = Counter()
     for operation, labels, verdict in results:
         by_operation[operation][verdict.outcome] += 1
@@ -133,7 +156,9 @@ def _report(title: str, results: list[tuple[str, Iterable[tuple[str, str]], Verd
     _table(sorted(by_operation.items()) + [("all", total)])
     if classes:
         for operation in sorted(by_class):
-            print(f"  -- {operation}, per class (lowest understood first, classes with 10+ variants)")
+            print(
+                f"  -- {operation}, per class (lowest understood first, classes with 10+ variants)"
+            )
             rows = [
                 (f"{dim}={value}", counts)
                 for (dim, value), counts in by_class[operation].items()
@@ -153,14 +178,23 @@ def _misses(results: list[tuple[Variant, Verdict]], count: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--count", type=int, default=2000, help="variants per operation and split")
-    parser.add_argument("--examples", type=int, default=0, help="misses to print per operation (tuning split)")
+    parser.add_argument(
+        "--examples", type=int, default=0, help="misses to print per operation (tuning split)"
+    )
     parser.add_argument("--seed", type=int, default=None, help="override both splits' seeds")
     parser.add_argument("--no-classes", action="store_true", help="only the per-operation tables")
-    parser.add_argument("--blind", action="append", default=[], metavar="NAME",
-                        help="run only tests/corpus/blind/understanding_NAME.jsonl (a, c, d: tuning, b: reported; "
-                             "misses are printed for a, c and d only)")
+    parser.add_argument(
+        "--blind",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only tests/corpus/blind/understanding_NAME.jsonl (a, c, d: tuning, b: reported; "
+        "misses are printed for a, c and d only)",
+    )
     args = parser.parse_args()
     if args.blind:
         totals = {name: run_blind(name, args.examples) for name in args.blind}
@@ -172,7 +206,9 @@ def main() -> None:
     corpus = []
     for entry in ENTRIES:
         verdict = judge_corpus_entry(entry)
-        operation = _expected_operation(entry["expect"]) or ("refusal" if "error" in entry["expect"] else "other")
+        operation = _expected_operation(entry["expect"]) or (
+            "refusal" if "error" in entry["expect"] else "other"
+        )
         corpus.append((operation, [("operation", operation)], verdict))
     _report(f"corpus: tests/corpus/queries.jsonl ({len(corpus)} entries)", corpus, classes=False)
     if args.examples:
@@ -196,7 +232,9 @@ def main() -> None:
             rows,
             classes=not args.no_classes,
         )
-    wrong = {split: sum(c[o] for o in OUTCOMES if o.startswith("wrong")) for split, c in totals.items()}
+    wrong = {
+        split: sum(c[o] for o in OUTCOMES if o.startswith("wrong")) for split, c in totals.items()
+    }
     print(
         f"\nwrong-effect answers: tuning {wrong['tuning']}, held-out {wrong['held-out']}"
         f" (stored wrong text: tuning {totals['tuning']['wrong-text']}, held-out {totals['held-out']['wrong-text']})"

@@ -28,7 +28,9 @@ def _size(path: Path) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--stores", type=int, default=1000)
     parser.add_argument("--size", type=int, default=1024, help="bytes of each utterance")
     args = parser.parse_args()
@@ -40,14 +42,20 @@ def main() -> None:
             marks = {args.stores * k // 10 for k in range(1, 11)}
             for n in range(1, args.stores + 1):
                 text = (f"{n:06d} " * (args.size // 7 + 1))[: args.size]
-                daemon.ask("", {"conversation_id": f"c{n % 5}"}, {"operation": "store", "text": text}, 10)
+                daemon.ask(
+                    "", {"conversation_id": f"c{n % 5}"}, {"operation": "store", "text": text}, 10
+                )
                 largest = max(largest, _size(wal))
                 if n in marks:
-                    print(f"{n:>6} stores ({n * args.size / 1e6:.2f} MB of text): "
-                          f"cache.db {_size(db) / 1e6:.2f} MB, WAL {_size(wal) / 1e6:.2f} MB")
+                    print(
+                        f"{n:>6} stores ({n * args.size / 1e6:.2f} MB of text): "
+                        f"cache.db {_size(db) / 1e6:.2f} MB, WAL {_size(wal) / 1e6:.2f} MB"
+                    )
             time.sleep(1.5)
-            print(f"largest WAL seen {largest / 1e6:.2f} MB; after 1.5 s idle: "
-                  f"cache.db {_size(db) / 1e6:.2f} MB, WAL {_size(wal) / 1e6:.2f} MB")
+            print(
+                f"largest WAL seen {largest / 1e6:.2f} MB; after 1.5 s idle: "
+                f"cache.db {_size(db) / 1e6:.2f} MB, WAL {_size(wal) / 1e6:.2f} MB"
+            )
         finally:
             daemon.stop()
 

@@ -24,10 +24,10 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from chd.core.history import ConversationHistory  # noqa: E402
 from chd.service.app import start  # noqa: E402
 from chd.service.auth import bearer_metadata  # noqa: E402
 from chd.service.config import load  # noqa: E402
-from chd.core.history import ConversationHistory  # noqa: E402
 from chd.service.server import build_server  # noqa: E402
 from chd.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
 
@@ -35,7 +35,11 @@ from chd.v1 import daemon_pb2, daemon_pb2_grpc  # noqa: E402
 def _requests(n: int) -> list[daemon_pb2.QueryRequest]:
     out = []
     for i in range(n):
-        text = f"Add utterance: message number {i} about the weather" if i % 2 == 0 else "Get the last 5 utterances"
+        text = (
+            f"Add utterance: message number {i} about the weather"
+            if i % 2 == 0
+            else "Get the last 5 utterances"
+        )
         request = daemon_pb2.QueryRequest(query=text)
         request.metadata.update({"conversation_id": f"bench-{i % 10}"})
         out.append(request)
@@ -57,7 +61,9 @@ def _median_seconds(port: int, requests: list[daemon_pb2.QueryRequest], token: s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()

@@ -26,7 +26,9 @@ import re
 __all__ = ["items_of", "anchored", "truncated", "unbalanced", "corrections_marked", "said_in"]
 
 # What opens an item without being part of it: a line's head, the list label, a speaker's label.
-_HEAD = re.compile(r"^(?:Turns? [\d–]+(?:, about [^:]*)?: )?(?:facts: )?(?:[^:;()]{1,40} \(user\): )?")
+_HEAD = re.compile(
+    r"^(?:Turns? [\d–]+(?:, about [^:]*)?: )?(?:facts: )?(?:[^:;()]{1,40} \(user\): )?"
+)
 _NUMBER = re.compile(r"\d")
 # A token's surrounding punctuation is not part of the word ("(5", "mg,").
 _EDGE = "()[]{}“”\"'`,;:.!?"
@@ -53,7 +55,7 @@ def items_of(summary: str) -> list[str]:
                 depth += 1
             elif ch == "”":
                 depth = max(0, depth - 1)
-            elif ch == ";" and depth == 0 and line[i + 1:i + 2] == " ":
+            elif ch == ";" and depth == 0 and line[i + 1 : i + 2] == " ":
                 items.append(line[start:i])
                 start = i + 2
             i += 1
@@ -102,10 +104,18 @@ def truncated(facts: list[str], summary: str, items: list[str]) -> int:
             for k, at in where.get(fw[n], ()):
                 words = per_item[k]
                 left = 0
-                while n - left - 1 >= 0 and at - left - 1 >= 0 and words[at - left - 1] == fw[n - left - 1]:
+                while (
+                    n - left - 1 >= 0
+                    and at - left - 1 >= 0
+                    and words[at - left - 1] == fw[n - left - 1]
+                ):
                     left += 1
                 right = 0
-                while n + right + 1 < len(fw) and at + right + 1 < len(words) and words[at + right + 1] == fw[n + right + 1]:
+                while (
+                    n + right + 1 < len(fw)
+                    and at + right + 1 < len(words)
+                    and words[at + right + 1] == fw[n + right + 1]
+                ):
                     right += 1
                 if left + right + 1 == len(fw):
                     continue  # the whole fact
@@ -115,11 +125,16 @@ def truncated(facts: list[str], summary: str, items: list[str]) -> int:
                 left_cut = n - left > 0 and at - left == 0 and left == 0
                 right_cut = n + right + 1 < len(fw) and at + right + 1 == len(words) and right == 0
                 whole_left = n - left == 0 or (at - left == 0 and left > 0)
-                whole_right = n + right + 1 == len(fw) or (at + right + 1 == len(words) and right > 0)
+                whole_right = n + right + 1 == len(fw) or (
+                    at + right + 1 == len(words) and right > 0
+                )
                 # A cut piece keeps one of the fact's words ("USD 5"), or is the bare number ("600").
                 piece = any(not _NUMBER.search(fw[j]) for j in range(n - left, n + right + 1))
-                if (left_cut or right_cut) and (left_cut or whole_left) and (right_cut or whole_right) and (
-                    piece or len(words) == 1
+                if (
+                    (left_cut or right_cut)
+                    and (left_cut or whole_left)
+                    and (right_cut or whole_right)
+                    and (piece or len(words) == 1)
                 ):
                     cut = True
                     break
@@ -143,7 +158,7 @@ def _balanced(item: str) -> bool:
     # A single quote opens where a word starts ("'tz'"), and must close later;
     # an apostrophe inside or after a word ("Tomasz's", "drivers'") is not a quote.
     for m in re.finditer(r"(?:^|(?<=[\s(\[:]))'(?=\S)", item):
-        if "'" not in item[m.end():]:
+        if "'" not in item[m.end() :]:
             return False
     return True
 
@@ -153,7 +168,9 @@ def unbalanced(items: list[str]) -> int:
     return sum(1 for item in items if not _balanced(item))
 
 
-def corrections_marked(pairs: list[tuple[str, str]], summary: str, items: list[str]) -> tuple[int, int]:
+def corrections_marked(
+    pairs: list[tuple[str, str]], summary: str, items: list[str]
+) -> tuple[int, int]:
     """(pairs with both values in the summary, of those the ones whose old value is marked superseded)."""
     both = marked = 0
     for old, new in pairs:

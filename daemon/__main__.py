@@ -1,4 +1,5 @@
-from chd.cli.main import main
 import sys
+
+from chd.cli.main import main
 
 sys.exit(main())

@@ -1,7 +1,7 @@
 """Rewrite docs/query-language.md from daemon/core/language/guide.py (run from the repository root).
 
-    python scripts/gen_query_docs.py          # write the document
-    python scripts/gen_query_docs.py --check  # exit 1 if it is out of date
+python scripts/gen_query_docs.py          # write the document
+python scripts/gen_query_docs.py --check  # exit 1 if it is out of date
 """
 
 from __future__ import annotations

@@ -16,16 +16,16 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 import grpc
 import pytest
 
 from chd.backends import Backend, open_backend
 from chd.core.history import ConversationHistory
-from chd.service.server import Server, build_server
 from chd.core.settings import Settings
+from chd.service.server import Server, build_server
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +96,12 @@ def stub(server: Server) -> Iterator[daemon_pb2_grpc.DaemonStub]:
         yield daemon_pb2_grpc.DaemonStub(channel)
 
 
-def query(stub: daemon_pb2_grpc.DaemonStub, text: str, metadata: dict | None = None, data: dict | None = None) -> daemon_pb2.QueryResponse:
+def query(
+    stub: daemon_pb2_grpc.DaemonStub,
+    text: str,
+    metadata: dict | None = None,
+    data: dict | None = None,
+) -> daemon_pb2.QueryResponse:
     request = daemon_pb2.QueryRequest(query=text)
     request.metadata.update(metadata or {})
     request.data.update(data or {})
@@ -120,8 +125,9 @@ def chd_command() -> list[str]:
     return [script] if script else [sys.executable, "-m", "chd"]
 
 
-def run_chd(*args: str, timeout: float = 30, stdin: str | None = None,
-            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_chd(
+    *args: str, timeout: float = 30, stdin: str | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the ``chd`` command as a separate process, ``stdin`` as its input."""
     return subprocess.run(
         [*chd_command(), *args],
@@ -154,13 +160,17 @@ class DaemonProcess:
         match = re.search(r"listening on (\S+):(\d+)", line)
         if not match:
             self.proc.kill()
-            raise RuntimeError(f"daemon did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}")
+            raise RuntimeError(
+                f"daemon did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}"
+            )
         self.port = int(match.group(2))
         self.target = f"127.0.0.1:{self.port}"
         # The daemon logs a trace line per call: read stderr as it comes, or
         # a full pipe (64 KiB) would block the daemon mid-call.
         self.stderr_lines: list[str] = []
-        self._drain = threading.Thread(target=self.stderr_lines.extend, args=(self.proc.stderr,), daemon=True)
+        self._drain = threading.Thread(
+            target=self.stderr_lines.extend, args=(self.proc.stderr,), daemon=True
+        )
         self._drain.start()
 
     def terminate(self, timeout: float = 15) -> int:

@@ -7,8 +7,9 @@ separate. Written through ``Backend.transact`` so the timestamps can be set.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from chd.backends.base import Change, ConversationState
 from chd.core.history import ConversationHistory
@@ -31,7 +32,7 @@ def seed_demo(
     important: Iterable[int] = (),
     settings: dict[str, Any] | None = None,
 ) -> None:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     marked = set(important)
     utterances, turn = [], 0
     for seq, (speaker, text) in enumerate(DEMO_CONVERSATION, start=1):

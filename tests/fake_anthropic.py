@@ -21,11 +21,21 @@ import socket
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Union
+from typing import Any
 
-__all__ = ["FakeAnthropic", "Reply", "ToolUse", "Status", "Stall", "Held", "Recorded", "refused_url"]
+__all__ = [
+    "FakeAnthropic",
+    "Reply",
+    "ToolUse",
+    "Status",
+    "Stall",
+    "Held",
+    "Recorded",
+    "refused_url",
+]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -87,7 +97,7 @@ class Held:
     then: Reply | ToolUse | Status | None = None
 
 
-Behaviour = Union[Reply, ToolUse, Status, Stall, Held]
+Behaviour = Reply | ToolUse | Status | Stall | Held
 
 
 @dataclass
@@ -188,7 +198,9 @@ class FakeAnthropic:
                 length = int(self.headers.get("content-length", 0))
                 raw = self.rfile.read(length) if length else b""
                 body = json.loads(raw) if raw else {}
-                recorded = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                recorded = Recorded(
+                    self.path, {k.lower(): v for k, v in self.headers.items()}, body
+                )
                 with fake._lock:
                     fake.requests.append(recorded)
                 if self.path.split("?")[0] != "/v1/messages":
@@ -214,11 +226,15 @@ class FakeAnthropic:
                     if behaviour.retry_after_ms is not None:
                         headers["retry-after-ms"] = str(behaviour.retry_after_ms)
                     kind = _ERROR_TYPES.get(behaviour.code, "api_error")
-                    self._send(behaviour.code, _error(behaviour.code, kind, behaviour.message), headers)
+                    self._send(
+                        behaviour.code, _error(behaviour.code, kind, behaviour.message), headers
+                    )
                     return
                 self._send(200, _message(next(fake._ids), body, behaviour))
 
-            def _send(self, code: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self, code: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(code)
@@ -242,7 +258,12 @@ def _message(number: int, request: dict[str, Any], answer: Reply | ToolUse) -> d
         stop_reason, output_words = answer.stop_reason, len(answer.text.split())
     else:
         content = [{"type": "text", "text": answer.preamble}] if answer.preamble else []
-        call = {"type": "tool_use", "id": f"toolu_fake{number:020d}", "name": answer.name, "input": answer.input}
+        call = {
+            "type": "tool_use",
+            "id": f"toolu_fake{number:020d}",
+            "name": answer.name,
+            "input": answer.input,
+        }
         content.append(call)
         stop_reason, output_words = "tool_use", len(json.dumps(content).split())
     return {

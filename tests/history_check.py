@@ -78,8 +78,9 @@ import signal
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import grpc
 from google.protobuf import json_format
@@ -87,10 +88,28 @@ from google.protobuf import json_format
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
 __all__ = [
-    "OK", "FAIL", "INDETERMINATE", "STORE", "READ", "REMOVE", "CONFIGURE", "MARK",
-    "Op", "History", "ChdClient", "Anomaly", "Workload", "run_workload",
-    "check_history", "final_check", "summary_check", "format_report", "anomaly_counts",
-    "Replica", "Cluster", "scrub_environment",
+    "OK",
+    "FAIL",
+    "INDETERMINATE",
+    "STORE",
+    "READ",
+    "REMOVE",
+    "CONFIGURE",
+    "MARK",
+    "Op",
+    "History",
+    "ChdClient",
+    "Anomaly",
+    "Workload",
+    "run_workload",
+    "check_history",
+    "final_check",
+    "summary_check",
+    "format_report",
+    "anomaly_counts",
+    "Replica",
+    "Cluster",
+    "scrub_environment",
 ]
 
 OK, FAIL, INDETERMINATE, PENDING = "ok", "fail", "indeterminate", "pending"
@@ -100,17 +119,19 @@ INF = float("inf")
 # Codes after which nothing was changed (docs/protocol.md "A failed query
 # changes nothing"; RESOURCE_EXHAUSTED also covers gRPC's own concurrency
 # refusal). Every other code may hide an applied change: indeterminate.
-DEFINITE_FAILURES = frozenset({
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.NOT_FOUND,
-    grpc.StatusCode.RESOURCE_EXHAUSTED,
-    grpc.StatusCode.UNAUTHENTICATED,
-    grpc.StatusCode.PERMISSION_DENIED,
-    grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.OUT_OF_RANGE,
-    grpc.StatusCode.ALREADY_EXISTS,
-    grpc.StatusCode.UNIMPLEMENTED,
-})
+DEFINITE_FAILURES = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
 BUG_CODES = frozenset({grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
 
 
@@ -135,8 +156,10 @@ class Op:
 
     def describe(self) -> str:
         end = f"{self.end:.3f}" if self.end is not None else "?"
-        return (f"op#{self.id} {self.kind}{self.args} by {self.client} via {self.replica} "
-                f"[{self.start:.3f}..{end}] {self.status}{' ' + self.code if self.code else ''}")
+        return (
+            f"op#{self.id} {self.kind}{self.args} by {self.client} via {self.replica} "
+            f"[{self.start:.3f}..{end}] {self.status}{' ' + self.code if self.code else ''}"
+        )
 
 
 class History:
@@ -147,14 +170,24 @@ class History:
         self._ids = itertools.count(1)
         self.ops: list[Op] = []
 
-    def invoke(self, client: str, replica: str, conversation: str, kind: str, args: dict[str, Any]) -> Op:
+    def invoke(
+        self, client: str, replica: str, conversation: str, kind: str, args: dict[str, Any]
+    ) -> Op:
         with self._lock:
-            op = Op(next(self._ids), client, replica, conversation, kind, dict(args), time.monotonic())
+            op = Op(
+                next(self._ids), client, replica, conversation, kind, dict(args), time.monotonic()
+            )
             self.ops.append(op)
         return op
 
-    def complete(self, op: Op, status: str, result: dict[str, Any] | None = None,
-                 code: str | None = None, error: str | None = None) -> Op:
+    def complete(
+        self,
+        op: Op,
+        status: str,
+        result: dict[str, Any] | None = None,
+        code: str | None = None,
+        error: str | None = None,
+    ) -> Op:
         op.end = time.monotonic()
         op.result, op.code, op.error = result, code, error
         op.status = status  # last: a reader that sees the status sees the rest
@@ -194,8 +227,12 @@ def _parse(kind: str, response: daemon_pb2.QueryResponse) -> dict[str, Any]:
     parsed: dict[str, Any] = {"operation": response.operation}
     if kind == STORE:
         seq, text, important = _utterance(result["utterance"])
-        parsed.update(seq=seq, text=text, important=important,
-                      evicted=[int(s) for s in result.get("evicted", [])])
+        parsed.update(
+            seq=seq,
+            text=text,
+            important=important,
+            evicted=[int(s) for s in result.get("evicted", [])],
+        )
     elif kind == READ:
         parsed["utterances"] = [_utterance(u) for u in result.get("utterances", [])]
     elif kind == REMOVE:
@@ -218,7 +255,13 @@ def _request(kind: str, conversation: str, args: dict[str, Any]) -> daemon_pb2.Q
     if kind == READ and args.get("query"):
         request.query = args["query"]
         return request
-    operation = {STORE: "store", READ: "retrieve", REMOVE: "remove", CONFIGURE: "configure", MARK: "mark"}[kind]
+    operation = {
+        STORE: "store",
+        READ: "retrieve",
+        REMOVE: "remove",
+        CONFIGURE: "configure",
+        MARK: "mark",
+    }[kind]
     request.data.update({"operation": operation, **{k: v for k, v in args.items() if k != "query"}})
     return request
 
@@ -238,21 +281,27 @@ class ChdClient:
             self._channels[target] = (channel, daemon_pb2_grpc.DaemonStub(channel))
         return self._channels[target][1]
 
-    def call(self, replica: "Replica", conversation: str, kind: str, args: dict[str, Any]) -> Op:
+    def call(self, replica: Replica, conversation: str, kind: str, args: dict[str, Any]) -> Op:
         target = replica.target
         op = self.history.invoke(self.name, replica.name, conversation, kind, args)
         try:
-            response = self._stub(target).Query(_request(kind, conversation, args), timeout=self.timeout)
+            response = self._stub(target).Query(
+                _request(kind, conversation, args), timeout=self.timeout
+            )
         except grpc.RpcError as error:
             code = error.code()
             status = FAIL if code in DEFINITE_FAILURES else INDETERMINATE
-            return self.history.complete(op, status, code=code.name, error=(error.details() or "")[:300])
+            return self.history.complete(
+                op, status, code=code.name, error=(error.details() or "")[:300]
+            )
         except Exception as error:  # a client-side failure: the call may have gone out
             return self.history.complete(op, INDETERMINATE, code="CLIENT", error=repr(error)[:300])
         try:
             parsed = _parse(kind, response)
         except Exception as error:  # an answer without the documented fields
-            return self.history.complete(op, INDETERMINATE, code="MALFORMED", error=repr(error)[:300])
+            return self.history.complete(
+                op, INDETERMINATE, code="MALFORMED", error=repr(error)[:300]
+            )
         return self.history.complete(op, OK, parsed)
 
     def close(self) -> None:
@@ -269,15 +318,16 @@ class ChdClient:
 class Workload:
     conversations: Sequence[str]
     clients: int = 4
-    ops: int | None = None          # stop after this many operations in all ...
-    duration: float | None = None   # ... or after this many seconds
-    mix: dict[str, float] = field(default_factory=lambda: {
-        STORE: 0.36, READ: 0.34, REMOVE: 0.14, MARK: 0.08, CONFIGURE: 0.08})
+    ops: int | None = None  # stop after this many operations in all ...
+    duration: float | None = None  # ... or after this many seconds
+    mix: dict[str, float] = field(
+        default_factory=lambda: {STORE: 0.36, READ: 0.34, REMOVE: 0.14, MARK: 0.08, CONFIGURE: 0.08}
+    )
     buffer_sizes: Sequence[int] = (1000, 999)  # configure alternates among these
-    read_query_share: float = 0.2   # reads sent as the query "Get all utterances"
+    read_query_share: float = 0.2  # reads sent as the query "Get all utterances"
     timeout: float = 5.0
     seed: int = 1
-    tag: str = ""                   # prefix of the stored texts
+    tag: str = ""  # prefix of the stored texts
 
 
 class _Known:
@@ -301,8 +351,12 @@ class _Known:
             return rng.choice(tuple(seqs)) if seqs else None
 
 
-def run_workload(history: History, replicas: Sequence["Replica"], workload: Workload,
-                 stop: threading.Event | None = None) -> float:
+def run_workload(
+    history: History,
+    replicas: Sequence[Replica],
+    workload: Workload,
+    stop: threading.Event | None = None,
+) -> float:
     """Runs the client threads to the end of the workload; returns the seconds it took."""
     if workload.ops is None and workload.duration is None:
         raise ValueError("a workload needs ops or duration")
@@ -340,12 +394,17 @@ def run_workload(history: History, replicas: Sequence["Replica"], workload: Work
                 if kind in (REMOVE, MARK) and seq is None:
                     kind = STORE
                 if kind == STORE:
-                    op = client.call(replica, conversation, STORE,
-                                     {"text": f"{workload.tag}c{index}-op{number}"})
+                    op = client.call(
+                        replica, conversation, STORE, {"text": f"{workload.tag}c{index}-op{number}"}
+                    )
                     if op.status == OK:
                         known.add(conversation, [op.result["seq"]])
                 elif kind == READ:
-                    args = {"query": "Get all utterances"} if rng.random() < workload.read_query_share else {}
+                    args = (
+                        {"query": "Get all utterances"}
+                        if rng.random() < workload.read_query_share
+                        else {}
+                    )
                     op = client.call(replica, conversation, READ, args)
                     if op.status == OK:
                         seen = [u[0] for u in op.result["utterances"]]
@@ -355,17 +414,25 @@ def run_workload(history: History, replicas: Sequence["Replica"], workload: Work
                     if op.status == OK or op.code == "NOT_FOUND":
                         known.forget(conversation, [seq])
                 elif kind == MARK:
-                    client.call(replica, conversation, MARK, {"seq": seq, "important": rng.random() < 0.6})
+                    client.call(
+                        replica, conversation, MARK, {"seq": seq, "important": rng.random() < 0.6}
+                    )
                 else:
-                    op = client.call(replica, conversation, CONFIGURE,
-                                     {"buffer_size": rng.choice(list(workload.buffer_sizes))})
+                    op = client.call(
+                        replica,
+                        conversation,
+                        CONFIGURE,
+                        {"buffer_size": rng.choice(list(workload.buffer_sizes))},
+                    )
                     if op.status == OK:
                         known.forget(conversation, op.result["evicted"])
         finally:
             client.close()
 
-    threads = [threading.Thread(target=client_loop, args=(i,), name=f"history-client-{i}", daemon=True)
-               for i in range(workload.clients)]
+    threads = [
+        threading.Thread(target=client_loop, args=(i,), name=f"history-client-{i}", daemon=True)
+        for i in range(workload.clients)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -391,9 +458,11 @@ class Anomaly:
 
     def line(self) -> str:
         where = f"seq {self.seq}" if self.seq is not None else "-"
-        return (f"{self.kind}: conversation {self.conversation} {where}: expected {self.expected!r}, "
-                f"read {self.got!r} via replica {self.replica} (op#{self.op}, seen {self.count}x)"
-                + (f"; {self.detail}" if self.detail else ""))
+        return (
+            f"{self.kind}: conversation {self.conversation} {where}: expected {self.expected!r}, "
+            f"read {self.got!r} via replica {self.replica} (op#{self.op}, seen {self.count}x)"
+            + (f"; {self.detail}" if self.detail else "")
+        )
 
 
 class _Anomalies:
@@ -402,18 +471,36 @@ class _Anomalies:
     def __init__(self) -> None:
         self.items: dict[tuple, Anomaly] = {}
 
-    def add(self, kind: str, conversation: str, seq: int | None, expected: Any, got: Any,
-            op: Op | None, detail: str = "") -> None:
+    def add(
+        self,
+        kind: str,
+        conversation: str,
+        seq: int | None,
+        expected: Any,
+        got: Any,
+        op: Op | None,
+        detail: str = "",
+    ) -> None:
         replica = op.replica if op is not None else None
         key = (kind, conversation, seq, repr(expected), repr(got), replica)
         if key in self.items:
             self.items[key].count += 1
         else:
-            self.items[key] = Anomaly(kind, conversation, seq, expected, got, replica,
-                                      op.id if op is not None else None, detail)
+            self.items[key] = Anomaly(
+                kind,
+                conversation,
+                seq,
+                expected,
+                got,
+                replica,
+                op.id if op is not None else None,
+                detail,
+            )
 
 
-def check_history(history: History | Sequence[Op], default_buffer_size: int = 1000) -> list[Anomaly]:
+def check_history(
+    history: History | Sequence[Op], default_buffer_size: int = 1000
+) -> list[Anomaly]:
     """Every anomaly of the history (see the module docstring), oldest kinds first."""
     ops = history.snapshot() if isinstance(history, History) else list(history)
     found = _Anomalies()
@@ -423,13 +510,29 @@ def check_history(history: History | Sequence[Op], default_buffer_size: int = 10
             continue  # never completed: treated as not issued at all would be wrong for writes
         by_conversation[op.conversation].append(op)
         if op.code in {c.name for c in BUG_CODES}:
-            found.add("internal-error", op.conversation, op.args.get("seq"), "a documented status",
-                      op.code, op, op.error or "")
+            found.add(
+                "internal-error",
+                op.conversation,
+                op.args.get("seq"),
+                "a documented status",
+                op.code,
+                op,
+                op.error or "",
+            )
     # A pending write (a client thread still waiting) may have taken effect: as indeterminate.
     for op in ops:
         if op.status == PENDING and op.kind != READ:
-            op_copy = Op(op.id, op.client, op.replica, op.conversation, op.kind, op.args, op.start,
-                         INF, INDETERMINATE)
+            op_copy = Op(
+                op.id,
+                op.client,
+                op.replica,
+                op.conversation,
+                op.kind,
+                op.args,
+                op.start,
+                INF,
+                INDETERMINATE,
+            )
             by_conversation[op.conversation].append(op_copy)
     for conversation, conv_ops in sorted(by_conversation.items()):
         _check_conversation(conversation, conv_ops, default_buffer_size, found)
@@ -437,7 +540,9 @@ def check_history(history: History | Sequence[Op], default_buffer_size: int = 10
     return sorted(found.items.values(), key=lambda a: (order.index(a.kind), a.op or 0))
 
 
-def _check_conversation(conv: str, ops: list[Op], default_buffer_size: int, found: _Anomalies) -> None:
+def _check_conversation(
+    conv: str, ops: list[Op], default_buffer_size: int, found: _Anomalies
+) -> None:
     stores = [o for o in ops if o.kind == STORE]
     store_by_text: dict[str, Op] = {o.args["text"]: o for o in stores}
     acked_stores = sorted((o for o in stores if o.status == OK), key=lambda o: o.end)
@@ -454,8 +559,15 @@ def _check_conversation(conv: str, ops: list[Op], default_buffer_size: int, foun
         if o.result["text"] != sent:
             found.add("store-ack-wrong-text", conv, seq, sent, o.result["text"], o)
         if seq in canonical and canonical[seq][0] != sent:
-            found.add("seq-text-conflict", conv, seq, canonical[seq][0], sent, o,
-                      f"two stores acknowledged at one seq ({canonical[seq][1].describe()})")
+            found.add(
+                "seq-text-conflict",
+                conv,
+                seq,
+                canonical[seq][0],
+                sent,
+                o,
+                f"two stores acknowledged at one seq ({canonical[seq][1].describe()})",
+            )
         else:
             canonical.setdefault(seq, (sent, o))
         text_seqs[sent].setdefault(seq, o)
@@ -476,26 +588,57 @@ def _check_conversation(conv: str, ops: list[Op], default_buffer_size: int, foun
         if store is None:
             found.add("phantom-text", conv, seq, None, text, op, "no store sent this text")
         elif store.status == FAIL:
-            found.add("failed-store-visible", conv, seq, None, text, op,
-                      f"its store failed definitely: {store.describe()}")
+            found.add(
+                "failed-store-visible",
+                conv,
+                seq,
+                None,
+                text,
+                op,
+                f"its store failed definitely: {store.describe()}",
+            )
         elif store.start > op.end:
-            found.add("read-from-future", conv, seq, None, text, op, f"store invoked later: {store.describe()}")
+            found.add(
+                "read-from-future",
+                conv,
+                seq,
+                None,
+                text,
+                op,
+                f"store invoked later: {store.describe()}",
+            )
         if seq not in canonical:
             canonical[seq] = (text, op)
         elif canonical[seq][0] != text:
             origin = canonical[seq][1]
-            found.add("seq-text-conflict", conv, seq, canonical[seq][0], text, op,
-                      f"{canonical[seq][0]!r} from {origin.kind} op#{origin.id} via {origin.replica}")
+            found.add(
+                "seq-text-conflict",
+                conv,
+                seq,
+                canonical[seq][0],
+                text,
+                op,
+                f"{canonical[seq][0]!r} from {origin.kind} op#{origin.id} via {origin.replica}",
+            )
         text_seqs[text].setdefault(seq, op)
     right_seq: dict[str, int] = {}
     for text, seqs in text_seqs.items():
         if len(seqs) > 1:
             store = store_by_text.get(text)
-            right_seq[text] = store.result["seq"] if store is not None and store.status == OK else min(seqs)
+            right_seq[text] = (
+                store.result["seq"] if store is not None and store.status == OK else min(seqs)
+            )
     for op, seq, text, _ in observations:
         if text in right_seq and seq != right_seq[text]:
-            found.add("text-at-two-seqs", conv, seq, f"{text!r} only at seq {right_seq[text]}", text, op,
-                      f"one store, seen at seqs {sorted(text_seqs[text])}")
+            found.add(
+                "text-at-two-seqs",
+                conv,
+                seq,
+                f"{text!r} only at seq {right_seq[text]}",
+                text,
+                op,
+                f"one store, seen at seqs {sorted(text_seqs[text])}",
+            )
 
     # ---- seqs are monotonic in real time
     ends = [o.end for o in acked_stores]
@@ -507,11 +650,18 @@ def _check_conversation(conv: str, ops: list[Op], default_buffer_size: int, foun
         i = bisect.bisect_left(ends, o.start)  # stores acknowledged before o was invoked
         if i and prefix_max[i - 1][0] >= o.result["seq"]:
             earlier = prefix_max[i - 1][1]
-            found.add("seq-order", conv, o.result["seq"], f"seq > {earlier.result['seq']}",
-                      o.result["seq"], o, f"{earlier.describe()} was acknowledged first")
+            found.add(
+                "seq-order",
+                conv,
+                o.result["seq"],
+                f"seq > {earlier.result['seq']}",
+                o.result["seq"],
+                o,
+                f"{earlier.describe()} was acknowledged first",
+            )
 
     # ---- what explains an absence
-    removal_start: dict[int, float] = {}   # earliest remove of seq that may have happened
+    removal_start: dict[int, float] = {}  # earliest remove of seq that may have happened
     removal_done: dict[int, tuple[float, Op]] = {}  # earliest acknowledged remove
     for o in removes:
         if o.status == FAIL:
@@ -531,8 +681,12 @@ def _check_conversation(conv: str, ops: list[Op], default_buffer_size: int, foun
             if o.end < evicted_done.get(seq, (INF, o))[0]:
                 evicted_done[seq] = (o.end, o)
     # Unreported evictions: only an indeterminate store/configure can make one.
-    blind_evictor_starts = sorted(o.start for o in itertools.chain(stores, configures) if o.status == INDETERMINATE)
-    min_buffer = min([default_buffer_size] + [o.args["buffer_size"] for o in configures if o.status != FAIL])
+    blind_evictor_starts = sorted(
+        o.start for o in itertools.chain(stores, configures) if o.status == INDETERMINATE
+    )
+    min_buffer = min(
+        [default_buffer_size] + [o.args["buffer_size"] for o in configures if o.status != FAIL]
+    )
     maybe_store_starts = sorted(o.start for o in stores if o.status != FAIL)
     sure_remove_ends = sorted(e for e, _ in removal_done.values())
 
@@ -549,7 +703,10 @@ def _check_conversation(conv: str, ops: list[Op], default_buffer_size: int, foun
     first_seen: dict[int, tuple[float, Op]] = {}
     for o in acked_stores:
         seq = o.result["seq"]
-        if canonical.get(seq, ("",))[0] == o.args["text"] and o.end < first_seen.get(seq, (INF,))[0]:
+        if (
+            canonical.get(seq, ("",))[0] == o.args["text"]
+            and o.end < first_seen.get(seq, (INF,))[0]
+        ):
             first_seen[seq] = (o.end, o)
     for op, seq, text, _ in observations:
         if canonical[seq][0] == text and op.end < first_seen.get(seq, (INF,))[0]:
@@ -567,12 +724,26 @@ def _check_conversation(conv: str, ops: list[Op], default_buffer_size: int, foun
                 continue
             text = canonical[seq][0]
             if ack_end.get(seq, INF) < r.start:
-                found.add("missing-acked-store", conv, seq, text, None, r,
-                          f"store acknowledged {r.start - ack_end[seq]:.3f}s before the read started")
+                found.add(
+                    "missing-acked-store",
+                    conv,
+                    seq,
+                    text,
+                    None,
+                    r,
+                    f"store acknowledged {r.start - ack_end[seq]:.3f}s before the read started",
+                )
             else:
-                found.add("nonmonotonic-read", conv, seq, text, None, r,
-                          f"seen by {seen_op.kind} op#{seen_op.id} via {seen_op.replica}, "
-                          f"{r.start - seen_end:.3f}s before this read started")
+                found.add(
+                    "nonmonotonic-read",
+                    conv,
+                    seq,
+                    text,
+                    None,
+                    r,
+                    f"seen by {seen_op.kind} op#{seen_op.id} via {seen_op.replica}, "
+                    f"{r.start - seen_end:.3f}s before this read started",
+                )
     # NOT_FOUND answers are reads of one seq's absence.
     for o in itertools.chain(removes, marks):
         if o.code != "NOT_FOUND":
@@ -584,8 +755,15 @@ def _check_conversation(conv: str, ops: list[Op], default_buffer_size: int, foun
         if absence_explained(seq, o):
             gone_since[seq] = min(gone_since.get(seq, INF), o.end)
         else:
-            found.add("spurious-not-found", conv, seq, canonical[seq][0], "NOT_FOUND", o,
-                      f"seen by {seen[1].kind} op#{seen[1].id} before; no remove or eviction")
+            found.add(
+                "spurious-not-found",
+                conv,
+                seq,
+                canonical[seq][0],
+                "NOT_FOUND",
+                o,
+                f"seen by {seen[1].kind} op#{seen[1].id} before; no remove or eviction",
+            )
 
     # ---- (c) presence of what must be gone; important flags
     marks_of: dict[int, list[Op]] = defaultdict(list)
@@ -596,19 +774,48 @@ def _check_conversation(conv: str, ops: list[Op], default_buffer_size: int, foun
         for seq, text, important in r.result["utterances"]:
             done = removal_done.get(seq)
             if done and done[0] < r.start:
-                found.add("read-removed-seq", conv, seq, "absent", text, r,
-                          f"removed by {done[1].describe()}")
+                found.add(
+                    "read-removed-seq",
+                    conv,
+                    seq,
+                    "absent",
+                    text,
+                    r,
+                    f"removed by {done[1].describe()}",
+                )
             gone = evicted_done.get(seq)
             if gone and gone[0] < r.start:
-                found.add("read-evicted-seq", conv, seq, "absent", text, r, f"evicted by {gone[1].describe()}")
+                found.add(
+                    "read-evicted-seq",
+                    conv,
+                    seq,
+                    "absent",
+                    text,
+                    r,
+                    f"evicted by {gone[1].describe()}",
+                )
             if gone_since.get(seq, INF) < r.start:
-                found.add("resurrected-seq", conv, seq, "absent", text, r,
-                          "an earlier read or NOT_FOUND showed it gone after a remove/eviction")
+                found.add(
+                    "resurrected-seq",
+                    conv,
+                    seq,
+                    "absent",
+                    text,
+                    r,
+                    "an earlier read or NOT_FOUND showed it gone after a remove/eviction",
+                )
             values = _possible_flags(marks_of.get(seq, []), r)
             if important not in values:
-                found.add("lost-mark", conv, seq, sorted(values), important, r,
-                          "important flag after marks " + ", ".join(f"op#{m.id}={m.args['important']}"
-                                                                    for m in marks_of.get(seq, [])))
+                found.add(
+                    "lost-mark",
+                    conv,
+                    seq,
+                    sorted(values),
+                    important,
+                    r,
+                    "important flag after marks "
+                    + ", ".join(f"op#{m.id}={m.args['important']}" for m in marks_of.get(seq, [])),
+                )
 
 
 def _possible_flags(marks: list[Op], read: Op) -> set[bool]:
@@ -628,12 +835,16 @@ def anomaly_counts(anomalies: Sequence[Anomaly]) -> dict[str, int]:
     return dict(Counter(a.kind for a in anomalies))
 
 
-def format_report(anomalies: Sequence[Anomaly], history: History | None = None, limit: int = 8) -> str:
+def format_report(
+    anomalies: Sequence[Anomaly], history: History | None = None, limit: int = 8
+) -> str:
     lines = []
     if history is not None:
         stats = history.stats()
-        lines.append(f"ops {stats['ops']}: acknowledged {stats['acknowledged']}, failed {stats['failed']}, "
-                     f"indeterminate {stats['indeterminate']}; error codes {stats['error_codes']}")
+        lines.append(
+            f"ops {stats['ops']}: acknowledged {stats['acknowledged']}, failed {stats['failed']}, "
+            f"indeterminate {stats['indeterminate']}; error codes {stats['error_codes']}"
+        )
     counts = anomaly_counts(anomalies)
     lines.append(f"anomalies: {sum(counts.values())} {counts or ''}".rstrip())
     by_op = {op.id: op for op in history.snapshot()} if history is not None else {}
@@ -650,8 +861,14 @@ def format_report(anomalies: Sequence[Anomaly], history: History | None = None, 
 # The final check
 
 
-def final_check(history: History, old_replicas: Sequence["Replica"], fresh: "Replica",
-                conversations: Iterable[str], converge: float = 5.0, timeout: float = 10.0) -> list[Anomaly]:
+def final_check(
+    history: History,
+    old_replicas: Sequence[Replica],
+    fresh: Replica,
+    conversations: Iterable[str],
+    converge: float = 5.0,
+    timeout: float = 10.0,
+) -> list[Anomaly]:
     """After the load: read each conversation through ``fresh`` (a replica started
     against the same Redis after the load), then poll every old replica until it
     reads the same (seq, text) pairs, within ``converge`` seconds of the first
@@ -668,7 +885,9 @@ def final_check(history: History, old_replicas: Sequence["Replica"], fresh: "Rep
         for conv in conversations:
             truth = client.call(fresh, conv, READ, {})
             if truth.status != OK:
-                found.add("final-read-failed", conv, None, "a read", truth.code, truth, truth.error or "")
+                found.add(
+                    "final-read-failed", conv, None, "a read", truth.code, truth, truth.error or ""
+                )
                 continue
             want = [(u[0], u[1]) for u in truth.result["utterances"]]
             if deadline is None:
@@ -676,18 +895,37 @@ def final_check(history: History, old_replicas: Sequence["Replica"], fresh: "Rep
             for replica in old_replicas:
                 while True:
                     read = client.call(replica, conv, READ, {})
-                    got = [(u[0], u[1]) for u in read.result["utterances"]] if read.status == OK else None
+                    got = (
+                        [(u[0], u[1]) for u in read.result["utterances"]]
+                        if read.status == OK
+                        else None
+                    )
                     if got == want:
                         break
                     if time.monotonic() > deadline:
                         if got is None:
-                            found.add("replica-divergence", conv, None, "a read", read.code, read, read.error or "")
+                            found.add(
+                                "replica-divergence",
+                                conv,
+                                None,
+                                "a read",
+                                read.code,
+                                read,
+                                read.error or "",
+                            )
                             break
                         fresh_map, old_map = dict(want), dict(got)
                         for seq in sorted(set(fresh_map) | set(old_map)):
                             if fresh_map.get(seq) != old_map.get(seq):
-                                found.add("replica-divergence", conv, seq, fresh_map.get(seq), old_map.get(seq), read,
-                                          f"fresh replica {fresh.name} vs {replica.name} after {converge:.0f}s")
+                                found.add(
+                                    "replica-divergence",
+                                    conv,
+                                    seq,
+                                    fresh_map.get(seq),
+                                    old_map.get(seq),
+                                    read,
+                                    f"fresh replica {fresh.name} vs {replica.name} after {converge:.0f}s",
+                                )
                         break
                     time.sleep(0.1)
     finally:
@@ -695,8 +933,13 @@ def final_check(history: History, old_replicas: Sequence["Replica"], fresh: "Rep
     return list(found.items.values())
 
 
-def summary_check(history: History, fresh: "Replica", conversations: Iterable[str],
-                  settle: float = 15.0, timeout: float = 10.0) -> list[Anomaly]:
+def summary_check(
+    history: History,
+    fresh: Replica,
+    conversations: Iterable[str],
+    settle: float = 15.0,
+    timeout: float = 10.0,
+) -> list[Anomaly]:
     """The summary, read through ``fresh`` once every fold has landed, against what was acknowledged.
 
     For a run whose summary budget is large enough to keep every evicted
@@ -712,8 +955,7 @@ def summary_check(history: History, fresh: "Replica", conversations: Iterable[st
         for conv in conversations:
             deadline = time.monotonic() + settle
             while True:
-                answer = client._stub(fresh.target).Query(
-                    _summary_request(conv), timeout=timeout)
+                answer = client._stub(fresh.target).Query(_summary_request(conv), timeout=timeout)
                 result = _plain(answer.result)
                 if not result.get("summary_pending") or time.monotonic() > deadline:
                     break
@@ -721,18 +963,39 @@ def summary_check(history: History, fresh: "Replica", conversations: Iterable[st
             summary = str(result.get("summary", ""))
             buffered = {u[0] for u in client.call(fresh, conv, READ, {}).result["utterances"]}
             through = int(result.get("summary_through_seq", 0))
-            removed = {int(op.args["seq"]) for op in ops
-                       if op.conversation == conv and op.kind == REMOVE and op.status == OK and "seq" in op.args}
+            removed = {
+                int(op.args["seq"])
+                for op in ops
+                if op.conversation == conv
+                and op.kind == REMOVE
+                and op.status == OK
+                and "seq" in op.args
+            }
             for op in ops:
                 if op.conversation != conv or op.kind != STORE or op.status != OK or not op.result:
                     continue
                 seq, text = op.result["seq"], op.args["text"]
                 said = re.search(rf"(?<![\w-]){re.escape(text)}(?![\w-])", summary) is not None
                 if seq in removed and said:
-                    found.add("summary-keeps-removed", conv, seq, text, "in the summary", op, "removed, yet summarized")
+                    found.add(
+                        "summary-keeps-removed",
+                        conv,
+                        seq,
+                        text,
+                        "in the summary",
+                        op,
+                        "removed, yet summarized",
+                    )
                 elif seq not in removed and seq not in buffered and seq <= through and not said:
-                    found.add("summary-lost", conv, seq, text, "not in the summary", op,
-                              f"left the buffer (summary through seq {through}) but the summary does not hold it")
+                    found.add(
+                        "summary-lost",
+                        conv,
+                        seq,
+                        text,
+                        "not in the summary",
+                        op,
+                        f"left the buffer (summary through seq {through}) but the summary does not hold it",
+                    )
     finally:
         client.close()
     return list(found.items.values())
@@ -803,7 +1066,7 @@ class Replica:
     def target(self) -> str:
         return self._target
 
-    def start(self) -> "Replica":
+    def start(self) -> Replica:
         from tests.conftest import DaemonProcess
 
         self.process = DaemonProcess(*self.storage, *self.extra)
@@ -844,17 +1107,25 @@ class Cluster:
     """Shared storage and its chd replicas, all stopped by :meth:`stop`: one redis-server, or
     (``backend="disk"``) one data directory that every replica process opens."""
 
-    def __init__(self, directory: Any, redis_args: Sequence[str] = ("--appendonly", "yes", "--appendfsync", "everysec"),
-                 replica_args: Sequence[str] = ("--buffer-size", "1000"), backend: str = "redis") -> None:
+    def __init__(
+        self,
+        directory: Any,
+        redis_args: Sequence[str] = ("--appendonly", "yes", "--appendfsync", "everysec"),
+        replica_args: Sequence[str] = ("--buffer-size", "1000"),
+        backend: str = "redis",
+    ) -> None:
         from pathlib import Path
 
         from tests.redis_support import start_redis
 
         self.directory = Path(directory)
         self.replica_args = tuple(replica_args)
-        self.redis = start_redis(self.directory / "redis", *redis_args) if backend == "redis" else None
+        self.redis = (
+            start_redis(self.directory / "redis", *redis_args) if backend == "redis" else None
+        )
         self.storage = (
-            ("--backend", "redis", "--redis-url", self.redis.url) if self.redis is not None
+            ("--backend", "redis", "--redis-url", self.redis.url)
+            if self.redis is not None
             else ("--backend", "disk", "--data-dir", str(self.directory / "data"))
         )
         self.replicas: list[Replica] = []
@@ -865,7 +1136,10 @@ class Cluster:
         return self.redis.url if self.redis is not None else self.storage[-1]
 
     def start_replicas(self, count: int, prefix: str = "r") -> list[Replica]:
-        new = [Replica(f"{prefix}{len(self.replicas) + i}", self.storage, self.replica_args) for i in range(count)]
+        new = [
+            Replica(f"{prefix}{len(self.replicas) + i}", self.storage, self.replica_args)
+            for i in range(count)
+        ]
         self.replicas.extend(new)
         errors: list[BaseException] = []
 

@@ -8,8 +8,9 @@ import re
 import signal
 import subprocess
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
 
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -28,10 +29,14 @@ def run(coroutine: Awaitable[T]) -> T:
 def stdio_params(*args: str) -> StdioServerParameters:
     """``chd mcp ARGS`` as an MCP host would start it, in the test's scrubbed environment."""
     command = chd_command()
-    return StdioServerParameters(command=command[0], args=[*command[1:], "mcp", *args], env=chd_env(), cwd=str(ROOT))
+    return StdioServerParameters(
+        command=command[0], args=[*command[1:], "mcp", *args], env=chd_env(), cwd=str(ROOT)
+    )
 
 
-async def with_stdio(args: tuple[str, ...], errlog: Path, body: Callable[[Client], Awaitable[T]]) -> T:
+async def with_stdio(
+    args: tuple[str, ...], errlog: Path, body: Callable[[Client], Awaitable[T]]
+) -> T:
     """``body(client)`` on a session with a fresh ``chd mcp ARGS`` subprocess; its stderr goes to ``errlog``."""
     with errlog.open("a") as log:
         async with Client(stdio_client(stdio_params(*args), errlog=log)) as client:
@@ -58,8 +63,12 @@ class HttpMcp:
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen(
             [*chd_command(), "mcp", "--http", "127.0.0.1:0", *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=chd_env(), cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=chd_env(),
+            cwd=ROOT,
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         line = self.proc.stdout.readline()
@@ -69,7 +78,9 @@ class HttpMcp:
             raise RuntimeError(f"chd mcp did not start: {line!r} {self.proc.stderr.read()}")
         self.url = match.group(1)
         self.stderr_lines: list[str] = []
-        self._drain = threading.Thread(target=self.stderr_lines.extend, args=(self.proc.stderr,), daemon=True)
+        self._drain = threading.Thread(
+            target=self.stderr_lines.extend, args=(self.proc.stderr,), daemon=True
+        )
         self._drain.start()
 
     def stop(self, timeout: float = 15) -> int:

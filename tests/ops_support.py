@@ -8,18 +8,19 @@ that is down), not mocks.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chd.backends.memory import MemoryBackend
+from chd.core.utterance import Utterance
 from chd.service.app import start
 from chd.service.auth import bearer_metadata
 from chd.service.config import Config, load
 from chd.service.server import Server
-from chd.core.utterance import Utterance
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
 
@@ -30,7 +31,9 @@ def config(**values: Any) -> Config:
 
 
 @contextmanager
-def running(cfg: Config | None = None, backend: Any = None, summarizer: Any = None, **values: Any) -> Iterator[Server]:
+def running(
+    cfg: Config | None = None, backend: Any = None, summarizer: Any = None, **values: Any
+) -> Iterator[Server]:
     """A started, fully assembled server (``daemon.app.start``), stopped afterwards."""
     cfg = cfg or config(**values)
     server = start(cfg, backend=backend, summarizer=summarizer)
@@ -46,18 +49,29 @@ def channel_to(server: Server) -> Iterator[grpc.Channel]:
         yield channel
 
 
-def request(text: str, metadata: dict | None = None, data: dict | None = None) -> daemon_pb2.QueryRequest:
+def request(
+    text: str, metadata: dict | None = None, data: dict | None = None
+) -> daemon_pb2.QueryRequest:
     message = daemon_pb2.QueryRequest(query=text)
     message.metadata.update(metadata or {})
     message.data.update(data or {})
     return message
 
 
-def ask(channel: grpc.Channel, text: str, metadata: dict | None = None, data: dict | None = None,
-        token: str | None = None, timeout: float = 10) -> daemon_pb2.QueryResponse:
+def ask(
+    channel: grpc.Channel,
+    text: str,
+    metadata: dict | None = None,
+    data: dict | None = None,
+    token: str | None = None,
+    timeout: float = 10,
+) -> daemon_pb2.QueryResponse:
     stub = daemon_pb2_grpc.DaemonStub(channel)
-    return stub.Query(request(text, metadata, data), timeout=timeout,
-                      metadata=bearer_metadata(token) if token else None)
+    return stub.Query(
+        request(text, metadata, data),
+        timeout=timeout,
+        metadata=bearer_metadata(token) if token else None,
+    )
 
 
 def code_of(call: Any, *args: Any, **kwargs: Any) -> grpc.StatusCode:

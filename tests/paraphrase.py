@@ -18,8 +18,8 @@ taken from tests/corpus/.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 from chd.core.errors import DaemonError
 from chd.core.history import ConversationHistory
@@ -116,15 +116,42 @@ _SPEAKER_FORMS = (
     " (speaker: {sp})", " in the {sp}'s voice", " for the {sp}", ", sender {sp}", " as {sp}",
 )  # fmt: skip
 # Headers where the speaker stands before the noun: "Add an assistant reply".
-_SPEAKER_OBJECTS = ("a {sp} {noun}", "the {sp}'s {noun}", "this {sp} {noun}", "the following {sp} {noun}",
-                    "the next {sp} {noun}", "one {sp} {noun}", "the {sp} {noun} below", "a new {sp} {noun}")
+_SPEAKER_OBJECTS = (
+    "a {sp} {noun}",
+    "the {sp}'s {noun}",
+    "this {sp} {noun}",
+    "the following {sp} {noun}",
+    "the next {sp} {noun}",
+    "one {sp} {noun}",
+    "the {sp} {noun} below",
+    "a new {sp} {noun}",
+)
 _POLITE = (
     "", "please ", "could you ", "kindly ", "would you please ", "can you ", "I'd like you to ",
     "go ahead and ", "hey, ", "ok, ", "please just ", "could you please ", "would you ",
     "I want you to ", "just ",
 )  # fmt: skip
-_SEPARATORS = (":", " -", " \u2014", "\u2014", " \u2013", " ->", " =>", "\n", ": ", " - ", " \u2192")
-_QUOTES = (('"', '"'), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"), ("\u00ab", "\u00bb"), ("`", "`"))
+_SEPARATORS = (
+    ":",
+    " -",
+    " \u2014",
+    "\u2014",
+    " \u2013",
+    " ->",
+    " =>",
+    "\n",
+    ": ",
+    " - ",
+    " \u2192",
+)
+_QUOTES = (
+    ('"', '"'),
+    ("'", "'"),
+    ("\u201c", "\u201d"),
+    ("\u2018", "\u2019"),
+    ("\u00ab", "\u00bb"),
+    ("`", "`"),
+)
 # (text, tags): "sep" if it holds a separator, "label" if it starts like "Note: ...".
 _UTTERANCES: tuple[tuple[str, frozenset[str]], ...] = tuple(
     (text, frozenset(tags.split()))
@@ -139,7 +166,7 @@ _UTTERANCES: tuple[tuple[str, frozenset[str]], ...] = tuple(
         ("Summarize the last 5 messages for me", ""),
         ("delete utterance 3", ""),
         ("Meet me at 10:30 - bring the map", "sep"),
-        ("Is the museum \"open\" on Sundays?", ""),
+        ('Is the museum "open" on Sundays?', ""),
         ("It's fine, don't worry about it.", ""),
         ("line one\nline two", "sep"),
         ("\u00c7a co\u00fbte 12 \u20ac, merci.", ""),
@@ -190,7 +217,7 @@ class _Words:
     utterances: list[tuple[str, frozenset[str]]]
 
     @staticmethod
-    def of(split: str) -> "_Words":
+    def of(split: str) -> _Words:
         return _Words(
             _half(_STORE_VERBS, split),
             _half(_OBJECTS, split),
@@ -211,7 +238,9 @@ def _quotable(text: str, quote: tuple[str, str]) -> bool:
     """A text can sit in these quotes if the closing mark cannot be read as an earlier end."""
     closer = quote[1]
     for i, char in enumerate(text):
-        if char == closer and not (closer in "'\u2019" and i + 1 < len(text) and text[i + 1].isalnum()):
+        if char == closer and not (
+            closer in "'\u2019" and i + 1 < len(text) and text[i + 1].isalnum()
+        ):
             return False
     return True
 
@@ -256,14 +285,31 @@ class _StoreParts:
             who = self.speaker_phrase(speaker)
         where = self.pick("destination", [""] * 3 + self.w.destinations)
         order = self.rng.random() < 0.5
-        self.classes["header order"] = "speaker-then-destination" if order else "destination-then-speaker"
+        self.classes["header order"] = (
+            "speaker-then-destination" if order else "destination-then-speaker"
+        )
         tail = who + where if order else where + who
         words = " ".join(part for part in (verb, obj) if part) + tail
         return _cap(polite + words) if self.rng.random() < 0.6 else polite + words
 
 
-_SPEECH = ("said", "asked", "answered", "replied", "wrote", "told us", "typed", "responded", "stated", "sent",
-           "just said", "told me", "wrote back", "has just written", "sent over")
+_SPEECH = (
+    "said",
+    "asked",
+    "answered",
+    "replied",
+    "wrote",
+    "told us",
+    "typed",
+    "responded",
+    "stated",
+    "sent",
+    "just said",
+    "told me",
+    "wrote back",
+    "has just written",
+    "sent over",
+)
 _AFTER = (" please", ", thanks", " verbatim", ", thank you", " please, exactly as is", " for later")
 
 
@@ -304,7 +350,9 @@ def _store_forms(speaker: str | None, text: str, tags: frozenset[str]) -> list[t
             continue
         if name == "text first, unquoted" and "label" in tags:
             continue  # "Note: the room is 12 - keep it" starts like a store of its own
-        if name == "remember that" and ("sep" in tags or text.lower().startswith(("the user", "the assistant"))):
+        if name == "remember that" and (
+            "sep" in tags or text.lower().startswith(("the user", "the assistant"))
+        ):
             continue
         fitting.append((name, template))
     return fitting
@@ -331,19 +379,28 @@ def _store_variant(rng: random.Random, w: _Words) -> Variant:
     if "{polite}" in template:
         values["polite"] = parts.pick("politeness", w.polite)
     parts.classes["form"] = name
-    parts.classes["quoting"] = f"{quote[0]}{quote[1]}" if "{q}" in template or quoted and "{body}" in template else "none"
+    parts.classes["quoting"] = (
+        f"{quote[0]}{quote[1]}" if "{q}" in template or quoted and "{body}" in template else "none"
+    )
     if "{sep}" not in template:
         parts.classes["separator"] = "none"
     parts.classes["speaker"] = speaker or "unnamed"
     query = _surface(rng, template.format(**values), text, parts.classes)
-    return Variant("store", query, Expect("store", text=text, speaker=speaker or "user"), tuple(sorted(parts.classes.items())))
+    return Variant(
+        "store",
+        query,
+        Expect("store", text=text, speaker=speaker or "user"),
+        tuple(sorted(parts.classes.items())),
+    )
 
 
 def _surface(rng: random.Random, query: str, text: str, classes: dict[str, str]) -> str:
     """Case and spacing people type: the instruction in capitals or lower case, spaces doubled or dropped."""
     at = query.find(text)
     head, tail = query[:at], query[at:]
-    style = rng.choice(("as written", "as written", "as written", "lower case", "upper case", "spacing"))
+    style = rng.choice(
+        ("as written", "as written", "as written", "lower case", "upper case", "spacing")
+    )
     classes["surface"] = style
     if style == "lower case":
         head = head.lower()
@@ -370,7 +427,16 @@ _READ_VERBS = (
     "get", "show", "show me", "list", "give me", "fetch", "display", "pull up", "retrieve",
     "bring up", "return", "read me", "let me see", "print", "look up", "I need",
 )  # fmt: skip
-_READ_NOUNS = ("messages", "utterances", "entries", "lines", "replies", "turns of talk", "items", "things said")
+_READ_NOUNS = (
+    "messages",
+    "utterances",
+    "entries",
+    "lines",
+    "replies",
+    "turns of talk",
+    "items",
+    "things said",
+)
 _TOPICS = {"Paris": frozenset({1, 2, 4}), "budget": frozenset({7, 8}), "tomorrow": frozenset({3, 4}),
            "8pm": frozenset({5, 6}), "weather": frozenset({1}), "rain": frozenset({4})}  # fmt: skip
 _TOPIC_FORMS = (
@@ -397,13 +463,21 @@ def _retrieve_variant(rng: random.Random, split: str) -> Variant:
         n = rng.randint(1, 4)
         pool = _speaker_seqs(speaker)
         want = pool[-n:] if kind == "newest" else pool[:n]
-        word = rng.choice(_half(("last", "latest", "most recent", "newest", "final"), split)
-                          if kind == "newest" else _half(("first", "oldest", "earliest", "first"), split))
+        word = rng.choice(
+            _half(("last", "latest", "most recent", "newest", "final"), split)
+            if kind == "newest"
+            else _half(("first", "oldest", "earliest", "first"), split)
+        )
         count = _number(rng, n, classes)
         unit = noun if n > 1 else rng.choice(("message", "utterance", "entry", "line"))
         who = "" if speaker is None else rng.choice((f" from the {speaker}", f" by the {speaker}"))
         query = f"{verb} the {word} {count} {unit}{who}"
-        return Variant("retrieve", polite + query, Expect("retrieve", seqs=want), tuple(sorted(classes.items())))
+        return Variant(
+            "retrieve",
+            polite + query,
+            Expect("retrieve", seqs=want),
+            tuple(sorted(classes.items())),
+        )
     if kind == "speaker":
         speaker = rng.choice(("user", "assistant"))
         form = rng.choice(_half((
@@ -413,34 +487,86 @@ def _retrieve_variant(rng: random.Random, split: str) -> Variant:
             "{verb} just the {sp}'s messages", "{verb} what the {sp} has said", "{verb} every {sp} message",
         ), split))  # fmt: skip
         classes["speaker form"] = form.replace("{verb} ", "")
-        return Variant("retrieve", polite + form.format(verb=verb, sp=speaker),
-                       Expect("retrieve", seqs=_speaker_seqs(speaker)), tuple(sorted(classes.items())))
+        return Variant(
+            "retrieve",
+            polite + form.format(verb=verb, sp=speaker),
+            Expect("retrieve", seqs=_speaker_seqs(speaker)),
+            tuple(sorted(classes.items())),
+        )
     if kind == "seq":
         n = rng.randint(1, 8)
-        form = rng.choice(_half(("{verb} utterance {n}", "{verb} message #{d}", "{verb} message number {n}",
-                                 "{verb} entry {n}", "{verb} utterance no. {d}", "{verb} just message {n}"), split))
+        form = rng.choice(
+            _half(
+                (
+                    "{verb} utterance {n}",
+                    "{verb} message #{d}",
+                    "{verb} message number {n}",
+                    "{verb} entry {n}",
+                    "{verb} utterance no. {d}",
+                    "{verb} just message {n}",
+                ),
+                split,
+            )
+        )
         classes["seq form"] = form.replace("{verb} ", "")
         query = form.format(verb=verb, n=_number(rng, n, classes), d=n)
-        return Variant("retrieve", polite + query, Expect("retrieve", seqs=(n,)), tuple(sorted(classes.items())))
+        return Variant(
+            "retrieve",
+            polite + query,
+            Expect("retrieve", seqs=(n,)),
+            tuple(sorted(classes.items())),
+        )
     if kind == "turn":
         a = rng.randint(1, 3)
         b = rng.randint(a + 1, 4)
         if rng.random() < 0.5:
-            form = rng.choice(_half(("{verb} turn {n}", "{verb} the {o} turn", "{verb} just turn {n}",
-                                     "what was said in turn {n}?", "{verb} everything from turn {n}"), split))
-            query, want = form.format(verb=verb, n=_number(rng, a, classes), o=_ORDINALS[a]), (2 * a - 1, 2 * a)
+            form = rng.choice(
+                _half(
+                    (
+                        "{verb} turn {n}",
+                        "{verb} the {o} turn",
+                        "{verb} just turn {n}",
+                        "what was said in turn {n}?",
+                        "{verb} everything from turn {n}",
+                    ),
+                    split,
+                )
+            )
+            query, want = (
+                form.format(verb=verb, n=_number(rng, a, classes), o=_ORDINALS[a]),
+                (2 * a - 1, 2 * a),
+            )
         else:
-            form = rng.choice(_half(("{verb} turns {a} to {b}", "{verb} turns {a} through {b}",
-                                     "{verb} everything between turns {a} and {b}", "{verb} turns {a}-{b}"), split))
+            form = rng.choice(
+                _half(
+                    (
+                        "{verb} turns {a} to {b}",
+                        "{verb} turns {a} through {b}",
+                        "{verb} everything between turns {a} and {b}",
+                        "{verb} turns {a}-{b}",
+                    ),
+                    split,
+                )
+            )
             query = form.format(verb=verb, a=_number(rng, a, classes), b=_number(rng, b, classes))
             want = tuple(range(2 * a - 1, 2 * b + 1))
         classes["turn form"] = form.replace("{verb} ", "")
-        return Variant("retrieve", polite + query, Expect("retrieve", seqs=want), tuple(sorted(classes.items())))
+        return Variant(
+            "retrieve",
+            polite + query,
+            Expect("retrieve", seqs=want),
+            tuple(sorted(classes.items())),
+        )
     topic = rng.choice(list(_TOPICS))
     form = rng.choice(_half(_TOPIC_FORMS, split))
     classes["topic form"] = form.replace("{verb} ", "")
     query = form.format(verb=verb, noun=noun, t=topic)
-    return Variant("retrieve", polite + query, Expect("retrieve", seq_set=_TOPICS[topic]), tuple(sorted(classes.items())))
+    return Variant(
+        "retrieve",
+        polite + query,
+        Expect("retrieve", seq_set=_TOPICS[topic]),
+        tuple(sorted(classes.items())),
+    )
 
 
 _REMOVE_VERBS = (
@@ -458,44 +584,104 @@ def _remove_variant(rng: random.Random, split: str) -> Variant:
     classes["form"] = kind
     if kind == "seq":
         n = rng.randint(1, 8)
-        form = rng.choice(_half(("{v} utterance {n}", "{v} message #{d}", "{v} the entry numbered {n}",
-                                 "{v} message number {n}", "{v} utterance {n} please", "{v} item {d}"), split))
+        form = rng.choice(
+            _half(
+                (
+                    "{v} utterance {n}",
+                    "{v} message #{d}",
+                    "{v} the entry numbered {n}",
+                    "{v} message number {n}",
+                    "{v} utterance {n} please",
+                    "{v} item {d}",
+                ),
+                split,
+            )
+        )
         query, removed = form.format(v=verb, n=_number(rng, n, classes), d=n), (n,)
     elif kind in ("oldest", "newest"):
         n = rng.randint(2, 4)
-        words = ("oldest", "first", "earliest") if kind == "oldest" else ("last", "newest", "most recent", "latest")
-        form = rng.choice(_half(("{v} the {k} {n} messages", "{v} the {n} {k} messages",
-                                 "{v} the {k} {n} utterances", "{v} the {n} {k} entries"), split))
+        words = (
+            ("oldest", "first", "earliest")
+            if kind == "oldest"
+            else ("last", "newest", "most recent", "latest")
+        )
+        form = rng.choice(
+            _half(
+                (
+                    "{v} the {k} {n} messages",
+                    "{v} the {n} {k} messages",
+                    "{v} the {k} {n} utterances",
+                    "{v} the {n} {k} entries",
+                ),
+                split,
+            )
+        )
         query = form.format(v=verb, k=rng.choice(words), n=_number(rng, n, classes))
         removed = _ALL[:n] if kind == "oldest" else _ALL[-n:]
     elif kind == "before turn":
         n = rng.randint(2, 4)
-        form = rng.choice(_half(("{v} every turn before turn {n}", "{v} whatever came before turn {n}",
-                                 "{v} everything prior to turn {n}", "{v} all messages before turn {n}",
-                                 "{v} everything older than turn {n}", "{v} the turns before turn {n}"), split))
+        form = rng.choice(
+            _half(
+                (
+                    "{v} every turn before turn {n}",
+                    "{v} whatever came before turn {n}",
+                    "{v} everything prior to turn {n}",
+                    "{v} all messages before turn {n}",
+                    "{v} everything older than turn {n}",
+                    "{v} the turns before turn {n}",
+                ),
+                split,
+            )
+        )
         query = form.format(v=verb, n=_number(rng, n, classes))
         removed = tuple(s for s in _ALL if _TURN_OF[s] < n)
     elif kind == "turn":
         n = rng.randint(1, 4)
-        form = rng.choice(_half(("{v} turn {n}", "{v} the {o} turn", "{v} everything in turn {n}",
-                                 "{v} all of turn {n}"), split))
+        form = rng.choice(
+            _half(
+                (
+                    "{v} turn {n}",
+                    "{v} the {o} turn",
+                    "{v} everything in turn {n}",
+                    "{v} all of turn {n}",
+                ),
+                split,
+            )
+        )
         query = form.format(v=verb, n=_number(rng, n, classes), o=_ORDINALS[n])
         removed = (2 * n - 1, 2 * n)
     else:
         speaker = rng.choice(("user", "assistant"))
-        form = rng.choice(_half(("{v} everything the {sp} said", "{v} all {sp} messages",
-                                 "{v} all of the {sp}'s messages", "{v} every message from the {sp}"), split))
+        form = rng.choice(
+            _half(
+                (
+                    "{v} everything the {sp} said",
+                    "{v} all {sp} messages",
+                    "{v} all of the {sp}'s messages",
+                    "{v} every message from the {sp}",
+                ),
+                split,
+            )
+        )
         query = form.format(v=verb, sp=speaker)
         removed = _speaker_seqs(speaker)
     classes["phrase"] = form.replace("{v} ", "")
-    return Variant("remove", polite + query, Expect("remove", removed=removed), tuple(sorted(classes.items())))
+    return Variant(
+        "remove", polite + query, Expect("remove", removed=removed), tuple(sorted(classes.items()))
+    )
 
 
 _SUMMARY_NOUNS = ("summary", "synopsis", "overview", "digest", "rundown", "wrap-up", "recap", "precis",
                   "abstract", "gist", "brief summary", "outline")  # fmt: skip
 _SUMMARY_VERBS = ("summarize", "summarise", "sum up", "recap", "condense", "boil down", "give me {a} of",
                   "write {a} of", "make {a} of", "produce {a} of")  # fmt: skip
-_LIMIT_WORDS = {40: "forty", 60: "sixty", 80: "eighty", 100: "one hundred", 150: "a hundred and fifty"}
+_LIMIT_WORDS = {
+    40: "forty",
+    60: "sixty",
+    80: "eighty",
+    100: "one hundred",
+    150: "a hundred and fifty",
+}
 _LIMITS = (
     "in {n} tokens", "in under {n} tokens", "within {n} tokens", "[max {n} tokens]", "using no more than {n} tokens",
     "staying below {n} tokens", "capped at {n} tokens", "in at most {n} tokens", "(limit: {n} tokens)",
@@ -513,7 +699,10 @@ def _summarize_variant(rng: random.Random, split: str) -> Variant:
     scope = rng.choice(("conversation", "turns"))
     classes["scope"] = scope
     if scope == "conversation":
-        target, covered = rng.choice(("the conversation", "the chat", "everything", "the whole history")), 8
+        target, covered = (
+            rng.choice(("the conversation", "the chat", "everything", "the whole history")),
+            8,
+        )
     else:
         a = rng.randint(1, 3)
         b = rng.randint(a + 1, 4)
@@ -530,8 +719,12 @@ def _summarize_variant(rng: random.Random, split: str) -> Variant:
         query = f"{query} {phrase}" if rng.random() < 0.7 else f"{phrase}, {query}"
     else:
         classes["limit form"] = "none"
-    return Variant("summarize", polite + query, Expect("summarize", token_limit=limit, covered=covered),
-                   tuple(sorted(classes.items())))
+    return Variant(
+        "summarize",
+        polite + query,
+        Expect("summarize", token_limit=limit, covered=covered),
+        tuple(sorted(classes.items())),
+    )
 
 
 _BUILDERS: dict[str, Callable[[random.Random, str], Variant]] = {
@@ -542,7 +735,9 @@ _BUILDERS: dict[str, Callable[[random.Random, str], Variant]] = {
 }
 
 
-def variants(operation: str, count: int, split: str = "tuning", seed: int | None = None) -> list[Variant]:
+def variants(
+    operation: str, count: int, split: str = "tuning", seed: int | None = None
+) -> list[Variant]:
     """``count`` distinct variants of ``operation`` (fewer if the space runs out), in a seeded order."""
     rng = random.Random(f"{operation}:{SEEDS[split] if seed is None else seed}")
     build = _BUILDERS[operation]
@@ -619,7 +814,10 @@ def _check(expect: Expect, result: dict, history: ConversationHistory) -> Verdic
     elif expect.operation == "summarize":
         if expect.token_limit is not None and result["token_limit"] != expect.token_limit:
             return Verdict("wrong-effect", f"token_limit {result['token_limit']}")
-        if expect.token_limit is None and result["token_limit"] != history.settings.summary_token_limit:
+        if (
+            expect.token_limit is None
+            and result["token_limit"] != history.settings.summary_token_limit
+        ):
             return Verdict("wrong-effect", f"token_limit {result['token_limit']} not the default")
         if expect.covered is not None and result["utterances_covered"] != expect.covered:
             return Verdict("wrong-effect", f"covered {result['utterances_covered']}")

@@ -9,7 +9,7 @@ point must read each of them in time linear in ``size``.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from chd.core.errors import InvalidRequest
 from chd.core.language import parser

@@ -11,14 +11,21 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 import redis
 
-__all__ = ["RedisServer", "RedisCluster", "redis_binary", "start_redis", "start_cluster", "wait_for"]
+__all__ = [
+    "RedisServer",
+    "RedisCluster",
+    "redis_binary",
+    "start_redis",
+    "start_cluster",
+    "wait_for",
+]
 
 _START_TIMEOUT = 15.0
 
@@ -74,14 +81,21 @@ class RedisServer:
     def _try_start(self) -> bool:
         command = [
             redis_binary(),
-            "--bind", "127.0.0.1",
-            "--port", str(self.port),
-            "--dir", str(self.directory),
-            "--logfile", "redis.log",
-            "--save", "",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.directory),
+            "--logfile",
+            "redis.log",
+            "--save",
+            "",
             *self.args,
         ]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + _START_TIMEOUT
         client = self.client()
         try:
@@ -144,11 +158,19 @@ def start_cluster(directory: Path, masters: int = 3) -> RedisCluster:
     servers: list[RedisServer] = []
     try:
         for i in range(masters):
-            servers.append(start_redis(
-                directory / f"node{i}", "--cluster-enabled", "yes",
-                "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
-                "--appendonly", "no",
-            ))
+            servers.append(
+                start_redis(
+                    directory / f"node{i}",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--appendonly",
+                    "no",
+                )
+            )
         share = 16384 // masters
         for i, server in enumerate(servers):
             last = 16384 if i == masters - 1 else (i + 1) * share
@@ -163,8 +185,10 @@ def start_cluster(directory: Path, masters: int = 3) -> RedisCluster:
             for server in servers:
                 with server.client() as client:
                     info = client.execute_command("CLUSTER INFO")
-                    states.append(info.get("cluster_state") == "ok"
-                                  and int(info.get("cluster_known_nodes", 0)) == masters)
+                    states.append(
+                        info.get("cluster_state") == "ok"
+                        and int(info.get("cluster_known_nodes", 0)) == masters
+                    )
             if all(states):
                 return RedisCluster(servers)
             time.sleep(0.1)
@@ -207,7 +231,9 @@ def shared_redis_url(directory: Path) -> str:
     if _shared is None:
         import tempfile
 
-        _shared = start_redis(Path(tempfile.mkdtemp(prefix="chd-redis-")), "--databases", str(_SHARED_DATABASES))
+        _shared = start_redis(
+            Path(tempfile.mkdtemp(prefix="chd-redis-")), "--databases", str(_SHARED_DATABASES)
+        )
     db = _databases.setdefault(directory, len(_databases) + 1)
     if db >= _SHARED_DATABASES:
         raise RuntimeError("more test directories than the shared Redis has databases")

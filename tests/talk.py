@@ -8,9 +8,43 @@ from __future__ import annotations
 
 __all__ = ["fact"]
 
-_NAMES = ["Alice", "Bruno", "Chen", "Dana", "Emeka", "Fatima", "Goran", "Hana", "Ivan", "Jun", "Kofi"]
-_CITIES = ["Berlin", "Paris", "Rome", "Oslo", "Lima", "Quito", "Hanoi", "Cairo", "Perth", "Dakar", "Riga", "Bern", "Nice"]
-_THINGS = ["train tickets", "a hotel room", "museum passes", "a rental car", "ferry seats", "concert tickets", "a guided tour"]
+_NAMES = [
+    "Alice",
+    "Bruno",
+    "Chen",
+    "Dana",
+    "Emeka",
+    "Fatima",
+    "Goran",
+    "Hana",
+    "Ivan",
+    "Jun",
+    "Kofi",
+]
+_CITIES = [
+    "Berlin",
+    "Paris",
+    "Rome",
+    "Oslo",
+    "Lima",
+    "Quito",
+    "Hanoi",
+    "Cairo",
+    "Perth",
+    "Dakar",
+    "Riga",
+    "Bern",
+    "Nice",
+]
+_THINGS = [
+    "train tickets",
+    "a hotel room",
+    "museum passes",
+    "a rental car",
+    "ferry seats",
+    "concert tickets",
+    "a guided tour",
+]
 
 
 def fact(i: int) -> str:

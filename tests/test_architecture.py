@@ -73,7 +73,9 @@ def _in(module: str, package: str) -> bool:
 def test_the_tree_is_what_this_test_reads() -> None:
     """Sanity: the walk finds the rings and resolves imports (else the rules below pass vacuously)."""
     modules = _modules()
-    assert {"chd.core.history", "chd.service.server", "chd.cli.main", "chd.backends.disk"} <= set(modules)
+    assert {"chd.core.history", "chd.service.server", "chd.cli.main", "chd.backends.disk"} <= set(
+        modules
+    )
     assert "chd.core.memory.retrieval" in _chd_imports("chd.core.history") or any(
         _in(m, "chd.core") for m in _chd_imports("chd.core.history")
     )
@@ -81,7 +83,9 @@ def test_the_tree_is_what_this_test_reads() -> None:
 
 def test_every_module_belongs_to_a_ring() -> None:
     rings = {"core", "service", "cli", "client", "mcp", "backends", "v1"}
-    loose = sorted(m for m in _modules() if m not in ("chd", "chd.__main__") and _ring(m) not in rings)
+    loose = sorted(
+        m for m in _modules() if m not in ("chd", "chd.__main__") and _ring(m) not in rings
+    )
     assert not loose, f"modules outside the rings {sorted(rings)}: {loose}"
 
 
@@ -193,7 +197,8 @@ def test_a_circle_would_be_found() -> None:
     graph = _graph()
     graph["chd.core.memory.retrieval"].add("chd.core.history")
     assert ["chd.core.history", "chd.core.memory.retrieval"] in [
-        [m for m in c if m in ("chd.core.history", "chd.core.memory.retrieval")] for c in _cycles(graph)
+        [m for m in c if m in ("chd.core.history", "chd.core.memory.retrieval")]
+        for c in _cycles(graph)
     ]
 
 

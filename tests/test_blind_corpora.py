@@ -32,12 +32,16 @@ MOST_WRONG = {
 
 def _counts(name: str) -> tuple[Counter[str], int]:
     path = BLIND / f"understanding_{name}.jsonl"
-    entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    entries = [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     return Counter(judge_corpus_entry(entry).outcome for entry in entries), len(entries)
 
 
 @pytest.mark.parametrize("name", sorted(FLOORS))
-def test_blind_corpus_wrong_answers_never_grow_and_understood_stays_above_its_floor(name: str) -> None:
+def test_blind_corpus_wrong_answers_never_grow_and_understood_stays_above_its_floor(
+    name: str,
+) -> None:
     """Wrong text, wrong operations and other wrong effects at most as measured; understood above the floor."""
     counts, total = _counts(name)
     for outcome in ("wrong-text", "wrong-operation", "wrong-effect"):

@@ -6,8 +6,8 @@ import grpc
 import pytest
 
 from chd.backends.memory import MemoryBackend
-from chd.core.history import ConversationHistory
 from chd.core.errors import InvalidRequest, NotFound, TooLarge
+from chd.core.history import ConversationHistory
 from chd.core.settings import Settings
 from chd.v1 import daemon_pb2_grpc
 from tests.conftest import query
@@ -20,7 +20,9 @@ def _seqs(history: ConversationHistory, cid: str = "default") -> list[int]:
 
 def _store(history: ConversationHistory, count: int, cid: str = "default", start: int = 1) -> None:
     for i in range(start, start + count):
-        history.query(f"Add utterance: message number {i} about topic {i}", {"conversation_id": cid})
+        history.query(
+            f"Add utterance: message number {i} about topic {i}", {"conversation_id": cid}
+        )
 
 
 class TestConfigure:
@@ -82,9 +84,13 @@ class TestConfigure:
 
     def test_lowering_the_summary_limit_shortens_the_summary(self) -> None:
         """A summary over the new limit is re-summarized under it."""
-        history = ConversationHistory(background=False, settings=Settings(buffer_size=2, eviction_batch=1))
+        history = ConversationHistory(
+            background=False, settings=Settings(buffer_size=2, eviction_batch=1)
+        )
         for i in range(12):
-            history.query(f"Add utterance: Fact {i}: the {i}th city we visit is number {i * 7} on the list.")
+            history.query(
+                f"Add utterance: Fact {i}: the {i}th city we visit is number {i * 7} on the list."
+            )
         assert history.backend.read("default").summary.tokens > 15
         result = history.query("Set the summary token limit to 15").result
         assert result["summary_shortened"] is True
@@ -92,7 +98,9 @@ class TestConfigure:
 
     def test_later_folds_respect_the_conversations_summary_limit(self) -> None:
         """The summary stays under the conversation's own limit as more is evicted."""
-        history = ConversationHistory(background=False, settings=Settings(buffer_size=2, eviction_batch=1))
+        history = ConversationHistory(
+            background=False, settings=Settings(buffer_size=2, eviction_batch=1)
+        )
         history.query("Set the summary token limit to 25")
         for i in range(10):
             history.query(f"Add utterance: Fact {i}: we decided to visit city {i} on day {i}.")
@@ -109,7 +117,12 @@ class TestConfigure:
         """A new daemon on the same backend applies the conversation's limits."""
         backend = MemoryBackend()
         ConversationHistory(backend).query("Set the buffer size to 7")
-        assert ConversationHistory(backend).query("Show the settings").result["settings"]["buffer_size"] == 7
+        assert (
+            ConversationHistory(backend)
+            .query("Show the settings")
+            .result["settings"]["buffer_size"]
+            == 7
+        )
 
     def test_data_operation_configure_checks_each_value(self) -> None:
         """Bad values are refused naming the field, and nothing changes."""
@@ -129,7 +142,9 @@ class TestConfigure:
 
         down, slept = DownSummarizer(), []
         counter = default_counter()
-        writer = SummaryWriter(down, counter, ExtractiveSummarizer(counter), attempts=3, sleep=slept.append)
+        writer = SummaryWriter(
+            down, counter, ExtractiveSummarizer(counter), attempts=3, sleep=slept.append
+        )
         history = ConversationHistory(settings=Settings(buffer_size=10), writer=writer)
         _store(history, 6)
         answer = history.query("Set the buffer size to 2")
@@ -158,7 +173,10 @@ class TestImportancePolicy:
     """Important utterances are evicted last under 'importance'; FIFO ignores the flag."""
 
     def _history(self, policy: str) -> ConversationHistory:
-        history = ConversationHistory(background=False, settings=Settings(buffer_size=4, eviction_batch=1, eviction_policy=policy))
+        history = ConversationHistory(
+            background=False,
+            settings=Settings(buffer_size=4, eviction_batch=1, eviction_policy=policy),
+        )
         _store(history, 4)
         history.query("Mark utterance 1 as important")
         return history
@@ -179,7 +197,9 @@ class TestImportancePolicy:
     def _marked(buffer_size: int, batch: int, marked: tuple[int, ...]) -> ConversationHistory:
         """A full buffer of ``buffer_size`` under importance, with ``marked`` important; one more stored."""
         history = ConversationHistory(
-            settings=Settings(buffer_size=buffer_size, eviction_batch=batch, eviction_policy="importance")
+            settings=Settings(
+                buffer_size=buffer_size, eviction_batch=batch, eviction_policy="importance"
+            )
         )
         _store(history, buffer_size)
         for seq in marked:
@@ -197,7 +217,9 @@ class TestImportancePolicy:
 
     def test_a_conversation_can_switch_to_importance(self) -> None:
         """'Use the importance eviction policy' applies to this conversation's next evictions."""
-        history = ConversationHistory(background=False, settings=Settings(buffer_size=3, eviction_batch=1))
+        history = ConversationHistory(
+            background=False, settings=Settings(buffer_size=3, eviction_batch=1)
+        )
         _store(history, 3)
         history.query("Mark utterance 1 as important")
         history.query("Use the importance eviction policy")
@@ -233,7 +255,9 @@ class TestMarking:
 
     def test_marking_an_evicted_utterance_is_not_found(self) -> None:
         """Only buffered utterances can be marked; the message says where it went."""
-        history = ConversationHistory(background=False, settings=Settings(buffer_size=2, eviction_batch=1))
+        history = ConversationHistory(
+            background=False, settings=Settings(buffer_size=2, eviction_batch=1)
+        )
         _store(history, 3)
         with pytest.raises(NotFound, match="evicted"):
             history.query("Mark utterance 1 as important")
@@ -244,7 +268,9 @@ class TestStats:
 
     def test_stats_count_buffer_summary_and_queue(self) -> None:
         """After evictions the summary and the counts agree with the state."""
-        history = ConversationHistory(background=False, settings=Settings(buffer_size=4, eviction_batch=2))
+        history = ConversationHistory(
+            background=False, settings=Settings(buffer_size=4, eviction_batch=2)
+        )
         _store(history, 6)
         history.query("Mark utterance 6 as important")
         stats = history.query("stats").result
@@ -266,7 +292,10 @@ class TestThroughGrpc:
         for i in range(3):
             query(stub, f"Add utterance: hello {i}")
         configured = query(stub, "", data={"operation": "configure", "max_tokens": 3000})
-        assert configured.operation == "configure" and configured.result["settings"]["max_tokens"] == 3000
+        assert (
+            configured.operation == "configure"
+            and configured.result["settings"]["max_tokens"] == 3000
+        )
         marked = query(stub, "Mark utterance 2 as important")
         assert marked.operation == "mark" and marked.result["utterance"]["important"] is True
         stats = query(stub, "How many utterances are stored?")
@@ -280,7 +309,10 @@ class TestThroughGrpc:
         with pytest.raises(grpc.RpcError) as error:
             query(stub, "Remove the old stuff")
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "Closest supported forms" in error.value.details() or "say which" in error.value.details()
+        assert (
+            "Closest supported forms" in error.value.details()
+            or "say which" in error.value.details()
+        )
 
 
 def test_a_small_buffer_never_evicts_more_than_half_of_itself() -> None:
@@ -291,4 +323,9 @@ def test_a_small_buffer_never_evicts_more_than_half_of_itself() -> None:
         history.query(f"Add utterance: note {i}")
     evicted = history.query("Add utterance: note 5").result["evicted"]
     assert evicted == [1, 2]
-    assert [u["seq"] for u in history.query("Get all utterances").result["utterances"]] == [3, 4, 5, 6]
+    assert [u["seq"] for u in history.query("Get all utterances").result["utterances"]] == [
+        3,
+        4,
+        5,
+        6,
+    ]

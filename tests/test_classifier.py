@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import anthropic
 import grpc
 import pytest
 
-from chd.core.language.classifier import ClaudeClassifier, tool_definitions
-from chd.core.history import ConversationHistory
 from chd.core.errors import InvalidRequest
+from chd.core.history import ConversationHistory
+from chd.core.language.classifier import ClaudeClassifier, tool_definitions
 from chd.core.settings import Settings
 from chd.v1 import daemon_pb2_grpc
 from tests.conftest import DaemonProcess, query
@@ -43,7 +43,9 @@ def api() -> Iterator[FakeAnthropic]:
 
 def _classifier(api: FakeAnthropic, **options: float) -> ClaudeClassifier:
     client = anthropic.Anthropic(
-        api_key="sk-ant-test", base_url=api.base_url, timeout=options.get("timeout", 5.0),
+        api_key="sk-ant-test",
+        base_url=api.base_url,
+        timeout=options.get("timeout", 5.0),
         max_retries=int(options.get("max_retries", 1)),
     )
     return ClaudeClassifier(client=client)
@@ -71,7 +73,9 @@ class TestClassifierUse:
         self, history: ConversationHistory, api: FakeAnthropic
     ) -> None:
         """The tool call becomes the intent; metadata says who interpreted it."""
-        api.script(_tool_call("retrieve", {"topic": "rain", "speaker": "assistant", "confidence": 0.9}))
+        api.script(
+            _tool_call("retrieve", {"topic": "rain", "speaker": "assistant", "confidence": 0.9})
+        )
         outcome = history.query(ODD_QUERY)
         assert [u["seq"] for u in outcome.result["utterances"]] == [4]
         assert outcome.metadata["interpreted_by"] == "classifier"
@@ -87,7 +91,16 @@ class TestClassifierUse:
         assert request["messages"] == [{"role": "user", "content": ODD_QUERY}]
         assert request["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
         names = {tool["name"] for tool in request["tools"]}
-        assert names == {"store", "retrieve", "remove", "summarize", "configure", "mark", "stats", "not_understood"}
+        assert names == {
+            "store",
+            "retrieve",
+            "remove",
+            "summarize",
+            "configure",
+            "mark",
+            "stats",
+            "not_understood",
+        }
         assert _key_sent(headers) == "sk-ant-test"
         assert "anthropic-version" in headers
 
@@ -115,7 +128,9 @@ class TestClassifierUse:
         with pytest.raises(InvalidRequest):
             history.query(ODD_QUERY)
 
-    def test_unknown_parameter_is_refused(self, history: ConversationHistory, api: FakeAnthropic) -> None:
+    def test_unknown_parameter_is_refused(
+        self, history: ConversationHistory, api: FakeAnthropic
+    ) -> None:
         """Parameters outside the tool's schema are not passed on."""
         api.script(_tool_call("retrieve", {"topic": "rain", "colour": "blue", "confidence": 0.9}))
         with pytest.raises(InvalidRequest):
@@ -142,7 +157,9 @@ class TestClassifierSafety:
             history.query("Expunge the bot's chatter")
         assert len(history.backend.read("default").utterances) == 8
 
-    def test_classified_clear_is_refused(self, history: ConversationHistory, api: FakeAnthropic) -> None:
+    def test_classified_clear_is_refused(
+        self, history: ConversationHistory, api: FakeAnthropic
+    ) -> None:
         """Clearing the conversation needs the explicit phrase, never a guess."""
         api.script(_tool_call("remove", {"all": True, "confidence": 0.99}))
         with pytest.raises(InvalidRequest, match="Clear the conversation"):

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import re
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import grpc
 import pytest
 
-from tests.conftest import DaemonProcess
-import re
-
 from chd.core.history import ConversationHistory
 from chd.core.language.intents import StoreIntent
 from chd.core.settings import Settings
-from chd.core.summaries.claude import SYSTEM_PROMPT, ClaudeConfig, ClaudeSummarizer, merge_prompt, render_tagged
-from chd.core.summaries.summarizer import SummaryContext
+from chd.core.summaries.claude import (
+    SYSTEM_PROMPT,
+    ClaudeConfig,
+    ClaudeSummarizer,
+    merge_prompt,
+    render_tagged,
+)
 from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.summarizer import SummaryContext
 from chd.core.summaries.writer import SummaryWriter, build_writer
 from chd.core.tokens import default_counter
 from chd.core.utterance import Utterance
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
+from tests.conftest import DaemonProcess
 from tests.fake_anthropic import FakeAnthropic, Reply, Stall, Status, refused_url
 
 COUNTER = default_counter()
@@ -48,13 +53,21 @@ def api() -> Iterator[FakeAnthropic]:
 
 
 def claude(base_url: str, timeout: float = 5.0, max_retries: int = 2) -> ClaudeSummarizer:
-    config = ClaudeConfig(api_key="sk-test", model=MODEL, max_tokens=300, timeout=timeout,
-                          max_retries=max_retries, base_url=base_url)
+    config = ClaudeConfig(
+        api_key="sk-test",
+        model=MODEL,
+        max_tokens=300,
+        timeout=timeout,
+        max_retries=max_retries,
+        base_url=base_url,
+    )
     return ClaudeSummarizer(config, COUNTER)
 
 
 def writer(summarizer: ClaudeSummarizer, attempts: int = 1) -> SummaryWriter:
-    return SummaryWriter(summarizer, COUNTER, ExtractiveSummarizer(COUNTER), attempts=attempts, backoff=0.01)
+    return SummaryWriter(
+        summarizer, COUNTER, ExtractiveSummarizer(COUNTER), attempts=attempts, backoff=0.01
+    )
 
 
 class TestPrompt:
@@ -86,9 +99,14 @@ class TestWholePicture:
     def test_the_rest_of_the_summary_and_the_buffer_are_read_only_context(self):
         """Other segments and buffered utterances are shown, marked read-only, apart from what to summarize."""
         buffered = (Utterance("c", 9, "user", "Also pack the charger.", 5, "t", 6),)
-        context = SummaryContext(summary="Fact (turn 1): Ada's budget is 900 euros.", buffered=buffered)
+        context = SummaryContext(
+            summary="Fact (turn 1): Ada's budget is 900 euros.", buffered=buffered
+        )
         prompt = merge_prompt("", evicted(), 200, context, COUNTER)
-        assert '<rest_of_summary read_only="true">\nFact (turn 1): Ada\'s budget is 900 euros.' in prompt
+        assert (
+            '<rest_of_summary read_only="true">\nFact (turn 1): Ada\'s budget is 900 euros.'
+            in prompt
+        )
         assert '<still_in_buffer read_only="true">\n[turn 5] user: Also pack the charger.' in prompt
         assert "nothing has been summarized yet" not in prompt
         assert prompt.index("<still_in_buffer") < prompt.index("<evicted_utterances>")
@@ -102,18 +120,42 @@ class TestWholePicture:
 
     def test_words_asked_for_follow_the_tokens_per_word_of_the_text(self):
         """Code and versions cost more tokens per word than prose, so fewer words are asked for."""
-        prose = [Utterance("c", i, "user", "We walked along the river and talked about the weather for a while.", 1, "t", 15)
-                 for i in range(1, 6)]
-        code = [Utterance("c", i, "user", "TypeError in src/billing/invoice.py:212 under pydantic==2.7.0 at 0x7f3a9c.", 1,
-                          "t", 30) for i in range(1, 6)]
-        words = [int(re.search(r"about (\d+) words", merge_prompt("", batch, 300, counter=COUNTER))[1])
-                 for batch in (prose, code)]
+        prose = [
+            Utterance(
+                "c",
+                i,
+                "user",
+                "We walked along the river and talked about the weather for a while.",
+                1,
+                "t",
+                15,
+            )
+            for i in range(1, 6)
+        ]
+        code = [
+            Utterance(
+                "c",
+                i,
+                "user",
+                "TypeError in src/billing/invoice.py:212 under pydantic==2.7.0 at 0x7f3a9c.",
+                1,
+                "t",
+                30,
+            )
+            for i in range(1, 6)
+        ]
+        words = [
+            int(re.search(r"about (\d+) words", merge_prompt("", batch, 300, counter=COUNTER))[1])
+            for batch in (prose, code)
+        ]
         assert words[1] < 0.8 * words[0]
 
     def test_tagged_items_are_rendered_as_lines_with_their_turns(self):
         """Claude's facts, decisions and open questions become chd's own lines."""
-        reply = ('<fact turns="2-3">Ada booked seat 42.</fact>\n<decision turns="4">Pin pydantic to 1.10.15.</decision>'
-                 '\n<open_question turns="5">Return trip?</open_question>')
+        reply = (
+            '<fact turns="2-3">Ada booked seat 42.</fact>\n<decision turns="4">Pin pydantic to 1.10.15.</decision>'
+            '\n<open_question turns="5">Return trip?</open_question>'
+        )
         assert render_tagged(reply) == [
             "Fact (turns 2–3): Ada booked seat 42.",
             "Decision (turn 4): Pin pydantic to 1.10.15.",
@@ -122,7 +164,9 @@ class TestWholePicture:
 
     def test_a_small_overage_is_trimmed_here_without_another_call(self, api):
         """A reply a few tokens over the limit loses its last item instead of costing a call."""
-        items = "\n".join(f'<fact turns="{i}">Item {i} costs {i * 7} euros.</fact>' for i in range(1, 9))
+        items = "\n".join(
+            f'<fact turns="{i}">Item {i} costs {i * 7} euros.</fact>' for i in range(1, 9)
+        )
         rendered = "\n".join(render_tagged(items))
         limit = COUNTER.count(rendered) - 3
         api.script(Reply(items))
@@ -136,11 +180,15 @@ def _echo_model(body: dict) -> str:
     prompt = body["messages"][-1]["content"]
     summary = prompt.split("<running_summary>\n", 1)[1].split("\n</running_summary>", 1)[0]
     items = [
-        f'<fact turns="{m[1]}">{m[2]}</fact>' for m in re.finditer(r"^Fact \(turns? ([\d–]+)\): (.*)$", summary, re.M)
+        f'<fact turns="{m[1]}">{m[2]}</fact>'
+        for m in re.finditer(r"^Fact \(turns? ([\d–]+)\): (.*)$", summary, re.M)
     ]
     if "<evicted_utterances>" in prompt:
         block = prompt.split("<evicted_utterances>\n", 1)[1].split("\n</evicted_utterances>", 1)[0]
-        items += [f'<fact turns="{m[1]}">{m[2]}</fact>' for m in re.finditer(r"turn (\d+)\] \w+: (.*)$", block, re.M)]
+        items += [
+            f'<fact turns="{m[1]}">{m[2]}</fact>'
+            for m in re.finditer(r"turn (\d+)\] \w+: (.*)$", block, re.M)
+        ]
     return "\n".join(items) or "<fact>Nothing yet.</fact>"
 
 
@@ -150,11 +198,15 @@ class TestOutage:
     def test_facts_of_an_outage_are_kept_as_well_as_those_of_healthy_periods(self):
         """Healthy, outage and recovered periods keep their facts alike, all of it written by Claude."""
         down = threading.Event()
-        with FakeAnthropic(reply=lambda body: Status(500, "down") if down.is_set() else _echo_model(body)) as api:
+        with FakeAnthropic(
+            reply=lambda body: Status(500, "down") if down.is_set() else _echo_model(body)
+        ) as api:
             summarizer = claude(api.base_url, max_retries=0)
             history = ConversationHistory(
                 settings=Settings(buffer_size=4, eviction_batch=2, summary_token_limit=4000),
-                writer=SummaryWriter(summarizer, COUNTER, ExtractiveSummarizer(COUNTER), attempts=1, backoff=0.01),
+                writer=SummaryWriter(
+                    summarizer, COUNTER, ExtractiveSummarizer(COUNTER), attempts=1, backoff=0.01
+                ),
                 background=False,
             )
             try:
@@ -173,20 +225,33 @@ class TestOutage:
                 assert during.held and any(s.error for s in during.segments)
                 stats = history.query("stats", {"conversation_id": "c"}).result
                 assert stats["summary_awaiting_rewrite"] == len(during.held) > 0
-                assert stats["summary_offline_only_utterances"] > 0 and stats["summary_rewrite_ranges"]
+                assert (
+                    stats["summary_offline_only_utterances"] > 0 and stats["summary_rewrite_ranges"]
+                )
                 down.clear()
                 for i in range(28, 40):
                     store(i)
                 after = history.backend.read("c").summary
                 stats = history.query("stats", {"conversation_id": "c"}).result
-                assert stats["summary_awaiting_rewrite"] == 0 and stats["summary_rewrite_ranges"] == []
-                assert stats["summary_offline_only_utterances"] == 0 and stats["summary_coverage"] == 1.0
+                assert (
+                    stats["summary_awaiting_rewrite"] == 0 and stats["summary_rewrite_ranges"] == []
+                )
+                assert (
+                    stats["summary_offline_only_utterances"] == 0
+                    and stats["summary_coverage"] == 1.0
+                )
             finally:
                 history.close()
         evicted = after.through_seq
-        kept = {period: sum(codes[i] in after.text for i in range(a, min(b, evicted)))
-                / (min(b, evicted) - a) for period, (a, b) in {"healthy": (0, 14), "outage": (14, 28),
-                                                               "after": (28, 40)}.items()}
+        kept = {
+            period: sum(codes[i] in after.text for i in range(a, min(b, evicted)))
+            / (min(b, evicted) - a)
+            for period, (a, b) in {
+                "healthy": (0, 14),
+                "outage": (14, 28),
+                "after": (28, 40),
+            }.items()
+        }
         assert kept["outage"] == kept["healthy"] == 1.0 and kept["after"] == 1.0
         assert not after.held
         assert all(s.error == "" and s.made_by == f"claude:{MODEL}" for s in after.segments)
@@ -197,13 +262,17 @@ class TestClaudeSummarizer:
 
     def test_a_normal_reply_becomes_the_summary(self, api):
         outcome = writer(claude(api.base_url)).write(PREVIOUS, evicted(), 200)
-        assert outcome.text == REPLY and outcome.made_by == f"claude:{MODEL}" and outcome.error == ""
+        assert (
+            outcome.text == REPLY and outcome.made_by == f"claude:{MODEL}" and outcome.error == ""
+        )
         (request,) = api.requests
         assert request.path == "/v1/messages"
         assert request.body["model"] == MODEL and request.body["max_tokens"] == 300
         assert request.body["system"] == SYSTEM_PROMPT
         assert request.prompt == merge_prompt(PREVIOUS, evicted(), 200, counter=COUNTER)
-        assert "sk-test" in (request.headers.get("x-api-key", "") + request.headers.get("authorization", ""))
+        assert "sk-test" in (
+            request.headers.get("x-api-key", "") + request.headers.get("authorization", "")
+        )
 
     def test_the_request_carries_no_sampling_fields(self, api):
         """No temperature, top_p or top_k: the body holds exactly what the SDK defines and chd uses."""
@@ -241,27 +310,37 @@ class TestClaudeSummarizer:
         assert long.startswith(outcome.text) and outcome.text.endswith(".")
 
     def test_a_reply_cut_off_at_max_tokens_is_shortened_too(self, api):
-        api.script(Reply("The user booked a train and then the assistant", stop_reason="max_tokens"))
+        api.script(
+            Reply("The user booked a train and then the assistant", stop_reason="max_tokens")
+        )
         outcome = writer(claude(api.base_url)).write(PREVIOUS, evicted(), 200)
         assert len(api.requests) == 2 and outcome.text == REPLY
 
     def test_overloaded_then_server_error_then_success_is_retried_by_the_sdk(self, api):
-        api.script(Status(529, "Overloaded", retry_after_ms=10), Status(500, "Internal", retry_after_ms=10))
+        api.script(
+            Status(529, "Overloaded", retry_after_ms=10), Status(500, "Internal", retry_after_ms=10)
+        )
         outcome = writer(claude(api.base_url, max_retries=2)).write(PREVIOUS, evicted(), 200)
         assert outcome.text == REPLY and outcome.error == ""
         assert [r.headers["x-stainless-retry-count"] for r in api.requests] == ["0", "1", "2"]
 
     def test_a_lasting_outage_falls_back_to_the_offline_summary_after_every_retry(self, api):
         api.script(*[Status(529, "Overloaded", retry_after_ms=5)] * 4)
-        outcome = writer(claude(api.base_url, max_retries=1), attempts=2).write(PREVIOUS, evicted(), 200)
+        outcome = writer(claude(api.base_url, max_retries=1), attempts=2).write(
+            PREVIOUS, evicted(), 200
+        )
         assert len(api.requests) == 4  # 2 attempts x (1 try + 1 SDK retry)
         assert outcome.made_by == "extractive"
-        assert outcome.error.startswith(f"claude:{MODEL} failed: SummarizerError: HTTP 529 overloaded_error")
+        assert outcome.error.startswith(
+            f"claude:{MODEL} failed: SummarizerError: HTTP 529 overloaded_error"
+        )
         assert "Ada" in outcome.text and "seat 42" in outcome.text
 
     def test_a_timeout_falls_back_to_the_offline_summary(self, api):
         api.script(Stall(5))
-        outcome = writer(claude(api.base_url, timeout=0.3, max_retries=0)).write(PREVIOUS, evicted(), 200)
+        outcome = writer(claude(api.base_url, timeout=0.3, max_retries=0)).write(
+            PREVIOUS, evicted(), 200
+        )
         assert outcome.made_by == "extractive"
         assert "no answer from" in outcome.error and "within 0.3 s" in outcome.error
 
@@ -279,7 +358,10 @@ class TestClaudeSummarizer:
         environ = {"ANTHROPIC_API_KEY": "sk-env", "ANTHROPIC_BASE_URL": api.base_url}
         built = build_writer("auto", COUNTER, environ=environ, model=MODEL)
         assert built.write("", evicted(), 100).text == REPLY
-        assert "sk-env" in (api.requests[0].headers.get("x-api-key", "") + api.requests[0].headers.get("authorization", ""))
+        assert "sk-env" in (
+            api.requests[0].headers.get("x-api-key", "")
+            + api.requests[0].headers.get("authorization", "")
+        )
 
 
 def _query(stub, text: str, data: dict | None = None) -> daemon_pb2.QueryResponse:
@@ -299,17 +381,31 @@ def claude_env(api, monkeypatch) -> FakeAnthropic:
 class TestDaemonWithClaude:
     """`chd serve` picks Claude from the environment and reports failures in the response."""
 
-    FLAGS = ("--buffer-size", "4", "--eviction-batch", "2", "--anthropic-model", MODEL,
-             "--summarizer-timeout", "5", "--log-level", "WARNING")
+    FLAGS = (
+        "--buffer-size",
+        "4",
+        "--eviction-batch",
+        "2",
+        "--anthropic-model",
+        MODEL,
+        "--summarizer-timeout",
+        "5",
+        "--log-level",
+        "WARNING",
+    )
 
-    def converse(self, stores: int, last: str, data: dict | None = None, flags: tuple[str, ...] = ()):
+    def converse(
+        self, stores: int, last: str, data: dict | None = None, flags: tuple[str, ...] = ()
+    ):
         """Start a daemon, store ``stores`` facts, send ``last``; return (answer, stderr log)."""
         daemon = DaemonProcess(*self.FLAGS, *flags)
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)
                 for i in range(stores):
-                    _query(stub, f"Add utterance: Fact {i}: the budget line {i} is {i * 100} euros.")
+                    _query(
+                        stub, f"Add utterance: Fact {i}: the budget line {i} is {i * 100} euros."
+                    )
                 answer = _query(stub, last, data)
             daemon.terminate()
             return answer, daemon.log
@@ -334,8 +430,12 @@ class TestDaemonWithClaude:
         )
         assert "Fact 0" in answer.result["summary"] and "Fact 1" in answer.result["summary"]
         meta = dict(answer.metadata)
-        assert "HTTP 529 overloaded_error" in meta.get("summarizer_error", "") + meta.get("fold_error", "")
-        assert meta.get("summary_fallback_segments", 0) + meta.get("summary_pending_verbatim", 0) >= 1
+        assert "HTTP 529 overloaded_error" in meta.get("summarizer_error", "") + meta.get(
+            "fold_error", ""
+        )
+        assert (
+            meta.get("summary_fallback_segments", 0) + meta.get("summary_pending_verbatim", 0) >= 1
+        )
         assert "HTTP 529 overloaded_error" in log
 
     def test_summarize_with_a_token_limit_holds_it_whatever_claude_returns(self, claude_env):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -33,7 +34,9 @@ from tests.test_ops_tls import Pki, pki  # noqa: F401  (the fixture: a CA, serve
 
 @pytest.fixture(scope="module")
 def daemon() -> Iterator[DaemonProcess]:
-    started = DaemonProcess("--max-utterance-chars", "200", "--buffer-size", "6", "--eviction-batch", "2")
+    started = DaemonProcess(
+        "--max-utterance-chars", "200", "--buffer-size", "6", "--eviction-batch", "2"
+    )
     yield started
     started.kill()
 
@@ -55,7 +58,13 @@ class TestTypedOperations:
         stored = client.store("What is the weather in Paris?", conversation="typed-store")
         assert isinstance(stored, Stored) and stored.evicted == ()
         u = stored.utterance
-        assert (u.seq, u.turn, u.index, u.speaker, u.conversation) == (1, 1, 0, "user", "typed-store")
+        assert (u.seq, u.turn, u.index, u.speaker, u.conversation) == (
+            1,
+            1,
+            0,
+            "user",
+            "typed-store",
+        )
         assert type(u.seq) is int and type(u.turn) is int and type(u.tokens) is int
         reply = client.store("Sunny.", speaker="assistant", conversation="typed-store")
         assert (reply.utterance.seq, reply.utterance.turn) == (2, 1)
@@ -68,7 +77,9 @@ class TestTypedOperations:
         client.store("Booked, seat 42.", speaker="assistant", conversation=c)
         client.store("And a hotel near the Louvre?", conversation=c)
         assert [u.seq for u in client.last(2, conversation=c)] == [2, 3]
-        assert [u.text for u in client.last(5, speaker="assistant", conversation=c)] == ["Booked, seat 42."]
+        assert [u.text for u in client.last(5, speaker="assistant", conversation=c)] == [
+            "Booked, seat 42."
+        ]
         hits = client.search("train", conversation=c)
         assert hits and isinstance(hits[0], SearchHit) and hits[0].utterance.seq == 1
         assert type(hits[0].score) is float and hits[0].score > 0
@@ -84,7 +95,9 @@ class TestTypedOperations:
         assert isinstance(summary, Summary) and summary.text and summary.through_seq >= 2
         assert summary.pending == 0 and summary.summarizer
         made = client.summarize(40, conversation=c)
-        assert made.token_limit == 40 and 0 < made.tokens <= 40 and made.utterances_covered == 6  # the buffer; the rest via the summary
+        assert (
+            made.token_limit == 40 and 0 < made.tokens <= 40 and made.utterances_covered == 6
+        )  # the buffer; the rest via the summary
         context = client.context(120, conversation=c)
         assert isinstance(context, Context) and context.token_limit == 120 and context.tokens <= 120
         assert context.utterances and context.utterances[-1].seq == 8 and "Note 7" in context.text
@@ -97,7 +110,9 @@ class TestTypedOperations:
         assert removed == Removed(seqs=(2,), summary_segments_dropped=0, summary_segments_rebuilt=0)
         assert client.mark(1, conversation=c)["utterance"]["important"] is True
         configured = client.configure(max_tokens=4000, conversation=c)
-        assert configured["changed"] == ["max_tokens"] and configured["settings"]["max_tokens"] == 4000
+        assert (
+            configured["changed"] == ["max_tokens"] and configured["settings"]["max_tokens"] == 4000
+        )
         stats = client.stats(conversation=c)
         assert stats["utterance_count"] == 2 and type(stats["next_seq"]) is int
         answer = client.query("Get the last 5 utterances", conversation=c)
@@ -113,11 +128,15 @@ class TestTypedOperations:
 
 
 class TestErrors:
-    def test_a_vague_remove_is_not_understood_with_the_daemons_message(self, client: Client) -> None:
+    def test_a_vague_remove_is_not_understood_with_the_daemons_message(
+        self, client: Client
+    ) -> None:
         with pytest.raises(NotUnderstood) as refused:
             client.query("Remove utterances", conversation="typed-errors")
         assert refused.value.status == grpc.StatusCode.INVALID_ARGUMENT
-        assert "'the oldest 3'" in str(refused.value) and str(refused.value) == refused.value.message
+        assert (
+            "'the oldest 3'" in str(refused.value) and str(refused.value) == refused.value.message
+        )
         with pytest.raises(NotUnderstood, match="remove needs to know what to delete"):
             client.remove(conversation="typed-errors")
 
@@ -131,8 +150,10 @@ class TestErrors:
             client.store("x" * 201, conversation="typed-errors")
 
     def test_every_error_is_a_chd_error(self) -> None:
-        assert all(issubclass(cls, ChdError) for cls in (NotUnderstood, NotFound, TooLarge, Unavailable,
-                                                          Unauthenticated))
+        assert all(
+            issubclass(cls, ChdError)
+            for cls in (NotUnderstood, NotFound, TooLarge, Unavailable, Unauthenticated)
+        )
 
     def test_no_daemon_is_unavailable_after_the_read_retries(self) -> None:
         with Client(f"127.0.0.1:{_free_port()}", timeout=5, retries=2) as nobody:
@@ -148,7 +169,10 @@ class TestAuthentication:
         try:
             with Client(daemon.target, token="t0ken") as right:
                 assert right.store("authenticated").utterance.seq == 1
-            with Client(daemon.target, token="wrong") as wrong, pytest.raises(Unauthenticated) as refused:
+            with (
+                Client(daemon.target, token="wrong") as wrong,
+                pytest.raises(Unauthenticated) as refused,
+            ):
                 wrong.last(1)
             assert refused.value.message == "the bearer token is not valid"
             with Client(daemon.target) as anonymous, pytest.raises(Unauthenticated):
@@ -223,10 +247,13 @@ class TestRetries:
 class TestTls:
     def test_tls_trusting_the_ca_and_a_client_certificate(self, pki: Pki) -> None:
         """TLS(ca=...) reaches a TLS daemon; with tls_client_ca it also needs TLS(cert=, key=)."""
-        daemon = DaemonProcess("--tls-cert", pki.server_cert, "--tls-key", pki.server_key,
-                               "--tls-client-ca", pki.ca)
+        daemon = DaemonProcess(
+            "--tls-cert", pki.server_cert, "--tls-key", pki.server_key, "--tls-client-ca", pki.ca
+        )
         try:
-            with Client(daemon.target, tls=TLS(ca=pki.ca, cert=pki.client_cert, key=pki.client_key)) as chd:
+            with Client(
+                daemon.target, tls=TLS(ca=pki.ca, cert=pki.client_cert, key=pki.client_key)
+            ) as chd:
                 assert chd.store("over mutual TLS").utterance.seq == 1
             with Client(daemon.target, tls=TLS(ca=pki.ca), timeout=5, retries=0) as no_cert:
                 with pytest.raises(Unavailable):
@@ -254,22 +281,31 @@ def test_a_reply_over_grpcs_default_4_mb_is_read() -> None:
         daemon.kill()
 
 
-def test_a_field_given_in_data_and_as_a_keyword_with_different_values_is_refused(client: Client) -> None:
+def test_a_field_given_in_data_and_as_a_keyword_with_different_values_is_refused(
+    client: Client,
+) -> None:
     """As the protocol refuses a field given twice: which value was meant is a guess (outside review)."""
     with pytest.raises(ValueError, match="given twice"):
         client.query(data={"operation": "retrieve", "last_n": 1}, last_n=2)
-    assert client.query(data={"operation": "retrieve", "last_n": 1}, last_n=1).operation == "retrieve"
+    assert (
+        client.query(data={"operation": "retrieve", "last_n": 1}, last_n=1).operation == "retrieve"
+    )
 
 
 @pytest.mark.parametrize("timeout", [0, -5])
 def test_a_timeout_that_is_not_positive_is_refused(daemon: DaemonProcess, timeout: float) -> None:
     with pytest.raises(ValueError, match="positive number of seconds"):
         Client(daemon.target, timeout=timeout)
-    with Client(daemon.target) as chd, pytest.raises(ValueError, match="positive number of seconds"):
+    with (
+        Client(daemon.target) as chd,
+        pytest.raises(ValueError, match="positive number of seconds"),
+    ):
         chd.stats(timeout=timeout)
 
 
-@pytest.mark.parametrize("token", ["café", "a\nb", "a b", "\udcff"], ids=["accent", "newline", "space", "bad-byte"])
+@pytest.mark.parametrize(
+    "token", ["café", "a\nb", "a b", "\udcff"], ids=["accent", "newline", "space", "bad-byte"]
+)
 def test_a_token_grpc_cannot_send_is_refused_before_any_call(token: str) -> None:
     """Client(token=...) raises ValueError naming the rule, not INTERNAL 'Invalid metadata' at the first call."""
     from chd.client.channel import auth_metadata

@@ -20,8 +20,14 @@ def test_the_documented_example_prints_what_the_page_shows() -> None:
     daemon = DaemonProcess()
     try:
         env = chd_env() | {"CHD_TARGET": daemon.target}
-        done = subprocess.run([sys.executable, "-c", _blocks("python")[0]], capture_output=True, text=True,
-                              timeout=60, env=env, cwd=ROOT)
+        done = subprocess.run(
+            [sys.executable, "-c", _blocks("python")[0]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=ROOT,
+        )
     finally:
         daemon.kill()
     assert done.returncode == 0, done.stderr

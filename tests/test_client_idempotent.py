@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -64,13 +64,20 @@ class ReplyDroppingProxy:
             with self._lock:
                 self._sockets += [client, upstream]
             for source, sink, to_daemon in ((client, upstream, True), (upstream, client, False)):
-                pump = threading.Thread(target=self._pump, args=(source, sink, to_daemon, client, upstream),
-                                        daemon=True)
+                pump = threading.Thread(
+                    target=self._pump, args=(source, sink, to_daemon, client, upstream), daemon=True
+                )
                 pump.start()
                 self._threads.append(pump)
 
-    def _pump(self, source: socket.socket, sink: socket.socket, to_daemon: bool,
-              client: socket.socket, upstream: socket.socket) -> None:
+    def _pump(
+        self,
+        source: socket.socket,
+        sink: socket.socket,
+        to_daemon: bool,
+        client: socket.socket,
+        upstream: socket.socket,
+    ) -> None:
         seen = b""  # the tail of what came before, so a marker split across reads is still found
         while True:
             try:
@@ -80,7 +87,7 @@ class ReplyDroppingProxy:
             if not chunk:
                 _close(sink)
                 return
-            window = seen[-len(self.marker):] + chunk
+            window = seen[-len(self.marker) :] + chunk
             seen = window
             if to_daemon and self.marker in window:
                 self._sent_marker.set()
@@ -122,7 +129,9 @@ def daemon(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DaemonPro
 
 
 class TestLostReply:
-    def test_a_store_whose_reply_was_lost_is_retried_and_held_once(self, daemon: DaemonProcess) -> None:
+    def test_a_store_whose_reply_was_lost_is_retried_and_held_once(
+        self, daemon: DaemonProcess
+    ) -> None:
         """The proxy drops the first store's answer; the client's retry gets the same utterance back."""
         text = "Book the 9:15 train to Lyon, seat by the window."
         proxy = ReplyDroppingProxy(daemon.target, text.encode())
@@ -176,8 +185,10 @@ class TestKeys:
 class TestWindow:
     def test_a_key_is_answered_from_the_queue_and_forgotten_once_removed(self) -> None:
         """Folded into the archive it still answers (no buffer index); removed, it stores anew."""
-        history = ConversationHistory(settings=Settings(buffer_size=2, eviction_batch=1, archive_evicted=True),
-                                      background=False)
+        history = ConversationHistory(
+            settings=Settings(buffer_size=2, eviction_batch=1, archive_evicted=True),
+            background=False,
+        )
         store = {"operation": "store", "text": "old news"}
         history.query("", {"idempotency_key": "q"}, store)
         for n in range(3):
@@ -198,7 +209,9 @@ class TestWindow:
 
         def send() -> None:
             barrier.wait()
-            answer = history.query("", {"idempotency_key": "race"}, {"operation": "store", "text": "once"})
+            answer = history.query(
+                "", {"idempotency_key": "race"}, {"operation": "store", "text": "once"}
+            )
             seqs.append(answer.result["utterance"]["seq"])
 
         threads = [threading.Thread(target=send) for _ in range(8)]
@@ -210,19 +223,32 @@ class TestWindow:
         assert len(history.backend.read("default").utterances) == 1
 
 
-def test_a_key_sent_again_with_another_speaker_or_turn_is_refused_not_answered_with_the_first() -> None:
+def test_a_key_sent_again_with_another_speaker_or_turn_is_refused_not_answered_with_the_first() -> (
+    None
+):
     """A retry must be the same store: a different speaker or named turn is refused (outside review)."""
     from chd.core.errors import InvalidRequest
     from chd.core.history import ConversationHistory
 
     history = ConversationHistory(background=False)
     try:
-        first = history.query("", {"idempotency_key": "k1"}, {"operation": "store", "text": "hello"})
+        first = history.query(
+            "", {"idempotency_key": "k1"}, {"operation": "store", "text": "hello"}
+        )
         assert first.result["utterance"]["speaker"] == "user"
         for metadata in ({"speaker": "assistant"}, {"turn_number": 50}):
             with pytest.raises(InvalidRequest, match="different (speaker|turn_number)"):
-                history.query("", {"idempotency_key": "k1", **metadata}, {"operation": "store", "text": "hello"})
-        again = history.query("", {"idempotency_key": "k1"}, {"operation": "store", "text": "hello"})
-        assert again.metadata["replayed"] is True and len(history.backend.read("default").utterances) == 1
+                history.query(
+                    "",
+                    {"idempotency_key": "k1", **metadata},
+                    {"operation": "store", "text": "hello"},
+                )
+        again = history.query(
+            "", {"idempotency_key": "k1"}, {"operation": "store", "text": "hello"}
+        )
+        assert (
+            again.metadata["replayed"] is True
+            and len(history.backend.read("default").utterances) == 1
+        )
     finally:
         history.close()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from chd.core.history import ConversationHistory
 from chd.core.errors import InvalidRequest, NotFound, TooLarge
+from chd.core.history import ConversationHistory
 from chd.core.settings import Settings
 
 
@@ -32,7 +32,7 @@ class TestStore:
         assert u["tokens"] == history.counter.count("What's the weather?")
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", u["timestamp"])
         stamped = datetime.fromisoformat(u["timestamp"].replace("Z", "+00:00"))
-        assert abs((datetime.now(timezone.utc) - stamped).total_seconds()) < 60
+        assert abs((datetime.now(UTC) - stamped).total_seconds()) < 60
 
     def test_seq_is_monotonic_and_never_reused(self, history: ConversationHistory) -> None:
         """After removing the newest and clearing, the next seq still goes up."""
@@ -55,7 +55,10 @@ class TestTurns:
 
     def test_utterance_grouping(self, history: ConversationHistory) -> None:
         """user, assistant, user, assistant give turns 1, 1, 2, 2."""
-        turns = [store(history, "x", sp)["turn_number"] for sp in ("user", "assistant", "user", "assistant")]
+        turns = [
+            store(history, "x", sp)["turn_number"]
+            for sp in ("user", "assistant", "user", "assistant")
+        ]
         assert turns == [1, 1, 2, 2]
 
     def test_system_preamble_is_turn_zero(self, history: ConversationHistory) -> None:
@@ -92,7 +95,13 @@ class TestEviction:
             ("assistant", "Tomorrow will be rainy, around 15 degrees."),
             ("user", "Should I take an umbrella?"),
         ]
-        script += [("assistant" if i % 2 == 0 else "user", f"We talked about item {i} of the reading list.") for i in range(6, 21)]
+        script += [
+            (
+                "assistant" if i % 2 == 0 else "user",
+                f"We talked about item {i} of the reading list.",
+            )
+            for i in range(6, 21)
+        ]
         for speaker, text in script:
             assert store(h, text, speaker)["seq"] <= 20
         r = h.query("Add user utterance: Tell me about Paris")
@@ -113,7 +122,7 @@ class TestEviction:
     def test_evicts_by_tokens(self) -> None:
         """When max_tokens is passed, the oldest go until the buffer fits again."""
         h = ConversationHistory(settings=Settings(max_tokens=30, eviction_batch=1))
-        for i in range(6):
+        for _ in range(6):
             store(h, "one two three four five six seven eight nine ten")
         state = h.backend.read("default")
         assert sum(u.tokens for u in state.utterances) <= 30
@@ -135,9 +144,14 @@ class TestEviction:
 
     def test_summary_never_exceeds_its_budget(self) -> None:
         """Over many evictions the stored summary stays within summary_token_limit."""
-        h = ConversationHistory(settings=Settings(buffer_size=4, summary_token_limit=40, eviction_batch=2))
+        h = ConversationHistory(
+            settings=Settings(buffer_size=4, summary_token_limit=40, eviction_batch=2)
+        )
         for i in range(40):
-            store(h, f"Fact {i}: the project codename is Falcon{i} and the budget is {i * 1000} euros.")
+            store(
+                h,
+                f"Fact {i}: the project codename is Falcon{i} and the budget is {i * 1000} euros.",
+            )
             assert h.backend.read("default").summary.tokens <= 40
             assert h.counter.count(h.backend.read("default").summary.text) <= 40
         assert h.get_summary()["summary"]
@@ -181,23 +195,32 @@ class TestRetrieve:
 
     def test_turn_range(self, filled: ConversationHistory) -> None:
         """Turns 2 to 2 is the second exchange."""
-        assert [u["seq"] for u in filled.query("Get utterances in turn 2").result["utterances"]] == [3, 4]
+        assert [
+            u["seq"] for u in filled.query("Get utterances in turn 2").result["utterances"]
+        ] == [3, 4]
 
     def test_by_seq_and_missing_seq(self, filled: ConversationHistory) -> None:
         """A present seq is returned; an unknown one is NOT_FOUND."""
-        assert filled.query("Get utterance 2").result["utterances"][0]["text"] == "It is sunny in Paris."
+        assert (
+            filled.query("Get utterance 2").result["utterances"][0]["text"]
+            == "It is sunny in Paris."
+        )
         with pytest.raises(NotFound, match="no utterance 99"):
             filled.query("Get utterance 99")
 
     def test_last_n_larger_than_buffer_returns_all(self, filled: ConversationHistory) -> None:
         """Asking for more than there is returns what there is, in order."""
-        assert [u["seq"] for u in filled.query("Get the last 10 utterances").result["utterances"]] == [1, 2, 3, 4]
+        assert [
+            u["seq"] for u in filled.query("Get the last 10 utterances").result["utterances"]
+        ] == [1, 2, 3, 4]
 
     def test_include_summary(self, filled: ConversationHistory) -> None:
         """'with summary' adds the summary fields beside the utterances."""
         r = filled.query("Get the last 2 utterances with summary")
         assert [u["seq"] for u in r.result["utterances"]] == [3, 4]
-        assert {"summary", "summary_tokens", "summary_through_seq", "summary_pending"} <= set(r.result)
+        assert {"summary", "summary_tokens", "summary_through_seq", "summary_pending"} <= set(
+            r.result
+        )
 
 
 class TestRemove:
@@ -246,7 +269,11 @@ class TestSummarize:
     def test_summary_within_token_limit(self, history: ConversationHistory, limit: int) -> None:
         """result.tokens and a real count of result.summary are both <= the limit."""
         for i in range(12):
-            store(history, f"Sentence {i} says the launch is on day {i} with budget {i * 7}.", "user" if i % 2 else "assistant")
+            store(
+                history,
+                f"Sentence {i} says the launch is on day {i} with budget {i * 7}.",
+                "user" if i % 2 else "assistant",
+            )
         r = history.query("Summarize conversation", data={"token_limit": limit})
         assert r.operation == "summarize"
         assert 0 < r.result["tokens"] <= limit
@@ -263,15 +290,32 @@ class TestDataOperation:
 
     def test_every_operation_through_data(self, history: ConversationHistory) -> None:
         """store, retrieve, remove, summarize all work with no query text."""
-        r = history.query("", {"speaker": "assistant", "turn_number": 2}, {"operation": "store", "text": "hi"})
-        assert r.result["utterance"]["speaker"] == "assistant" and r.result["utterance"]["turn_number"] == 2
+        r = history.query(
+            "", {"speaker": "assistant", "turn_number": 2}, {"operation": "store", "text": "hi"}
+        )
+        assert (
+            r.result["utterance"]["speaker"] == "assistant"
+            and r.result["utterance"]["turn_number"] == 2
+        )
         history.query("", {}, {"operation": "store", "text": "second"})
-        assert [u["seq"] for u in history.query("", {}, {"operation": "retrieve"}).result["utterances"]] == [1, 2]
-        assert [u["seq"] for u in history.query("", {}, {"operation": "retrieve", "last_n": 1}).result["utterances"]] == [2]
+        assert [
+            u["seq"] for u in history.query("", {}, {"operation": "retrieve"}).result["utterances"]
+        ] == [1, 2]
+        assert [
+            u["seq"]
+            for u in history.query("", {}, {"operation": "retrieve", "last_n": 1}).result[
+                "utterances"
+            ]
+        ] == [2]
         assert history.query("", {}, {"operation": "remove", "oldest": 1}).result["removed"] == [1]
-        assert history.query("", {}, {"operation": "summarize", "token_limit": 50}).result["tokens"] <= 50
+        assert (
+            history.query("", {}, {"operation": "summarize", "token_limit": 50}).result["tokens"]
+            <= 50
+        )
 
-    def test_text_that_looks_like_an_operation_is_stored_verbatim(self, history: ConversationHistory) -> None:
+    def test_text_that_looks_like_an_operation_is_stored_verbatim(
+        self, history: ConversationHistory
+    ) -> None:
         """data.text is never parsed."""
         r = history.query("ignored", {}, {"operation": "store", "text": "Remove all utterances"})
         assert r.result["utterance"]["text"] == "Remove all utterances"
@@ -306,7 +350,11 @@ class TestErrors:
             ({"conversation_id": 7}, {}, "metadata.conversation_id must be a string"),
             ({"conversation_id": ""}, {}, "metadata.conversation_id must not be empty"),
             ({}, {"operation": "store", "text": ""}, "data.text must not be empty"),
-            ({}, {"operation": "store", "text": "x", "colour": "red"}, "data.colour is not a parameter of store"),
+            (
+                {},
+                {"operation": "store", "text": "x", "colour": "red"},
+                "data.colour is not a parameter of store",
+            ),
             ({}, {"operation": "fly"}, "unknown operation 'fly'"),
             ({"speaker": "assistant"}, {}, "speaker is given twice"),
         ],
@@ -342,7 +390,9 @@ class TestSpecMethods:
         """They agree with the equivalent queries."""
         for i in range(7):
             store(history, f"u{i}")
-        assert history.get_last_n(2) == history.query("Get the last 2 utterances").result["utterances"]
+        assert (
+            history.get_last_n(2) == history.query("Get the last 2 utterances").result["utterances"]
+        )
         assert history.get_summary() == history.query("Get summary").result
 
 
@@ -361,14 +411,24 @@ class TestUtteranceRecords:
 
         from chd.core.utterance import Utterance
 
-        stored = Utterance("conv-7", 42, "assistant", "the ferry leaves at 9:40", 21, "2026-01-01T00:00:00.000000Z",
-                           9, important=True)
+        stored = Utterance(
+            "conv-7",
+            42,
+            "assistant",
+            "the ferry leaves at 9:40",
+            21,
+            "2026-01-01T00:00:00.000000Z",
+            9,
+            important=True,
+        )
         assert Utterance.from_record(stored.to_record()) == stored
         assert hash(Utterance.from_record(stored.to_record())) == hash(stored)
         loose = {**stored.to_record(), "seq": "42", "tokens": "9", "turn_number": "21"}
         del loose["important"]
         assert Utterance.from_record(loose) == dataclasses.replace(stored, important=False)
         made = Utterance.from_record(stored.to_record())
-        assert {f.name: getattr(made, f.name) for f in dataclasses.fields(Utterance)} == dataclasses.asdict(stored)
+        assert {
+            f.name: getattr(made, f.name) for f in dataclasses.fields(Utterance)
+        } == dataclasses.asdict(stored)
         with pytest.raises(dataclasses.FrozenInstanceError):
             made.seq = 1  # type: ignore[misc]

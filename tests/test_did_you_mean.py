@@ -24,10 +24,16 @@ def _refusal(query: str) -> NotUnderstood:
         ("stats for the dashboard pls", "stats", {}),
         ("recap the weather part (turns 1-2) plz", "summarize", {"turn_from": 1, "turn_to": 2}),
         ("Quick summary of this chat please (handover to next shift).", "summarize", {}),
-        ("can u pull up turn 1 again, forgot what the weather was", "retrieve", {"turn_from": 1, "turn_to": 1}),
+        (
+            "can u pull up turn 1 again, forgot what the weather was",
+            "retrieve",
+            {"turn_from": 1, "turn_to": 1},
+        ),
     ],
 )
-def test_a_suggestion_sent_back_reads_as_what_was_meant(query: str, operation: str, fields: dict) -> None:
+def test_a_suggestion_sent_back_reads_as_what_was_meant(
+    query: str, operation: str, fields: dict
+) -> None:
     """The first did_you_mean rewrite parses to the operation and fields the refused query meant."""
     meant = _refusal(query).did_you_mean
     assert meant, query
@@ -51,8 +57,10 @@ def test_a_suggestion_sent_back_runs_through_the_history() -> None:
 def test_the_refusal_message_carries_did_you_mean_as_one_json_line() -> None:
     """Clients read the rewrites from the error's details: a line 'did_you_mean: [...]'."""
     refusal = _refusal("stats for the dashboard pls")
-    line = next(l for l in str(refusal).splitlines() if l.startswith("did_you_mean: "))
-    assert json.loads(line.removeprefix("did_you_mean: ")) == list(refusal.did_you_mean) == ["stats()"]
+    line = next(x for x in str(refusal).splitlines() if x.startswith("did_you_mean: "))
+    assert (
+        json.loads(line.removeprefix("did_you_mean: ")) == list(refusal.did_you_mean) == ["stats()"]
+    )
 
 
 @pytest.mark.parametrize(

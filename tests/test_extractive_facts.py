@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -16,8 +16,15 @@ COUNTER = default_counter()
 
 def said(*texts: str, speakers: Sequence[str] = ("user", "assistant")) -> list[Utterance]:
     return [
-        Utterance("c", i + 1, speakers[i % len(speakers)], text, i // 2 + 1,
-                  "2026-01-01T00:00:00.000000Z", COUNTER.count(text))
+        Utterance(
+            "c",
+            i + 1,
+            speakers[i % len(speakers)],
+            text,
+            i // 2 + 1,
+            "2026-01-01T00:00:00.000000Z",
+            COUNTER.count(text),
+        )
         for i, text in enumerate(texts)
     ]
 
@@ -34,7 +41,9 @@ def offline() -> ExtractiveSummarizer:
     return ExtractiveSummarizer(COUNTER)
 
 
-def summarize(offline: ExtractiveSummarizer, utterances: Sequence[Utterance], limit: int, previous: str = "") -> str:
+def summarize(
+    offline: ExtractiveSummarizer, utterances: Sequence[Utterance], limit: int, previous: str = ""
+) -> str:
     text = offline.summarize(previous, utterances, limit)
     assert COUNTER.count(text) <= limit
     return text
@@ -46,11 +55,15 @@ class TestRareWords:
     def test_two_sentences_differing_only_in_a_rare_lower_case_word_are_both_kept(self, offline):
         """'allergic to sesame' and 'allergic to celery' are two facts, not a repeat."""
         tail = ", so the dinner booking on the terrace must avoid it."
-        text = summarize(offline, said(
-            "Remember that Maya is vegetarian and allergic to sesame" + tail,
-            "Remember that Maya is vegetarian and allergic to celery" + tail,
-            speakers=("user",),
-        ), 512)
+        text = summarize(
+            offline,
+            said(
+                "Remember that Maya is vegetarian and allergic to sesame" + tail,
+                "Remember that Maya is vegetarian and allergic to celery" + tail,
+                speakers=("user",),
+            ),
+            512,
+        )
         assert "sesame" in text and "celery" in text
 
     def test_a_tight_budget_lists_the_phrase_of_an_uncommon_word(self, offline):
@@ -73,11 +86,12 @@ class TestRareWords:
         text = summarize(offline, batch, 24)
         assert "Folha" in text and "Remember" not in text
 
-
     def test_a_name_seen_mid_sentence_in_the_buffer_is_a_name_at_a_sentence_start(self, offline):
         """'Grace booked...' opens the batch; the buffer says 'with Grace', so Grace is listed."""
-        batch = said("Grace booked the table for the whole group on the terrace for the evening.",
-                     "Could you also look at the weather for the weekend trip to the coast please?")
+        batch = said(
+            "Grace booked the table for the whole group on the terrace for the evening.",
+            "Could you also look at the weather for the weekend trip to the coast please?",
+        )
         context = SummaryContext(buffered=tuple(said("We are going with Grace this time.")))
         text = offline.summarize("", batch, 16, context=context)
         assert COUNTER.count(text) <= 16
@@ -105,8 +119,10 @@ class TestLongFacts:
 
     def test_the_cut_word_of_a_clipped_quote_is_not_read_as_a_fact(self, offline):
         """“Callum replied from callum@…” is re-read without 'callum@', which is no address."""
-        previous = ("Turns 1–4: the assistant said “Callum Reid replied from callum@…”; "
-                    "facts: PL-451785; £9,725; Tuesday 18 June")
+        previous = (
+            "Turns 1–4: the assistant said “Callum Reid replied from callum@…”; "
+            "facts: PL-451785; £9,725; Tuesday 18 June"
+        )
         text = summarize(offline, [], 30, previous)
         assert "callum@;" not in text and not text.endswith("callum@")
         assert "PL-451785" in text
@@ -152,7 +168,8 @@ class TestCostGrowsLinearly:
         def lines(n: int, seed: int) -> str:
             rng = random.Random(seed)
             return "\n".join(
-                f"Turns {2 * i + 1}–{2 * i + 2}: K{rng.randrange(10**6)}; {rng.randrange(10**5)} euros" for i in range(n)
+                f"Turns {2 * i + 1}–{2 * i + 2}: K{rng.randrange(10**6)}; {rng.randrange(10**5)} euros"
+                for i in range(n)
             )
 
         best = {500: float("inf"), 2000: float("inf")}
@@ -214,12 +231,16 @@ class TestTextUnlikeTheBench:
 
     def test_topic_words_of_a_german_conversation_are_whole_words(self, offline):
         """'about München', never 'about nchen' (letters outside A-Z used to end a word)."""
-        text = summarize(offline, said(
-            "Wir fahren am Montag nach München zur Großmutter.",
-            "In München übernachten wir im Hotel Königshof für 120 Euro.",
-            "Die Großmutter wohnt in der Schönhauser Straße 12 in München.",
-            "Am Dienstag fahren wir von München weiter nach Zürich.",
-        ), 512)
+        text = summarize(
+            offline,
+            said(
+                "Wir fahren am Montag nach München zur Großmutter.",
+                "In München übernachten wir im Hotel Königshof für 120 Euro.",
+                "Die Großmutter wohnt in der Schönhauser Straße 12 in München.",
+                "Am Dienstag fahren wir von München weiter nach Zürich.",
+            ),
+            512,
+        )
         head = text.split(":", 1)[0]
         assert "München" in head and "Großmutter" in head, head
         assert "nchen" not in head.replace("München", ""), head
@@ -240,7 +261,9 @@ class TestItemsWithAnchors:
         """'HL-2026-0471, not HL-2026-0417' becomes 'HL-2026-0471 (was HL-2026-0417)', one item."""
         from chd.core.summaries.extractive import _items_of
 
-        items = _items_of("Sorry, it is HL-2026-0471, not HL-2026-0417.", ("HL-2026-0471", "HL-2026-0417"), 0)
+        items = _items_of(
+            "Sorry, it is HL-2026-0471, not HL-2026-0417.", ("HL-2026-0471", "HL-2026-0417"), 0
+        )
         assert [text for text, _ in items] == ["HL-2026-0471 (was HL-2026-0417)"]
 
     def test_an_item_never_leaves_a_bracket_open(self):
@@ -253,8 +276,8 @@ class TestItemsWithAnchors:
     def test_a_later_sentence_that_changes_a_value_marks_the_old_one(self):
         """'Actually the deposit is $5,000' after '$4,500' for the deposit: '$5,000 (was $4,500)', the old item gone."""
         from chd.core.summaries.extractive import ExtractiveSummarizer
-        from chd.core.utterance import Utterance
         from chd.core.tokens import default_counter
+        from chd.core.utterance import Utterance
 
         counter = default_counter()
         rows = [
@@ -263,8 +286,10 @@ class TestItemsWithAnchors:
             ("user", "We also booked the florist."),
             ("user", "Actually the deposit is $5,000 now, they raised it."),
         ]
-        said = [Utterance("c", i + 1, sp, t, i + 1, "2026-01-01T00:00:00.000000Z", counter.count(t))
-                for i, (sp, t) in enumerate(rows)]
+        said = [
+            Utterance("c", i + 1, sp, t, i + 1, "2026-01-01T00:00:00.000000Z", counter.count(t))
+            for i, (sp, t) in enumerate(rows)
+        ]
         summary = ExtractiveSummarizer(counter).summarize("", said, 40)
         assert "$5,000 (was $4,500)" in summary
         assert summary.count("$4,500") == 1

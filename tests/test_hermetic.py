@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import grpc
+from ops_support import running
 
 from chd.v1 import daemon_pb2_grpc
-from ops_support import running
 from tests.conftest import ROOT, DaemonProcess, query
 
 # What a developer's shell might export: a key that would send test text to
@@ -53,11 +53,26 @@ def test_developer_variables_do_not_reach_the_daemons_tests_start(tmp_path):
     with socket.socket() as closed:
         # Bound, never listening: connections to it are refused for as long as we hold it.
         closed.bind(("127.0.0.1", 0))
-        env = os.environ | POLLUTED | {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{closed.getsockname()[1]}"}
+        env = (
+            os.environ
+            | POLLUTED
+            | {"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{closed.getsockname()[1]}"}
+        )
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             f"{__file__}::TestUnderTheDevelopersEnvironment"],
-            capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"{__file__}::TestUnderTheDevelopersEnvironment",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=ROOT,
         )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "2 passed" in done.stdout

@@ -21,7 +21,6 @@ import zipfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -33,15 +32,22 @@ DAEMON_CHECK = "import daemon; from daemon import DaemonContext; print(daemon.__
 def _run(*args: str | Path, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     # No PYTHONPATH: the checkout must not be importable from the scratch venv.
     env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+    return subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
 
 
 def _repack_installed(name: str, into: Path) -> Path:
     """A wheel of the installed, pure-Python distribution ``name`` (the test extra brought it; no network)."""
     dist = metadata.distribution(name)
     info = next(f for f in dist.files if f.parent.name.endswith(".dist-info")).parent
-    files = [f for f in dist.files if "__pycache__" not in f.parts and not str(f).startswith("..")
-             and f.name not in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")]
+    files = [
+        f
+        for f in dist.files
+        if "__pycache__" not in f.parts
+        and not str(f).startswith("..")
+        and f.name not in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")
+    ]
     wheel = into / f"{dist.metadata['Name'].replace('-', '_')}-{dist.version}-py3-none-any.whl"
     record = io.StringIO()
     with zipfile.ZipFile(wheel, "w") as archive:
@@ -65,11 +71,34 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """chd's wheel, built as `pip wheel` builds it from a fresh copy of the checkout."""
     base = tmp_path_factory.mktemp("install")
     source = base / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis"))
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            "build",
+            "dist",
+            "*.egg-info",
+            "__pycache__",
+            ".pytest_cache",
+            ".hypothesis",
+        ),
+    )
     wheels = base / "wheels"
-    done = _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                "-w", wheels, source, cwd=base)
+    done = _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-w",
+        wheels,
+        source,
+        cwd=base,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (chd_wheel,) = wheels.glob("chd-*.whl")
     outside = base / "elsewhere"
@@ -98,11 +127,16 @@ def _scratch_venv(built: Built, where: Path) -> Venv:
     venv = Venv(where, built.outside)
     assert venv.run(sys.executable, "-m", "venv", "--without-pip", where).returncode == 0
     # One pip run (each costs seconds), installing in the order given.
-    done = venv.pip("install", "--no-deps", "--no-index", "--no-compile", built.python_daemon, built.chd)
+    done = venv.pip(
+        "install", "--no-deps", "--no-index", "--no-compile", built.python_daemon, built.chd
+    )
     assert done.returncode == 0, done.stderr
     # Written after the installs, so pip never saw the test venv's editable chd.
-    site = Path(venv.run(venv.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-                .stdout.strip())
+    site = Path(
+        venv.run(
+            venv.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+        ).stdout.strip()
+    )
     (site / "test-venv-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv
 
@@ -141,7 +175,9 @@ class TestBesidePythonDaemon:
         assert done.stdout.strip().startswith(str(venv.root))
         assert str(ROOT) not in done.stdout
 
-    def test_chd_version_prints_the_version_from_the_package_metadata(self, venv: Venv, built: Built):
+    def test_chd_version_prints_the_version_from_the_package_metadata(
+        self, venv: Venv, built: Built
+    ):
         """The installed `chd --version` says the wheel's version."""
         done = venv.run(venv.root / "bin" / "chd", "--version")
         assert done.returncode == 0, done.stderr
@@ -149,7 +185,9 @@ class TestBesidePythonDaemon:
 
     def test_the_client_library_and_the_mcp_server_come_with_the_wheel(self, venv: Venv):
         """`chd.client` and `chd.mcp` import from the installed package, and `chd mcp` is a command there."""
-        done = venv.run(venv.python, "-c", "import chd.client, chd.mcp.tools; print(chd.client.__file__)")
+        done = venv.run(
+            venv.python, "-c", "import chd.client, chd.mcp.tools; print(chd.client.__file__)"
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip().startswith(str(venv.root))
         helped = venv.run(venv.root / "bin" / "chd", "mcp", "--help")
@@ -159,14 +197,27 @@ class TestBesidePythonDaemon:
     def test_chd_serve_answers_a_query_and_stops(self, venv: Venv):
         """The installed `chd serve` stores through the installed `chd query`, and SIGTERM stops it with 0."""
         chd = venv.root / "bin" / "chd"
-        server = subprocess.Popen([chd, "serve", "--port", "0"], cwd=venv.cwd, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        server = subprocess.Popen(
+            [chd, "serve", "--port", "0"],
+            cwd=venv.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         try:
             assert server.stdout is not None
             listening = re.search(r"listening on (\S+)$", server.stdout.readline().strip())
             assert listening, "chd serve did not start"
-            done = venv.run(chd, "query", "Add utterance: installed from the wheel", "--target", listening.group(1),
-                            "--json", timeout=30)
+            done = venv.run(
+                chd,
+                "query",
+                "Add utterance: installed from the wheel",
+                "--target",
+                listening.group(1),
+                "--json",
+                timeout=30,
+            )
             assert done.returncode == 0, done.stderr
             assert '"text": "installed from the wheel"' in done.stdout
         finally:

@@ -26,19 +26,35 @@ def served() -> Any:
     history = ConversationHistory(background=False)
     server = build_server(LocalAnswerer(history))
     for i in range(6):
-        _call(server, "remember", {"text": f"u{i}", "conversation_id": "f",
-                                   "speaker": "user" if i % 2 == 0 else "assistant"})
+        _call(
+            server,
+            "remember",
+            {
+                "text": f"u{i}",
+                "conversation_id": "f",
+                "speaker": "user" if i % 2 == 0 else "assistant",
+            },
+        )
     yield server, history
     history.close()
 
 
-@pytest.mark.parametrize("arguments", [
-    {"speaker": "user", "turn_form": 3},  # a typo of turn_from: would have deleted every user utterance
-    {"all": "yes"},
-    {"all": 1},
-    {"seqs": ["2"]},
-], ids=["unknown-argument", "all-yes", "all-one", "seq-as-string"])
-def test_forget_refuses_what_it_would_have_widened_and_deletes_nothing(served: Any, arguments: dict) -> None:
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {
+            "speaker": "user",
+            "turn_form": 3,
+        },  # a typo of turn_from: would have deleted every user utterance
+        {"all": "yes"},
+        {"all": 1},
+        {"seqs": ["2"]},
+    ],
+    ids=["unknown-argument", "all-yes", "all-one", "seq-as-string"],
+)
+def test_forget_refuses_what_it_would_have_widened_and_deletes_nothing(
+    served: Any, arguments: dict
+) -> None:
     server, history = served
     with pytest.raises(ToolError):
         _call(server, "forget", {"conversation_id": "f", **arguments})

@@ -4,7 +4,8 @@ and errors that are not chd's refusals, in-process."""
 from __future__ import annotations
 
 import ssl
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import httpx2
 import pytest
@@ -35,11 +36,13 @@ def guarded_mcp() -> Iterator[HttpMcp]:
 async def _remember_and_recall(url: str, headers: Mapping[str, str] | None = None) -> list[str]:
     async with httpx2.AsyncClient(headers=dict(headers or {})) as http:
         async with Client(streamable_http_client(url, http_client=http)) as client:
-            answer(await client.call_tool("remember", {"text": "over HTTP", "conversation_id": "web"}))
+            answer(
+                await client.call_tool("remember", {"text": "over HTTP", "conversation_id": "web"})
+            )
             vague = refusal(await client.call_tool("forget", {"conversation_id": "web"}))
             assert vague.startswith("INVALID_ARGUMENT: remove needs to know what to delete")
             recent = await client.read_resource("chd://conversations/web/recent")
-            assert recent.contents[0].text == "#1 [turn 1] user: \"over HTTP\""  # type: ignore[union-attr]
+            assert recent.contents[0].text == '#1 [turn 1] user: "over HTTP"'  # type: ignore[union-attr]
             found = answer(await client.call_tool("recall", {"conversation_id": "web"}))
             return [u["text"] for u in found["result"]["utterances"]]
 
@@ -51,26 +54,43 @@ class TestHttp:
         assert run(_remember_and_recall(open_mcp.url)) == ["over HTTP"]
 
     def test_the_right_bearer_token_is_let_in(self, guarded_mcp: HttpMcp) -> None:
-        assert run(_remember_and_recall(guarded_mcp.url, {"Authorization": "Bearer s3cret"})) == ["over HTTP"]
+        assert run(_remember_and_recall(guarded_mcp.url, {"Authorization": "Bearer s3cret"})) == [
+            "over HTTP"
+        ]
 
-    @pytest.mark.parametrize("header, problem", [
-        (None, "requires an Authorization: Bearer <token> header"),
-        ("Bearer wrong", "the bearer token is not valid"),
-        ("Basic czNjcmV0", "must use the Bearer scheme"),
-    ])
-    def test_a_missing_or_wrong_token_is_refused_with_401(self, guarded_mcp: HttpMcp, header: str | None,
-                                                          problem: str) -> None:
+    @pytest.mark.parametrize(
+        "header, problem",
+        [
+            (None, "requires an Authorization: Bearer <token> header"),
+            ("Bearer wrong", "the bearer token is not valid"),
+            ("Basic czNjcmV0", "must use the Bearer scheme"),
+        ],
+    )
+    def test_a_missing_or_wrong_token_is_refused_with_401(
+        self, guarded_mcp: HttpMcp, header: str | None, problem: str
+    ) -> None:
         """Refused before the MCP session manager sees the request, as gRPC refuses UNAUTHENTICATED."""
         headers = {"Authorization": header} if header else {}
-        response = httpx2.post(guarded_mcp.url, headers=headers, json={
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        response = httpx2.post(
+            guarded_mcp.url,
+            headers=headers,
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            },
+        )
         assert response.status_code == 401
         assert response.headers["www-authenticate"].startswith("Bearer")
         assert problem in response.json()["error_description"]
 
     def test_the_sdk_client_without_the_token_cannot_connect(self, guarded_mcp: HttpMcp) -> None:
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 (the SDK raises its transport's own error types)
             run(_remember_and_recall(guarded_mcp.url))
 
     def test_a_non_loopback_address_needs_a_token_or_insecure(self) -> None:
@@ -78,13 +98,20 @@ class TestHttp:
 
         done = run_chd("mcp", "--http", "0.0.0.0:0")
         assert done.returncode == 2
-        assert "reachable from other machines; set auth_token (or tls_client_ca) or pass --insecure" in done.stderr
+        assert (
+            "reachable from other machines; set auth_token (or tls_client_ca) or pass --insecure"
+            in done.stderr
+        )
 
 
 class TestHttps:
-    def test_tls_cert_and_key_serve_https_and_a_client_ca_asks_for_certificates(self, pki: Pki) -> None:
+    def test_tls_cert_and_key_serve_https_and_a_client_ca_asks_for_certificates(
+        self, pki: Pki
+    ) -> None:
         """The gRPC daemon's TLS keys mean the same for --http: HTTPS, and with tls_client_ca mutual TLS."""
-        server = HttpMcp("--tls-cert", pki.server_cert, "--tls-key", pki.server_key, "--tls-client-ca", pki.ca)
+        server = HttpMcp(
+            "--tls-cert", pki.server_cert, "--tls-key", pki.server_key, "--tls-client-ca", pki.ca
+        )
         try:
             assert server.url.startswith("https://127.0.0.1:")
 
@@ -93,13 +120,17 @@ class TestHttps:
 
             async def body() -> list[str]:
                 async with httpx2.AsyncClient(verify=trusted) as http:
-                    async with Client(streamable_http_client(server.url, http_client=http)) as client:
+                    async with Client(
+                        streamable_http_client(server.url, http_client=http)
+                    ) as client:
                         found = answer(await client.call_tool("remember", {"text": "over HTTPS"}))
                         return [found["result"]["utterance"]["text"]]
 
             assert run(body()) == ["over HTTPS"]
             with pytest.raises(httpx2.HTTPError):
-                httpx2.post(server.url, json={}, verify=ssl.create_default_context(cafile=pki.ca))  # no client certificate
+                httpx2.post(
+                    server.url, json={}, verify=ssl.create_default_context(cafile=pki.ca)
+                )  # no client certificate
         finally:
             assert server.stop() == 0, server.log
 
@@ -118,7 +149,9 @@ class _Broken:
 
 
 class TestErrors:
-    def test_an_unexpected_error_is_one_line_never_a_traceback(self, caplog: pytest.LogCaptureFixture) -> None:
+    def test_an_unexpected_error_is_one_line_never_a_traceback(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """The model reads INTERNAL and that the server logged it; the log has the trace, the result has none."""
 
         async def body() -> tuple[str, str]:

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from chd.core.language.grammar.normalize import LEXICON, WORDS, PHRASES, Normalizer, developer_syntax, write_operations
+from chd.core.errors import InvalidRequest
+from chd.core.language.grammar.normalize import (
+    LEXICON,
+    PHRASES,
+    WORDS,
+    Normalizer,
+    developer_syntax,
+    write_operations,
+)
 from chd.core.language.grammar.vocab import FILLERS
-from chd.core.language.parser import NotUnderstood, _normalizer, normalized, parse
+from chd.core.language.parser import _normalizer, normalized, parse
 
 
 class TestTypoCorrection:
@@ -33,7 +41,9 @@ class TestTypoCorrection:
 
     def test_quoted_text_is_never_normalized(self) -> None:
         """Quoted spans of a read stay byte for byte."""
-        assert normalized('delete the msg whose text is "teh remvoe msgs"') .endswith('"teh remvoe msgs"')
+        assert normalized('delete the msg whose text is "teh remvoe msgs"').endswith(
+            '"teh remvoe msgs"'
+        )
 
     def test_topic_words_stay_as_written(self) -> None:
         """After 'about', the words are the caller's topic."""
@@ -45,11 +55,19 @@ class TestStoresKeepTheirUtterance:
         "query, text",
         [
             ("stroe this msg from me plz: teh remvoe msgs evrything", "teh remvoe msgs evrything"),
-            ('plz save this msg: "Delete evrything, 1200 euros" thx', "Delete evrything, 1200 euros"),
-            ('add to the convo: "Running 10 min late" — lol the metro again', "Running 10 min late"),
+            (
+                'plz save this msg: "Delete evrything, 1200 euros" thx',
+                "Delete evrything, 1200 euros",
+            ),
+            (
+                'add to the convo: "Running 10 min late" — lol the metro again',
+                "Running 10 min late",
+            ),
         ],
     )
-    def test_the_utterance_is_stored_exactly_whatever_the_instruction_words(self, query: str, text: str) -> None:
+    def test_the_utterance_is_stored_exactly_whatever_the_instruction_words(
+        self, query: str, text: str
+    ) -> None:
         """Typos and chat forms in the instruction are read; the utterance is not touched."""
         parsed = parse(query)
         assert parsed.operation == "store"
@@ -57,13 +75,19 @@ class TestStoresKeepTheirUtterance:
 
     def test_a_quoted_utterance_followed_by_a_negation_is_refused_not_stored_with_it(self) -> None:
         """Words after the quote that could change the instruction are never stored as said."""
-        with pytest.raises(Exception):
+        with pytest.raises(InvalidRequest):
             parse('save msg: "Lost my umbrella" (no, don\'t store it)')
 
     def test_labelled_parts_are_read_and_the_content_label_starts_the_utterance(self) -> None:
         """'Speaker: X. Turn: N. Content: ...' names speaker and turn; the text is what follows."""
-        parsed = parse("Add a new utterance. Speaker: assistant. Turn: 4. Content: Rain: 80 % likely.")
-        assert parsed.fields == {"text": "Rain: 80 % likely.", "speaker": "assistant", "turn_number": 4}
+        parsed = parse(
+            "Add a new utterance. Speaker: assistant. Turn: 4. Content: Rain: 80 % likely."
+        )
+        assert parsed.fields == {
+            "text": "Rain: 80 % likely.",
+            "speaker": "assistant",
+            "turn_number": 4,
+        }
 
 
 class TestWritesAreNeverReads:
@@ -81,12 +105,12 @@ class TestWritesAreNeverReads:
 
     def test_a_read_holding_a_remove_word_it_cannot_place_is_refused(self) -> None:
         """'show the last message and delete it' must not run as a read."""
-        with pytest.raises(NotUnderstood):
+        with pytest.raises(InvalidRequest):
             parse("show me the last 2 messages, we will delete them")
 
     def test_dump_is_refused_as_a_remove(self) -> None:
         """A verb that may mean show or throw away is never guessed to be a remove."""
-        with pytest.raises(Exception):
+        with pytest.raises(InvalidRequest):
             parse("dump all utts")
 
     def test_write_words_are_found_in_any_form(self) -> None:
@@ -103,11 +127,17 @@ class TestCommentary:
 
     @pytest.mark.parametrize(
         "query",
-        ["delete msg 6, and turn 4 too", "delete msg 6, keep the rest", "delete msg 6, not the user's"],
+        [
+            "delete msg 6, and turn 4 too",
+            "delete msg 6, keep the rest",
+            "delete msg 6, not the user's",
+        ],
     )
-    def test_commentary_with_a_number_scope_or_negation_is_never_set_aside(self, query: str) -> None:
+    def test_commentary_with_a_number_scope_or_negation_is_never_set_aside(
+        self, query: str
+    ) -> None:
         """Safety rule: such a clause is part of the instruction, so the query is refused."""
-        with pytest.raises(Exception):
+        with pytest.raises(InvalidRequest):
             parse(query)
 
 
@@ -137,7 +167,9 @@ class TestLexicon:
         known = _normalizer().vocabulary | FILLERS | {"tl;dr"}
         for source, target in {**WORDS, **PHRASES}.items():
             for word in target.replace(";", " ").split():
-                assert word in known or word == "tl;dr", f"{source!r} -> {target!r}: {word!r} is not a grammar word"
+                assert word in known or word == "tl;dr", (
+                    f"{source!r} -> {target!r}: {word!r} is not a grammar word"
+                )
 
     @pytest.mark.parametrize("verb", sorted(LEXICON["remove"]))
     def test_every_remove_verb_removes_one_utterance(self, verb: str) -> None:
@@ -145,13 +177,17 @@ class TestLexicon:
         parsed = parse(f"{verb} utterance 3")
         assert (parsed.operation, parsed.fields) == ("remove", {"seq": 3})
 
-    @pytest.mark.parametrize("name", sorted(k for k, v in LEXICON["speakers"].items() if v in ("user", "assistant")))
+    @pytest.mark.parametrize(
+        "name", sorted(k for k, v in LEXICON["speakers"].items() if v in ("user", "assistant"))
+    )
     def test_every_speaker_name_filters_by_that_speaker(self, name: str) -> None:
         """'show the messages from the <name>' filters by the speaker it names."""
         parsed = parse(f"show the messages from the {name}")
         assert parsed.fields == {"speaker": LEXICON["speakers"][name]}
 
-    @pytest.mark.parametrize("verb", ["recap", "condense", "compress", "boil down", "sum up", "digest"])
+    @pytest.mark.parametrize(
+        "verb", ["recap", "condense", "compress", "boil down", "sum up", "digest"]
+    )
     def test_summarize_verbs_summarize(self, verb: str) -> None:
         """'<verb> the conversation' summarizes it."""
         assert parse(f"{verb} the conversation").operation == "summarize"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import grpc
 import pytest
-
 from conftest import DaemonProcess, run_chd
+from ops_support import ask, channel_to, code_of, health_status, running
+
 from chd.service.auth import BearerAuthInterceptor
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
-from ops_support import ask, channel_to, code_of, health_status, running
 
 TOKEN = "s3cret-token"
 
@@ -33,19 +33,31 @@ class TestBearerToken:
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert "Bearer" in refused.value.details()
 
-    @pytest.mark.parametrize("header", [f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", f"Basic {TOKEN}", TOKEN, "Bearer "])
+    @pytest.mark.parametrize(
+        "header", [f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", f"Basic {TOKEN}", TOKEN, "Bearer "]
+    )
     def test_a_wrong_token_or_scheme_is_unauthenticated(self, guarded, header):
         """Near-miss tokens and other schemes are all refused."""
         stub = daemon_pb2_grpc.DaemonStub(guarded)
-        code = code_of(stub.Query, daemon_pb2.QueryRequest(query="Get the last 5 utterances"),
-                       metadata=(("authorization", header),), timeout=5)
+        code = code_of(
+            stub.Query,
+            daemon_pb2.QueryRequest(query="Get the last 5 utterances"),
+            metadata=(("authorization", header),),
+            timeout=5,
+        )
         assert code == grpc.StatusCode.UNAUTHENTICATED
 
     def test_purpose_and_instructions_need_the_token_too(self, guarded):
         """GetPurpose and GetInstructions are refused without the token."""
         stub = daemon_pb2_grpc.DaemonStub(guarded)
-        assert code_of(stub.GetPurpose, daemon_pb2.GetPurposeRequest(), timeout=5) == grpc.StatusCode.UNAUTHENTICATED
-        assert code_of(stub.GetInstructions, daemon_pb2.GetInstructionsRequest(), timeout=5) == grpc.StatusCode.UNAUTHENTICATED
+        assert (
+            code_of(stub.GetPurpose, daemon_pb2.GetPurposeRequest(), timeout=5)
+            == grpc.StatusCode.UNAUTHENTICATED
+        )
+        assert (
+            code_of(stub.GetInstructions, daemon_pb2.GetInstructionsRequest(), timeout=5)
+            == grpc.StatusCode.UNAUTHENTICATED
+        )
 
     def test_health_is_open_without_the_token(self, guarded):
         """Load balancers probe health without knowing the secret."""
@@ -53,10 +65,25 @@ class TestBearerToken:
 
     def test_a_refused_query_changes_nothing(self, guarded):
         """A store without the token stores nothing."""
-        ask(guarded, "Add utterance: kept", metadata={"conversation_id": "auth-nothing"}, token=TOKEN)
+        ask(
+            guarded,
+            "Add utterance: kept",
+            metadata={"conversation_id": "auth-nothing"},
+            token=TOKEN,
+        )
         with pytest.raises(grpc.RpcError):
-            ask(guarded, "Add utterance: intruder", metadata={"conversation_id": "auth-nothing"}, token="wrong")
-        got = ask(guarded, "Get the last 10 utterances", metadata={"conversation_id": "auth-nothing"}, token=TOKEN)
+            ask(
+                guarded,
+                "Add utterance: intruder",
+                metadata={"conversation_id": "auth-nothing"},
+                token="wrong",
+            )
+        got = ask(
+            guarded,
+            "Get the last 10 utterances",
+            metadata={"conversation_id": "auth-nothing"},
+            token=TOKEN,
+        )
         assert [u["text"] for u in got.result["utterances"]] == ["kept"]
 
     def test_an_empty_token_is_rejected_when_building_the_interceptor(self):
@@ -72,7 +99,9 @@ class TestCliWithToken:
         """Exit 0 with the token; 80 (64 + UNAUTHENTICATED) without."""
         process = DaemonProcess("--auth-token", TOKEN)
         try:
-            ok = run_chd("query", "Add utterance: hi", "--target", process.target, "--auth-token", TOKEN)
+            ok = run_chd(
+                "query", "Add utterance: hi", "--target", process.target, "--auth-token", TOKEN
+            )
             assert ok.returncode == 0, ok.stderr
             refused = run_chd("query", "Add utterance: hi", "--target", process.target)
             assert refused.returncode == 64 + grpc.StatusCode.UNAUTHENTICATED.value[0]

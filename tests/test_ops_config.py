@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import DaemonProcess, chd_env, run_chd
-from chd.service.config import KEYS, ConfigError, load, render, to_settings
+
 from chd.core.settings import Settings
+from chd.service.config import KEYS, ConfigError, load, render, to_settings
 
 
 def _file(tmp_path, text: str) -> str:  # type: ignore[no-untyped-def]
@@ -57,7 +57,10 @@ class TestPrecedence:
         process = DaemonProcess("--config", path, "--summary-token-limit", "64")
         try:
             for n in (1, 2, 3):
-                assert run_chd("query", f"Add utterance: u{n}", "--target", process.target).returncode == 0
+                assert (
+                    run_chd("query", f"Add utterance: u{n}", "--target", process.target).returncode
+                    == 0
+                )
             got = run_chd("query", "Get all utterances", "--target", process.target, "--json")
             assert '"text": "u1"' not in got.stdout and '"text": "u3"' in got.stdout
         finally:
@@ -71,15 +74,23 @@ class TestSecrets:
         shown = _run_config(["--auth-token", "hunter2"], chd_env())
         assert shown.returncode == 0
         assert "hunter2" not in shown.stdout
-        assert 'auth_token                      = "********"  # flag --auth-token' in shown.stdout.splitlines()
+        assert (
+            'auth_token                      = "********"  # flag --auth-token'
+            in shown.stdout.splitlines()
+        )
 
     def test_every_secret_key_is_masked_by_render(self):
         secrets = {key.name: f"zq-secret-{key.name}" for key in KEYS if key.secret}
         assert secrets, "the auth token at least is a secret"
-        text = render(load({"backend": "redis", **secrets}, {}))  # redis keys are refused with another backend
+        text = render(
+            load({"backend": "redis", **secrets}, {})
+        )  # redis keys are refused with another backend
         for name, value in secrets.items():
             assert value not in text
-            assert f'{name:<31} = "********"  # flag {"--" + name.replace("_", "-")}' in text.splitlines()
+            assert (
+                f'{name:<31} = "********"  # flag {"--" + name.replace("_", "-")}'
+                in text.splitlines()
+            )
 
 
 class TestRefusals:
@@ -108,9 +119,12 @@ class TestRefusals:
             ({"env": {"CHD_REQUEST_TIMEOUT": "nan"}}, "request_timeout"),
             ({"env": {"CHD_SUMMARIZATION_ENABLED": "maybe"}}, "summarization_enabled"),
             ({"file": 'max_tokens = "lots"\n'}, "max_tokens"),
-            ({"file": "log_format = \"xml\"\n"}, "log_format"),
+            ({"file": 'log_format = "xml"\n'}, "log_format"),
             ({"file": "insecure = 1\n"}, "insecure"),
-            ({"flags": {"buffer_size": "50", "max_utterances_per_conversation": "10"}}, "max_utterances_per_conversation"),
+            (
+                {"flags": {"buffer_size": "50", "max_utterances_per_conversation": "10"}},
+                "max_utterances_per_conversation",
+            ),
         ],
     )
     def test_an_invalid_value_is_refused_naming_its_key(self, tmp_path, source, key):
@@ -124,19 +138,25 @@ class TestRefusals:
         with pytest.raises(ConfigError, match="not valid TOML"):
             load({}, {}, _file(tmp_path, "port = = 3\n"))
 
-    def test_an_invalid_chd_durability_is_a_config_error_of_serve_not_of_every_command(self, monkeypatch):
+    def test_an_invalid_chd_durability_is_a_config_error_of_serve_not_of_every_command(
+        self, monkeypatch
+    ):
         monkeypatch.setenv("CHD_DURABILITY", "bogus")
         refused = run_chd("serve", "--port", "0")
         assert refused.returncode == 2
         assert "'durability'" in refused.stderr and "listening" not in refused.stdout
         # A client command does not read CHD_DURABILITY at all.
         offline = run_chd("purpose", "--target", "127.0.0.1:1", "--timeout", "0.5")
-        assert "CHD_DURABILITY" not in offline.stderr and offline.returncode == 64 + 14  # UNAVAILABLE
+        assert (
+            "CHD_DURABILITY" not in offline.stderr and offline.returncode == 64 + 14
+        )  # UNAVAILABLE
         # The transfer tools take the key from the same table and refuse it the same way.
         export = run_chd("export", "--data-dir", "/nonexistent-chd-dir")
         assert export.returncode == 2
-        assert export.stderr == "chd: configuration key 'durability' (env CHD_DURABILITY): " \
+        assert (
+            export.stderr == "chd: configuration key 'durability' (env CHD_DURABILITY): "
             "must be one of normal, full, got 'bogus'\n"
+        )
 
     def test_chd_serve_with_an_invalid_value_exits_2_before_listening(self):
         refused = run_chd("serve", "--port", "0", "--max-tokens", "-1")
@@ -180,7 +200,7 @@ def _systemd_unit() -> str:
 
     doc = (ROOT / "docs" / "operations.md").read_text()
     start = doc.index("```ini\n[Unit]") + len("```ini\n")
-    return doc[start:doc.index("```", start)]
+    return doc[start : doc.index("```", start)]
 
 
 def test_the_systemd_unit_in_the_operations_doc_is_valid_as_written(tmp_path):
@@ -195,15 +215,21 @@ def test_the_systemd_unit_in_the_operations_doc_is_valid_as_written(tmp_path):
             continue
         key, _, value = line.partition("=")
         assert key.isalnum() and value.strip(), line
-        assert " #" not in value and " ;" not in value and "\t#" not in value, f"inline comment: {line}"
+        assert " #" not in value and " ;" not in value and "\t#" not in value, (
+            f"inline comment: {line}"
+        )
     analyze = shutil.which("systemd-analyze")
     if analyze is not None:
         # With ExecStart pointing at a real chd, the unit must pass systemd's own check.
         chd = shutil.which("chd", path=str(Path(sys.executable).parent)) or "/bin/true"
         written = tmp_path / "chd.service"
         written.write_text(unit.replace("/opt/chd/.venv/bin/chd", chd))
-        checked = subprocess.run([analyze, "verify", "--man=no", str(written)], capture_output=True, text=True,
-                                 timeout=60)
+        checked = subprocess.run(
+            [analyze, "verify", "--man=no", str(written)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert checked.returncode == 0, checked.stderr
 
 
@@ -212,21 +238,30 @@ class TestRedisTimeout:
 
     REDIS = {"backend": "redis", "redis_url": "redis://127.0.0.1:1/0"}
 
-    def test_unset_it_is_two_seconds_or_less_so_that_a_short_request_timeout_still_starts(self) -> None:
+    def test_unset_it_is_two_seconds_or_less_so_that_a_short_request_timeout_still_starts(
+        self,
+    ) -> None:
         from chd.service.config import backend_options
 
         assert backend_options(load(self.REDIS, {}))["redis_timeout"] == 2.0
         short = backend_options(load({**self.REDIS, "request_timeout": "4"}, {}))["redis_timeout"]
         assert 3 * short + 1 <= 4
-        assert backend_options(load({**self.REDIS, "request_timeout": "1"}, {}))["redis_timeout"] == 0.05
+        assert (
+            backend_options(load({**self.REDIS, "request_timeout": "1"}, {}))["redis_timeout"]
+            == 0.05
+        )
 
-    def test_a_value_set_that_does_not_fit_is_refused_with_advice_that_can_be_followed(self) -> None:
+    def test_a_value_set_that_does_not_fit_is_refused_with_advice_that_can_be_followed(
+        self,
+    ) -> None:
         with pytest.raises(ConfigError) as refused:
             load({**self.REDIS, "request_timeout": "5", "redis_timeout": "2"}, {})
         assert "redis_timeout" in str(refused.value) and "at most 1.33" in str(refused.value)
         with pytest.raises(ConfigError) as refused:
             load({**self.REDIS, "request_timeout": "1", "redis_timeout": "1"}, {})
-        assert "lower" not in str(refused.value) and "raise request_timeout to at least 4" in str(refused.value)
+        assert "lower" not in str(refused.value) and "raise request_timeout to at least 4" in str(
+            refused.value
+        )
         with pytest.raises(ConfigError, match="at least 0.05"):
             load({**self.REDIS, "redis_timeout": "0"}, {})
 
@@ -253,6 +288,12 @@ def test_the_start_up_refusals_of_operations_md_print_what_it_shows(tmp_path) ->
     env = chd_env()
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     for command, shown in pairs:
-        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, env=env,
-                              cwd=tmp_path)
+        done = subprocess.run(
+            ["bash", "-c", command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=tmp_path,
+        )
         assert done.stderr.strip().splitlines() == shown, command

@@ -9,12 +9,12 @@ import time
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from conftest import DaemonProcess
-from chd.service.server import SERVICE_NAME
-from chd.service.app import start
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ops_support import GatedBackend, ask, channel_to, config, health_status, running
+
+from chd.service.app import start
+from chd.service.server import SERVICE_NAME
 
 
 class TestHealthStates:
@@ -65,7 +65,9 @@ class TestHealthStates:
     def test_health_watchers_hear_not_serving_when_shutdown_begins(self):
         """A Watch stream gets SERVING, then NOT_SERVING as soon as stop is called."""
         with running() as server, channel_to(server) as channel:
-            stream = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""), timeout=10)
+            stream = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(service=""), timeout=10
+            )
             assert next(stream).status == health_pb2.HealthCheckResponse.SERVING
             stopper = threading.Thread(target=server.stop, kwargs={"grace": 0.5})
             stopper.start()

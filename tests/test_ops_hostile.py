@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from ops_support import GatedBackend, ask, channel_to, code_of, request, running
 
 from chd.backends.memory import CONVERSATION_OVERHEAD, UTTERANCE_OVERHEAD, MemoryBackend
 from chd.core.errors import DeadlineExceeded, quote
@@ -17,7 +19,6 @@ from chd.core.language import parser, understanding
 from chd.core.memory import terms
 from chd.service.tracelog import TRACE_LOGGER
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
-from ops_support import GatedBackend, ask, channel_to, code_of, request, running
 
 
 class _Trace(logging.Handler):
@@ -73,9 +74,13 @@ class TestOneParsePerRequest:
             code = code_of(ask, channel, "Frobnicate the wibble thoroughly")
         assert code == grpc.StatusCode.INVALID_ARGUMENT
         assert parses == ["Frobnicate the wibble thoroughly"]
-        assert [(line["operation"], line["outcome"]) for line in trace.lines] == [("unknown", "INVALID_ARGUMENT")]
+        assert [(line["operation"], line["outcome"]) for line in trace.lines] == [
+            ("unknown", "INVALID_ARGUMENT")
+        ]
 
-    def test_a_query_that_fails_after_its_parse_is_traced_with_the_operation_it_tried(self, trace, parses):
+    def test_a_query_that_fails_after_its_parse_is_traced_with_the_operation_it_tried(
+        self, trace, parses
+    ):
         """A remove of a seq that is not there: NOT_FOUND, labelled remove, parsed once."""
         with running() as server, channel_to(server) as channel:
             code = code_of(ask, channel, "Remove utterance 7")
@@ -99,7 +104,13 @@ class TestDeadlines:
         backend = GatedBackend()
         with running(backend=backend) as server, channel_to(server) as channel:
             backend.gate.clear()
-            code = code_of(ask, channel, "Add utterance: too late", metadata={"conversation_id": "d"}, timeout=1)
+            code = code_of(
+                ask,
+                channel,
+                "Add utterance: too late",
+                metadata={"conversation_id": "d"},
+                timeout=1,
+            )
             assert code == grpc.StatusCode.DEADLINE_EXCEEDED
             assert backend.waiting.is_set()
             # The daemon's deadline is counted from the call's arrival, a little
@@ -121,13 +132,18 @@ class TestDeadlines:
             history.query("Add utterance: late", deadline=time.monotonic() - 1)
         assert refused.value.operation == "store"
         assert history.backend.read("default").utterances == []
-        assert history.query("Add utterance: on time", deadline=time.monotonic() + 60).operation == "store"
+        assert (
+            history.query("Add utterance: on time", deadline=time.monotonic() + 60).operation
+            == "store"
+        )
 
 
 class TestLargeStoresMeetTheirDeadline:
     """A large store stops counting its tokens at its deadline (issue 28, item 4: 16 MiB answered 2.3 s late)."""
 
-    def test_a_store_whose_deadline_passes_while_its_tokens_are_counted_stops_there(self, monkeypatch):
+    def test_a_store_whose_deadline_passes_while_its_tokens_are_counted_stops_there(
+        self, monkeypatch
+    ):
         """The clock moves 10 ms a look: the deadline passes at the first look while counting, not after all of it."""
         from chd.core import history as history_module
         from chd.core.tokens import default_counter
@@ -142,7 +158,9 @@ class TestLargeStoresMeetTheirDeadline:
             return clock[0]
 
         monkeypatch.setattr(history_module.time, "monotonic", ticking)
-        history = ConversationHistory(background=False, settings=history_module.Settings(max_utterance_chars=2_000_000))
+        history = ConversationHistory(
+            background=False, settings=history_module.Settings(max_utterance_chars=2_000_000)
+        )
         text = "word " * 200_000  # 1 MB: about 250 pieces of 4,096 characters
         with pytest.raises(DeadlineExceeded) as refused:
             history.query("", {}, {"operation": "store", "text": text}, deadline=1000.015)
@@ -182,10 +200,15 @@ class TestHealthWhileBusy:
         with running(backend=backend, workers=2) as server, channel_to(server) as channel:
             stub = daemon_pb2_grpc.DaemonStub(channel)
             backend.gate.clear()
-            slow = [stub.Query.future(request("Get the last 1 utterances"), timeout=30) for _ in range(2)]
+            slow = [
+                stub.Query.future(request("Get the last 1 utterances"), timeout=30)
+                for _ in range(2)
+            ]
             try:
                 assert backend.waiting.wait(10)
-                answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+                answer = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(), timeout=5
+                )
                 assert answer.status == health_pb2.HealthCheckResponse.SERVING
             finally:
                 backend.gate.set()
@@ -215,25 +238,46 @@ class TestMemoryBounds:
             ask(channel, "Add utterance: the one", metadata={"conversation_id": "kept"})
             codes = set()
             for n in range(100):
-                for text in ("Get the last 2 utterances", "Add utterance: refused", "Remove utterance 3"):
-                    codes.add(code_of(ask, channel, text, metadata={"conversation_id": f"ghost-{n}"}))
-            assert codes == {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.NOT_FOUND}
+                for text in (
+                    "Get the last 2 utterances",
+                    "Add utterance: refused",
+                    "Remove utterance 3",
+                ):
+                    codes.add(
+                        code_of(ask, channel, text, metadata={"conversation_id": f"ghost-{n}"})
+                    )
+            assert codes == {
+                grpc.StatusCode.OK,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                grpc.StatusCode.NOT_FOUND,
+            }
             assert backend.lock_count() == 0
             assert backend.conversations() == ["kept"]
 
     def test_stores_past_the_memory_budget_are_refused_and_removals_make_room(self):
         backend = MemoryBackend()
         utterance = "word " * 300  # 1,500 bytes, 1,907 counted with the id "default"
-        each, conversation = 1500 + len("default") + UTTERANCE_OVERHEAD, len("default") + CONVERSATION_OVERHEAD
-        with running(backend=backend, max_memory_bytes=5000) as server, channel_to(server) as channel:
+        each, conversation = (
+            1500 + len("default") + UTTERANCE_OVERHEAD,
+            len("default") + CONVERSATION_OVERHEAD,
+        )
+        with (
+            running(backend=backend, max_memory_bytes=5000) as server,
+            channel_to(server) as channel,
+        ):
             for _ in range(2):
                 ask(channel, "", data={"operation": "store", "text": utterance})
-            code, details = _details(ask, channel, "", data={"operation": "store", "text": utterance})
+            code, details = _details(
+                ask, channel, "", data={"operation": "store", "text": utterance}
+            )
             assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "max_memory_bytes" in details and "nothing was stored" in details
             assert backend.held_bytes == 2 * each + conversation
             ask(channel, "Clear the conversation")
-            assert ask(channel, "", data={"operation": "store", "text": utterance}).operation == "store"
+            assert (
+                ask(channel, "", data={"operation": "store", "text": utterance}).operation
+                == "store"
+            )
             assert backend.held_bytes == each + conversation
 
     def test_searching_for_distinct_huge_topics_does_not_grow_the_word_cache(self):

@@ -7,7 +7,6 @@ from concurrent import futures
 
 import grpc
 import pytest
-
 from ops_support import (
     DownSummarizer,
     GatedBackend,
@@ -28,7 +27,12 @@ def _refusal(call, *args, **kwargs) -> grpc.RpcError:  # type: ignore[no-untyped
 
 def _unharmed(channel: grpc.Channel, conversation: str = "after") -> None:
     assert health_status(channel) == "SERVING"
-    assert ask(channel, "Add utterance: still fine", metadata={"conversation_id": conversation}).operation == "store"
+    assert (
+        ask(
+            channel, "Add utterance: still fine", metadata={"conversation_id": conversation}
+        ).operation
+        == "store"
+    )
 
 
 def _texts(channel: grpc.Channel, conversation: str) -> list[str]:
@@ -41,7 +45,9 @@ class TestSizeLimits:
 
     def test_a_request_over_max_request_bytes_is_resource_exhausted(self):
         with running(max_request_bytes=2048) as server, channel_to(server) as channel:
-            error = _refusal(ask, channel, "Add utterance: " + "x" * 4000, metadata={"conversation_id": "big"})
+            error = _refusal(
+                ask, channel, "Add utterance: " + "x" * 4000, metadata={"conversation_id": "big"}
+            )
             assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "larger than max" in error.details()
             assert _texts(channel, "big") == []
@@ -49,7 +55,9 @@ class TestSizeLimits:
 
     def test_an_utterance_over_max_utterance_chars_is_resource_exhausted(self):
         with running(max_utterance_chars=50) as server, channel_to(server) as channel:
-            error = _refusal(ask, channel, "Add utterance: " + "y" * 60, metadata={"conversation_id": "long"})
+            error = _refusal(
+                ask, channel, "Add utterance: " + "y" * 60, metadata={"conversation_id": "long"}
+            )
             assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "60 characters" in error.details() and "50" in error.details()
             assert _texts(channel, "long") == []
@@ -82,7 +90,11 @@ class TestCountLimits:
             assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "max_utterances_per_conversation" in error.details()
             state = server.history.backend.read("piling")
-            assert [u.text for u in [*state.pending, *state.utterances]] == ["number 1", "number 2", "number 3"]
+            assert [u.text for u in [*state.pending, *state.utterances]] == [
+                "number 1",
+                "number 2",
+                "number 3",
+            ]
             _unharmed(channel)
 
     def test_a_conversation_buffer_size_over_max_utterances_is_refused(self):
@@ -113,11 +125,19 @@ class TestDeadlines:
     def test_a_call_queued_past_request_timeout_is_deadline_exceeded_and_not_applied(self):
         """With one worker held, a store that waits past request_timeout is refused and not stored."""
         cfg, backend = self._blocked(request_timeout=0.3)
-        with running(cfg, backend) as server, channel_to(server) as channel, futures.ThreadPoolExecutor(2) as pool:
+        with (
+            running(cfg, backend) as server,
+            channel_to(server) as channel,
+            futures.ThreadPoolExecutor(2) as pool,
+        ):
             backend.gate.clear()
-            holder = pool.submit(ask, channel, "Get all utterances", metadata={"conversation_id": "q"})
+            holder = pool.submit(
+                ask, channel, "Get all utterances", metadata={"conversation_id": "q"}
+            )
             assert backend.waiting.wait(5)
-            queued = pool.submit(code_of, ask, channel, "Add utterance: too late", metadata={"conversation_id": "q"})
+            queued = pool.submit(
+                code_of, ask, channel, "Add utterance: too late", metadata={"conversation_id": "q"}
+            )
             threading.Event().wait(0.6)
             backend.gate.set()
             assert holder.result(10).operation == "retrieve"
@@ -128,11 +148,23 @@ class TestDeadlines:
     def test_a_call_whose_caller_gave_up_is_not_applied(self):
         """A store with a 0.3 s client deadline that waits behind a held worker never runs."""
         cfg, backend = self._blocked()
-        with running(cfg, backend) as server, channel_to(server) as channel, futures.ThreadPoolExecutor(2) as pool:
+        with (
+            running(cfg, backend) as server,
+            channel_to(server) as channel,
+            futures.ThreadPoolExecutor(2) as pool,
+        ):
             backend.gate.clear()
-            holder = pool.submit(ask, channel, "Get all utterances", metadata={"conversation_id": "q"})
+            holder = pool.submit(
+                ask, channel, "Get all utterances", metadata={"conversation_id": "q"}
+            )
             assert backend.waiting.wait(5)
-            code = code_of(ask, channel, "Add utterance: abandoned", metadata={"conversation_id": "q"}, timeout=0.3)
+            code = code_of(
+                ask,
+                channel,
+                "Add utterance: abandoned",
+                metadata={"conversation_id": "q"},
+                timeout=0.3,
+            )
             assert code == grpc.StatusCode.DEADLINE_EXCEEDED
             backend.gate.set()
             holder.result(10)
@@ -142,11 +174,18 @@ class TestDeadlines:
     def test_calls_over_max_concurrent_rpcs_are_resource_exhausted(self):
         """With one call allowed at a time, a second one is refused at once."""
         cfg, backend = self._blocked(max_concurrent_rpcs=1)
-        with running(cfg, backend) as server, channel_to(server) as channel, futures.ThreadPoolExecutor(2) as pool:
+        with (
+            running(cfg, backend) as server,
+            channel_to(server) as channel,
+            futures.ThreadPoolExecutor(2) as pool,
+        ):
             backend.gate.clear()
             holder = pool.submit(ask, channel, "Get all utterances")
             assert backend.waiting.wait(5)
-            assert code_of(ask, channel, "Get all utterances", timeout=5) == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert (
+                code_of(ask, channel, "Get all utterances", timeout=5)
+                == grpc.StatusCode.RESOURCE_EXHAUSTED
+            )
             backend.gate.set()
             holder.result(10)
             _unharmed(channel)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -79,7 +79,9 @@ def test_the_daemons_logging_rate_limits_repeated_errors() -> None:
     try:
         configure_logging("info", "json", stream)
         for _ in range(500):
-            logging.getLogger("chd.backends.disk").error("data dir %s is full: %s", "/d", "disk full")
+            logging.getLogger("chd.backends.disk").error(
+                "data dir %s is full: %s", "/d", "disk full"
+            )
     finally:
         for handler in list(root.handlers):
             root.removeHandler(handler)
@@ -93,7 +95,9 @@ def test_the_daemons_logging_rate_limits_repeated_errors() -> None:
 class TestNeverDropped:
     """What the filter must not take for a repeat (outside review of issue 28)."""
 
-    def test_health_transitions_are_all_logged_however_fast_storage_flaps(self, monkeypatch) -> None:
+    def test_health_transitions_are_all_logged_however_fast_storage_flaps(
+        self, monkeypatch
+    ) -> None:
         """Storage down, up, down, up within one window: four lines, the last saying SERVING, in order."""
         import threading
         from types import SimpleNamespace
@@ -107,7 +111,9 @@ class TestNeverDropped:
                 out.append(record.getMessage())
 
         handler = Collect()
-        handler.addFilter(RepeatFilter(clock=lambda: 1000.0))  # the clock never moves: all in one window
+        handler.addFilter(
+            RepeatFilter(clock=lambda: 1000.0)
+        )  # the clock never moves: all in one window
         logger = logging.getLogger("chd.service.server")
         logger.addHandler(handler)
         answers = iter([False, True, False, True, False])

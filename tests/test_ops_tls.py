@@ -9,15 +9,15 @@ from pathlib import Path
 
 import grpc
 import pytest
+from conftest import DaemonProcess, run_chd
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from ops_support import ask, code_of, config, health_status, running
 
-from conftest import DaemonProcess, run_chd
 from chd.service.config import ConfigError
 from chd.service.tls import ClientSecurity, open_channel
-from ops_support import ask, code_of, config, health_status, running
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,10 @@ def _name(common: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
 
 
-def _issue(subject: str, key, issuer_name: x509.Name, issuer_key, *, ca: bool = False, server: bool = False):  # type: ignore[no-untyped-def]
-    now = datetime.datetime.now(datetime.timezone.utc)
+def _issue(
+    subject: str, key, issuer_name: x509.Name, issuer_key, *, ca: bool = False, server: bool = False
+):  # type: ignore[no-untyped-def]
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(subject))
@@ -49,20 +51,28 @@ def _issue(subject: str, key, issuer_name: x509.Name, issuer_key, *, ca: bool = 
     )
     if server:
         builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
             critical=False,
         ).add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
     elif not ca:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        builder = builder.add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
     return builder.sign(issuer_key, hashes.SHA256())
 
 
 def _write(directory: Path, name: str, cert, key) -> tuple[str, str]:  # type: ignore[no-untyped-def]
     cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return str(cert_path), str(key_path)
 
 
@@ -74,12 +84,24 @@ def pki(tmp_path_factory) -> Pki:  # type: ignore[no-untyped-def]
     ca_cert = _issue("chd test CA", ca_key, _name("chd test CA"), ca_key, ca=True)
     ca_path, _ = _write(directory, "ca", ca_cert, ca_key)
     server_key = ec.generate_private_key(ec.SECP256R1())
-    server = _write(directory, "server", _issue("localhost", server_key, ca_cert.subject, ca_key, server=True), server_key)
+    server = _write(
+        directory,
+        "server",
+        _issue("localhost", server_key, ca_cert.subject, ca_key, server=True),
+        server_key,
+    )
     client_key = ec.generate_private_key(ec.SECP256R1())
-    client = _write(directory, "client", _issue("orchestrator", client_key, ca_cert.subject, ca_key), client_key)
+    client = _write(
+        directory, "client", _issue("orchestrator", client_key, ca_cert.subject, ca_key), client_key
+    )
     other_ca_key = ec.generate_private_key(ec.SECP256R1())
     stranger_key = ec.generate_private_key(ec.SECP256R1())
-    stranger = _write(directory, "stranger", _issue("stranger", stranger_key, _name("other CA"), other_ca_key), stranger_key)
+    stranger = _write(
+        directory,
+        "stranger",
+        _issue("stranger", stranger_key, _name("other CA"), other_ca_key),
+        stranger_key,
+    )
     return Pki(ca_path, *server, *client, *stranger)
 
 
@@ -89,7 +111,9 @@ class TestServerTls:
     def test_a_client_trusting_the_ca_is_answered(self, pki):
         """Query and health work over TLS for a client that trusts the CA."""
         with running(tls_cert=pki.server_cert, tls_key=pki.server_key) as server:
-            with open_channel(f"localhost:{server.port}", ClientSecurity(tls=True, ca=pki.ca)) as channel:
+            with open_channel(
+                f"localhost:{server.port}", ClientSecurity(tls=True, ca=pki.ca)
+            ) as channel:
                 assert ask(channel, "Add utterance: over TLS").operation == "store"
                 assert health_status(channel) == "SERVING"
 
@@ -97,20 +121,30 @@ class TestServerTls:
         """A plaintext channel gets UNAVAILABLE, never an answer."""
         with running(tls_cert=pki.server_cert, tls_key=pki.server_key) as server:
             with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-                assert code_of(ask, channel, "Get the last 5 utterances", timeout=3) == grpc.StatusCode.UNAVAILABLE
+                assert (
+                    code_of(ask, channel, "Get the last 5 utterances", timeout=3)
+                    == grpc.StatusCode.UNAVAILABLE
+                )
 
     def test_a_client_that_does_not_trust_the_ca_is_refused(self, pki):
         """Trusting only another CA (the stranger's certificate) fails the handshake."""
         with running(tls_cert=pki.server_cert, tls_key=pki.server_key) as server:
-            with open_channel(f"localhost:{server.port}", ClientSecurity(tls=True, ca=pki.stranger_cert)) as channel:
-                assert code_of(ask, channel, "Get the last 5 utterances", timeout=3) == grpc.StatusCode.UNAVAILABLE
+            with open_channel(
+                f"localhost:{server.port}", ClientSecurity(tls=True, ca=pki.stranger_cert)
+            ) as channel:
+                assert (
+                    code_of(ask, channel, "Get the last 5 utterances", timeout=3)
+                    == grpc.StatusCode.UNAVAILABLE
+                )
 
 
 class TestMutualTls:
     """With tls_client_ca, clients must present a certificate that CA signed."""
 
     def test_a_client_with_a_signed_certificate_is_answered(self, pki):
-        with running(tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca) as server:
+        with running(
+            tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca
+        ) as server:
             security = ClientSecurity(tls=True, ca=pki.ca, cert=pki.client_cert, key=pki.client_key)
             with open_channel(f"localhost:{server.port}", security) as channel:
                 assert ask(channel, "Add utterance: mutual").operation == "store"
@@ -118,15 +152,22 @@ class TestMutualTls:
     @pytest.mark.parametrize("who", ["nobody", "stranger"])
     def test_a_client_without_a_signed_certificate_is_refused(self, pki, who):
         """No certificate, or one from another CA: the handshake fails."""
-        with running(tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca) as server:
+        with running(
+            tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca
+        ) as server:
             cert, key = (pki.stranger_cert, pki.stranger_key) if who == "stranger" else (None, None)
             security = ClientSecurity(tls=True, ca=pki.ca, cert=cert, key=key)
             with open_channel(f"localhost:{server.port}", security) as channel:
-                assert code_of(ask, channel, "Get the last 5 utterances", timeout=3) == grpc.StatusCode.UNAVAILABLE
+                assert (
+                    code_of(ask, channel, "Get the last 5 utterances", timeout=3)
+                    == grpc.StatusCode.UNAVAILABLE
+                )
 
     def test_mutual_tls_counts_as_authentication_for_a_public_host(self, pki):
         """A non-loopback host is allowed with a client CA and no token."""
-        cfg = config(host="0.0.0.0", tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca)
+        cfg = config(
+            host="0.0.0.0", tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca
+        )
         assert cfg.host == "0.0.0.0"
 
 
@@ -153,19 +194,37 @@ class TestBadTlsFilesAreNamed:
     @pytest.fixture
     def garbage(self, tmp_path) -> str:  # type: ignore[no-untyped-def]
         path = tmp_path / "garbage.pem"
-        path.write_text("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n")
+        path.write_text(
+            "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n"
+        )
         return str(path)
 
-    @pytest.mark.parametrize("case", ["garbage certificate", "garbage key", "key of another certificate", "garbage client CA"])
+    @pytest.mark.parametrize(
+        "case",
+        ["garbage certificate", "garbage key", "key of another certificate", "garbage client CA"],
+    )
     def test_each_bad_file_is_refused_naming_its_key(self, pki, garbage, case):
         files = {
-            "garbage certificate": ({"tls_cert": garbage, "tls_key": pki.server_key}, "tls_cert", "no PEM certificate"),
-            "garbage key": ({"tls_cert": pki.server_cert, "tls_key": garbage}, "tls_key", "not a PEM private key"),
+            "garbage certificate": (
+                {"tls_cert": garbage, "tls_key": pki.server_key},
+                "tls_cert",
+                "no PEM certificate",
+            ),
+            "garbage key": (
+                {"tls_cert": pki.server_cert, "tls_key": garbage},
+                "tls_key",
+                "not a PEM private key",
+            ),
             "key of another certificate": (
-                {"tls_cert": pki.server_cert, "tls_key": pki.stranger_key}, "tls_key", "is not the private key of tls_cert"),
+                {"tls_cert": pki.server_cert, "tls_key": pki.stranger_key},
+                "tls_key",
+                "is not the private key of tls_cert",
+            ),
             "garbage client CA": (
                 {"tls_cert": pki.server_cert, "tls_key": pki.server_key, "tls_client_ca": garbage},
-                "tls_client_ca", "no PEM certificate"),
+                "tls_client_ca",
+                "no PEM certificate",
+            ),
         }
         values, key, message = files[case]
         with pytest.raises(ConfigError) as refused:
@@ -173,7 +232,9 @@ class TestBadTlsFilesAreNamed:
         assert refused.value.key == key and message in str(refused.value)
 
     def test_chd_serve_says_which_file_in_one_line_and_does_not_blame_the_port(self, pki):
-        done = run_chd("serve", "--port", "0", "--tls-cert", pki.server_cert, "--tls-key", pki.stranger_key)
+        done = run_chd(
+            "serve", "--port", "0", "--tls-cert", pki.server_cert, "--tls-key", pki.stranger_key
+        )
         assert done.returncode == 2 and "listening" not in done.stdout
         assert done.stderr.strip().splitlines() == [
             f"chd: configuration key 'tls_key' (flag --tls-key): {pki.stranger_key} is not the private key "
@@ -181,23 +242,43 @@ class TestBadTlsFilesAreNamed:
         ]
 
     def test_good_files_still_pass_the_check(self, pki):
-        assert config(tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca).tls_cert == pki.server_cert
+        assert (
+            config(tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca).tls_cert
+            == pki.server_cert
+        )
 
 
 class TestCliOverTls:
     """`chd serve` and `chd query` with token and TLS together, as separate processes."""
 
     def test_chd_query_over_tls_with_a_token(self, pki):
-        process = DaemonProcess("--tls-cert", pki.server_cert, "--tls-key", pki.server_key, "--auth-token", "tok")
+        process = DaemonProcess(
+            "--tls-cert", pki.server_cert, "--tls-key", pki.server_key, "--auth-token", "tok"
+        )
         try:
             answered = run_chd(
-                "query", "Add utterance: secure hello", "--target", f"localhost:{process.port}",
-                "--tls-ca", pki.ca, "--auth-token", "tok", "--json",
+                "query",
+                "Add utterance: secure hello",
+                "--target",
+                f"localhost:{process.port}",
+                "--tls-ca",
+                pki.ca,
+                "--auth-token",
+                "tok",
+                "--json",
             )
             assert answered.returncode == 0, answered.stderr
             assert '"operation": "store"' in answered.stdout
-            plaintext = run_chd("query", "Get the last 5 utterances", "--target", process.target, "--auth-token", "tok",
-                                "--timeout", "3")
+            plaintext = run_chd(
+                "query",
+                "Get the last 5 utterances",
+                "--target",
+                process.target,
+                "--auth-token",
+                "tok",
+                "--timeout",
+                "3",
+            )
             assert plaintext.returncode == 64 + grpc.StatusCode.UNAVAILABLE.value[0]
         finally:
             process.kill()

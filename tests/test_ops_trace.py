@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
-
 from conftest import DaemonProcess, run_chd
-from chd.service.tracelog import TRACE_LOGGER, JsonFormatter
 from ops_support import ask, channel_to, code_of, running
+
+from chd.service.tracelog import TRACE_LOGGER, JsonFormatter
 
 SECRET_TEXT = "my card number is 4111"
 FIELDS = {"time", "conversation", "operation", "items", "tokens", "latency_ms", "outcome"}
@@ -53,7 +54,12 @@ class TestTraceLines:
         assert len(trace.lines) == 1
         line = trace.lines[0]
         assert set(line) == FIELDS
-        assert (line["conversation"], line["operation"], line["items"], line["outcome"]) == ("t1", "store", 1, "OK")
+        assert (line["conversation"], line["operation"], line["items"], line["outcome"]) == (
+            "t1",
+            "store",
+            1,
+            "OK",
+        )
         assert line["tokens"] > 0 and line["latency_ms"] > 0
         assert line["time"].endswith("Z")
 
@@ -74,15 +80,25 @@ class TestTraceLines:
 
     def test_a_failed_query_is_traced_with_its_status_and_attempted_operation(self, trace):
         with running() as server, channel_to(server) as channel:
-            assert code_of(ask, channel, "Remove utterance 99", metadata={"conversation_id": "t2"}) == grpc.StatusCode.NOT_FOUND
+            assert (
+                code_of(ask, channel, "Remove utterance 99", metadata={"conversation_id": "t2"})
+                == grpc.StatusCode.NOT_FOUND
+            )
         line = trace.lines[0]
-        assert (line["conversation"], line["operation"], line["outcome"], line["items"]) == ("t2", "remove", "NOT_FOUND", 0)
+        assert (line["conversation"], line["operation"], line["outcome"], line["items"]) == (
+            "t2",
+            "remove",
+            "NOT_FOUND",
+            0,
+        )
 
     def test_purpose_and_instructions_are_traced_too(self, trace):
         from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
         with running() as server, channel_to(server) as channel:
-            daemon_pb2_grpc.DaemonStub(channel).GetPurpose(daemon_pb2.GetPurposeRequest(), timeout=5)
+            daemon_pb2_grpc.DaemonStub(channel).GetPurpose(
+                daemon_pb2.GetPurposeRequest(), timeout=5
+            )
         assert trace.lines[0]["operation"] == "get_purpose"
 
     def test_the_json_format_puts_trace_fields_at_the_top_level(self, trace):
@@ -101,8 +117,16 @@ class TestTraceFromTheProcess:
         """Two queries, two trace lines; the text shows only at debug."""
         process = DaemonProcess("--log-level", level, "--log-format", "json")
         try:
-            assert run_chd("query", f"Add utterance: {SECRET_TEXT}", "--target", process.target).returncode == 0
-            assert run_chd("query", "Get the last 2 utterances", "--target", process.target).returncode == 0
+            assert (
+                run_chd(
+                    "query", f"Add utterance: {SECRET_TEXT}", "--target", process.target
+                ).returncode
+                == 0
+            )
+            assert (
+                run_chd("query", "Get the last 2 utterances", "--target", process.target).returncode
+                == 0
+            )
             assert process.terminate() == 0
         finally:
             process.kill()

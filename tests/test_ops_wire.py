@@ -7,10 +7,10 @@ import math
 import grpc
 import pytest
 from google.protobuf import struct_pb2
+from ops_support import ask, channel_to, running
 
 from chd.service.wire import struct_to_dict as to_dict
 from chd.v1 import daemon_pb2
-from ops_support import ask, channel_to, running
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,16 @@ class TestStructConversion:
 
     def test_numbers_stay_doubles_and_nan_and_infinity_survive(self):
         struct = struct_pb2.Struct()
-        struct.update({"five": 5, "half": 5.5, "nan": math.nan, "inf": math.inf, "list": [1, "a"], "obj": {"x": None}})
+        struct.update(
+            {
+                "five": 5,
+                "half": 5.5,
+                "nan": math.nan,
+                "inf": math.inf,
+                "list": [1, "a"],
+                "obj": {"x": None},
+            }
+        )
         values = to_dict(struct)
         assert values["five"] == 5.0 and isinstance(values["five"], float)
         assert math.isnan(values["nan"]) and values["inf"] == math.inf
@@ -60,7 +69,9 @@ class TestNumbers:
     """A turn number 5 arrives as 5.0 and is fine; 5.5, NaN and infinity are refused by name."""
 
     def test_a_whole_double_is_a_whole_number(self, channel):
-        answer = ask(channel, "Add utterance: five", metadata={"conversation_id": "w1", "turn_number": 5.0})
+        answer = ask(
+            channel, "Add utterance: five", metadata={"conversation_id": "w1", "turn_number": 5.0}
+        )
         assert answer.result["utterance"]["turn_number"] == 5
 
     @pytest.mark.parametrize("value", [5.5, math.nan, math.inf, -math.inf, -1.0, 1e300])
@@ -85,7 +96,9 @@ class TestShapes:
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "metadata.conversation_id" in error.details()
 
-    @pytest.mark.parametrize(("field", "value"), [("text", ["hi"]), ("text", {"t": "hi"}), ("text", 7.0)])
+    @pytest.mark.parametrize(
+        ("field", "value"), [("text", ["hi"]), ("text", {"t": "hi"}), ("text", 7.0)]
+    )
     def test_store_data_of_the_wrong_shape(self, channel, field, value):
         error = _refusal(channel, "", data={"operation": "store", field: value})
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -101,10 +114,17 @@ class TestShapes:
 class TestUnicode:
     """Any unicode in a string is kept exactly."""
 
-    @pytest.mark.parametrize("text", ["naïve café ☕", "emoji 🧠🔥", "right-to-left שלום", "nul\x00inside", "ZWJ 👩‍💻"])
+    @pytest.mark.parametrize(
+        "text", ["naïve café ☕", "emoji 🧠🔥", "right-to-left שלום", "nul\x00inside", "ZWJ 👩‍💻"]
+    )
     def test_unicode_text_round_trips(self, channel, text):
         conversation = f"uni-{abs(hash(text))}"
-        ask(channel, "", metadata={"conversation_id": conversation}, data={"operation": "store", "text": text})
+        ask(
+            channel,
+            "",
+            metadata={"conversation_id": conversation},
+            data={"operation": "store", "text": text},
+        )
         got = ask(channel, "Get all utterances", metadata={"conversation_id": conversation})
         assert got.result["utterances"][0]["text"] == text
 
@@ -139,6 +159,10 @@ class TestUndecodableMessages:
         assert error is not None and error.code() == grpc.StatusCode.INVALID_ARGUMENT
 
     def test_a_struct_nested_within_the_limit_reaches_the_field_check(self, channel):
-        error = _refusal(channel, "Get the last 2 utterances", metadata={"conversation_id": {"a": {"b": {"c": 1}}}})
+        error = _refusal(
+            channel,
+            "Get the last 2 utterances",
+            metadata={"conversation_id": {"a": {"b": {"c": 1}}}},
+        )
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "metadata.conversation_id" in error.details()

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import grpc
 import pytest
+from conftest import ROOT, chd_env
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from ops_support import ask, channel_to, code_of, config
 
 from chd.core.history import ConversationHistory
 from chd.core.settings import Settings
 from chd.core.tracing import NO_TRACER
 from chd.service.app import start
 from chd.service.otel import OtelTracing, configured, tracing_from_environment
-from conftest import ROOT, chd_env
-from ops_support import ask, channel_to, code_of, config
 
 
 @pytest.fixture
@@ -44,7 +44,11 @@ class TestSpans:
         server = start(config(), tracing=tracing)
         try:
             with channel_to(server) as channel:
-                ask(channel, "Add user utterance: 'Book the 9:15 train'", {"conversation_id": "trip"})
+                ask(
+                    channel,
+                    "Add user utterance: 'Book the 9:15 train'",
+                    {"conversation_id": "trip"},
+                )
         finally:
             server.stop(grace=0.5)
         found = _by_name(exporter)
@@ -66,7 +70,11 @@ class TestSpans:
         try:
             with channel_to(server) as channel:
                 for n in range(4):
-                    ask(channel, f"Add user utterance: 'note {n} about Lyon'", {"conversation_id": "f"})
+                    ask(
+                        channel,
+                        f"Add user utterance: 'note {n} about Lyon'",
+                        {"conversation_id": "f"},
+                    )
                 exporter.clear()
                 ask(channel, "Get the summary", {"conversation_id": "f"})
         finally:
@@ -83,7 +91,10 @@ class TestSpans:
         server = start(config(), tracing=tracing)
         try:
             with channel_to(server) as channel:
-                assert code_of(ask, channel, "Please frobnicate the buffer") is grpc.StatusCode.INVALID_ARGUMENT
+                assert (
+                    code_of(ask, channel, "Please frobnicate the buffer")
+                    is grpc.StatusCode.INVALID_ARGUMENT
+                )
         finally:
             server.stop(grace=0.5)
         (rpc,) = _by_name(exporter)["daemon.v1.Daemon/Query"]
@@ -98,11 +109,13 @@ class TestSpans:
         server = start(config(), tracing=tracing)
         try:
             with channel_to(server) as channel:
-                from chd.v1 import daemon_pb2_grpc, daemon_pb2
+                from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
                 daemon_pb2_grpc.DaemonStub(channel).GetPurpose(
-                    daemon_pb2.GetPurposeRequest(), timeout=10,
-                    metadata=(("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01"),))
+                    daemon_pb2.GetPurposeRequest(),
+                    timeout=10,
+                    metadata=(("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01"),),
+                )
         finally:
             server.stop(grace=0.5)
         (rpc,) = _by_name(exporter)["daemon.v1.Daemon/GetPurpose"]
@@ -115,7 +128,9 @@ class TestOffUnlessConfigured:
         """Nothing set, OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true: off."""
         assert tracing_from_environment({}) is None
         assert not configured({"OTEL_TRACES_EXPORTER": "none"})
-        assert not configured({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318"})
+        assert not configured(
+            {"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318"}
+        )
         assert configured({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
         assert configured({"OTEL_TRACES_EXPORTER": "console"})
 
@@ -131,8 +146,14 @@ class TestOffUnlessConfigured:
             "print(tracing_from_environment({'OTEL_TRACES_EXPORTER': 'console'}))\n"
             "from chd.service.app import start\n"
         )
-        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=chd_env(), capture_output=True,
-                              text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env=chd_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "None"
         assert "pip install 'chd[otel]'" in done.stderr

@@ -34,7 +34,9 @@ def verdicts() -> dict[tuple[str, str], list[tuple[Variant, Verdict]]]:
 
 
 def _failures(results: list[tuple[Variant, Verdict]], outcome: str) -> list[str]:
-    return [f"{v.query!r}: {verdict.detail}" for v, verdict in results if verdict.outcome == outcome]
+    return [
+        f"{v.query!r}: {verdict.detail}" for v, verdict in results if verdict.outcome == outcome
+    ]
 
 
 class TestGenerator:
@@ -59,8 +61,13 @@ class TestGenerator:
 
     def test_the_held_out_split_uses_other_words(self) -> None:
         """The held-out store verbs are none of the tuning ones."""
+
         def verbs(split: str) -> set[str]:
-            return {dict(v.classes)["verb"] for v in variants("store", 500, split) if "verb" in dict(v.classes)}
+            return {
+                dict(v.classes)["verb"]
+                for v in variants("store", 500, split)
+                if "verb" in dict(v.classes)
+            }
 
         assert verbs("tuning") and verbs("held-out") and not verbs("tuning") & verbs("held-out")
 
@@ -86,7 +93,9 @@ def test_every_store_keeps_the_speaker_it_names(verdicts, split: str) -> None:  
 
 @pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("operation", OPERATIONS)
-def test_no_phrasing_runs_an_operation_other_than_the_one_asked_for(verdicts, operation: str, split: str) -> None:  # type: ignore[no-untyped-def]
+def test_no_phrasing_runs_an_operation_other_than_the_one_asked_for(
+    verdicts, operation: str, split: str
+) -> None:  # type: ignore[no-untyped-def]
     """Zero wrong operations: a read never removes, a remove never reads, nothing else becomes a store."""
     assert _failures(verdicts[(operation, split)], "wrong-operation") == []
 
@@ -97,5 +106,9 @@ def test_understanding_stays_above_its_floor(verdicts, operation: str) -> None: 
     results = verdicts[(operation, "tuning")]
     outcomes = Counter(verdict.outcome for _, verdict in results)
     share = outcomes["understood"] / len(results)
-    examples = [f"{v.query!r}: {verdict.outcome} {verdict.detail}" for v, verdict in results if verdict.outcome != "understood"]
+    examples = [
+        f"{v.query!r}: {verdict.outcome} {verdict.detail}"
+        for v, verdict in results
+        if verdict.outcome != "understood"
+    ]
     assert share >= FLOORS[operation], f"{share:.3f} < {FLOORS[operation]}: {examples[:10]}"

@@ -15,11 +15,20 @@ class TestStore:
         ("query", "fields"),
         [
             ("Add utterance: hello there", {"text": "hello there"}),
-            ("Add user utterance: 'What's the weather today?'", {"text": "What's the weather today?", "speaker": "user"}),
-            ("Add assistant utterance: I'll check.", {"text": "I'll check.", "speaker": "assistant"}),
+            (
+                "Add user utterance: 'What's the weather today?'",
+                {"text": "What's the weather today?", "speaker": "user"},
+            ),
+            (
+                "Add assistant utterance: I'll check.",
+                {"text": "I'll check.", "speaker": "assistant"},
+            ),
             ("Add utterance from system: be brief", {"text": "be brief", "speaker": "system"}),
             ("Store: buy milk", {"text": "buy milk"}),
-            ("Record assistant message: Tomorrow will be sunny.", {"text": "Tomorrow will be sunny.", "speaker": "assistant"}),
+            (
+                "Record assistant message: Tomorrow will be sunny.",
+                {"text": "Tomorrow will be sunny.", "speaker": "assistant"},
+            ),
             ("Remember that the meeting is at 5", {"text": "the meeting is at 5"}),
             ("add utterance:   spaced out  ", {"text": "spaced out"}),
         ],
@@ -32,7 +41,12 @@ class TestStore:
 
     @pytest.mark.parametrize(
         "text",
-        ["remove all utterances", "Summarize conversation", "Get the last 5 utterances", "Clear the conversation"],
+        [
+            "remove all utterances",
+            "Summarize conversation",
+            "Get the last 5 utterances",
+            "Clear the conversation",
+        ],
     )
     def test_operation_words_in_the_text_stay_text(self, text: str) -> None:
         """'Add utterance: remove all utterances' stores the sentence; it removes nothing."""
@@ -66,7 +80,10 @@ class TestRetrieve:
             ("Find utterances about weather", {"topic": "weather"}),
             ("Search for Paris", {"topic": "Paris"}),
             ("Get the last 5 utterances", {"last_n": 5}),
-            ("Get the last five messages from the assistant", {"last_n": 5, "speaker": "assistant"}),
+            (
+                "Get the last five messages from the assistant",
+                {"last_n": 5, "speaker": "assistant"},
+            ),
             ("Get the last utterance", {"last_n": 1}),
             ("Get summary", {"summary_only": True}),
             ("Show the running summary", {"summary_only": True}),
@@ -110,7 +127,9 @@ class TestRemove:
         assert parsed.operation == "remove"
         assert parsed.fields == fields
 
-    @pytest.mark.parametrize("query", ["Remove", "Remove utterances", "Delete the weather ones", "Remove turn"])
+    @pytest.mark.parametrize(
+        "query", ["Remove", "Remove utterances", "Delete the weather ones", "Remove turn"]
+    )
     def test_remove_without_a_clear_target_is_refused(self, query: str) -> None:
         """A remove that does not say what to delete is an error, never a guess."""
         with pytest.raises(InvalidRequest, match="remove|which utterances") as caught:
@@ -134,7 +153,9 @@ class TestSummarize:
 class TestNotUnderstood:
     """Unparseable queries say what was not understood and show the forms."""
 
-    @pytest.mark.parametrize("query", ["", "   ", "hello", "Get weather", "Summarize the weather", "Make me a sandwich"])
+    @pytest.mark.parametrize(
+        "query", ["", "   ", "hello", "Get weather", "Summarize the weather", "Make me a sandwich"]
+    )
     def test_unparseable_queries_list_supported_forms(self, query: str) -> None:
         """The error names the problem and includes the supported forms."""
         with pytest.raises(InvalidRequest) as caught:
@@ -149,7 +170,11 @@ class TestRepeatedQueries:
 
     @pytest.mark.parametrize(
         "query",
-        ["Remember to delete the last message", "Keep only the last 5 messages", "Save this for later, maybe"],
+        [
+            "Remember to delete the last message",
+            "Keep only the last 5 messages",
+            "Save this for later, maybe",
+        ],
     )
     def test_a_refused_store_stays_refused_when_asked_again(self, query: str) -> None:
         """A store the rules cannot place is never answered as a read the second time."""

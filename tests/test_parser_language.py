@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from chd.core.history import ConversationHistory
 from chd.core.errors import InvalidRequest
+from chd.core.history import ConversationHistory
+from chd.core.language.grammar.store import QUOTE_MARKS, UnclearStore
 from chd.core.language.numbers import parse_number
 from chd.core.language.parser import Ambiguous, NotUnderstood, closest_forms, parse
-from chd.core.language.grammar.store import QUOTE_MARKS, UnclearStore
 
 
 class TestEquivalentPhrasings:
@@ -19,49 +20,89 @@ class TestEquivalentPhrasings:
         "phrasings,fields",
         [
             (
-                ["Get the last 5 utterances", "Please show me the last five messages",
-                 "Could you get the 5 most recent utterances?", "last 5", "What were the last five messages?",
-                 "I'd like to see the latest 5 messages, thanks"],
+                [
+                    "Get the last 5 utterances",
+                    "Please show me the last five messages",
+                    "Could you get the 5 most recent utterances?",
+                    "last 5",
+                    "What were the last five messages?",
+                    "I'd like to see the latest 5 messages, thanks",
+                ],
                 {"last_n": 5},
             ),
             (
-                ["Find utterances about Paris", "find Paris", "Can you search for 'Paris'?",
-                 "Which messages mention Paris?", "Did anyone mention Paris?", "anything about Paris?"],
+                [
+                    "Find utterances about Paris",
+                    "find Paris",
+                    "Can you search for 'Paris'?",
+                    "Which messages mention Paris?",
+                    "Did anyone mention Paris?",
+                    "anything about Paris?",
+                ],
                 {"topic": "Paris"},
             ),
             (
-                ["Get utterances in turns 3 to 6", "show turns 3-6", "what was said between turns 3 and 6?",
-                 "Get messages from turn three to turn six", "turns three through six please"],
+                [
+                    "Get utterances in turns 3 to 6",
+                    "show turns 3-6",
+                    "what was said between turns 3 and 6?",
+                    "Get messages from turn three to turn six",
+                    "turns three through six please",
+                ],
                 {"turn_from": 3, "turn_to": 6},
             ),
             (
-                ["Remove oldest utterance", "please delete the oldest message", "remove the first utterance",
-                 "Could you remove the earliest entry?", "drop the oldest one"],
+                [
+                    "Remove oldest utterance",
+                    "please delete the oldest message",
+                    "remove the first utterance",
+                    "Could you remove the earliest entry?",
+                    "drop the oldest one",
+                ],
                 {"oldest": 1},
             ),
             (
-                ["Remove before turn 4", "delete everything prior to turn four",
-                 "Please remove all utterances before the fourth turn"],
+                [
+                    "Remove before turn 4",
+                    "delete everything prior to turn four",
+                    "Please remove all utterances before the fourth turn",
+                ],
                 {"before_turn": 4},
             ),
             (
-                ["Clear the conversation", "clear", "wipe the history", "Please delete everything",
-                 "Could you remove all messages?", "forget everything"],
+                [
+                    "Clear the conversation",
+                    "clear",
+                    "wipe the history",
+                    "Please delete everything",
+                    "Could you remove all messages?",
+                    "forget everything",
+                ],
                 {"all": True},
             ),
             (
-                ["Set the token budget to 4000", "set max tokens to 4k", "max_tokens = 4000",
-                 "Please change the token limit to four thousand"],
+                [
+                    "Set the token budget to 4000",
+                    "set max tokens to 4k",
+                    "max_tokens = 4000",
+                    "Please change the token limit to four thousand",
+                ],
                 {"max_tokens": 4000},
             ),
             (
-                ["Mark utterance 12 as important", "please flag message #12 as important", "pin utterance 12",
-                 "utterance twelve is important"],
+                [
+                    "Mark utterance 12 as important",
+                    "please flag message #12 as important",
+                    "pin utterance 12",
+                    "utterance twelve is important",
+                ],
                 {"seq": 12, "important": True},
             ),
         ],
     )
-    def test_phrasings_of_one_request_give_the_same_fields(self, phrasings: list[str], fields: dict) -> None:
+    def test_phrasings_of_one_request_give_the_same_fields(
+        self, phrasings: list[str], fields: dict
+    ) -> None:
         """Every phrasing in the group parses to the same operation fields at full confidence."""
         for phrasing in phrasings:
             parsed = parse(phrasing)
@@ -74,8 +115,17 @@ class TestNumbers:
 
     @pytest.mark.parametrize(
         "written,value",
-        [("7", 7), ("seven", 7), ("Twenty-five", 25), ("one hundred and twenty", 120), ("4k", 4000),
-         ("1.5k", 1500), ("4,000", 4000), ("a dozen", 12), ("two thousand five hundred", 2500)],
+        [
+            ("7", 7),
+            ("seven", 7),
+            ("Twenty-five", 25),
+            ("one hundred and twenty", 120),
+            ("4k", 4000),
+            ("1.5k", 1500),
+            ("4,000", 4000),
+            ("a dozen", 12),
+            ("two thousand five hundred", 2500),
+        ],
     )
     def test_number_is_read_as_written(self, written: str, value: int) -> None:
         """Each written form has its value."""
@@ -109,8 +159,14 @@ class TestQuotesAndVerbatimStores:
 
     @pytest.mark.parametrize(
         "text",
-        ["remove all utterances", "Clear the conversation", "Set the token budget to 1",
-         "Mark utterance 1 as important", "summarize everything", "delete utterance 3 and 4"],
+        [
+            "remove all utterances",
+            "Clear the conversation",
+            "Set the token budget to 1",
+            "Mark utterance 1 as important",
+            "summarize everything",
+            "delete utterance 3 and 4",
+        ],
     )
     def test_operation_words_in_a_store_change_nothing(self, text: str) -> None:
         """The daemon stores the sentence and leaves the conversation otherwise as it was."""
@@ -118,7 +174,10 @@ class TestQuotesAndVerbatimStores:
         history.query("Add utterance: keep me")
         outcome = history.query(f"Add user utterance: {text}")
         state = history.backend.read("default")
-        assert outcome.operation == "store" and [u.text for u in state.utterances] == ["keep me", text]
+        assert outcome.operation == "store" and [u.text for u in state.utterances] == [
+            "keep me",
+            text,
+        ]
         assert state.settings == {} and not any(u.important for u in state.utterances)
 
     def test_quoted_topic_is_taken_whole(self) -> None:
@@ -130,7 +189,10 @@ class TestQuotesAndVerbatimStores:
     def test_filters_after_a_topic_are_read_as_filters(self) -> None:
         """'about X from the user in turns 3 to 6' has three parts."""
         assert parse("Find messages about the hotel from the user in turns 3 to 6").fields == {
-            "topic": "the hotel", "speaker": "user", "turn_from": 3, "turn_to": 6,
+            "topic": "the hotel",
+            "speaker": "user",
+            "turn_from": 3,
+            "turn_to": 6,
         }
 
     def test_time_words_inside_a_topic_are_not_a_filter(self) -> None:
@@ -167,7 +229,10 @@ class TestConfidence:
 
     def test_closest_forms_prefer_the_given_operation(self) -> None:
         """Suggestions for a summarize are summarize forms."""
-        assert all(f.lower().startswith(("summar", "give", "recap")) for f in closest_forms("summarise it", "summarize"))
+        assert all(
+            f.lower().startswith(("summar", "give", "recap"))
+            for f in closest_forms("summarise it", "summarize")
+        )
 
     def test_unrelated_text_is_refused_with_confidence_zero(self) -> None:
         """'hello' is no operation at all."""
@@ -198,7 +263,10 @@ class TestAmbiguousRemoves:
     def test_singular_phrasing_over_a_set_removes_at_most_one(self) -> None:
         """'the assistant's message' carries at_most 1; the core refuses if there are more."""
         assert parse("Remove the assistant's message in turn 2").fields == {
-            "speaker": "assistant", "turn_from": 2, "turn_to": 2, "at_most": 1,
+            "speaker": "assistant",
+            "turn_from": 2,
+            "turn_to": 2,
+            "at_most": 1,
         }
         history = ConversationHistory()
         for text in ("a", "b"):
@@ -283,7 +351,9 @@ class TestHostileInput:
             ("Summarize conversation", {}, {"token_limit": -1e300}),
         ],
     )
-    def test_any_number_in_any_field_is_invalid_argument(self, text: str, metadata: dict, data: dict) -> None:
+    def test_any_number_in_any_field_is_invalid_argument(
+        self, text: str, metadata: dict, data: dict
+    ) -> None:
         """A number too large for int() or float() is refused as a bad argument, not an internal error."""
         from chd.service.server import status_for
 
@@ -309,7 +379,9 @@ class TestHostileInput:
             ({"speaker": "q" * 20_000}, {"operation": "store", "text": "hi"}),
         ],
     )
-    def test_errors_quote_only_a_short_prefix_of_the_callers_text(self, metadata: dict, data: dict) -> None:
+    def test_errors_quote_only_a_short_prefix_of_the_callers_text(
+        self, metadata: dict, data: dict
+    ) -> None:
         """A 20 kB field in a refused request yields a short message (gRPC headers stop at 16 KiB)."""
         with pytest.raises(InvalidRequest) as refused:
             ConversationHistory().query("", metadata, data)
@@ -443,7 +515,11 @@ class TestFunctionCalls:
     def test_get_summary_reads_the_running_summary(self) -> None:
         """get_summary() is the spec's read of the running summary, not a new summary."""
         outcome = _demo().query("get_summary()")
-        assert outcome.operation == "retrieve" and "summary" in outcome.result and "utterances" not in outcome.result
+        assert (
+            outcome.operation == "retrieve"
+            and "summary" in outcome.result
+            and "utterances" not in outcome.result
+        )
 
     def test_summarize_takes_its_limit_as_a_keyword(self) -> None:
         """summarize(token_limit=100) summarizes everything within 100 tokens."""
@@ -458,7 +534,10 @@ class TestFunctionCalls:
         assert stored.result["utterance"]["text"] == "Remove all, it's fine"
         assert stored.result["utterance"]["speaker"] == "assistant"
         assert _left(history) == list(range(1, 10))
-        assert history.query("set_eviction_policy(importance)").result["settings"]["eviction_policy"] == "importance"
+        assert (
+            history.query("set_eviction_policy(importance)").result["settings"]["eviction_policy"]
+            == "importance"
+        )
         assert history.query("mark_important(7)").result["utterance"]["important"] is True
         assert history.query("stats()").result["utterance_count"] == 9
 
@@ -474,13 +553,14 @@ class TestFunctionCalls:
             ("summarize(token_limit=100, 5)", "positional argument after a keyword"),
         ],
     )
-    def test_a_call_that_does_not_fit_is_refused_and_changes_nothing(self, call: str, says: str) -> None:
+    def test_a_call_that_does_not_fit_is_refused_and_changes_nothing(
+        self, call: str, says: str
+    ) -> None:
         """A wrong call is INVALID_ARGUMENT saying what is wrong; nothing is removed or guessed."""
         history = _demo()
         with pytest.raises(InvalidRequest, match=says):
             history.query(call)
         assert _left(history) == list(range(1, 9))
-
 
     def test_only_a_store_call_may_be_longer_than_an_instruction(self) -> None:
         """add_utterance("<1 MB>") stores its text; any other call past the instruction cap is refused at once."""
@@ -491,6 +571,7 @@ class TestFunctionCalls:
             parse("get_utterances(" + "1, " * 100_000 + "2)")
         with pytest.raises(InvalidRequest, match="more than 4 arguments"):
             parse('add_utterance("a", "user", 1, 2, 3)')
+
 
 class TestBreadth:
     """Issue 12: phrasings people use for reads, removes and summaries, judged by their effect."""
@@ -529,7 +610,9 @@ class TestBreadth:
             ("Strike the final turn", [1, 2, 3, 4, 5, 6]),
         ],
     )
-    def test_removes_delete_exactly_the_right_utterances(self, query: str, left: list[int] | None) -> None:
+    def test_removes_delete_exactly_the_right_utterances(
+        self, query: str, left: list[int] | None
+    ) -> None:
         """Remove verbs and turn phrasings delete what they name (a missing seq is NOT_FOUND, nothing gone)."""
         from chd.core.errors import NotFound
 
@@ -556,7 +639,9 @@ class TestBreadth:
             ("What's the gist of the first two turns?", 4, None),
         ],
     )
-    def test_summaries_take_their_scope_and_limit_anywhere(self, query: str, covered: int, limit: int | None) -> None:
+    def test_summaries_take_their_scope_and_limit_anywhere(
+        self, query: str, covered: int, limit: int | None
+    ) -> None:
         """Summary nouns and verbs, a limit in any form, and scopes such as 'the last 3 messages'."""
         outcome = _demo().query(query)
         assert outcome.operation == "summarize"
@@ -604,4 +689,3 @@ class TestBreadth:
         else:
             assert outcome.operation in ("retrieve", "summarize")
         assert _left(history) == list(range(1, 9))
-

@@ -10,7 +10,7 @@ caught while a busy machine's noise is not. No absolute time is asserted.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -21,7 +21,6 @@ LIMIT = 5 * LARGE / SMALL
 
 
 ENTRY_POINTS: dict[str, Callable[[str], object]] = {"parse": parse_uncached, **RULES}
-
 
 
 def _growth(read: Callable[[str], object], shape: str, repeats: int) -> float:
@@ -58,4 +57,6 @@ def test_a_megabyte_query_of_any_shape_costs_a_tenth_per_character_of_a_normal_q
         per_char = best_seconds(parse_uncached, text, 1) / len(text)
         if per_char > normal / 10:
             costly[shape] = round(per_char / normal, 3)
-    assert not costly, f"per-character cost of 1 MB queries, as a share of a normal query's: {costly}"
+    assert not costly, (
+        f"per-character cost of 1 MB queries, as a share of a normal query's: {costly}"
+    )

@@ -10,15 +10,16 @@ trace line each.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
+from ops_support import ask, channel_to, running
 
 from chd.core.history import ConversationHistory
 from chd.core.language.grammar.calls import MAX_LIST_DEPTH
 from chd.service.tracelog import TRACE_LOGGER, JsonFormatter, TextFormatter
-from ops_support import ask, channel_to, running
 
 # A log line may quote a caller, but only a few kB of what it sent: two
 # fields of MAX_LOG_FIELD written bytes and the rest of the line.
@@ -120,14 +121,18 @@ class TestLogLinesAreBounded:
             _answer(channel, "Add utterance: start " + "y" * 1_000_000 + " end")
             ask(channel, "Add utterance: start " + "y" * 30_000 + " end")
         traced = [line for line in logged.lines if "start yyy" in line]
-        assert len(traced) == 4 and all("characters cut" in line and 'y end"' in line for line in traced)
+        assert len(traced) == 4 and all(
+            "characters cut" in line and 'y end"' in line for line in traced
+        )
         assert max(len(line.encode()) for line in logged.lines) <= MOST_LOG_BYTES
 
 
 class TestLogLinesAreBoundedInBytes:
     """The cap counts bytes as written, after JSON escaping and UTF-8 (outside review of issue 28)."""
 
-    @pytest.mark.parametrize("char", ["\x01", "\U0001F600", '"', "é"], ids=["control", "emoji", "quote", "accent"])
+    @pytest.mark.parametrize(
+        "char", ["\x01", "\U0001f600", '"', "é"], ids=["control", "emoji", "quote", "accent"]
+    )
     def test_a_debug_trace_of_characters_written_long_stays_a_few_kb(self, logged, char):
         """4,000 characters that JSON writes as 2 to 6 bytes each, in the query and the error, keep every line under 7 kB."""
         with running() as server, channel_to(server) as channel:
@@ -135,4 +140,7 @@ class TestLogLinesAreBoundedInBytes:
             _answer(channel, "Add utterance: " + char * 50_000 + " end")
             _answer(channel, "Add utterance: " + char * 4000 + " end")
         assert any("characters cut" in line for line in logged.lines)
-        assert max(len(line.encode("utf-8", "surrogatepass")) for line in logged.lines) <= MOST_LOG_BYTES
+        assert (
+            max(len(line.encode("utf-8", "surrogatepass")) for line in logged.lines)
+            <= MOST_LOG_BYTES
+        )

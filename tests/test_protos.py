@@ -42,7 +42,15 @@ class TestGeneratedStubs:
         assert service.full_name == "daemon.v1.Daemon"
         assert sorted(m.name for m in service.methods) == ["GetInstructions", "GetPurpose", "Query"]
         request = daemon_pb2.QueryRequest.DESCRIPTOR
-        assert [(f.name, f.number) for f in request.fields] == [("query", 1), ("metadata", 2), ("data", 3)]
+        assert [(f.name, f.number) for f in request.fields] == [
+            ("query", 1),
+            ("metadata", 2),
+            ("data", 3),
+        ]
         response = daemon_pb2.QueryResponse.DESCRIPTOR
-        assert [(f.name, f.number) for f in response.fields] == [("operation", 1), ("result", 2), ("metadata", 3)]
+        assert [(f.name, f.number) for f in response.fields] == [
+            ("operation", 1),
+            ("result", 2),
+            ("metadata", 3),
+        ]
         assert sys.modules["chd.v1.daemon_pb2"] is daemon_pb2

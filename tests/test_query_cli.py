@@ -11,7 +11,10 @@ class TestQueryCommand:
     def test_operations_print_their_results(self, daemon_process: DaemonProcess) -> None:
         """Store, topic search with scores, configure, mark and stats all print and exit 0."""
         target = ("--target", daemon_process.target)
-        for text in ("Add user utterance: Is Paris sunny?", "Add assistant utterance: Paris is sunny."):
+        for text in (
+            "Add user utterance: Is Paris sunny?",
+            "Add assistant utterance: Paris is sunny.",
+        ):
             assert run_chd("query", text, *target).returncode == 0
         found = run_chd("query", "What did the assistant say about Paris?", *target)
         assert found.returncode == 0 and "#2" in found.stdout and "score" in found.stdout
@@ -22,7 +25,9 @@ class TestQueryCommand:
         stats = run_chd("query", "How many utterances are stored?", *target)
         assert stats.returncode == 0 and "utterance_count: 2" in stats.stdout
 
-    def test_ambiguous_remove_exits_with_invalid_argument(self, daemon_process: DaemonProcess) -> None:
+    def test_ambiguous_remove_exits_with_invalid_argument(
+        self, daemon_process: DaemonProcess
+    ) -> None:
         """'Remove 3 messages' exits 64+3 and says what to write instead."""
         refused = run_chd("query", "Remove 3 messages", "--target", daemon_process.target)
         assert refused.returncode == 64 + 3
@@ -33,9 +38,15 @@ def test_a_configure_that_evicts_lists_its_evictions_once() -> None:
     """As seqs ("evicted: #1, #2"), not a second time as the raw field (issue 30 item 6)."""
     from chd.cli.answer import human
 
-    text = human({
-        "operation": "configure",
-        "result": {"changed": ["buffer_size"], "evicted": [1, 2], "overrides": {"buffer_size": 5}},
-        "metadata": {"conversation_id": "default", "items_affected": 2, "tokens_used": 0},
-    })
+    text = human(
+        {
+            "operation": "configure",
+            "result": {
+                "changed": ["buffer_size"],
+                "evicted": [1, 2],
+                "overrides": {"buffer_size": 5},
+            },
+            "metadata": {"conversation_id": "default", "items_affected": 2, "tokens_used": 0},
+        }
+    )
     assert [line for line in text.splitlines() if line.startswith("evicted")] == ["evicted: #1, #2"]

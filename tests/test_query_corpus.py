@@ -14,15 +14,17 @@ from typing import Any
 
 import pytest
 
-from chd.core.memory.configure import effective_settings
-from chd.core.history import ConversationHistory
 from chd.core.errors import DaemonError
-from chd.service.server import status_for
+from chd.core.history import ConversationHistory
+from chd.core.memory.configure import effective_settings
 from chd.core.settings import Settings
+from chd.service.server import status_for
 from tests.demo_conversation import seed_demo
 
 CORPUS = Path(__file__).parent / "corpus" / "queries.jsonl"
-ENTRIES = [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+ENTRIES = [
+    json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()
+]
 OPERATIONS = {"store", "retrieve", "remove", "summarize", "configure", "mark", "stats"}
 
 
@@ -60,7 +62,9 @@ def run_entry(entry: dict[str, Any]) -> None:
         assert history.backend.read("default") == before, "a refused query changed the conversation"
         outcome = None
     else:
-        assert "error" not in expect, f"expected {expect['error']}, got {outcome.operation} {outcome.result}"
+        assert "error" not in expect, (
+            f"expected {expect['error']}, got {outcome.operation} {outcome.result}"
+        )
         operation = _expected_operation(expect)
         if operation is not None:
             assert outcome.operation == operation, outcome.result
@@ -70,7 +74,9 @@ def run_entry(entry: dict[str, Any]) -> None:
     _check_state(expect, state, history.settings)
 
 
-def _check_response(expect: dict[str, Any], result: dict[str, Any], metadata: dict[str, Any]) -> None:
+def _check_response(
+    expect: dict[str, Any], result: dict[str, Any], metadata: dict[str, Any]
+) -> None:
     hits = [u["seq"] for u in result.get("utterances", [])]
     if "seqs" in expect:
         assert hits == expect["seqs"]
@@ -136,11 +142,16 @@ class TestCorpus:
         assert any("error" in e["expect"] for e in ENTRIES)
 
     def test_corpus_queries_are_unique_with_their_inputs(self) -> None:
-        keys = [json.dumps([e["query"], e.get("metadata"), e.get("data"), e.get("setup")]) for e in ENTRIES]
+        keys = [
+            json.dumps([e["query"], e.get("metadata"), e.get("data"), e.get("setup")])
+            for e in ENTRIES
+        ]
         assert len(keys) == len(set(keys))
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=[f"{i:03d}:{e['query'][:40]}" for i, e in enumerate(ENTRIES)])
+@pytest.mark.parametrize(
+    "entry", ENTRIES, ids=[f"{i:03d}:{e['query'][:40]}" for i, e in enumerate(ENTRIES)]
+)
 def test_phrasing_has_its_expected_effect(entry: dict[str, Any]) -> None:
     """Each phrasing does exactly what the corpus says, and a refusal changes nothing."""
     run_entry(entry)

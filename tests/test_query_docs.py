@@ -5,19 +5,20 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
 
-from chd.core.history import ConversationHistory
 from chd.core.errors import InvalidRequest
+from chd.core.history import ConversationHistory
 from chd.core.language.guide import GUIDE, PARAMETERS, Example
 from chd.core.language.instructions import INSTRUCTIONS, render_instructions, render_markdown
 from chd.core.language.intents import OPERATIONS, field_sources
 from chd.core.language.parser import parse
-from chd.service.server import Server, build_server
 from chd.core.settings import Settings
+from chd.service.server import Server, build_server
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
 from tests.conftest import ROOT, query
 from tests.demo_conversation import seed_demo
@@ -36,7 +37,10 @@ class TestOneSource:
     def test_generator_check_mode_passes_on_the_committed_document(self) -> None:
         """The script's --check (for CI) agrees with the test above."""
         done = subprocess.run(
-            [sys.executable, "scripts/gen_query_docs.py", "--check"], cwd=ROOT, capture_output=True, text=True
+            [sys.executable, "scripts/gen_query_docs.py", "--check"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
         )
         assert done.returncode == 0, done.stderr
 
@@ -53,7 +57,9 @@ class TestOneSource:
         for operation in OPERATIONS:
             assert set(PARAMETERS[operation]) == set(field_sources(operation))
 
-    def test_get_instructions_rpc_returns_the_rendered_guide(self, stub: daemon_pb2_grpc.DaemonStub) -> None:
+    def test_get_instructions_rpc_returns_the_rendered_guide(
+        self, stub: daemon_pb2_grpc.DaemonStub
+    ) -> None:
         """What the RPC serves is the rendering of the guide."""
         answer = stub.GetInstructions(daemon_pb2.GetInstructionsRequest(), timeout=10).instructions
         assert answer == render_instructions()
@@ -77,7 +83,10 @@ class TestSourcesAreTrue:
 
         from chd.core.language.guide import NOT_IN_TEXT
 
-        texts = [json.loads(line)["query"] for line in (ROOT / "tests/corpus/queries.jsonl").read_text().splitlines()]
+        texts = [
+            json.loads(line)["query"]
+            for line in (ROOT / "tests/corpus/queries.jsonl").read_text().splitlines()
+        ]
         texts += [_concrete(f) for g in GUIDE for f in g.forms] + [e.query for _, e in EXAMPLES]
         produced: set[tuple[str, str]] = set()
         for text in texts:
@@ -94,7 +103,9 @@ class TestFormsParse:
     """Every documented form is read by the rules as its own operation."""
 
     @pytest.mark.parametrize(
-        "operation,form", [(g.operation, f) for g in GUIDE for f in g.forms], ids=lambda v: str(v)[:40]
+        "operation,form",
+        [(g.operation, f) for g in GUIDE for f in g.forms],
+        ids=lambda v: str(v)[:40],
     )
     def test_documented_form_parses_to_its_operation(self, operation: str, form: str) -> None:
         """No documented phrasing is refused or read as another operation."""
@@ -110,7 +121,9 @@ def demo_server() -> Iterator[Server]:
     running.stop(grace=1)
 
 
-def _expectation_holds(example: Example, stub: daemon_pb2_grpc.DaemonStub, cid: str, history: ConversationHistory) -> None:
+def _expectation_holds(
+    example: Example, stub: daemon_pb2_grpc.DaemonStub, cid: str, history: ConversationHistory
+) -> None:
     metadata = {"conversation_id": cid, **example.metadata}
     expect = example.expect
     try:
@@ -151,7 +164,9 @@ class TestExamplesAreTrue:
         cid = "example-" + re.sub(r"\W+", "-", example.query)[:80] + f"-{id(example)}"
         seed_demo(demo_server.history, cid)
         with grpc.insecure_channel(f"127.0.0.1:{demo_server.port}") as channel:
-            _expectation_holds(example, daemon_pb2_grpc.DaemonStub(channel), cid, demo_server.history)
+            _expectation_holds(
+                example, daemon_pb2_grpc.DaemonStub(channel), cid, demo_server.history
+            )
 
 
 def test_the_stats_returns_name_every_field_a_stats_answer_has() -> None:

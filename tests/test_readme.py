@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from ops_support import running
+
 from tests.conftest import ROOT, chd_command, chd_env
 from tests.demo_conversation import seed_demo
 
@@ -17,7 +18,7 @@ def _section(title: str) -> str:
     text = README.read_text(encoding="utf-8")
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
-    return text[start:end if end != -1 else None]
+    return text[start : end if end != -1 else None]
 
 
 def _session(lines: list[str]) -> list[tuple[str, str]]:
@@ -35,21 +36,31 @@ def _session(lines: list[str]) -> list[tuple[str, str]]:
 
 def _tour() -> list[tuple[str, str]]:
     section = _section("A short tour")
-    block = section[section.index("```console\n") + len("```console\n"):section.index("\n```", section.index("```console"))]
+    block = section[
+        section.index("```console\n") + len("```console\n") : section.index(
+            "\n```", section.index("```console")
+        )
+    ]
     return _session(block.splitlines())
 
 
 def _summaries() -> tuple[str, list[tuple[str, str]]]:
     """The flags of the daemon the "Summaries" transcript runs against (its first remark), and the transcript."""
     section = _section("Summaries")
-    block = section[section.index("```console\n") + len("```console\n"):section.index("\n```", section.index("```console"))]
+    block = section[
+        section.index("```console\n") + len("```console\n") : section.index(
+            "\n```", section.index("```console")
+        )
+    ]
     lines = block.splitlines()
     assert lines[0].startswith("# with chd serve ") and lines[0].endswith(" running:"), lines[0]
-    return lines[0][len("# with chd serve "):-len(" running:")], _session(lines)
+    return lines[0][len("# with chd serve ") : -len(" running:")], _session(lines)
 
 
 def _talking() -> list[tuple[str, str]]:
-    indented = [line[4:] for line in _section("Talking to chd").splitlines() if line.startswith("    ")]
+    indented = [
+        line[4:] for line in _section("Talking to chd").splitlines() if line.startswith("    ")
+    ]
     return _session(indented)
 
 
@@ -60,8 +71,15 @@ def _replay(session: list[tuple[str, str]], target: str, tmp_path: Path) -> None
     if bin_dir:
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     for command, shown in session:
-        done = subprocess.run(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, timeout=30, env=env, cwd=tmp_path)
+        done = subprocess.run(
+            ["bash", "-c", command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=30,
+            env=env,
+            cwd=tmp_path,
+        )
         # Trailing spaces are not shown in a README (editors strip them); everything else is compared.
         got = "\n".join(line.rstrip() for line in done.stdout.rstrip("\n").splitlines())
         assert got == shown, command

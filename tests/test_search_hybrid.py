@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -38,8 +38,15 @@ class BrokenEmbedder:
 
 
 def _history(embedder: Embedder | None) -> ConversationHistory:
-    history = ConversationHistory(background=False, settings=Settings(buffer_size=100), embedder=embedder)
-    for text in ("my car broke down again", "the puppy chewed a shoe", "drizzle all morning", "dinner at eight"):
+    history = ConversationHistory(
+        background=False, settings=Settings(buffer_size=100), embedder=embedder
+    )
+    for text in (
+        "my car broke down again",
+        "the puppy chewed a shoe",
+        "drizzle all morning",
+        "dinner at eight",
+    ):
         history.query(f"Add utterance: {text}")
     return history
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chd.backends.memory import MemoryBackend
 from chd.core.errors import InvalidRequest
@@ -38,7 +39,9 @@ class TestIncrementalIndex:
     @given(
         st.lists(
             st.one_of(
-                st.tuples(st.just("store"), st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)),
+                st.tuples(
+                    st.just("store"), st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)
+                ),
                 st.tuples(st.just("remove"), st.integers(min_value=1, max_value=40)),
                 st.tuples(st.just("search"), st.sampled_from(WORDS)),
                 st.tuples(st.just("shrink"), st.integers(min_value=1, max_value=8)),
@@ -55,10 +58,16 @@ class TestIncrementalIndex:
     ) -> None:
         """Stores, evictions, folds, archiving, removes, marks and limit changes never leave the index stale."""
         summaries, archive = keeping
-        history = ConversationHistory(background=False, settings=Settings(
-            buffer_size=10, eviction_batch=2, eviction_policy=policy,
-            summarization_enabled=summaries, archive_evicted=archive,
-        ))
+        history = ConversationHistory(
+            background=False,
+            settings=Settings(
+                buffer_size=10,
+                eviction_batch=2,
+                eviction_policy=policy,
+                summarization_enabled=summaries,
+                archive_evicted=archive,
+            ),
+        )
         for op, arg in steps:
             try:
                 if op == "store":
@@ -96,7 +105,9 @@ class TestIncrementalIndex:
         late = state.utterances[0].__class__(**{**state.utterances[0].to_record(), "seq": 5})
         assert index.note_store(late, []) is False
         history.query("Add utterance: rain again")
-        assert sorted(u["seq"] for u in _find(history, "Find utterances about rain")["utterances"]) == [1, 2]
+        assert sorted(
+            u["seq"] for u in _find(history, "Find utterances about rain")["utterances"]
+        ) == [1, 2]
 
     def test_index_is_rebuilt_when_seqs_go_backwards(self) -> None:
         """A conversation replaced by an older copy (an import) is re-indexed, not trusted."""
@@ -108,7 +119,9 @@ class TestIncrementalIndex:
         other = ConversationHistory(MemoryBackend())
         other.query("Add utterance: delta")
         backend._states["default"] = other.backend.read("default")  # what an import would write
-        assert [u["text"] for u in _find(history, "Find utterances about delta")["utterances"]] == ["delta"]
+        assert [u["text"] for u in _find(history, "Find utterances about delta")["utterances"]] == [
+            "delta"
+        ]
         assert _find(history, "Find utterances about alpha")["utterances"] == []
 
 
@@ -144,14 +157,23 @@ class TestOtherWritersAndRestarts:
             history.query("Add utterance: flight", {"conversation_id": cid})
             history.query("Find utterances about flight", {"conversation_id": cid})
         assert len(history.indexes) == 2 and history.indexes.peek("a") is None
-        assert len(history.query("Find utterances about flight", {"conversation_id": "a"}).result["utterances"]) == 1
+        assert (
+            len(
+                history.query("Find utterances about flight", {"conversation_id": "a"}).result[
+                    "utterances"
+                ]
+            )
+            == 1
+        )
 
     def test_conversations_have_separate_indexes(self) -> None:
         """A search in one conversation never returns another's utterances."""
         history = ConversationHistory(background=False)
         history.query("Add utterance: flight to rome", {"conversation_id": "a"})
         history.query("Add utterance: flight to oslo", {"conversation_id": "b"})
-        hits = history.query("Find utterances about flight", {"conversation_id": "a"}).result["utterances"]
+        hits = history.query("Find utterances about flight", {"conversation_id": "a"}).result[
+            "utterances"
+        ]
         assert [h["text"] for h in hits] == ["flight to rome"]
 
 
@@ -171,21 +193,27 @@ class TestRanking:
             history.query(f"Add {speaker} utterance: {text}")
         return history
 
-    def test_hits_are_ranked_by_score_and_each_carries_it(self, history: ConversationHistory) -> None:
+    def test_hits_are_ranked_by_score_and_each_carries_it(
+        self, history: ConversationHistory
+    ) -> None:
         """The most relevant utterance comes first; scores never increase down the list."""
         hits = _find(history, "Find utterances about Paris")["utterances"]
         assert hits[0]["seq"] == 1
         scores = [h["score"] for h in hits]
         assert scores == sorted(scores, reverse=True) and all(s > 0 for s in scores)
 
-    def test_newer_wins_between_equally_relevant_utterances(self, history: ConversationHistory) -> None:
+    def test_newer_wins_between_equally_relevant_utterances(
+        self, history: ConversationHistory
+    ) -> None:
         """Two identical texts: the newer one ranks higher."""
         seqs = [h["seq"] for h in _find(history, "Find utterances about lovely")["utterances"]]
         assert seqs == [5, 2]
 
     def test_filters_apply_before_the_limit(self, history: ConversationHistory) -> None:
         """The best assistant hit is returned even though a user utterance scores higher overall."""
-        hits = _find(history, "Find the top 1 utterance about Paris from the assistant")["utterances"]
+        hits = _find(history, "Find the top 1 utterance about Paris from the assistant")[
+            "utterances"
+        ]
         overall = _find(history, "Find utterances about Paris")["utterances"]
         assert overall[0]["speaker"] == "user"
         best_assistant = next(h for h in overall if h["speaker"] == "assistant")
@@ -198,7 +226,9 @@ class TestRanking:
 
     def test_window_restricts_candidates_before_ranking(self, history: ConversationHistory) -> None:
         """'among the last 2 utterances' ranks only those two."""
-        hits = _find(history, "Find utterances about Paris among the last 2 utterances")["utterances"]
+        hits = _find(history, "Find utterances about Paris among the last 2 utterances")[
+            "utterances"
+        ]
         assert sorted(h["seq"] for h in hits) == [4, 5]
 
     def test_words_not_in_the_buffer_find_nothing(self, history: ConversationHistory) -> None:
@@ -211,13 +241,22 @@ class TestSummaryHit:
 
     @pytest.fixture
     def history(self) -> ConversationHistory:
-        history = ConversationHistory(background=False, settings=Settings(buffer_size=4, eviction_batch=2))
-        for text in ("the submarine tour is booked", "we leave at dawn", "bring a coat", "lunch at noon",
-                     "the train is late"):
+        history = ConversationHistory(
+            background=False, settings=Settings(buffer_size=4, eviction_batch=2)
+        )
+        for text in (
+            "the submarine tour is booked",
+            "we leave at dawn",
+            "bring a coat",
+            "lunch at noon",
+            "the train is late",
+        ):
             history.query(f"Add utterance: {text}")
         return history
 
-    def test_summary_matching_the_topic_is_a_separate_hit(self, history: ConversationHistory) -> None:
+    def test_summary_matching_the_topic_is_a_separate_hit(
+        self, history: ConversationHistory
+    ) -> None:
         """The evicted utterance about the submarine is found through the summary (the old summary_hit too)."""
         result = _find(history, "Find utterances about the submarine")
         assert [h["where"] for h in result["utterances"]] == ["summary"]
@@ -226,14 +265,18 @@ class TestSummaryHit:
         assert (segment["turn_from"], segment["turn_to"]) == (1, 2)
         assert "submarine" in result["summary_hit"]["text"] and result["summary_hit"]["score"] > 0
 
-    def test_speaker_filter_excludes_summary_segments_from_the_list(self, history: ConversationHistory) -> None:
+    def test_speaker_filter_excludes_summary_segments_from_the_list(
+        self, history: ConversationHistory
+    ) -> None:
         """A speaker filter keeps summary segments out of the ranked list as well."""
         result = _find(history, "Find utterances about the submarine from the user")
         assert all(h["where"] != "summary" for h in result["utterances"])
 
     def test_speaker_filter_excludes_the_summary(self, history: ConversationHistory) -> None:
         """A summary mixes speakers, so a speaker-filtered search does not return it."""
-        assert "summary_hit" not in _find(history, "Find utterances about the submarine from the user")
+        assert "summary_hit" not in _find(
+            history, "Find utterances about the submarine from the user"
+        )
 
     def test_summary_not_matching_is_not_returned(self, history: ConversationHistory) -> None:
         """No shared words, no summary hit."""
@@ -245,14 +288,24 @@ class TestOneSearchOverEverything:
 
     @pytest.fixture
     def history(self) -> ConversationHistory:
-        settings = Settings(buffer_size=4, eviction_batch=2, summarization_enabled=False, archive_evicted=True)
+        settings = Settings(
+            buffer_size=4, eviction_batch=2, summarization_enabled=False, archive_evicted=True
+        )
         history = ConversationHistory(background=False, settings=settings)
-        for text in ("the ferry to Naxos leaves at six", "pack sunscreen", "the ferry back is on friday",
-                     "dinner by the harbour", "book the hotel", "the ferry was cancelled"):
+        for text in (
+            "the ferry to Naxos leaves at six",
+            "pack sunscreen",
+            "the ferry back is on friday",
+            "dinner by the harbour",
+            "book the hotel",
+            "the ferry was cancelled",
+        ):
             history.query(f"Add utterance: {text}")
         return history
 
-    def test_archive_and_buffer_hits_come_back_in_one_ranked_list(self, history: ConversationHistory) -> None:
+    def test_archive_and_buffer_hits_come_back_in_one_ranked_list(
+        self, history: ConversationHistory
+    ) -> None:
         """Archived and buffered utterances about the ferry are one list, best first, each saying where it lives."""
         hits = _find(history, "Find utterances about the ferry")["utterances"]
         assert sorted(h["seq"] for h in hits) == [1, 3, 6]
@@ -263,9 +316,13 @@ class TestOneSearchOverEverything:
 
     def test_where_narrows_the_search(self, history: ConversationHistory) -> None:
         """data.where picks the places searched, as a name or a list."""
-        only_archive = _find(history, "", operation="retrieve", topic="ferry", where="archive")["utterances"]
+        only_archive = _find(history, "", operation="retrieve", topic="ferry", where="archive")[
+            "utterances"
+        ]
         assert [h["seq"] for h in only_archive] == [1]
-        only_buffer = _find(history, "", operation="retrieve", topic="ferry", where=["buffer"])["utterances"]
+        only_buffer = _find(history, "", operation="retrieve", topic="ferry", where=["buffer"])[
+            "utterances"
+        ]
         assert sorted(h["seq"] for h in only_buffer) == [3, 6]
 
     def test_archived_form_still_reads_only_the_archive(self, history: ConversationHistory) -> None:
@@ -275,12 +332,16 @@ class TestOneSearchOverEverything:
 
     def test_a_window_searches_the_buffer_only(self, history: ConversationHistory) -> None:
         """'among the last 4 utterances' is a window of the buffer, as before."""
-        hits = _find(history, "Find utterances about the ferry among the last 4 utterances")["utterances"]
+        hits = _find(history, "Find utterances about the ferry among the last 4 utterances")[
+            "utterances"
+        ]
         assert sorted(h["seq"] for h in hits) == [3, 6]
 
     def test_queued_utterances_are_found_before_they_are_folded(self) -> None:
         """An evicted utterance waiting for the summary is a hit, where 'pending'."""
-        history = ConversationHistory(background=True, settings=Settings(buffer_size=2, eviction_batch=1, fold_delay=60))
+        history = ConversationHistory(
+            background=True, settings=Settings(buffer_size=2, eviction_batch=1, fold_delay=60)
+        )
         try:
             for text in ("the vault code is 4411", "lunch", "tea"):
                 history.query(f"Add utterance: {text}")
@@ -310,25 +371,32 @@ class TestOneSearchOverEverything:
 class TestWordForms:
     """Spelling variants and inflections of a topic word find each other (issue 27)."""
 
-    @pytest.mark.parametrize(("stored", "topic"), [
-        ("the colour of the new sofa", "color"),
-        ("we met at the theater downtown", "theatre"),
-        ("she organized the whole trip", "organising"),
-        ("I painted the fence on sunday", "painting"),
-        ("two forecasts disagreed", "forecast"),
-    ])
+    @pytest.mark.parametrize(
+        ("stored", "topic"),
+        [
+            ("the colour of the new sofa", "color"),
+            ("we met at the theater downtown", "theatre"),
+            ("she organized the whole trip", "organising"),
+            ("I painted the fence on sunday", "painting"),
+            ("two forecasts disagreed", "forecast"),
+        ],
+    )
     def test_a_variant_of_the_word_is_found(self, stored: str, topic: str) -> None:
         """British/American spellings, verb forms and plurals are one term."""
         history = ConversationHistory(background=False)
         history.query(f"Add utterance: {stored}")
         history.query("Add utterance: nothing to do with it")
-        assert [h["seq"] for h in _find(history, "", operation="retrieve", topic=topic)["utterances"]] == [1]
+        assert [
+            h["seq"] for h in _find(history, "", operation="retrieve", topic=topic)["utterances"]
+        ] == [1]
 
     def test_short_words_are_not_folded_together(self) -> None:
         """'four' is not 'for' and 'hour' is kept: the -our fold needs 6 letters."""
         history = ConversationHistory(background=False)
         history.query("Add utterance: four tickets")
-        assert [h["seq"] for h in _find(history, "", operation="retrieve", topic="four")["utterances"]] == [1]
+        assert [
+            h["seq"] for h in _find(history, "", operation="retrieve", topic="four")["utterances"]
+        ] == [1]
 
 
 class TestNeighbours:
@@ -359,15 +427,21 @@ class TestNeighbours:
         ):
             history.query(f"Add {speaker} utterance: {text}")
         everyone = _find(history, "", operation="retrieve", topic="lake cold")["utterances"]
-        assistant = _find(history, "", operation="retrieve", topic="lake cold", speaker="assistant")["utterances"]
-        assert [(h["seq"], h["score"]) for h in assistant] == [(h["seq"], h["score"]) for h in everyone if h["seq"] != 1]
+        assistant = _find(
+            history, "", operation="retrieve", topic="lake cold", speaker="assistant"
+        )["utterances"]
+        assert [(h["seq"], h["score"]) for h in assistant] == [
+            (h["seq"], h["score"]) for h in everyone if h["seq"] != 1
+        ]
 
     def test_silent_neighbours_are_not_hits(self) -> None:
         """Only utterances that mention the topic come back, whatever their neighbours say."""
         history = ConversationHistory(background=False)
         for text in ("the lake was cold", "yes", "the lake again"):
             history.query(f"Add utterance: {text}")
-        assert sorted(h["seq"] for h in _find(history, "Find utterances about the lake")["utterances"]) == [1, 3]
+        assert sorted(
+            h["seq"] for h in _find(history, "Find utterances about the lake")["utterances"]
+        ) == [1, 3]
 
 
 class TestCliLines:
@@ -377,8 +451,21 @@ class TestCliLines:
         """A summary segment has no seq: it is printed with its turns; an archived hit says so."""
         from chd.cli.answer import utterance_line
 
-        segment = {"where": "summary", "text": "they booked a ferry", "score": 1.5, "turn_from": 1, "turn_to": 4}
-        archived = {"where": "archive", "seq": 3, "turn_number": 2, "speaker": "user", "text": "ferry", "score": 1.0}
+        segment = {
+            "where": "summary",
+            "text": "they booked a ferry",
+            "score": 1.5,
+            "turn_from": 1,
+            "turn_to": 4,
+        }
+        archived = {
+            "where": "archive",
+            "seq": 3,
+            "turn_number": 2,
+            "speaker": "user",
+            "text": "ferry",
+            "score": 1.0,
+        }
         assert utterance_line(segment) == "summary [turns 1-4]: they booked a ferry  score 1.500"
         assert utterance_line(archived) == "#3 [turn 2] user (archive): ferry  score 1.000"
 
@@ -389,23 +476,36 @@ class TestExpansion:
     @pytest.fixture
     def history(self) -> ConversationHistory:
         history = ConversationHistory(background=False, settings=Settings(buffer_size=100))
-        for text in ("lake lake kayak heron", "unrelated filler", "lake kayak heron", "more filler",
-                     "lake pizza bread", "filler", "a long note on the lake written with many other words in it"):
+        for text in (
+            "lake lake kayak heron",
+            "unrelated filler",
+            "lake kayak heron",
+            "more filler",
+            "lake pizza bread",
+            "filler",
+            "a long note on the lake written with many other words in it",
+        ):
             history.query(f"Add utterance: {text}")
         return history
 
-    def test_a_hit_sharing_the_best_hits_rare_words_outranks_a_newer_one(self, history: ConversationHistory) -> None:
+    def test_a_hit_sharing_the_best_hits_rare_words_outranks_a_newer_one(
+        self, history: ConversationHistory
+    ) -> None:
         """'lake kayak heron' shares kayak and heron with the best hit, so it beats the newer 'lake pizza bread'."""
         hits = _find(history, "Find utterances about the lake")["utterances"]
         assert [h["seq"] for h in hits] == [1, 3, 5, 7]
         assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
 
-    def test_without_expansion_recency_decides(self, history: ConversationHistory, monkeypatch) -> None:
+    def test_without_expansion_recency_decides(
+        self, history: ConversationHistory, monkeypatch
+    ) -> None:
         """The same search with expansion off puts the newer one first among equals: expansion made the difference."""
         import chd.core.memory.search as search
 
         monkeypatch.setattr(search, "EXPANSION_WEIGHT", 0.0)
-        assert [h["seq"] for h in _find(history, "Find utterances about the lake")["utterances"]] == [1, 5, 3, 7]
+        assert [
+            h["seq"] for h in _find(history, "Find utterances about the lake")["utterances"]
+        ] == [1, 5, 3, 7]
 
 
 def _distinct_words(rng: Any, count: int) -> str:
@@ -415,8 +515,12 @@ def _distinct_words(rng: Any, count: int) -> str:
 class TestIndexBytes:
     """The index cache is bounded by the bytes its indexes take, a share of max_memory_bytes (outside review of issue 28)."""
 
-    @pytest.mark.parametrize("words,vocabulary", [(2000, None), (2000, 500), (2, 10), (2, None), (50, 1000)])
-    def test_estimate_is_at_least_what_the_index_allocates(self, words: int, vocabulary: int | None) -> None:
+    @pytest.mark.parametrize(
+        "words,vocabulary", [(2000, None), (2000, 500), (2, 10), (2, None), (50, 1000)]
+    )
+    def test_estimate_is_at_least_what_the_index_allocates(
+        self, words: int, vocabulary: int | None
+    ) -> None:
         """ConversationIndex.bytes is not below 90 % of what tracemalloc sees the index allocate, nor over 3x."""
         import random
         import tracemalloc
@@ -433,7 +537,15 @@ class TestIndexBytes:
         for text in texts:  # the term cache is apart from the index (its own bound)
             term_counts(text)
         utterances = [
-            Utterance(conversation_id="c", seq=n + 1, speaker="user", text=t, turn_number=n, timestamp="2026-01-01T00:00:00Z", tokens=1)
+            Utterance(
+                conversation_id="c",
+                seq=n + 1,
+                speaker="user",
+                text=t,
+                turn_number=n,
+                timestamp="2026-01-01T00:00:00Z",
+                tokens=1,
+            )
             for n, t in enumerate(texts)
         ]
         tracemalloc.start()
@@ -469,12 +581,22 @@ class TestIndexBytes:
         history.indexes.max_bytes = 2_000_000
         for n in range(12):
             for _ in range(3):
-                history.query("", {"conversation_id": f"c{n}"}, {"operation": "store", "text": _distinct_words(rng, 600)})
+                history.query(
+                    "",
+                    {"conversation_id": f"c{n}"},
+                    {"operation": "store", "text": _distinct_words(rng, 600)},
+                )
         for n in range(12):
-            history.query("", {"conversation_id": f"c{n}"}, {"operation": "retrieve", "topic": "paris"})
+            history.query(
+                "", {"conversation_id": f"c{n}"}, {"operation": "retrieve", "topic": "paris"}
+            )
             assert history.indexes.bytes <= 2_000_000
             assert history.indexes.peek(f"c{n}") is not None
-        history.query("", {"conversation_id": "c11"}, {"operation": "store", "text": _distinct_words(rng, 600)})
+        history.query(
+            "",
+            {"conversation_id": "c11"},
+            {"operation": "store", "text": _distinct_words(rng, 600)},
+        )
         assert history.indexes.bytes <= 2_000_000
         assert 1 < len(history.indexes) < 12
 
@@ -485,7 +607,11 @@ class TestIndexBytes:
         history = ConversationHistory(background=False, settings=Settings(buffer_size=1000))
         history.indexes.max_bytes = 100_000
         for _ in range(3):
-            history.query("", {}, {"operation": "store", "text": _distinct_words(random.Random(1), 600) + " paris"})
+            history.query(
+                "",
+                {},
+                {"operation": "store", "text": _distinct_words(random.Random(1), 600) + " paris"},
+            )
         hits = _find(history, "", operation="retrieve", topic="paris")["utterances"]
         assert len(hits) == 3
         assert len(history.indexes) == 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -21,15 +21,21 @@ def _store(history: ConversationHistory, text: str, when: str | None = None) -> 
 
 
 def _seqs(history: ConversationHistory, **data: Any) -> list[int]:
-    return sorted(u["seq"] for u in history.query("", {}, {"operation": "retrieve", **data}).result["utterances"])
+    return sorted(
+        u["seq"]
+        for u in history.query("", {}, {"operation": "retrieve", **data}).result["utterances"]
+    )
 
 
 @pytest.fixture
 def imported() -> ConversationHistory:
     """An imported history: utterances of April, May and June 2023, then one of now."""
-    history = ConversationHistory(background=False, settings=Settings(buffer_size=3, eviction_batch=1,
-                                                                      summarization_enabled=False,
-                                                                      archive_evicted=True))
+    history = ConversationHistory(
+        background=False,
+        settings=Settings(
+            buffer_size=3, eviction_batch=1, summarization_enabled=False, archive_evicted=True
+        ),
+    )
     _store(history, "we planned the garden", "2023-04-20T10:00:00Z")
     _store(history, "the garden got roses", "2023-05-03T09:30:00+02:00")
     _store(history, "the garden flooded", "2023-05-30T23:59:59Z")
@@ -61,12 +67,16 @@ class TestStoredTime:
         _store(history, "early", "2023-01-01T00:00:00Z")
         assert _seqs(history, since="2023-05-01T00:00:00Z") == [1]
 
-    @pytest.mark.parametrize(("when", "fragment"), [
-        ("yesterday", "RFC 3339"),
-        ("2023-05-01T10:00:00", "time zone"),
-        (12345, "metadata.timestamp"),
-        ((datetime.now(timezone.utc) + timedelta(hours=1)).isoformat(), "in the future"),
-    ], ids=["words", "no-zone", "a-number", "an-hour-ahead"])  # fixed ids: parallel workers must collect the same
+    @pytest.mark.parametrize(
+        ("when", "fragment"),
+        [
+            ("yesterday", "RFC 3339"),
+            ("2023-05-01T10:00:00", "time zone"),
+            (12345, "metadata.timestamp"),
+            ((datetime.now(UTC) + timedelta(hours=1)).isoformat(), "in the future"),
+        ],
+        ids=["words", "no-zone", "a-number", "an-hour-ahead"],
+    )  # fixed ids: parallel workers must collect the same
     def test_bad_time_is_refused_and_nothing_is_stored(self, when: Any, fragment: str) -> None:
         """Unparseable, zoneless or future times are INVALID_ARGUMENT; the store does not happen."""
         history = ConversationHistory(background=False)
@@ -77,14 +87,16 @@ class TestStoredTime:
     def test_a_little_clock_skew_is_accepted(self) -> None:
         """A time a minute ahead of the daemon's clock (another machine's clock) is kept."""
         history = ConversationHistory(background=False)
-        ahead = (datetime.now(timezone.utc) + timedelta(seconds=60)).isoformat()
+        ahead = (datetime.now(UTC) + timedelta(seconds=60)).isoformat()
         assert _store(history, "x", ahead)["seq"] == 1
 
 
 class TestTimeFilters:
     """since and until choose utterances by their own time, in the one search too."""
 
-    def test_a_month_is_since_its_first_day_until_the_next(self, imported: ConversationHistory) -> None:
+    def test_a_month_is_since_its_first_day_until_the_next(
+        self, imported: ConversationHistory
+    ) -> None:
         """'in May 2023' as data: since 2023-05-01, until 2023-06-01 (exclusive)."""
         may = {"since": "2023-05-01T00:00:00Z", "until": "2023-06-01T00:00:00Z"}
         assert _seqs(imported, topic="garden", **may) == [2, 3]
@@ -95,8 +107,9 @@ class TestTimeFilters:
 
     def test_time_filter_keeps_summary_segments_out(self, imported: ConversationHistory) -> None:
         """A summary has no single time, so a time filter leaves segments out of the list."""
-        hits = imported.query("", {}, {"operation": "retrieve", "topic": "garden",
-                                       "until": "2024-01-01T00:00:00Z"}).result["utterances"]
+        hits = imported.query(
+            "", {}, {"operation": "retrieve", "topic": "garden", "until": "2024-01-01T00:00:00Z"}
+        ).result["utterances"]
         assert all(h["where"] != "summary" for h in hits)
 
     def test_until_before_since_is_refused(self, imported: ConversationHistory) -> None:
@@ -110,20 +123,39 @@ class TestThroughTheServer:
 
     def test_time_is_kept_and_filtered_on_every_backend(self, stub) -> None:
         """Stores with given times, then a topic search in a time range, over gRPC."""
-        for text, when in (("rain in april", "2023-04-02T08:00:00Z"), ("rain in may", "2023-05-02T08:00:00Z")):
+        for text, when in (
+            ("rain in april", "2023-04-02T08:00:00Z"),
+            ("rain in may", "2023-05-02T08:00:00Z"),
+        ):
             query(stub, f"Add utterance: {text}", {"timestamp": when})
-        reply = query(stub, "", {}, {"operation": "retrieve", "topic": "rain",
-                                     "since": "2023-05-01T00:00:00Z", "until": "2023-06-01T00:00:00Z"})
+        reply = query(
+            stub,
+            "",
+            {},
+            {
+                "operation": "retrieve",
+                "topic": "rain",
+                "since": "2023-05-01T00:00:00Z",
+                "until": "2023-06-01T00:00:00Z",
+            },
+        )
         hits = reply.result["utterances"]
         assert [(h["text"], h["timestamp"], h["where"]) for h in hits] == [
             ("rain in may", "2023-05-02T08:00:00.000000Z", "buffer")
         ]
 
-    @pytest.mark.parametrize(("metadata", "data", "fragment"), [
-        ({"timestamp": "2099-01-01T00:00:00Z"}, {"operation": "store", "text": "x"}, "in the future"),
-        ({"timestamp": "May 2023"}, {"operation": "store", "text": "x"}, "metadata.timestamp"),
-        ({}, {"operation": "retrieve", "topic": "x", "where": "attic"}, "data.where"),
-    ])
+    @pytest.mark.parametrize(
+        ("metadata", "data", "fragment"),
+        [
+            (
+                {"timestamp": "2099-01-01T00:00:00Z"},
+                {"operation": "store", "text": "x"},
+                "in the future",
+            ),
+            ({"timestamp": "May 2023"}, {"operation": "store", "text": "x"}, "metadata.timestamp"),
+            ({}, {"operation": "retrieve", "topic": "x", "where": "attic"}, "data.where"),
+        ],
+    )
     def test_bad_input_is_invalid_argument(self, stub, metadata, data, fragment) -> None:
         """Each bad value gets INVALID_ARGUMENT and a message naming the field."""
         with pytest.raises(grpc.RpcError) as refused:
@@ -138,20 +170,28 @@ class TestTimeInTheQueryLanguage:
     @pytest.fixture
     def history(self) -> ConversationHistory:
         history = ConversationHistory(background=False)
-        for text, when in (("garden in april", "2023-04-20T10:00:00Z"), ("garden in may", "2023-05-03T10:00:00Z"),
-                           ("garden in june", "2023-06-03T10:00:00Z")):
+        for text, when in (
+            ("garden in april", "2023-04-20T10:00:00Z"),
+            ("garden in may", "2023-05-03T10:00:00Z"),
+            ("garden in june", "2023-06-03T10:00:00Z"),
+        ):
             _store(history, text, when)
         return history
 
-    @pytest.mark.parametrize(("text", "seqs"), [
-        ("Find utterances about the garden in May 2023", [2]),
-        ("What did the user say about the garden during jun 2023?", [3]),
-        ("Find utterances about the garden until 2023-05-01", [1]),
-        ("Find utterances about the garden since 2023-05-01 until 2023-06-01", [2]),
-        ("Get utterances in April 2023", [1]),
-        ("Get utterances in December 2023", []),
-    ])
-    def test_time_phrase_filters(self, history: ConversationHistory, text: str, seqs: list[int]) -> None:
+    @pytest.mark.parametrize(
+        ("text", "seqs"),
+        [
+            ("Find utterances about the garden in May 2023", [2]),
+            ("What did the user say about the garden during jun 2023?", [3]),
+            ("Find utterances about the garden until 2023-05-01", [1]),
+            ("Find utterances about the garden since 2023-05-01 until 2023-06-01", [2]),
+            ("Get utterances in April 2023", [1]),
+            ("Get utterances in December 2023", []),
+        ],
+    )
+    def test_time_phrase_filters(
+        self, history: ConversationHistory, text: str, seqs: list[int]
+    ) -> None:
         """Each phrase reads as since/until and leaves the topic alone."""
         assert sorted(u["seq"] for u in history.query(text).result["utterances"]) == seqs
 
@@ -160,4 +200,6 @@ class TestTimeInTheQueryLanguage:
         history = ConversationHistory(background=False)
         _store(history, "party", "2023-12-31T23:00:00Z")
         _store(history, "party again", "2024-01-01T00:00:00Z")
-        assert [u["seq"] for u in history.query("Get utterances in December 2023").result["utterances"]] == [1]
+        assert [
+            u["seq"] for u in history.query("Get utterances in December 2023").result["utterances"]
+        ] == [1]

@@ -64,7 +64,9 @@ class TestShapesOfFacts:
 
     def test_a_short_clause_after_a_colon_is_kept_as_said(self):
         """An error message is a value: kept whole, and its literal too."""
-        facts = facts_of("TypeError in src/a.py at line 40: unexpected keyword argument 'tz'.", set())
+        facts = facts_of(
+            "TypeError in src/a.py at line 40: unexpected keyword argument 'tz'.", set()
+        )
         assert "unexpected keyword argument 'tz'" in facts
         assert "src/a.py" in facts
 
@@ -93,7 +95,9 @@ class TestShapesOfFacts:
 
     def test_a_joined_name_opening_a_sentence_is_whole(self):
         """'Seed & Sprout near the hotel', not 'Sprout'."""
-        assert facts_of("Seed & Sprout near the hotel has a vegetarian menu.", set()) == ["Seed & Sprout"]
+        assert facts_of("Seed & Sprout near the hotel has a vegetarian menu.", set()) == [
+            "Seed & Sprout"
+        ]
 
 
 class TestSaidIn:
@@ -113,8 +117,25 @@ class TestSaidElsewhere:
     def test_whole_words_only_and_a_turn_range_is_not_a_number_said(self):
         """'€500' is not said by '€5000' nor '2' by 'v2.1.0' or a head's 'Turns 1–2'; 'Ada' and 'code 7' are."""
         text = "Turns 1–2: Ada; Bo asked for a refund of €5000 on release v2.1.0 (exit code 7.) and “Lena Park”."
-        facts = ["€500", "2", "Ada", "code 7", "Lena Park", "Bo asked", "€5000", "v2.1.0", "Park Lena"]
-        assert said_elsewhere(facts, text) == {"Ada", "code 7", "Lena Park", "Bo asked", "€5000", "v2.1.0"}
+        facts = [
+            "€500",
+            "2",
+            "Ada",
+            "code 7",
+            "Lena Park",
+            "Bo asked",
+            "€5000",
+            "v2.1.0",
+            "Park Lena",
+        ]
+        assert said_elsewhere(facts, text) == {
+            "Ada",
+            "code 7",
+            "Lena Park",
+            "Bo asked",
+            "€5000",
+            "v2.1.0",
+        }
 
 
 class TestWords:
@@ -125,7 +146,15 @@ class TestWords:
         from chd.core.summaries.sentences import words_of
 
         assert words_of("Élodie fährt nach München, Встреча в Москве um 10:30.") == [
-            "Élodie", "fährt", "nach", "München", "Встреча", "в", "Москве", "um", "10:30.",
+            "Élodie",
+            "fährt",
+            "nach",
+            "München",
+            "Встреча",
+            "в",
+            "Москве",
+            "um",
+            "10:30.",
         ]
 
 
@@ -157,16 +186,24 @@ class TestFirstFact:
 
         for sentence in SENTENCES + [fact(i) for i in range(60)]:
             for names in (set(), {sentence.split(" ")[0]}):
-                assert facts_of(sentence, names, first=True) == facts_of(sentence, names)[:1], sentence
+                assert facts_of(sentence, names, first=True) == facts_of(sentence, names)[:1], (
+                    sentence
+                )
 
     def test_an_utterance_key_is_the_first_fact_of_its_first_sentence_with_one(self):
         """utterance_key as defined: facts_in over the sentences in turn, else the longest content word."""
         from tests.talk import fact
 
-        for text in SENTENCES + [fact(i) + " " + fact(i + 1) for i in range(40)] + ["Hello there, how are you?"]:
+        for text in (
+            SENTENCES
+            + [fact(i) + " " + fact(i + 1) for i in range(40)]
+            + ["Hello there, how are you?"]
+        ):
             sentences = split_sentences(text)
             names = name_words(sentences)
-            expected = next((f[0] for f in (facts_in(s, names, set()) for s in sentences) if f), None)
+            expected = next(
+                (f[0] for f in (facts_in(s, names, set()) for s in sentences) if f), None
+            )
             if expected is None:
                 words = [w for w in words_of(text) if len(w) >= 4 and w.lower() not in STOPWORDS]
                 expected = max(words, key=len, default="")
@@ -193,8 +230,13 @@ class TestAbbreviationsUnitsAndTitles:
 
     def test_a_title_does_not_end_the_sentence_and_stays_with_the_name(self):
         """'Dr. Helen Achterberg' is one fact in one sentence."""
-        sentences = split_sentences("Ask Dr. Helen Achterberg, e.g. about run No. 3 vs. run No. 4. Then stop.")
-        assert sentences == ["Ask Dr. Helen Achterberg, e.g. about run No. 3 vs. run No. 4.", "Then stop."]
+        sentences = split_sentences(
+            "Ask Dr. Helen Achterberg, e.g. about run No. 3 vs. run No. 4. Then stop."
+        )
+        assert sentences == [
+            "Ask Dr. Helen Achterberg, e.g. about run No. 3 vs. run No. 4.",
+            "Then stop.",
+        ]
         assert facts_of(sentences[0], set())[:1] == ["Dr. Helen Achterberg"]
 
     def test_no_before_a_word_still_ends_a_sentence(self):
@@ -206,13 +248,21 @@ class TestAbbreviationsUnitsAndTitles:
         assert facts_of("The cap is USD 5 million this year.", set()) == ["USD 5 million"]
         assert facts_of("She takes 600 mg twice a day.", set()) == ["600 mg"]
         assert facts_of("He has type 2 diabetes since May.", set()) == ["type 2 diabetes", "May"]
-        assert facts_of("Spin at 4,000 rpm and keep it at -18 °C.", set()) == ["4,000 rpm", "-18 °C"]
+        assert facts_of("Spin at 4,000 rpm and keep it at -18 °C.", set()) == [
+            "4,000 rpm",
+            "-18 °C",
+        ]
         assert facts_of("The rate is 3.85 % fixed.", set()) == ["3.85 %"]
 
     def test_counts_in_words_irregular_plurals_ordinals_and_phone_numbers_are_facts(self):
         """'three nights', '12 people', '4th floor', '(845) 555-0142', 'Oct. 10', '16,000 × g' stay whole."""
         assert facts_of("We need three nights for 12 people on Oct. 10.", set()) == [
-            "three nights", "12 people", "Oct. 10"
+            "three nights",
+            "12 people",
+            "Oct. 10",
         ]
-        assert facts_of("Call (845) 555-0142 about the 4th floor.", set()) == ["(845) 555-0142", "4th floor"]
+        assert facts_of("Call (845) 555-0142 about the 4th floor.", set()) == [
+            "(845) 555-0142",
+            "4th floor",
+        ]
         assert facts_of("Spin at 16,000 × g in lane 3.", set()) == ["16,000 × g", "lane 3"]

@@ -13,14 +13,15 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from chd.core.history import ConversationHistory
 from chd.core.language.instructions import PURPOSE
-from chd.service.server import build_server
 from chd.core.settings import Settings
+from chd.service.server import build_server
 from chd.v1 import daemon_pb2
-
 from tests.conftest import query
 
 
-def code_of(stub, text: str, metadata: dict | None = None, data: dict | None = None) -> tuple[grpc.StatusCode, str]:
+def code_of(
+    stub, text: str, metadata: dict | None = None, data: dict | None = None
+) -> tuple[grpc.StatusCode, str]:
     with pytest.raises(grpc.RpcError) as caught:
         query(stub, text, metadata, data)
     return caught.value.code(), caught.value.details()
@@ -37,8 +38,18 @@ class TestDaemonInterface:
     def test_instructions_cover_every_operation(self, stub) -> None:
         """GetInstructions names each operation with a form and an example."""
         text = stub.GetInstructions(daemon_pb2.GetInstructionsRequest()).instructions
-        for needle in ("STORE", "RETRIEVE", "REMOVE", "SUMMARIZE", "Add utterance:", "Remove before turn",
-                       "Summarize conversation", "data.operation", "conversation_id", "Example"):
+        for needle in (
+            "STORE",
+            "RETRIEVE",
+            "REMOVE",
+            "SUMMARIZE",
+            "Add utterance:",
+            "Remove before turn",
+            "Summarize conversation",
+            "data.operation",
+            "conversation_id",
+            "Example",
+        ):
             assert needle in text
 
     def test_spec_scenario_over_grpc(self, stub) -> None:
@@ -49,7 +60,10 @@ class TestDaemonInterface:
             ("user", "How about tomorrow?"),
             ("assistant", "Tomorrow will be cloudy with light rain."),
             ("user", "Thanks, I will pack a raincoat."),
-        ] + [("assistant" if i % 2 == 0 else "user", f"Point {i} about the museum schedule.") for i in range(6, 21)]
+        ] + [
+            ("assistant" if i % 2 == 0 else "user", f"Point {i} about the museum schedule.")
+            for i in range(6, 21)
+        ]
         for speaker, text in script:
             r = query(stub, f"Add {speaker} utterance: '{text}'", {"conversation_id": "spec"})
             assert list(r.result["evicted"]) == []
@@ -67,10 +81,17 @@ class TestDaemonInterface:
 
     def test_every_operation_returns_items_and_tokens(self, stub) -> None:
         """store, retrieve, remove and summarize all fill the two metadata counts."""
-        for text in ("Add utterance: one", "Get all utterances", "Remove oldest utterance", "Summarize conversation"):
+        for text in (
+            "Add utterance: one",
+            "Get all utterances",
+            "Remove oldest utterance",
+            "Summarize conversation",
+        ):
             r = query(stub, text)
             assert "items_affected" in r.metadata and "tokens_used" in r.metadata, text
-        assert query(stub, "Summarize conversation", data={"token_limit": 10}).result["tokens"] <= 10
+        assert (
+            query(stub, "Summarize conversation", data={"token_limit": 10}).result["tokens"] <= 10
+        )
 
     def test_unicode_round_trips(self, stub) -> None:
         """Any unicode text comes back exactly."""
@@ -86,19 +107,85 @@ class TestStatusCodes:
         ("text", "metadata", "data", "code", "fragment"),
         [
             ("frobnicate the widgets", {}, {}, grpc.StatusCode.INVALID_ARGUMENT, "supported forms"),
-            ("Add utterance: x", {"turn_number": "abc"}, {}, grpc.StatusCode.INVALID_ARGUMENT, "metadata.turn_number"),
-            ("Add utterance: x", {"turn_number": -3}, {}, grpc.StatusCode.INVALID_ARGUMENT, "at least 0"),
-            ("Add utterance: x", {"turn_number": math.nan}, {}, grpc.StatusCode.INVALID_ARGUMENT, "metadata.turn_number"),
-            ("Add utterance: x", {"turn_number": math.inf}, {}, grpc.StatusCode.INVALID_ARGUMENT, "metadata.turn_number"),
-            ("Add utterance: x", {"turn_number": [1, 2]}, {}, grpc.StatusCode.INVALID_ARGUMENT, "metadata.turn_number"),
-            ("Add utterance: x", {"speaker": {"name": "user"}}, {}, grpc.StatusCode.INVALID_ARGUMENT, "metadata.speaker"),
-            ("Add utterance: x", {"speaker": "narrator"}, {}, grpc.StatusCode.INVALID_ARGUMENT, "metadata.speaker"),
-            ("", {}, {"operation": "store", "text": "   "}, grpc.StatusCode.INVALID_ARGUMENT, "data.text"),
+            (
+                "Add utterance: x",
+                {"turn_number": "abc"},
+                {},
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "metadata.turn_number",
+            ),
+            (
+                "Add utterance: x",
+                {"turn_number": -3},
+                {},
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "at least 0",
+            ),
+            (
+                "Add utterance: x",
+                {"turn_number": math.nan},
+                {},
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "metadata.turn_number",
+            ),
+            (
+                "Add utterance: x",
+                {"turn_number": math.inf},
+                {},
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "metadata.turn_number",
+            ),
+            (
+                "Add utterance: x",
+                {"turn_number": [1, 2]},
+                {},
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "metadata.turn_number",
+            ),
+            (
+                "Add utterance: x",
+                {"speaker": {"name": "user"}},
+                {},
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "metadata.speaker",
+            ),
+            (
+                "Add utterance: x",
+                {"speaker": "narrator"},
+                {},
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "metadata.speaker",
+            ),
+            (
+                "",
+                {},
+                {"operation": "store", "text": "   "},
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "data.text",
+            ),
             ("", {}, {"operation": ["store"]}, grpc.StatusCode.INVALID_ARGUMENT, "data.operation"),
-            ("Get the last 3 utterances", {}, {"last_n": 1e300}, grpc.StatusCode.INVALID_ARGUMENT, "last_n"),
-            ("Summarize conversation", {}, {"token_limit": 0}, grpc.StatusCode.INVALID_ARGUMENT, "token_limit"),
+            (
+                "Get the last 3 utterances",
+                {},
+                {"last_n": 1e300},
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "last_n",
+            ),
+            (
+                "Summarize conversation",
+                {},
+                {"token_limit": 0},
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "token_limit",
+            ),
             ("Remove utterance 40", {}, {}, grpc.StatusCode.NOT_FOUND, "utterance 40"),
-            ("Add utterance: " + "x" * 40_000, {}, {}, grpc.StatusCode.RESOURCE_EXHAUSTED, "characters"),
+            (
+                "Add utterance: " + "x" * 40_000,
+                {},
+                {},
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "characters",
+            ),
         ],
     )
     def test_bad_input(self, stub, text, metadata, data, code, fragment) -> None:
@@ -169,7 +256,9 @@ class TestShutdown:
             from chd.v1 import daemon_pb2_grpc
 
             stub = daemon_pb2_grpc.DaemonStub(channel)
-            worker = threading.Thread(target=lambda: answers.append(query(stub, "Add utterance: in flight")))
+            worker = threading.Thread(
+                target=lambda: answers.append(query(stub, "Add utterance: in flight"))
+            )
             worker.start()
             assert started.wait(5)
             server.stop(grace=5)

@@ -15,7 +15,11 @@ from tests.conftest import query
 # (query, the text kept, the speaker named or None)
 SHAPES = [
     ("Save this for later: the gate code is 4411", "the gate code is 4411", None),
-    ("Note the following from the assistant \u2014 Checkout is at 11.", "Checkout is at 11.", "assistant"),
+    (
+        "Note the following from the assistant \u2014 Checkout is at 11.",
+        "Checkout is at 11.",
+        "assistant",
+    ),
     ("Into the history, as the user: 'Call me back at six.'", "Call me back at six.", "user"),
     ("Memory entry, assistant side: Room 12 is ready", "Room 12 is ready", "assistant"),
     ("Add this -> the lift is broken", "the lift is broken", None),
@@ -24,7 +28,11 @@ SHAPES = [
     ("Log a reply from the bot - Sure thing", "Sure thing", "assistant"),
     ("Keep this from the customer\nMy order never arrived", "My order never arrived", "user"),
     ("'We fly out Monday.' \u2014 that's from the user, keep it", "We fly out Monday.", "user"),
-    ("Here is the assistant's answer, 'Yes, pets are allowed.', add it", "Yes, pets are allowed.", "assistant"),
+    (
+        "Here is the assistant's answer, 'Yes, pets are allowed.', add it",
+        "Yes, pets are allowed.",
+        "assistant",
+    ),
     ("We fly out Monday \u2014 that's from the user, keep it", "We fly out Monday", "user"),
     ("note that the user told us: I prefer aisle seats", "I prefer aisle seats", "user"),
     ("what the assistant answered was: We open at nine.", "We open at nine.", "assistant"),
@@ -34,7 +42,11 @@ SHAPES = [
     ("Add: 'hi' and 'bye'", "'hi' and 'bye'", None),
     ("Remember that the user prefers aisle seats", "the user prefers aisle seats", None),
     ("Please add `ls -la` as the user's message", "ls -la", "user"),
-    ("Insert this (speaker: bot) \u2014 'Ratio is 3:2 => fine'", "Ratio is 3:2 => fine", "assistant"),
+    (
+        "Insert this (speaker: bot) \u2014 'Ratio is 3:2 => fine'",
+        "Ratio is 3:2 => fine",
+        "assistant",
+    ),
     ("Please note that the meeting moved to 10", "the meeting moved to 10", None),
     ("remember that Did the assistant say 'Paris'?", "Did the assistant say 'Paris'?", None),
 ]
@@ -73,7 +85,9 @@ class TestRefusals:
             ("note that the user told us I prefer aisle seats", "prefer"),
         ],
     )
-    def test_unclear_words_are_named_and_quotes_or_data_text_suggested(self, text: str, unclear: str) -> None:
+    def test_unclear_words_are_named_and_quotes_or_data_text_suggested(
+        self, text: str, unclear: str
+    ) -> None:
         """The refusal names the word it could not place and says how to store anyway."""
         with pytest.raises(UnclearStore) as refused:
             parse(text)
@@ -146,7 +160,9 @@ class TestPayloadIsNotParsed:
         small = (unit * (100_000 // len(unit))).strip()
         large = (unit * (1_000_000 // len(unit))).strip()
         assert parse(shape.format(large)).fields["text"] == large
-        assert _best_of_three(shape.format(large)) <= 40 * max(_best_of_three(shape.format(small)), 1e-4)
+        assert _best_of_three(shape.format(large)) <= 40 * max(
+            _best_of_three(shape.format(small)), 1e-4
+        )
 
 
 class TestOverGrpc:

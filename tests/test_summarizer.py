@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -33,7 +33,15 @@ TRIP = [
 
 def utterances(rows: Sequence[tuple[str, str, int]], first_seq: int = 1) -> list[Utterance]:
     return [
-        Utterance("c", first_seq + i, speaker, text, turn, "2026-01-01T00:00:00.000000Z", COUNTER.count(text))
+        Utterance(
+            "c",
+            first_seq + i,
+            speaker,
+            text,
+            turn,
+            "2026-01-01T00:00:00.000000Z",
+            COUNTER.count(text),
+        )
         for i, (speaker, text, turn) in enumerate(rows)
     ]
 
@@ -57,7 +65,15 @@ class TestExtractiveSummary:
         """A tight budget keeps the facts of the sentences it cannot quote."""
         summary = offline.summarize("", utterances(TRIP), 60)
         assert COUNTER.count(summary) <= 60
-        for fact in ("Berlin", "9:30", "Paris", "Friday", "200 euros", "Hotel Lumière", "180 euros"):
+        for fact in (
+            "Berlin",
+            "9:30",
+            "Paris",
+            "Friday",
+            "200 euros",
+            "Hotel Lumière",
+            "180 euros",
+        ):
             assert fact in summary
 
     def test_a_long_batch_is_compressed_to_under_half(self, offline):
@@ -83,14 +99,18 @@ class TestExtractiveSummary:
 
     def test_summary_is_deterministic(self, offline):
         batch = utterances(TRIP)
-        assert offline.summarize("", batch, 120) == ExtractiveSummarizer(COUNTER).summarize("", batch, 120)
+        assert offline.summarize("", batch, 120) == ExtractiveSummarizer(COUNTER).summarize(
+            "", batch, 120
+        )
 
     def test_summary_names_the_topics_said_more_than_once(self, offline):
         summary = offline.summarize("", utterances(TRIP), 512)
         head = summary.split(":", 1)[0]
         assert head.startswith("Turns 1–5, about ")
         assert set(head.removeprefix("Turns 1–5, about ").replace(" and ", ", ").split(", ")) == {
-            "Berlin", "Paris", "Louvre"
+            "Berlin",
+            "Paris",
+            "Louvre",
         }
 
     def test_a_merge_keeps_the_earlier_summary_and_adds_the_new_turns(self, offline):
@@ -111,8 +131,12 @@ class TestExtractiveSummary:
             assert line.startswith("Turn") and ("the user" in line or "the assistant" in line)
 
     def test_a_summary_in_another_format_is_kept_as_plain_sentences(self, offline):
-        claude_prose = "The user planned a trip to Paris. The assistant booked Hotel Lumière for 180 euros."
-        merged = offline.summarize(claude_prose, utterances([("user", "Add a museum pass for 62 euros.", 7)], 20), 512)
+        claude_prose = (
+            "The user planned a trip to Paris. The assistant booked Hotel Lumière for 180 euros."
+        )
+        merged = offline.summarize(
+            claude_prose, utterances([("user", "Add a museum pass for 62 euros.", 7)], 20), 512
+        )
         assert merged.splitlines()[0] == claude_prose
         assert "62 euros" in merged
 
@@ -122,7 +146,11 @@ class TestExtractiveSummary:
         assert 0 < COUNTER.count(short) <= 30
 
     def test_a_sentence_longer_than_the_budget_is_cut_not_lost(self, offline):
-        rambling = "The itinerary covers " + ", ".join(f"a stop in the {w} quarter" for w in ["old", "new"] * 15) + "."
+        rambling = (
+            "The itinerary covers "
+            + ", ".join(f"a stop in the {w} quarter" for w in ["old", "new"] * 15)
+            + "."
+        )
         summary = offline.summarize("", utterances([("user", rambling, 1)]), 25)
         assert 0 < COUNTER.count(summary) <= 25
         assert "itinerary" in summary
@@ -130,7 +158,9 @@ class TestExtractiveSummary:
     def test_curly_quotes_inside_an_utterance_do_not_break_the_next_merge(self, offline):
         batch = utterances([("user", "My manager said “ship it on Monday” at 10 am.", 1)])
         first = offline.summarize("", batch, 512)
-        merged = offline.summarize(first, utterances([("user", "The launch budget is 5000 dollars.", 2)], 2), 512)
+        merged = offline.summarize(
+            first, utterances([("user", "The launch budget is 5000 dollars.", 2)], 2), 512
+        )
         assert "ship it on Monday" in merged and "5000" in merged
 
     def test_nothing_to_summarize_gives_an_empty_summary(self, offline):
@@ -153,7 +183,9 @@ class _Flaky:
 
     name = "flaky"
 
-    def __init__(self, failures: int, error: Exception | None = None, reply: str = "Model summary.") -> None:
+    def __init__(
+        self, failures: int, error: Exception | None = None, reply: str = "Model summary."
+    ) -> None:
         self.failures = failures
         self.error = error or SummarizerError("overloaded")
         self.reply = reply
@@ -171,7 +203,11 @@ class TestSummaryWriter:
 
     def writer(self, primary, attempts=3, sleeps=None):
         return SummaryWriter(
-            primary, COUNTER, ExtractiveSummarizer(COUNTER), attempts=attempts, backoff=0.5,
+            primary,
+            COUNTER,
+            ExtractiveSummarizer(COUNTER),
+            attempts=attempts,
+            backoff=0.5,
             sleep=(sleeps.append if sleeps is not None else lambda _s: None),
         )
 
@@ -179,7 +215,9 @@ class TestSummaryWriter:
         sleeps: list[float] = []
         flaky = _Flaky(failures=2)
         outcome = self.writer(flaky, sleeps=sleeps).write("", utterances(TRIP), 200)
-        assert outcome.text == "Model summary." and outcome.made_by == "flaky" and outcome.error == ""
+        assert (
+            outcome.text == "Model summary." and outcome.made_by == "flaky" and outcome.error == ""
+        )
         assert flaky.calls == 3 and sleeps == [0.5, 1.0]
 
     def test_after_the_last_attempt_the_offline_summarizer_folds_the_batch(self):
@@ -196,11 +234,15 @@ class TestSummaryWriter:
         assert flaky.calls == 1 and outcome.made_by == "extractive"
 
     def test_a_summarizer_crashing_with_any_exception_falls_back(self):
-        outcome = self.writer(_Flaky(failures=99, error=KeyError("boom")), attempts=1).write("", utterances(TRIP), 200)
+        outcome = self.writer(_Flaky(failures=99, error=KeyError("boom")), attempts=1).write(
+            "", utterances(TRIP), 200
+        )
         assert outcome.made_by == "extractive" and "KeyError" in outcome.error
 
     def test_a_reply_over_the_limit_is_cut_at_a_sentence_end(self):
-        long_reply = " ".join(f"Fact number {i} is that the user likes item {i}." for i in range(100))
+        long_reply = " ".join(
+            f"Fact number {i} is that the user likes item {i}." for i in range(100)
+        )
         outcome = self.writer(_Flaky(0, reply=long_reply)).write("", utterances(TRIP), 40)
         assert COUNTER.count(outcome.text) <= 40
         assert outcome.text.endswith(".")
@@ -214,13 +256,24 @@ class TestSummaryWriter:
     def test_just_after_a_failure_a_waiting_caller_skips_the_model(self):
         now = [100.0]
         flaky = _Flaky(failures=3)
-        writer = SummaryWriter(flaky, COUNTER, ExtractiveSummarizer(COUNTER), attempts=3, backoff=0,
-                               cooldown=60, sleep=lambda _s: None, clock=lambda: now[0])
+        writer = SummaryWriter(
+            flaky,
+            COUNTER,
+            ExtractiveSummarizer(COUNTER),
+            attempts=3,
+            backoff=0,
+            cooldown=60,
+            sleep=lambda _s: None,
+            clock=lambda: now[0],
+        )
         writer.write("", utterances(TRIP), 200)  # the worker gives up after 3 tries
         now[0] += 30
         outcome = writer.write("", utterances(TRIP), 200, patient=False)
         assert flaky.calls == 3
-        assert "failed 30 s ago (SummarizerError: overloaded); not retried while a caller waits" in outcome.error
+        assert (
+            "failed 30 s ago (SummarizerError: overloaded); not retried while a caller waits"
+            in outcome.error
+        )
         now[0] += 31
         assert writer.write("", utterances(TRIP), 200, patient=False).made_by == "flaky"
         assert flaky.calls == 4
@@ -253,12 +306,17 @@ class TestChoosingTheSummarizer:
         assert build_writer("auto", COUNTER, environ={}).name == "extractive"
 
     def test_with_a_key_auto_means_claude_with_an_offline_fallback(self):
-        writer = build_writer("auto", COUNTER, environ={"ANTHROPIC_API_KEY": "sk-test"}, model="claude-x")
+        writer = build_writer(
+            "auto", COUNTER, environ={"ANTHROPIC_API_KEY": "sk-test"}, model="claude-x"
+        )
         assert writer.name == "claude:claude-x"
         assert writer.fallback is not None and writer.fallback.name == "extractive"
 
     def test_offline_ignores_a_key(self):
-        assert build_writer("offline", COUNTER, environ={"ANTHROPIC_API_KEY": "sk"}).name == "extractive"
+        assert (
+            build_writer("offline", COUNTER, environ={"ANTHROPIC_API_KEY": "sk"}).name
+            == "extractive"
+        )
 
     def test_claude_without_a_key_is_refused(self):
         with pytest.raises(ValueError, match="ANTHROPIC_API_KEY"):
@@ -278,7 +336,10 @@ def _costs(small: tuple[str, str], large: tuple[str, str], rounds: int = 5) -> t
     import time
 
     summarizer = ExtractiveSummarizer(COUNTER)
-    cases = [(previous, utterances([("user", text, 1)]) if text else []) for text, previous in (small, large)]
+    cases = [
+        (previous, utterances([("user", text, 1)]) if text else [])
+        for text, previous in (small, large)
+    ]
     best = [float("inf"), float("inf")]
     for _ in range(rounds):
         for i, (previous, batch) in enumerate(cases):
@@ -295,7 +356,10 @@ _SHAPES = {
     "open curly quotes": lambda n: ("“" * n, ""),
     "a run of marks": lambda n: ("." * n + "a", ""),
     "numbers and units": lambda n: ("7 hours " * (n // 8), ""),
-    "a previous line of facts": lambda n: ("", "Turns 1–2: " + "; ".join(f"K{i}" for i in range(n // 5))),
+    "a previous line of facts": lambda n: (
+        "",
+        "Turns 1–2: " + "; ".join(f"K{i}" for i in range(n // 5)),
+    ),
     "a previous line of quotes": lambda n: ("", "Turns 1–2: the user said " + "“a”, " * (n // 6)),
 }
 
@@ -314,9 +378,13 @@ class TestLinearTime:
 
     def test_the_splitter_keeps_versions_paths_urls_and_addresses_whole(self):
         """Only a mark followed by white space or the end ends a sentence."""
-        text = "Use 3.11.6 with src/app.py. Mail ana@example.org or see https://x.org/a.b?c=1! Done."
+        text = (
+            "Use 3.11.6 with src/app.py. Mail ana@example.org or see https://x.org/a.b?c=1! Done."
+        )
         assert split_sentences(text) == [
-            "Use 3.11.6 with src/app.py.", "Mail ana@example.org or see https://x.org/a.b?c=1!", "Done."
+            "Use 3.11.6 with src/app.py.",
+            "Mail ana@example.org or see https://x.org/a.b?c=1!",
+            "Done.",
         ]
 
 
@@ -351,6 +419,9 @@ class TestSpeakersNamedInTheText:
 
     def test_a_one_off_label_is_not_a_speaker(self, offline):
         """'Update: …' on one line is a label: the line stays the user's."""
-        rows = [("user", "Update: the budget is now 1700 euros.", 1), ("assistant", "Noted, 1700 euros.", 1)]
+        rows = [
+            ("user", "Update: the budget is now 1700 euros.", 1),
+            ("assistant", "Noted, 1700 euros.", 1),
+        ]
         summary = offline.summarize("", utterances(rows), 512)
         assert "the user said “Update: the budget is now 1700 euros.”" in summary

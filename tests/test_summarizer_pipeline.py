@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import grpc
 import pytest
 
-from tests.conftest import DaemonProcess, query, run_chd
 from chd.core.history import ConversationHistory
-from chd.core.summaries.extractive import ExtractiveSummarizer
-from chd.service.server import build_server
 from chd.core.settings import Settings
+from chd.core.summaries.extractive import ExtractiveSummarizer
 from chd.core.summaries.writer import SummaryWriter
 from chd.core.tokens import default_counter
+from chd.service.server import build_server
 from chd.v1 import daemon_pb2_grpc
+from tests.conftest import DaemonProcess, query, run_chd
 from tests.talk import fact
 
 COUNTER = default_counter()
@@ -28,7 +28,9 @@ SCENARIO = [
 ]
 
 
-def fill(history: ConversationHistory, count: int, conversation: str = "default", first: int = 0) -> None:
+def fill(
+    history: ConversationHistory, count: int, conversation: str = "default", first: int = 0
+) -> None:
     """Store ``count`` distinct utterances, user and assistant alternating."""
     for i in range(first, first + count):
         speaker = "user" if i % 2 == 0 else "assistant"
@@ -46,7 +48,9 @@ def small() -> Iterator[ConversationHistory]:
 @pytest.fixture
 def folding_on_store() -> Iterator[ConversationHistory]:
     """Like ``small`` but folding on every store, so segment boundaries are deterministic."""
-    history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2), background=False)
+    history = ConversationHistory(
+        settings=Settings(buffer_size=4, eviction_batch=2), background=False
+    )
     yield history
     history.close()
 
@@ -65,7 +69,11 @@ class TestSpecScenario:
 
     def test_the_21st_utterance_evicts_1_to_5_and_the_summary_covers_them(self, history):
         for i in range(20):
-            speaker, text = SCENARIO[i] if i < len(SCENARIO) else ("user" if i % 2 == 0 else "assistant", f"Filler message number {i}.")
+            speaker, text = (
+                SCENARIO[i]
+                if i < len(SCENARIO)
+                else ("user" if i % 2 == 0 else "assistant", f"Filler message number {i}.")
+            )
             history.query(f"Add {speaker} utterance: {text}")
         answer = history.query("Add user utterance: Tell me about Paris")
         assert answer.result["evicted"] == [1, 2, 3, 4, 5]
@@ -104,10 +112,13 @@ class TestCoverage:
 
     def test_the_stored_summary_never_exceeds_the_token_limit(self):
         history = ConversationHistory(
-            settings=Settings(buffer_size=3, eviction_batch=1, summary_token_limit=60), background=False
+            settings=Settings(buffer_size=3, eviction_batch=1, summary_token_limit=60),
+            background=False,
         )
         for i in range(40):
-            history.query(f"Add utterance: Point {i}: the {i}th supplier in {chr(65 + i % 26)}ville charges {i * 13} dollars.")
+            history.query(
+                f"Add utterance: Point {i}: the {i}th supplier in {chr(65 + i % 26)}ville charges {i * 13} dollars."
+            )
             summary = history.backend.read("default").summary
             assert summary.tokens <= 60 and COUNTER.count(summary.text) <= 60
         history.close()
@@ -127,7 +138,9 @@ class TestContext:
         fill(small, 10)
         answer = small.query("Get context within 2000 tokens")
         context = answer.result["context"]
-        assert context.startswith("Summary of the earlier conversation:\n" + answer.result["summary"])
+        assert context.startswith(
+            "Summary of the earlier conversation:\n" + answer.result["summary"]
+        )
         assert [u["seq"] for u in answer.result["utterances"]] == [7, 8, 9, 10]
         assert context.index(fact(6)) < context.index(fact(9))
         assert answer.result["tokens"] == COUNTER.count(context) == answer.metadata["tokens_used"]
@@ -147,7 +160,11 @@ class TestContext:
         assert answer["tokens"] <= 20 and answer["utterances"] == []
 
     @pytest.mark.parametrize(
-        "text", ["Get context within 300 tokens, please", "Could you get the context within 300 tokens? Thanks"]
+        "text",
+        [
+            "Get context within 300 tokens, please",
+            "Could you get the context within 300 tokens? Thanks",
+        ],
     )
     def test_polite_endings_do_not_hide_a_context_request(self, small, text):
         fill(small, 7)
@@ -211,7 +228,10 @@ class TestForgettingReallyForgets:
         answer = folding_on_store.query(f"Remove before turn {middle}")
         assert answer.result["summary_segments_dropped"] >= 1
         assert answer.result["summary_segments_rebuilt"] == 0
-        assert all(s.seq_from > first.seq_to for s in folding_on_store.backend.read("default").summary.segments)
+        assert all(
+            s.seq_from > first.seq_to
+            for s in folding_on_store.backend.read("default").summary.segments
+        )
 
     def test_remove_the_last_turns_with_an_empty_buffer_removes_nothing(self, archived):
         fill(archived, 8)
@@ -262,7 +282,9 @@ class TestForgettingReallyForgets:
         answer = folding_on_store.query("Remove utterance 1")
         assert answer.result["removed"] == []
         assert answer.result["summary_segments_dropped"] == 1
-        assert all(s.seq_from > 1 for s in folding_on_store.backend.read("default").summary.segments)
+        assert all(
+            s.seq_from > 1 for s in folding_on_store.backend.read("default").summary.segments
+        )
 
     def test_removing_an_utterance_that_never_existed_is_not_found(self, folding_on_store):
         from chd.core.errors import NotFound
@@ -277,7 +299,12 @@ class TestForgettingReallyForgets:
         answer = archived.query("Clear the conversation")
         assert answer.result["summary_segments_dropped"] >= 1
         state = archived.backend.read("default")
-        assert not state.summary.segments and not state.pending and not state.archive and not state.utterances
+        assert (
+            not state.summary.segments
+            and not state.pending
+            and not state.archive
+            and not state.utterances
+        )
 
     def test_a_remove_racing_a_fold_is_not_undone_by_its_summary(self, gated):
         """The summarizer is busy with utterances 1-2 while they are removed: they must not come back."""
@@ -320,21 +347,26 @@ def gated() -> Iterator[tuple[ConversationHistory, _Gate]]:
     history.close()
 
 
-class TestCoverage:
+class TestStatsCoverage:
     """Stats say how much of what left the buffer the summary still holds."""
 
     def test_stats_report_the_share_of_evicted_utterances_the_summary_covers(self):
         """A roomy budget covers every evicted utterance; a tight one fewer, and says so."""
         shares = []
         for limit in (2048, 24):
-            history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2,
-                                                            summary_token_limit=limit), background=False)
+            history = ConversationHistory(
+                settings=Settings(buffer_size=4, eviction_batch=2, summary_token_limit=limit),
+                background=False,
+            )
             try:
                 fill(history, 40)
                 stats = history.query("stats").result
             finally:
                 history.close()
-            assert stats["summary_offline_only_utterances"] == 0 and stats["summary_awaiting_rewrite"] == 0
+            assert (
+                stats["summary_offline_only_utterances"] == 0
+                and stats["summary_awaiting_rewrite"] == 0
+            )
             shares.append(stats["summary_coverage"])
         assert shares[0] == 1.0 and 0 < shares[1] < 0.9
 
@@ -342,7 +374,9 @@ class TestCoverage:
 class TestReadsDoNotWaitForASlowModel:
     """A read that must fold waits for a busy model only so long, then folds offline."""
 
-    def test_get_summary_gives_the_queue_verbatim_when_the_worker_is_stuck_on_the_model(self, gated, monkeypatch):
+    def test_get_summary_gives_the_queue_verbatim_when_the_worker_is_stuck_on_the_model(
+        self, gated, monkeypatch
+    ):
         """A read that cannot wait commits no offline fold: the model's result lands later."""
         import chd.core.history
 
@@ -387,7 +421,9 @@ class TestArchive:
             ("Search the archive for Oslo", [4]),
         ],
     )
-    def test_archive_phrasings_with_other_filters_read_the_archive_not_the_buffer(self, archived, text, seqs):
+    def test_archive_phrasings_with_other_filters_read_the_archive_not_the_buffer(
+        self, archived, text, seqs
+    ):
         fill(archived, 10)  # seqs 1-6 (turns 1-3) archived, 7-10 in the buffer
         archived.query("Get summary")
         answer = archived.query(text)
@@ -402,7 +438,9 @@ class TestArchive:
 
     def test_with_summarization_off_evicted_utterances_go_straight_to_the_archive(self):
         history = ConversationHistory(
-            settings=Settings(buffer_size=4, eviction_batch=2, archive_evicted=True, summarization_enabled=False)
+            settings=Settings(
+                buffer_size=4, eviction_batch=2, archive_evicted=True, summarization_enabled=False
+            )
         )
         fill(history, 6)
         state = history.backend.read("default")
@@ -411,7 +449,9 @@ class TestArchive:
 
     def test_with_summarization_off_a_lowered_buffer_size_archives_what_it_evicts(self):
         history = ConversationHistory(
-            settings=Settings(buffer_size=4, eviction_batch=2, archive_evicted=True, summarization_enabled=False)
+            settings=Settings(
+                buffer_size=4, eviction_batch=2, archive_evicted=True, summarization_enabled=False
+            )
         )
         fill(history, 6)
         configured = history.query("Set the buffer size to 1")
@@ -427,12 +467,24 @@ class TestServeFlags:
     def test_archive_and_summary_limit_flags_reach_the_daemon(self, monkeypatch):
         monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
         monkeypatch.setenv("CHD_ARCHIVE_EVICTED", "true")
-        daemon = DaemonProcess("--buffer-size", "4", "--eviction-batch", "2", "--summary-token-limit", "40")
+        daemon = DaemonProcess(
+            "--buffer-size", "4", "--eviction-batch", "2", "--summary-token-limit", "40"
+        )
         try:
             for i in range(12):
-                assert run_chd("query", "--target", daemon.target, f"Add utterance: Fact {i}: hall {i} has {i} doors.").returncode == 0
+                assert (
+                    run_chd(
+                        "query",
+                        "--target",
+                        daemon.target,
+                        f"Add utterance: Fact {i}: hall {i} has {i} doors.",
+                    ).returncode
+                    == 0
+                )
             summary = run_chd("query", "--json", "--target", daemon.target, "Get summary")
-            archive = run_chd("query", "--json", "--target", daemon.target, "Get archived utterances")
+            archive = run_chd(
+                "query", "--json", "--target", daemon.target, "Get archived utterances"
+            )
         finally:
             daemon.kill()
         import json
@@ -480,14 +532,32 @@ class TestPersistedMarks:
     def _state_with_marks():  # type: ignore[no-untyped-def]
         from chd.core.utterance import Summary, SummarySegment, Utterance
 
-        held = tuple(Utterance("c", seq, "user", fact(seq), seq, "2026-01-01T00:00:00.000000Z", 12) for seq in (3, 4))
+        held = tuple(
+            Utterance("c", seq, "user", fact(seq), seq, "2026-01-01T00:00:00.000000Z", 12)
+            for seq in (3, 4)
+        )
         summary = Summary(
             segments=(
-                SummarySegment("Turns 1–2: Ada; 42 euros", 9, 1, 2, 1, 2, "claude:m", "", ("Ada", "42 euros")),
-                SummarySegment("Turns 3–4: Bruno", 5, 3, 4, 3, 4, "extractive", "claude:m failed: HTTP 500",
-                               ("Bruno", "")),
+                SummarySegment(
+                    "Turns 1–2: Ada; 42 euros", 9, 1, 2, 1, 2, "claude:m", "", ("Ada", "42 euros")
+                ),
+                SummarySegment(
+                    "Turns 3–4: Bruno",
+                    5,
+                    3,
+                    4,
+                    3,
+                    4,
+                    "extractive",
+                    "claude:m failed: HTTP 500",
+                    ("Bruno", ""),
+                ),
             ),
-            through_seq=4, tokens=15, held=held, held_dropped=2, held_dropped_through=1,
+            through_seq=4,
+            tokens=15,
+            held=held,
+            held_dropped=2,
+            held_dropped_through=1,
         )
         return held, summary
 
@@ -498,7 +568,9 @@ class TestPersistedMarks:
 
         _, summary = self._state_with_marks()
         backend = DiskBackend(tmp_path)
-        backend.transact("c", lambda state: (Change(summary=summary, next_seq=5, last_turn=4), None))
+        backend.transact(
+            "c", lambda state: (Change(summary=summary, next_seq=5, last_turn=4), None)
+        )
         backend.close()
         reopened = DiskBackend(tmp_path)
         try:
@@ -536,7 +608,10 @@ class TestBufferContext:
     def _utterances(self, count: int, tokens: int) -> list:
         from chd.core.utterance import Utterance
 
-        return [Utterance("c", seq, "user", f"line {seq}", seq, "2026-01-01T00:00:00Z", tokens) for seq in range(1, count + 1)]
+        return [
+            Utterance("c", seq, "user", f"line {seq}", seq, "2026-01-01T00:00:00Z", tokens)
+            for seq in range(1, count + 1)
+        ]
 
     def test_the_context_is_the_newest_utterances_within_the_bound(self) -> None:
         """10,000 buffered utterances of 10 tokens give the newest 200 (2,000 tokens), in order."""
@@ -544,7 +619,9 @@ class TestBufferContext:
 
         buffered = self._utterances(10_000, 10)
         context = newest_context(buffered)
-        assert [u.seq for u in context] == list(range(10_000 - CONTEXT_BUFFER_TOKENS // 10 + 1, 10_001))
+        assert [u.seq for u in context] == list(
+            range(10_000 - CONTEXT_BUFFER_TOKENS // 10 + 1, 10_001)
+        )
 
     def test_a_small_buffer_is_given_whole_and_one_huge_utterance_still_counts(self) -> None:
         """Under the bound everything is context; a single utterance over it is still given."""
@@ -566,7 +643,9 @@ class TestBufferContext:
                     seen.append(sum(u.tokens for u in context.buffered))
                 return super().summarize(previous, utterances, token_limit, context)
 
-        history = ConversationHistory(settings=Settings(buffer_size=100_000, max_tokens=30_000), background=False)
+        history = ConversationHistory(
+            settings=Settings(buffer_size=100_000, max_tokens=30_000), background=False
+        )
         history.writer.primary = Recording(default_counter())
         try:
             for i in range(4_000):

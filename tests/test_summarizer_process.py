@@ -5,17 +5,17 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 
 import grpc
 import pytest
-
 from conftest import DaemonProcess
+
 from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.process import NICE, ProcessSummarizer
 from chd.core.summaries.summarizer import SummarizerError, SummaryContext
 from chd.core.summaries.writer import build_writer
-from chd.core.summaries.process import NICE, ProcessSummarizer
 from chd.core.tokens import default_counter
 from chd.core.utterance import Utterance
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
@@ -31,8 +31,12 @@ def _batch(start: int, count: int = 5) -> list[Utterance]:
     ]
     return [
         Utterance(
-            conversation_id="c", seq=seq, speaker="user" if seq % 2 else "assistant",
-            text=texts[seq % len(texts)], turn_number=(seq + 1) // 2, timestamp="2026-11-21T10:00:00.000000Z",
+            conversation_id="c",
+            seq=seq,
+            speaker="user" if seq % 2 else "assistant",
+            text=texts[seq % len(texts)],
+            turn_number=(seq + 1) // 2,
+            timestamp="2026-11-21T10:00:00.000000Z",
             tokens=10,
         )
         for seq in range(start, start + count)
@@ -156,9 +160,13 @@ class TestProcessSummarizer:
         """Utterances cross as tuples of their fields; the child sees the very same ones."""
         child = ProcessSummarizer(make=echoing_summarizer)
         try:
-            context = SummaryContext(summary="earlier: Lyon", buffered=tuple(_batch(20, 3)), parts=((1, 2, "a"),))
+            context = SummaryContext(
+                summary="earlier: Lyon", buffered=tuple(_batch(20, 3)), parts=((1, 2, "a"),)
+            )
             batch = _batch(1) + [replace(_batch(6, 1)[0], important=True, text="naïve “quotes”\n")]
-            assert child.summarize("before", batch, 60, context) == _Echo().summarize("before", tuple(batch), 60, context)
+            assert child.summarize("before", batch, 60, context) == _Echo().summarize(
+                "before", tuple(batch), 60, context
+            )
             assert child.summarize("", batch, 9) == _Echo().summarize("", tuple(batch), 9)
         finally:
             child.close()
@@ -252,7 +260,9 @@ def _store_many(target: str, count: int) -> daemon_pb2.QueryResponse:
     with grpc.insecure_channel(target) as channel:
         stub = daemon_pb2_grpc.DaemonStub(channel)
         for n in range(count):
-            request = daemon_pb2.QueryRequest(query=f"Add utterance: the Lyon train number {n} leaves at nine.")
+            request = daemon_pb2.QueryRequest(
+                query=f"Add utterance: the Lyon train number {n} leaves at nine."
+            )
             request.metadata.update({"conversation_id": "proc"})
             stub.Query(request, timeout=10)
         deadline = time.monotonic() + 20

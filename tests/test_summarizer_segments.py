@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chd.core.summaries.extractive import ExtractiveSummarizer
-from chd.core.summaries.segments import MIN_SEGMENT_TOKENS, compact, fold_into, forget, segment_count
+from chd.core.summaries.segments import (
+    MIN_SEGMENT_TOKENS,
+    compact,
+    fold_into,
+    forget,
+    segment_count,
+)
 from chd.core.summaries.summarizer import Summarized
 from chd.core.tokens import default_counter
 from chd.core.utterance import Summary, SummarySegment, Utterance
@@ -19,7 +25,9 @@ COUNTER = default_counter()
 OFFLINE = ExtractiveSummarizer(COUNTER)
 
 
-def offline_write(previous: str, utterances: Sequence[Utterance], limit: int, context=None) -> Summarized:
+def offline_write(
+    previous: str, utterances: Sequence[Utterance], limit: int, context=None
+) -> Summarized:
     return Summarized(OFFLINE.summarize(previous, utterances, limit), OFFLINE.name)
 
 
@@ -36,8 +44,12 @@ def fold_many(batches: int, limit: int = 512, max_segments: int = 4, size: int =
     summary = Summary()
     for i in range(batches):
         summary, _ = fold_into(
-            summary, batch(1 + i * size, size), limit=limit, max_segments=max_segments,
-            write=offline_write, counter=COUNTER,
+            summary,
+            batch(1 + i * size, size),
+            limit=limit,
+            max_segments=max_segments,
+            write=offline_write,
+            counter=COUNTER,
         )
     return summary
 
@@ -48,34 +60,56 @@ class TestFoldingBatches:
     def test_the_first_batch_becomes_one_segment_covering_it(self):
         summary = fold_many(1)
         (segment,) = summary.segments
-        assert (segment.seq_from, segment.seq_to, segment.turn_from, segment.turn_to) == (1, 5, 1, 3)
+        assert (segment.seq_from, segment.seq_to, segment.turn_from, segment.turn_to) == (
+            1,
+            5,
+            1,
+            3,
+        )
         assert segment.made_by == "extractive" and segment.error == ""
         assert summary.through_seq == 5
 
     def test_a_full_newest_segment_makes_the_next_batch_start_a_new_one(self):
         full = Summary((segment(1, 5, 1, 3, "Fact. " * 100),), 5, 200)
-        summary, _ = fold_into(full, batch(6), limit=512, max_segments=4, write=offline_write, counter=COUNTER)
+        summary, _ = fold_into(
+            full, batch(6), limit=512, max_segments=4, write=offline_write, counter=COUNTER
+        )
         assert [(s.seq_from, s.seq_to) for s in summary.segments] == [(1, 5), (6, 10)]
         assert summary.segments[0] == full.segments[0]
 
     def test_a_batch_too_small_for_a_segment_of_its_own_extends_the_newest(self):
         """A batch whose fair share is under MIN_SEGMENT_TOKENS is written into the newest segment."""
-        text = "Turns 1–20: the user said “Alice books a tram.”; facts: " + "; ".join(f"A{i}" for i in range(24))
+        text = "Turns 1–20: the user said “Alice books a tram.”; facts: " + "; ".join(
+            f"A{i}" for i in range(24)
+        )
         assert 85 <= COUNTER.count(text) <= 100
         full = Summary((segment(1, 40, 1, 20, text),), 40, COUNTER.count(text))
-        summary, _ = fold_into(full, batch(41), limit=100, max_segments=4, write=offline_write, counter=COUNTER)
-        ((seq_from, seq_to, turn_from),) = [(s.seq_from, s.seq_to, s.turn_from) for s in summary.segments]
+        summary, _ = fold_into(
+            full, batch(41), limit=100, max_segments=4, write=offline_write, counter=COUNTER
+        )
+        ((seq_from, seq_to, turn_from),) = [
+            (s.seq_from, s.seq_to, s.turn_from) for s in summary.segments
+        ]
         assert (seq_from, seq_to, turn_from) == (1, 45, 1)
         assert "A0" in summary.text and "Rome" in summary.text  # the old segment and the batch
 
     def test_a_batch_gets_all_the_room_the_other_segments_leave(self):
         """No fixed share per call: a first batch may fill the whole budget."""
         long = [
-            ("user" if i % 2 else "assistant", f"Order {1000 + i} ships to warehouse W{i} on day {i}.", i)
+            (
+                "user" if i % 2 else "assistant",
+                f"Order {1000 + i} ships to warehouse W{i} on day {i}.",
+                i,
+            )
             for i in range(1, 41)
         ]
-        utterances = [Utterance("c", i, sp, t, turn, "t", COUNTER.count(t)) for i, (sp, t, turn) in enumerate(long, 1)]
-        summary, _ = fold_into(Summary(), utterances, limit=400, max_segments=4, write=offline_write, counter=COUNTER)
+        utterances = [
+            Utterance("c", i, sp, t, turn, "t", COUNTER.count(t))
+            for i, (sp, t, turn) in enumerate(long, 1)
+        ]
+        summary, _ = fold_into(
+            Summary(), utterances, limit=400, max_segments=4, write=offline_write, counter=COUNTER
+        )
         assert 0.9 * 400 <= summary.tokens <= 400
 
     def test_no_part_of_the_conversation_is_emptied_to_make_room(self):
@@ -94,17 +128,36 @@ class TestFoldingBatches:
             segment(26, 30, 13, 14, "Turns 13–14: facts: D1"),
         )
         full = Summary(parts, 30, COUNTER.count("\n".join(p.text for p in parts)))
-        summary, _ = fold_into(full, batch(31, size=20), limit=512, max_segments=4, write=offline_write, counter=COUNTER)
-        assert [(s.seq_from, s.seq_to) for s in summary.segments][:3] == [(1, 10), (11, 20), (21, 30)]
+        summary, _ = fold_into(
+            full,
+            batch(31, size=20),
+            limit=512,
+            max_segments=4,
+            write=offline_write,
+            counter=COUNTER,
+        )
+        assert [(s.seq_from, s.seq_to) for s in summary.segments][:3] == [
+            (1, 10),
+            (11, 20),
+            (21, 30),
+        ]
 
     def test_a_fallback_mark_survives_merging_and_condensing(self):
         """Content lost by an offline fold stays marked whoever rewrites its summary later."""
-        marked = replace(segment(1, 10, 1, 5, "Turns 1–5: facts: " + "; ".join(f"A{i}" for i in range(60))),
-                         error="claude failed: HTTP 500")
+        marked = replace(
+            segment(1, 10, 1, 5, "Turns 1–5: facts: " + "; ".join(f"A{i}" for i in range(60))),
+            error="claude failed: HTTP 500",
+        )
         summary = Summary((marked,), 10, marked.tokens)
         for i in range(6):
-            summary, _ = fold_into(summary, batch(11 + 10 * i, size=10), limit=160, max_segments=2,
-                                   write=offline_write, counter=COUNTER)
+            summary, _ = fold_into(
+                summary,
+                batch(11 + 10 * i, size=10),
+                limit=160,
+                max_segments=2,
+                write=offline_write,
+                counter=COUNTER,
+            )
         assert summary.segments[0].error == "claude failed: HTTP 500"
 
     def test_segments_never_outnumber_the_setting_the_oldest_are_merged(self):
@@ -134,8 +187,14 @@ class TestFoldingBatches:
     def test_the_summary_never_exceeds_its_budget(self, limit, max_segments, sizes):
         summary, seq = Summary(), 1
         for size in sizes:
-            summary, _ = fold_into(summary, batch(seq, size), limit=limit, max_segments=max_segments,
-                                   write=offline_write, counter=COUNTER)
+            summary, _ = fold_into(
+                summary,
+                batch(seq, size),
+                limit=limit,
+                max_segments=max_segments,
+                write=offline_write,
+                counter=COUNTER,
+            )
             seq += size
             assert COUNTER.count(summary.text) <= limit
             assert summary.tokens <= limit
@@ -146,8 +205,9 @@ class TestFoldingBatches:
 
         summary = Summary()
         for i in range(3):
-            summary, _ = fold_into(summary, batch(1 + 5 * i), limit=100, max_segments=4,
-                                   write=verbose, counter=COUNTER)
+            summary, _ = fold_into(
+                summary, batch(1 + 5 * i), limit=100, max_segments=4, write=verbose, counter=COUNTER
+            )
         assert COUNTER.count(summary.text) <= 100
 
     def test_a_fallback_is_recorded_on_the_segment_it_wrote(self):
@@ -155,8 +215,9 @@ class TestFoldingBatches:
             outcome = offline_write(previous, utterances, limit)
             return Summarized(outcome.text, outcome.made_by, "claude failed: HTTP 529")
 
-        summary, written = fold_into(Summary(), batch(1), limit=512, max_segments=4,
-                                     write=degraded, counter=COUNTER)
+        summary, written = fold_into(
+            Summary(), batch(1), limit=512, max_segments=4, write=degraded, counter=COUNTER
+        )
         assert summary.segments[0].error == "claude failed: HTTP 529"
         assert [w.error for w in written] == ["claude failed: HTTP 529"]
 
@@ -166,14 +227,20 @@ class TestCompacting:
 
     def test_a_lowered_budget_is_met_by_merging_the_oldest_segments(self):
         big = fold_many(8, limit=1000, size=8)
-        small, written = compact(big, limit=150, max_segments=4, write=offline_write, counter=COUNTER)
+        small, written = compact(
+            big, limit=150, max_segments=4, write=offline_write, counter=COUNTER
+        )
         assert COUNTER.count(small.text) <= 150
         assert small.segments[0].seq_from == 1 and small.segments[-1].seq_to == 64
         assert written
 
 
-def segment(seq_from: int, seq_to: int, turn_from: int, turn_to: int, text: str = "Text.") -> SummarySegment:
-    return SummarySegment(text, COUNTER.count(text), seq_from, seq_to, turn_from, turn_to, "extractive")
+def segment(
+    seq_from: int, seq_to: int, turn_from: int, turn_to: int, text: str = "Text."
+) -> SummarySegment:
+    return SummarySegment(
+        text, COUNTER.count(text), seq_from, seq_to, turn_from, turn_to, "extractive"
+    )
 
 
 def rebuild(survivors: Sequence[Utterance], limit: int) -> Summarized:
@@ -194,22 +261,31 @@ class TestForgetting:
     )
 
     def test_segments_made_only_from_removed_turns_are_dropped(self):
-        result = forget(self.SUMMARY, 512, lambda s: s.turn_from < 4, lambda s: [], rebuild, COUNTER)
+        result = forget(
+            self.SUMMARY, 512, lambda s: s.turn_from < 4, lambda s: [], rebuild, COUNTER
+        )
         assert result.dropped == 1 and result.rebuilt == 0
         assert [s.seq_from for s in result.summary.segments] == [11, 21]
         assert result.summary.through_seq == 30
 
     def test_a_segment_mixing_removed_and_kept_turns_is_dropped_without_an_archive(self):
-        result = forget(self.SUMMARY, 512, lambda s: s.turn_from < 5, lambda s: [], rebuild, COUNTER)
+        result = forget(
+            self.SUMMARY, 512, lambda s: s.turn_from < 5, lambda s: [], rebuild, COUNTER
+        )
         assert result.dropped == 2
         assert [s.seq_from for s in result.summary.segments] == [21]
 
     def test_a_segment_mixing_removed_and_kept_turns_is_rebuilt_from_the_archive(self):
         archive = batch(11, 10, turn_of=lambda seq: 4 + (seq - 11) // 2)
         survivors = [u for u in archive if u.turn_number >= 5]
-        result = forget(self.SUMMARY, 512, lambda s: s.turn_from < 5,
-                        lambda s: [u for u in survivors if s.seq_from <= u.seq <= s.seq_to],
-                        rebuild, COUNTER)
+        result = forget(
+            self.SUMMARY,
+            512,
+            lambda s: s.turn_from < 5,
+            lambda s: [u for u in survivors if s.seq_from <= u.seq <= s.seq_to],
+            rebuild,
+            COUNTER,
+        )
         assert result.dropped == 1 and result.rebuilt == 1
         rebuilt = result.summary.segments[0]
         assert (rebuilt.seq_from, rebuilt.turn_from) == (survivors[0].seq, 5)

@@ -26,7 +26,15 @@ def reference_covered(text: str, keys: list[str]) -> int:
 def summary_of(texts: list[str], keys: list[str]) -> Summary:
     per = -(-len(keys) // len(texts)) if keys else 0
     segments = tuple(
-        SummarySegment(text, 1, i * 10 + 1, i * 10 + 10, i + 1, i + 1, keys=tuple(keys[i * per:(i + 1) * per]))
+        SummarySegment(
+            text,
+            1,
+            i * 10 + 1,
+            i * 10 + 10,
+            i + 1,
+            i + 1,
+            keys=tuple(keys[i * per : (i + 1) * per]),
+        )
         for i, text in enumerate(texts)
     )
     return Summary(segments, len(texts) * 10, len(texts))
@@ -47,8 +55,16 @@ class TestCoveredKeys:
             (["leaves at", "9:40 today"], "at 9:40", False),  # across segments (lines)
             (["leaves at\n9:40 today"], "at\n9:40", False),
             (["one two three four five six"], "one two three four", True),
-            (["one two three four five six"], "one two three four five", True),  # longer: as written
-            (["one, two three four five"], "one two three four five", False),  # longer: not as written
+            (
+                ["one two three four five six"],
+                "one two three four five",
+                True,
+            ),  # longer: as written
+            (
+                ["one, two three four five"],
+                "one two three four five",
+                False,
+            ),  # longer: not as written
             (["a  ... b"], "a  b", True),  # "..." trims to an empty word between them
         ],
     )
@@ -60,19 +76,42 @@ class TestCoveredKeys:
     def test_random_summaries_and_keys_agree_with_the_definition(self):
         """Thousands of generated summaries with keys drawn from their own runs and from elsewhere."""
         rng = random.Random(17)
-        vocabulary = ["pier", "3", "9:40", "the", "Ferry", "", "...", "(gull)", "tide,", "“storm”", "a-b", "é"]
+        vocabulary = [
+            "pier",
+            "3",
+            "9:40",
+            "the",
+            "Ferry",
+            "",
+            "...",
+            "(gull)",
+            "tide,",
+            "“storm”",
+            "a-b",
+            "é",
+        ]
         for _ in range(2000):
             lines = [
                 " ".join(rng.choice(vocabulary) for _ in range(rng.randint(0, 8)))
                 for _ in range(rng.randint(1, 4))
             ]
-            texts = ["\n".join(lines[: len(lines) // 2 + 1]), "\n".join(lines[len(lines) // 2 + 1:]) or "x"]
+            texts = [
+                "\n".join(lines[: len(lines) // 2 + 1]),
+                "\n".join(lines[len(lines) // 2 + 1 :]) or "x",
+            ]
             words = [w.strip(PUNCTUATION) for w in " ".join(lines).split()]
             keys = []
             for _ in range(6):
                 i = rng.randrange(len(words) + 1)
-                run = words[i:i + rng.randint(1, 6)]
-                keys.append(" ".join(run) if rng.random() < 0.7 else rng.choice(vocabulary) + " " + rng.choice(words or ["x"]))
+                run = words[i : i + rng.randint(1, 6)]
+                keys.append(
+                    " ".join(run)
+                    if rng.random() < 0.7
+                    else rng.choice(vocabulary) + " " + rng.choice(words or ["x"])
+                )
             keys = [k for k in keys if k]
             summary = summary_of(texts, keys)
-            assert summary_coverage(summary).covered == reference_covered(summary.text, keys), (texts, keys)
+            assert summary_coverage(summary).covered == reference_covered(summary.text, keys), (
+                texts,
+                keys,
+            )

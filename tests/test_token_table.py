@@ -21,7 +21,9 @@ def ours() -> tiktoken.Encoding:
     return cl100k_encoding()
 
 
-def test_same_table_pattern_and_special_tokens(ours: tiktoken.Encoding, theirs: tiktoken.Encoding) -> None:
+def test_same_table_pattern_and_special_tokens(
+    ours: tiktoken.Encoding, theirs: tiktoken.Encoding
+) -> None:
     assert ours.name == theirs.name
     assert ours._pat_str == theirs._pat_str
     assert ours._special_tokens == theirs._special_tokens

@@ -7,7 +7,6 @@ import sys
 import textwrap
 
 from chd.core.tokens import TiktokenCounter, default_counter
-
 from tests.conftest import chd_env
 
 
@@ -28,7 +27,12 @@ class TestTokenCounting:
         """Counting reads special-token text exactly as encode(..., disallowed_special=()) does."""
         counter = default_counter()
         encoding = counter._encoding
-        for text in ("<|endoftext|> and <|fim_prefix|>x<|endofprompt|>", "héllo 🎉 日本語\n\tend.", "", "a" * 3000):
+        for text in (
+            "<|endoftext|> and <|fim_prefix|>x<|endofprompt|>",
+            "héllo 🎉 日本語\n\tend.",
+            "",
+            "a" * 3000,
+        ):
             assert counter.count(text) == len(encoding.encode(text, disallowed_special=()))
 
     def test_truncate_never_exceeds_limit_even_mid_character(self) -> None:
@@ -62,7 +66,9 @@ def test_counting_works_with_network_blocked(tmp_path) -> None:
         """
     )
     env = chd_env() | {"TIKTOKEN_CACHE_DIR": str(tmp_path / "empty-cache")}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "2"
 
@@ -71,10 +77,34 @@ class TestJoinedCounts:
     """A summary's count comes from its segments' counts, exactly as counting the joined text."""
 
     PARTS = [
-        "Summary of turns 1 to 20: the harbour and the gull.", "ferry at 9:40", "it's", "'s", "’s fine",
-        "end.", "end. ", "end.\n", "end \n", "trailing  ", "\n", "...", "—", "🙂 emoji", "naïve café", "日本語の文",
-        "\xa0nbsp", "\u3000ideographic", "\x1cfile separator", "\tTab", " leading", "1234567", "x" * 250,
-        "word " * 60, "Sentence. " * 30 + "!", "a\r\nb", "q?\n\n", "<|endoftext|>",
+        "Summary of turns 1 to 20: the harbour and the gull.",
+        "ferry at 9:40",
+        "it's",
+        "'s",
+        "’s fine",
+        "end.",
+        "end. ",
+        "end.\n",
+        "end \n",
+        "trailing  ",
+        "\n",
+        "...",
+        "—",
+        "🙂 emoji",
+        "naïve café",
+        "日本語の文",
+        "\xa0nbsp",
+        "\u3000ideographic",
+        "\x1cfile separator",
+        "\tTab",
+        " leading",
+        "1234567",
+        "x" * 250,
+        "word " * 60,
+        "Sentence. " * 30 + "!",
+        "a\r\nb",
+        "q?\n\n",
+        "<|endoftext|>",
     ]
 
     def test_joined_counts_equal_the_count_of_the_joined_text(self) -> None:
@@ -85,23 +115,29 @@ class TestJoinedCounts:
         plain = counter._encoding.encode_ordinary
         rng = random.Random(3)
         for _ in range(3000):
-            texts = [rng.choice(self.PARTS) + rng.choice(["", " ", ".", "\n", " and more words"])
-                     for _ in range(rng.randint(1, 5))]
+            texts = [
+                rng.choice(self.PARTS) + rng.choice(["", " ", ".", "\n", " and more words"])
+                for _ in range(rng.randint(1, 5))
+            ]
             assert counter.count_joined(texts) == len(plain("\n".join(texts))), texts
             assert counter.count("\n".join(texts)) == counter.count_joined(texts), texts
 
     def test_a_last_segment_ending_in_a_word_is_not_encoded_again_when_one_follows(self) -> None:
-        """"X\n" counts one more than "X" when X ends in a letter or digit: the second count reuses the first."""
+        """ "X\n" counts one more than "X" when X ends in a letter or digit: the second count reuses the first."""
         counter = TiktokenCounter()
         encoded: list[str] = []
         ids = counter._ids
         counter._ids = lambda text: (encoded.append(text), ids(text))[1]  # type: ignore[method-assign]
-        older, last = "Turns 1–20: the harbour pilot logged tides " * 3 + "and storms", "the ferry at 9:40 " * 8 + "x2"
+        older, last = (
+            "Turns 1–20: the harbour pilot logged tides " * 3 + "and storms",
+            "the ferry at 9:40 " * 8 + "x2",
+        )
         counter.count_joined([older, last])
         encoded.clear()
         new = "Turn 21: the lighthouse keeper noted the gull colony " * 3 + "today"
-        assert counter.count_joined([older, last, new]) == len(counter._encoding.encode_ordinary(
-            "\n".join([older, last, new])))
+        assert counter.count_joined([older, last, new]) == len(
+            counter._encoding.encode_ordinary("\n".join([older, last, new]))
+        )
         assert encoded == [new]
 
     def test_lines_are_cut_where_the_pattern_cuts(self) -> None:
@@ -111,7 +147,23 @@ class TestJoinedCounts:
         from chd.core.tokens import _LINES, _lines
 
         rng = random.Random(7)
-        alphabet = ["\n", "\n", " ", "\t", "\r", "\xa0", "\u3000", "\x1c", "\u2028", "a", "Z", ".", "“", "1", "日"]
+        alphabet = [
+            "\n",
+            "\n",
+            " ",
+            "\t",
+            "\r",
+            "\xa0",
+            "\u3000",
+            "\x1c",
+            "\u2028",
+            "a",
+            "Z",
+            ".",
+            "“",
+            "1",
+            "日",
+        ]
         for _ in range(5000):
             text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
             assert _lines(text) == _LINES.split(text), repr(text)
@@ -122,12 +174,16 @@ class TestJoinedCounts:
         encoded: list[str] = []
         ids = counter._ids
         counter._ids = lambda text: (encoded.append(text), ids(text))[1]  # type: ignore[method-assign]
-        segments = [f"Segment {i}: " + "the harbour pilot logged tides and storms. " * 8 for i in range(4)]
+        segments = [
+            f"Segment {i}: " + "the harbour pilot logged tides and storms. " * 8 for i in range(4)
+        ]
         counter.count_joined(segments)
         encoded.clear()
         new = "A new segment about the lighthouse keeper and the ferry timetable. " * 4
-        assert counter.count_joined(segments[1:] + [new]) == counter._encoding.encode_ordinary(
-            "\n".join(segments[1:] + [new])).__len__()
+        assert (
+            counter.count_joined(segments[1:] + [new])
+            == counter._encoding.encode_ordinary("\n".join(segments[1:] + [new])).__len__()
+        )
         assert encoded == [segments[3] + "\n", new]  # the old last line now ends in a newline
         assert all(isinstance(key, bytes) and len(key) == 16 for key in counter._known)
 
@@ -135,7 +191,10 @@ class TestJoinedCounts:
 class TestLearnedCounts:
     """A counter takes the part counts of another counter of its encoding instead of encoding again."""
 
-    TEXT = "Turns 1–5, about the harbour: the user said “the ferry leaves at 9:40”.\nfacts: " + "pier; " * 60
+    TEXT = (
+        "Turns 1–5, about the harbour: the user said “the ferry leaves at 9:40”.\nfacts: "
+        + "pier; " * 60
+    )
 
     def test_part_counts_add_up_to_the_count(self) -> None:
         counter = TiktokenCounter()

@@ -10,8 +10,8 @@ from google.protobuf import struct_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chd.v1 import daemon_pb2
 from chd.service.wire import dict_to_struct, fill_struct, struct_to_dict
+from chd.v1 import daemon_pb2
 
 
 class _Level(enum.IntEnum):
@@ -28,9 +28,11 @@ _scalars = (
 )
 _values = st.recursive(
     _scalars,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.lists(inner, max_size=3).map(tuple)
-    | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=25,
 )
 
@@ -47,7 +49,9 @@ class TestDictToStruct:
     @given(st.dictionaries(st.text(max_size=8), _values, max_size=6))
     def test_any_plain_value_encodes_like_struct_update(self, values: dict[str, Any]) -> None:
         ours, theirs = dict_to_struct(values), _by_update(values)
-        assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(deterministic=True)
+        assert ours.SerializeToString(deterministic=True) == theirs.SerializeToString(
+            deterministic=True
+        )
 
     def test_empty_lists_and_structs_are_present_values(self) -> None:
         struct = dict_to_struct({"list": [], "struct": {}, "nested": [{}, []]})
@@ -70,7 +74,9 @@ class TestFillStruct:
         filled = daemon_pb2.QueryResponse(operation="store")
         fill_struct(filled.result, values)
         assigned = daemon_pb2.QueryResponse(operation="store", result=_by_update(values))
-        assert filled.SerializeToString(deterministic=True) == assigned.SerializeToString(deterministic=True)
+        assert filled.SerializeToString(deterministic=True) == assigned.SerializeToString(
+            deterministic=True
+        )
 
     def test_an_empty_dict_still_makes_the_field_present(self) -> None:
         filled = daemon_pb2.QueryResponse()

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import grpc
 import pytest
 
-from tests.conftest import DaemonProcess
-from chd.core.summaries.claude import ClaudeConfig, ClaudeSummarizer
 from chd.backends.memory import MemoryBackend
 from chd.core.history import ConversationHistory
-from chd.core.summaries.extractive import ExtractiveSummarizer
 from chd.core.settings import Settings
+from chd.core.summaries.claude import ClaudeConfig, ClaudeSummarizer
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.worker import FoldWorker
 from chd.core.summaries.writer import SummaryWriter
 from chd.core.tokens import default_counter
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
-from chd.core.summaries.worker import FoldWorker
+from tests.conftest import DaemonProcess
 from tests.fake_anthropic import FakeAnthropic
 
 COUNTER = default_counter()
@@ -210,8 +210,10 @@ class TestFoldDelay:
         The figures with a conversation's real pace are in bench/bench_summarizer.py (fold delay).
         """
         calls: dict[str, int] = {}
-        for mode, settings, background in (("each", Settings(buffer_size=4, eviction_batch=2), False),
-                                           ("gathered", Settings(buffer_size=4, eviction_batch=2, fold_delay=3600), True)):
+        for mode, settings, background in (
+            ("each", Settings(buffer_size=4, eviction_batch=2), False),
+            ("gathered", Settings(buffer_size=4, eviction_batch=2, fold_delay=3600), True),
+        ):
             history = ConversationHistory(settings=settings, background=background)
             counted = _CountingSummarizer(history.offline)
             history.writer.primary = counted
@@ -224,11 +226,15 @@ class TestFoldDelay:
                 calls[mode] = counted.calls
             finally:
                 history.close()
-        assert calls["each"] >= 20, calls  # one per eviction at least; merging segments may add some
+        assert calls["each"] >= 20, (
+            calls
+        )  # one per eviction at least; merging segments may add some
         assert calls["gathered"] < calls["each"] / 2, calls
 
     def test_a_summary_read_does_not_wait_for_the_delay(self):
-        history = ConversationHistory(settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=3600))
+        history = ConversationHistory(
+            settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=3600)
+        )
         try:
             for i in range(8):
                 history.query(f"Add utterance: Fact {i}: the code word is zebra{i}.")
@@ -285,13 +291,17 @@ class TestStoresDoNotWaitForTheSummarizer:
                 writer=_slow_claude_writer(api.base_url),
             )
             try:
-                stored = [history.query(f"Add utterance: Fact {i} is that item {i} costs {i * 3} euros.")
-                          for i in range(5)]
+                stored = [
+                    history.query(f"Add utterance: Fact {i} is that item {i} costs {i * 3} euros.")
+                    for i in range(5)
+                ]
                 assert stored[-1].result["evicted"]
                 assert answering.acquire(timeout=10), "the evicted utterances went to the model"
                 evicting = 0
                 for i in range(5, 40):
-                    answer = history.query(f"Add utterance: Fact {i} is that item {i} costs {i * 3} euros.")
+                    answer = history.query(
+                        f"Add utterance: Fact {i} is that item {i} costs {i * 3} euros."
+                    )
                     if answer.result["evicted"]:
                         evicting += 1
                         state = history.backend.read("default")
@@ -300,7 +310,9 @@ class TestStoresDoNotWaitForTheSummarizer:
                 assert evicting >= 15
                 let_go.set()
                 summary = history.query("Get summary")
-                assert set(summary.result["summary"].splitlines()) == {REPLY}  # one line per segment
+                assert set(summary.result["summary"].splitlines()) == {
+                    REPLY
+                }  # one line per segment
                 assert summary.metadata["summary_pending"] == 0
                 assert summary.metadata["summary_through_seq"] == 36
             finally:
@@ -339,9 +351,20 @@ def _query(stub, text: str) -> daemon_pb2.QueryResponse:
 class TestCrashWithQueuedBatches:
     """SIGKILL while batches wait for a hung model: after a restart the queue is there and is folded."""
 
-    def test_the_queue_survives_sigkill_and_is_folded_after_restart(self, tmp_path: Path, monkeypatch):
+    def test_the_queue_survives_sigkill_and_is_folded_after_restart(
+        self, tmp_path: Path, monkeypatch
+    ):
         data = str(tmp_path / "chd-data")
-        common = ("--backend", "disk", "--data-dir", data, "--buffer-size", "4", "--eviction-batch", "2")
+        common = (
+            "--backend",
+            "disk",
+            "--data-dir",
+            data,
+            "--buffer-size",
+            "4",
+            "--eviction-batch",
+            "2",
+        )
         with FakeAnthropic(delay=60) as hung_model:
             monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
             monkeypatch.setenv("ANTHROPIC_BASE_URL", hung_model.base_url)
@@ -349,8 +372,10 @@ class TestCrashWithQueuedBatches:
             try:
                 with grpc.insecure_channel(first.target) as channel:
                     stub = daemon_pb2_grpc.DaemonStub(channel)
-                    answers = [_query(stub, f"Add utterance: Fact {i}: locker {i} holds {i * 11} coins.")
-                               for i in range(10)]
+                    answers = [
+                        _query(stub, f"Add utterance: Fact {i}: locker {i} holds {i * 11} coins.")
+                        for i in range(10)
+                    ]
                 assert answers[-1].metadata["summary_pending"] == 6
                 deadline = time.monotonic() + 10
                 while not hung_model.requests and time.monotonic() < deadline:
@@ -444,7 +469,9 @@ class TestFoldReads:
 
     def test_a_fold_that_empties_the_queue_reads_the_conversation_once(self):
         backend = _CountingReads()
-        history = ConversationHistory(backend=backend, settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=3600))
+        history = ConversationHistory(
+            backend=backend, settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=3600)
+        )
         try:
             for i in range(6):
                 history.query(f"Add utterance: Fact {i}: the code word is zebra{i}.")
@@ -462,7 +489,9 @@ class TestFoldReads:
         from chd.core.summaries.folding import FOLD_BATCH_TOKENS
 
         backend = _CountingReads()
-        history = ConversationHistory(backend=backend, settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=3600))
+        history = ConversationHistory(
+            backend=backend, settings=Settings(buffer_size=4, eviction_batch=2, fold_delay=3600)
+        )
         try:
             long = "word " * (FOLD_BATCH_TOKENS // 2)
             for i in range(6):

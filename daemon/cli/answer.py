@@ -38,8 +38,11 @@ def human(answer: dict[str, Any]) -> str:
         lines.append(f"summary matches too, score {hit['score']:.3f}: {hit['text']}")
     if answer["operation"] in ("configure", "stats"):
         # "evicted" was shown above as seqs; the rest as the fields they are.
-        lines.extend(f"{key}: {json.dumps(value, sort_keys=True)}" for key, value in sorted(result.items())
-                     if key != "evicted")
+        lines.extend(
+            f"{key}: {json.dumps(value, sort_keys=True)}"
+            for key, value in sorted(result.items())
+            if key != "evicted"
+        )
     if "summary" in result:
         tokens = result.get("tokens", result.get("summary_tokens", 0))
         lines.append(f"summary ({tokens} tokens):")

@@ -21,7 +21,8 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import chd
 from chd.cli.client import add_client_commands, run_client
@@ -44,24 +45,34 @@ the result. Defaults listen on 127.0.0.1:50051 with in-memory storage.
 class _Version(argparse.Action):
     """argparse's version action, reading ``chd.__version__`` only when asked (see chd/__init__.py)."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+    def __init__(
+        self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None
+    ) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         print(f"chd {chd.__version__}")  # to stdout, as argparse's own version action
         parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chd", description="chd, the Conversation History Daemon")
-    parser.add_argument("--version", action=_Version, help="show the program's version number and exit")
+    parser.add_argument(
+        "--version", action=_Version, help="show the program's version number and exit"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the daemon", description=SERVE_DESCRIPTION)
     config.add_arguments(serve)
     show = commands.add_parser(
-        "config", help="check and print the effective serve configuration (secrets masked)",
+        "config",
+        help="check and print the effective serve configuration (secrets masked)",
         description="Check the configuration as `chd serve` would, without serving; print it as TOML "
         "with each value's source. Exits 2 on what `chd serve` refuses.",
     )
@@ -115,8 +126,13 @@ def _serve(effective: config.Config) -> int:
     configure_logging(effective.log_level, effective.log_format)
     stopping = stop_signals()
     # Storage opens before the port does: a bad data dir fails fast, in one line.
-    backend = open_storage(effective.backend, effective.data_dir, effective.durability, serving=True,
-                           **config.backend_options(effective))
+    backend = open_storage(
+        effective.backend,
+        effective.data_dir,
+        effective.durability,
+        serving=True,
+        **config.backend_options(effective),
+    )
     if backend is None:
         return 1
     try:
@@ -137,7 +153,10 @@ def _serve(effective: config.Config) -> int:
     # One parseable line, flushed, so scripts and tests can learn the port.
     print(f"chd listening on {effective.host}:{server.port}", flush=True)
     if server.metrics_port is not None:
-        print(f"chd metrics on http://{effective.metrics_host}:{server.metrics_port}/metrics", flush=True)
+        print(
+            f"chd metrics on http://{effective.metrics_host}:{server.metrics_port}/metrics",
+            flush=True,
+        )
     _log_summarizer(server.history.writer)
     serve_forever(server, effective.shutdown_grace, effective.shutdown_drain, stopping)
     return 0

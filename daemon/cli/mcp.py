@@ -42,24 +42,43 @@ examples:
 def _address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise argparse.ArgumentTypeError(f"must be HOST:PORT (PORT 0-65535; 0 picks a free one), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be HOST:PORT (PORT 0-65535; 0 picks a free one), got {text!r}"
+        )
     return host.strip("[]"), int(port)
 
 
 def add_mcp_command(commands: argparse._SubParsersAction) -> None:
     env = os.environ.get
-    sub = commands.add_parser("mcp", help="serve chd to MCP hosts (stdio or Streamable HTTP)",
-                              description=DESCRIPTION, epilog=EPILOG,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = commands.add_parser(
+        "mcp",
+        help="serve chd to MCP hosts (stdio or Streamable HTTP)",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     config.add_arguments(sub)
-    sub.add_argument("--http", type=_address, metavar="HOST:PORT",
-                     help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio")
-    sub.add_argument("--target", metavar="HOST:PORT", default=env("CHD_MCP_TARGET"),
-                     help="answer from a running chd over gRPC instead of opening storage (CHD_MCP_TARGET)")
+    sub.add_argument(
+        "--http",
+        type=_address,
+        metavar="HOST:PORT",
+        help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio",
+    )
+    sub.add_argument(
+        "--target",
+        metavar="HOST:PORT",
+        default=env("CHD_MCP_TARGET"),
+        help="answer from a running chd over gRPC instead of opening storage (CHD_MCP_TARGET)",
+    )
     sub.add_argument("--target-tls", action="store_true", help="connect to --target with TLS")
-    sub.add_argument("--target-tls-ca", metavar="PEM", help="CA to trust for --target (implies --target-tls)")
-    sub.add_argument("--target-tls-server-name", metavar="NAME",
-                     help="name to check --target's certificate against (implies --target-tls)")
+    sub.add_argument(
+        "--target-tls-ca", metavar="PEM", help="CA to trust for --target (implies --target-tls)"
+    )
+    sub.add_argument(
+        "--target-tls-server-name",
+        metavar="NAME",
+        help="name to check --target's certificate against (implies --target-tls)",
+    )
 
 
 def run_mcp(args: argparse.Namespace) -> int:
@@ -68,8 +87,11 @@ def run_mcp(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         print(f"chd: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    for flag, value in (("--target", args.target), ("--target-tls-server-name", args.target_tls_server_name),
-                        ("--http", args.http[0] if args.http else None)):
+    for flag, value in (
+        ("--target", args.target),
+        ("--target-tls-server-name", args.target_tls_server_name),
+        ("--http", args.http[0] if args.http else None),
+    ):
         problem = value and config.Text().check_problem(value)
         if problem:
             print(f"chd: {flag} {problem}", file=sys.stderr)
@@ -78,8 +100,11 @@ def run_mcp(args: argparse.Namespace) -> int:
         host = args.http[0]
         authenticated = effective.auth_token is not None or effective.tls_client_ca is not None
         if not config.is_loopback(host) and not authenticated and not effective.insecure:
-            print(f"chd: --http {host!r} is reachable from other machines; set auth_token (or tls_client_ca) "
-                  "or pass --insecure to serve it unauthenticated", file=sys.stderr)
+            print(
+                f"chd: --http {host!r} is reachable from other machines; set auth_token (or tls_client_ca) "
+                "or pass --insecure to serve it unauthenticated",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
     # Imported here: `chd query` and the transfers need none of the MCP SDK's start-up.
     from chd.mcp import serve
@@ -106,8 +131,16 @@ def run_mcp(args: argparse.Namespace) -> int:
             print(f"chd mcp listening on {scheme}://{shown}:{bound}{serve.MCP_PATH}", flush=True)
 
         try:
-            serve.run_http(server, host, port, effective.auth_token, listening, tls_cert=effective.tls_cert,
-                           tls_key=effective.tls_key, tls_client_ca=effective.tls_client_ca)
+            serve.run_http(
+                server,
+                host,
+                port,
+                effective.auth_token,
+                listening,
+                tls_cert=effective.tls_cert,
+                tls_key=effective.tls_key,
+                tls_client_ca=effective.tls_client_ca,
+            )
         except OSError as exc:
             print(f"chd: cannot listen on {shown}:{port}: {exc.strerror or exc}", file=sys.stderr)
             return 1
@@ -117,16 +150,23 @@ def run_mcp(args: argparse.Namespace) -> int:
 
 
 def _answerer(args: argparse.Namespace, effective: config.Config) -> object | None:
-    from chd.client import TLS
     from chd.cli.storage import open_storage
+    from chd.client import TLS
     from chd.mcp import serve
 
     if args.target:
         secure = args.target_tls or args.target_tls_ca or args.target_tls_server_name
-        tls = TLS(ca=args.target_tls_ca, server_name=args.target_tls_server_name) if secure else None
+        tls = (
+            TLS(ca=args.target_tls_ca, server_name=args.target_tls_server_name) if secure else None
+        )
         return serve.open_remote(args.target, effective.auth_token, tls, effective.request_timeout)
-    backend = open_storage(effective.backend, effective.data_dir, effective.durability, serving=True,
-                           **config.backend_options(effective))
+    backend = open_storage(
+        effective.backend,
+        effective.data_dir,
+        effective.durability,
+        serving=True,
+        **config.backend_options(effective),
+    )
     if backend is None:
         return None
     return serve.open_local(effective, backend)

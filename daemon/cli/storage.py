@@ -26,17 +26,17 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from chd.backends import ALIASES, Backend, open_backend
-from chd.backends.base import iter_conversations
-from chd.core.errors import DaemonError, EmptiedDatabase, InvalidRequest
-from chd.core.utterance import Summary
-from chd.backends.base import count_conversations
+from chd.backends.base import count_conversations, iter_conversations
 from chd.backends.encoded import EncodedConversation
+from chd.core.errors import DaemonError, EmptiedDatabase, InvalidRequest
 from chd.core.transfer import ImportCounts, export_text, import_encoded, read_export
+from chd.core.utterance import Summary
 from chd.service import config
 
 __all__ = [
@@ -53,7 +53,13 @@ TRANSFER_COMMANDS = ("export", "import")
 # The configuration keys the transfer tools share with `chd serve`: same
 # flags, same CHD_* variables, same checks (chd.service.config).
 STORAGE_KEYS = (
-    "backend", "data_dir", "durability", "redis_url", "redis_password", "redis_cluster", "redis_tls_ca",
+    "backend",
+    "data_dir",
+    "durability",
+    "redis_url",
+    "redis_password",
+    "redis_cluster",
+    "redis_tls_ca",
 )
 # A transfer works on storage outside a daemon: a data dir, so disk by default.
 TRANSFER_DEFAULTS = {"backend": "disk"}
@@ -64,29 +70,41 @@ EXIT_USAGE = 2
 def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
     """``--backend``, ``--data-dir`` and ``--durability``: the serve keys, with the transfer's defaults."""
     parser.add_argument(
-        "--backend", metavar="BACKEND", default=argparse.SUPPRESS,
+        "--backend",
+        metavar="BACKEND",
+        default=argparse.SUPPRESS,
         help="disk (default), redis (with --redis-url, CHD_REDIS_URL) or module:Class for a custom backend "
         "(CHD_BACKEND); not memory, whose conversations live inside its daemon",
     )
     parser.add_argument(
-        "--data-dir", metavar="DIR", default=argparse.SUPPRESS,
+        "--data-dir",
+        metavar="DIR",
+        default=argparse.SUPPRESS,
         help="the disk backend's directory, as given to `chd serve --data-dir` (CHD_DATA_DIR)",
     )
     parser.add_argument(
-        "--durability", metavar="{normal,full}", default=argparse.SUPPRESS,
+        "--durability",
+        metavar="{normal,full}",
+        default=argparse.SUPPRESS,
         help="disk backend: normal or full (CHD_DURABILITY; default: as the data dir was last served)",
     )
     parser.add_argument(
-        "--redis-url", metavar="URL", default=argparse.SUPPRESS,
+        "--redis-url",
+        metavar="URL",
+        default=argparse.SUPPRESS,
         help="redis backend: redis://[:PASSWORD@]HOST:PORT/DB or rediss:// (CHD_REDIS_URL; "
         "CHD_REDIS_PASSWORD when the URL has none)",
     )
     parser.add_argument(
-        "--redis-cluster", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+        "--redis-cluster",
+        action=argparse.BooleanOptionalAction,
+        default=argparse.SUPPRESS,
         help="redis backend: the URL names a Redis Cluster (CHD_REDIS_CLUSTER; default: asked of the server)",
     )
     parser.add_argument(
-        "--redis-tls-ca", metavar="FILE", default=argparse.SUPPRESS,
+        "--redis-tls-ca",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
         help="redis backend: the CA that signed the server's certificate, for rediss:// (CHD_REDIS_TLS_CA)",
     )
 
@@ -105,7 +123,11 @@ def open_storage(
     given); the transfer tools keep what the dir's daemon set.
     """
     name = ALIASES.get(backend, backend)
-    options = {"data_dir": data_dir, "durability": durability, **extra}  # extra: the redis backend's
+    options = {
+        "data_dir": data_dir,
+        "durability": durability,
+        **extra,
+    }  # extra: the redis backend's
     if name == "disk" and serving and durability is None:
         # A daemon sets the directory's durability; the tools keep it.
         options["durability"] = "normal"
@@ -117,9 +139,11 @@ def open_storage(
         if serving:
             print(f"chd: {exc}", file=sys.stderr)
         else:  # the advice names chd serve's flag: say that the tools do not take it
-            print(f"chd: {exc.what}; restore cache.db from a backup (chd export and chd import do not take "
-                  "--allow-empty-database: to begin with no conversations, start chd serve once with it)",
-                  file=sys.stderr)
+            print(
+                f"chd: {exc.what}; restore cache.db from a backup (chd export and chd import do not take "
+                "--allow-empty-database: to begin with no conversations, start chd serve once with it)",
+                file=sys.stderr,
+            )
     except DaemonError as exc:
         print(f"chd: {exc}", file=sys.stderr)
     except Exception as exc:  # a custom backend's constructor may raise anything
@@ -143,26 +167,35 @@ cannot be exported from outside it.
 
 def add_transfer_commands(commands: argparse._SubParsersAction) -> None:
     export = commands.add_parser(
-        "export", help="write conversations of a disk data dir as JSON Lines",
+        "export",
+        help="write conversations of a disk data dir as JSON Lines",
         description="Write conversations as JSON Lines: seqs, turns, summaries and queues kept.",
-        epilog=_TRANSFER_NOTE + "\nexample:\n  chd export --data-dir ./chd-data --output backup.jsonl",
+        epilog=_TRANSFER_NOTE
+        + "\nexample:\n  chd export --data-dir ./chd-data --output backup.jsonl",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     export.add_argument(
-        "--conversation", "-c", action="append", dest="conversations", metavar="ID",
+        "--conversation",
+        "-c",
+        action="append",
+        dest="conversations",
+        metavar="ID",
         help="conversation to export (repeatable; default: all)",
     )
     export.add_argument("--output", "-o", default="-", help="file to write (default: stdout)")
     _add_storage_arguments(export)
 
     imp = commands.add_parser(
-        "import", help="read conversations from JSON Lines into a disk data dir",
+        "import",
+        help="read conversations from JSON Lines into a disk data dir",
         description="Read conversations written by `chd export`; a failed import changes nothing.",
         epilog=_TRANSFER_NOTE + "\nexample:\n  chd import backup.jsonl --data-dir ./restored",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     imp.add_argument("file", nargs="?", default="-", help="file to read (default: stdin)")
-    imp.add_argument("--replace", action="store_true", help="overwrite conversations that already hold data")
+    imp.add_argument(
+        "--replace", action="store_true", help="overwrite conversations that already hold data"
+    )
     _add_storage_arguments(imp)
 
 
@@ -201,7 +234,9 @@ def run_transfer(args: argparse.Namespace) -> int:
         return _transfer(args, storage, data_dir, fresh_dir, spool)
 
 
-def _import_fresh(args: argparse.Namespace, storage: config.Config, data_dir: str | None, fresh_dir: Path) -> int:
+def _import_fresh(
+    args: argparse.Namespace, storage: config.Config, data_dir: str | None, fresh_dir: Path
+) -> int:
     """An import into a data dir it creates: checked and written in one pass, the dir removed on failure.
 
     Nothing else holds data there, so there is nothing to check the file
@@ -209,6 +244,7 @@ def _import_fresh(args: argparse.Namespace, storage: config.Config, data_dir: st
     nothing: the check pass and its spool (an eighth of an import's time)
     are for data dirs that already hold something.
     """
+
     def work(backend: Backend) -> int:
         with _open(args.file, "r") as source:
             return _import(backend, read_export(source), None, args.replace)
@@ -217,7 +253,10 @@ def _import_fresh(args: argparse.Namespace, storage: config.Config, data_dir: st
 
 
 def _transfer(
-    args: argparse.Namespace, storage: config.Config, data_dir: str | None, fresh_dir: Path | None,
+    args: argparse.Namespace,
+    storage: config.Config,
+    data_dir: str | None,
+    fresh_dir: Path | None,
     spool: BinaryIO | None,
 ) -> int:
     try:
@@ -231,20 +270,30 @@ def _transfer(
         return _with_storage(storage, data_dir, fresh_dir, lambda backend: _export(backend, args))
     checked, spooled = ids, spool  # named again: narrowed for the lambda
     return _with_storage(
-        storage, data_dir, fresh_dir,
+        storage,
+        data_dir,
+        fresh_dir,
         lambda backend: _import(backend, _unpacked(spooled, len(checked)), checked, args.replace),
     )
 
 
 def _with_storage(
-    storage: config.Config, data_dir: str | None, fresh_dir: Path | None, work: Callable[[Backend], int]
+    storage: config.Config,
+    data_dir: str | None,
+    fresh_dir: Path | None,
+    work: Callable[[Backend], int],
 ) -> int:
     """``work`` on the storage opened for a transfer; its exit code, or EXIT_FAILED with the error printed.
 
     A data dir this transfer created (``fresh_dir``) is removed unless ``work`` finished.
     """
-    backend = open_storage(storage.backend, data_dir, storage.durability, serving=False,
-                           **config.backend_options(storage))
+    backend = open_storage(
+        storage.backend,
+        data_dir,
+        storage.durability,
+        serving=False,
+        **config.backend_options(storage),
+    )
     if backend is None:
         _remove_fresh(fresh_dir)
         return EXIT_FAILED
@@ -274,7 +323,10 @@ def _export(backend: Backend, args: argparse.Namespace) -> int:
         ids = args.conversations
         for conversation_id in ids:
             if backend.read(conversation_id).is_empty:
-                print(f"chd: conversation {conversation_id!r} holds nothing to export", file=sys.stderr)
+                print(
+                    f"chd: conversation {conversation_id!r} holds nothing to export",
+                    file=sys.stderr,
+                )
                 return EXIT_FAILED
     else:
         # Streamed: a listing of 100,000 ids is not held, nor read twice.
@@ -293,7 +345,9 @@ def _export(backend: Backend, args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_conversations(out: TextIO, conversations: Iterator[tuple[str, int]], progress: "_Progress") -> None:
+def _write_conversations(
+    out: TextIO, conversations: Iterator[tuple[str, int]], progress: _Progress
+) -> None:
     write = out.write
     for text, utterances in conversations:
         write(text)
@@ -323,20 +377,42 @@ def _packed(conversation: EncodedConversation) -> tuple[Any, ...]:
     # marshal, not pickle: the spool holds only plain values, and loading it runs no code.
     c = conversation
     summary = c.summary.to_record()
-    return (c.conversation_id, c.next_seq, c.last_turn, c.settings, summary, c.buffer, c.pending, c.archive)
+    return (
+        c.conversation_id,
+        c.next_seq,
+        c.last_turn,
+        c.settings,
+        summary,
+        c.buffer,
+        c.pending,
+        c.archive,
+    )
 
 
 def _unpacked(spool: BinaryIO, count: int) -> Iterator[EncodedConversation]:
     for _ in range(count):
         # Length-prefixed: marshal.load from a file reads it in small pieces, 30x slower.
         size = int.from_bytes(spool.read(8), "little")
-        cid, next_seq, last_turn, settings, summary, buffer, pending, archive = marshal.loads(spool.read(size))
-        yield EncodedConversation(cid, next_seq, last_turn, settings, Summary.from_record(summary),
-                                  buffer, pending, archive)
+        cid, next_seq, last_turn, settings, summary, buffer, pending, archive = marshal.loads(
+            spool.read(size)
+        )
+        yield EncodedConversation(
+            cid,
+            next_seq,
+            last_turn,
+            settings,
+            Summary.from_record(summary),
+            buffer,
+            pending,
+            archive,
+        )
 
 
 def _import(
-    backend: Backend, conversations: Iterable[EncodedConversation], ids: list[str] | None, replace: bool = False
+    backend: Backend,
+    conversations: Iterable[EncodedConversation],
+    ids: list[str] | None,
+    replace: bool = False,
 ) -> int:
     """Write ``conversations``; ``ids`` (theirs, all checked already) for refusing any that holds data
     before the first write (None: the backend was created for this import)."""
@@ -356,12 +432,15 @@ def _import(
         progress.done, progress.utterances = counts.conversations, counts.utterances
         progress.show()
         if report:  # piped: one line per conversation, as before
-            print("\n".join(
-                f"imported {c.conversation_id}: {len(c.buffer)} in the buffer, "
-                f"{len(c.pending)} queued for the summary, {len(c.archive)} archived, "
-                f"summary through #{c.summary.through_seq}"
-                for c in batch
-            ), file=sys.stderr)
+            print(
+                "\n".join(
+                    f"imported {c.conversation_id}: {len(c.buffer)} in the buffer, "
+                    f"{len(c.pending)} queued for the summary, {len(c.archive)} archived, "
+                    f"summary through #{c.summary.through_seq}"
+                    for c in batch
+                ),
+                file=sys.stderr,
+            )
 
     import_encoded(backend, conversations, replace=replace, on_batch=written)
     progress.end()

@@ -9,8 +9,9 @@ query's (a misspelt field is refused, never ignored).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Mapping, TypeVar
+from typing import Any, Generic, TypeVar
 
 from chd.client import results
 from chd.client.results import Answer
@@ -40,11 +41,18 @@ class Call(Generic[T]):
 
 def _given(**fields: Any) -> dict[str, Any]:
     """The fields a caller set: None means "not given", as the protocol has no nulls."""
-    return {name: value for name, value in fields.items() if value is not None and value is not False}
+    return {
+        name: value for name, value in fields.items() if value is not None and value is not False
+    }
 
 
-def _op(operation: str, conversation: str, read: Callable[[Answer], T], metadata: Mapping[str, Any] | None = None,
-        **fields: Any) -> Call[T]:
+def _op(
+    operation: str,
+    conversation: str,
+    read: Callable[[Answer], T],
+    metadata: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> Call[T]:
     return Call(
         "",
         {"conversation_id": conversation, **(metadata or {})},
@@ -54,7 +62,9 @@ def _op(operation: str, conversation: str, read: Callable[[Answer], T], metadata
     )
 
 
-def query(text: str, conversation: str, metadata: Mapping[str, Any] | None, data: Mapping[str, Any]) -> Call[Answer]:
+def query(
+    text: str, conversation: str, metadata: Mapping[str, Any] | None, data: Mapping[str, Any]
+) -> Call[Answer]:
     merged = {"conversation_id": conversation, **(metadata or {})}
     operation = data.get("operation")
     if operation == "store":
@@ -62,8 +72,13 @@ def query(text: str, conversation: str, metadata: Mapping[str, Any] | None, data
         # key of its own unless the caller chose one, and is then retried.
         merged.setdefault(IDEMPOTENCY_KEY, new_key())
     # Free text may say anything, a remove too: retried only when data names a read or a store.
-    return Call(text, merged, dict(data), operation in READ_OPERATIONS or operation == "store",
-                lambda answer: answer)
+    return Call(
+        text,
+        merged,
+        dict(data),
+        operation in READ_OPERATIONS or operation == "store",
+        lambda answer: answer,
+    )
 
 
 def seconds(timeout: float) -> float:
@@ -79,8 +94,10 @@ def merged_data(data: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> di
     merged = dict(data or {})
     for name, value in fields.items():
         if name in merged and merged[name] != value:
-            raise ValueError(f"data field {name!r} is given twice with different values: "
-                             f"{merged[name]!r} in data and {value!r} as a keyword")
+            raise ValueError(
+                f"data field {name!r} is given twice with different values: "
+                f"{merged[name]!r} in data and {value!r} as a keyword"
+            )
         merged[name] = value
     return merged
 
@@ -106,13 +123,20 @@ def last(n: int, speaker: str | None, conversation: str) -> Call[list[results.Ut
     return _op("retrieve", conversation, results.utterances_of, last_n=n, speaker=speaker)
 
 
-def search(topic: str, limit: int | None, speaker: str | None, conversation: str) -> Call[list[results.SearchHit]]:
+def search(
+    topic: str, limit: int | None, speaker: str | None, conversation: str
+) -> Call[list[results.SearchHit]]:
     return _op("retrieve", conversation, results.hits_of, topic=topic, limit=limit, speaker=speaker)
 
 
 def turns(first: int, last: int | None, conversation: str) -> Call[list[results.Utterance]]:
-    return _op("retrieve", conversation, results.utterances_of, turn_from=first,
-               turn_to=first if last is None else last)
+    return _op(
+        "retrieve",
+        conversation,
+        results.utterances_of,
+        turn_from=first,
+        turn_to=first if last is None else last,
+    )
 
 
 def summary(conversation: str) -> Call[results.Summary]:

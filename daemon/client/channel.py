@@ -15,7 +15,14 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
-__all__ = ["TLS", "open_channel", "open_aio_channel", "auth_metadata", "token_problem", "text_problem"]
+__all__ = [
+    "TLS",
+    "open_channel",
+    "open_aio_channel",
+    "auth_metadata",
+    "token_problem",
+    "text_problem",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,14 +41,18 @@ class TLS:
 
     def __post_init__(self) -> None:
         if bool(self.cert) != bool(self.key):
-            raise ValueError("a client certificate and its key go together: give both cert and key, or neither")
+            raise ValueError(
+                "a client certificate and its key go together: give both cert and key, or neither"
+            )
 
     def credentials(self) -> grpc.ChannelCredentials:
         def read(path: str | None) -> bytes | None:
             return Path(path).expanduser().read_bytes() if path else None
 
         return grpc.ssl_channel_credentials(
-            root_certificates=read(self.ca), private_key=read(self.key), certificate_chain=read(self.cert)
+            root_certificates=read(self.ca),
+            private_key=read(self.key),
+            certificate_chain=read(self.cert),
         )
 
     def options(self) -> list[tuple[str, str]]:

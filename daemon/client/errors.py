@@ -77,7 +77,8 @@ class Unavailable(ChdError):
 
 
 _BY_STATUS: dict[grpc.StatusCode, type[ChdError]] = {
-    cls.status: cls for cls in (NotUnderstood, NotFound, TooLarge, DeadlineExceeded, Unauthenticated, Unavailable)
+    cls.status: cls
+    for cls in (NotUnderstood, NotFound, TooLarge, DeadlineExceeded, Unauthenticated, Unavailable)
 }
 
 

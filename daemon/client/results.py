@@ -7,8 +7,9 @@ token counts as ``int``, scores as ``float``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = [
     "Answer",
@@ -144,12 +145,17 @@ def utterances_of(answer: Answer) -> list[Utterance]:
 
 
 def hits_of(answer: Answer) -> list[SearchHit]:
-    return [SearchHit(Utterance.from_wire(u), float(u.get("score", 0.0))) for u in answer.result.get("utterances", [])]
+    return [
+        SearchHit(Utterance.from_wire(u), float(u.get("score", 0.0)))
+        for u in answer.result.get("utterances", [])
+    ]
 
 
 def stored_of(answer: Answer) -> Stored:
     result = answer.result
-    return Stored(Utterance.from_wire(result["utterance"]), tuple(int(s) for s in result.get("evicted", [])))
+    return Stored(
+        Utterance.from_wire(result["utterance"]), tuple(int(s) for s in result.get("evicted", []))
+    )
 
 
 def removed_of(answer: Answer) -> Removed:

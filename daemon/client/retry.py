@@ -25,5 +25,9 @@ def again(failure: ChdError, safe: bool, attempt: int, retries: int, until: floa
     carried out, which is why only reads and keyed stores are safe. Other
     statuses are answers, and the same question gets the same answer.
     """
-    return (safe and isinstance(failure, (Unavailable, DeadlineExceeded)) and attempt <= retries
-            and time.monotonic() + backoff(attempt) < until)
+    return (
+        safe
+        and isinstance(failure, (Unavailable, DeadlineExceeded))
+        and attempt <= retries
+        and time.monotonic() + backoff(attempt) < until
+    )

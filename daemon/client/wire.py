@@ -7,7 +7,8 @@ cheaper than json_format.MessageToDict followed by a second walk.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from google.protobuf import struct_pb2
 
@@ -38,7 +39,9 @@ def struct_to_plain(struct: struct_pb2.Struct) -> dict[str, Any]:
     return {key: _value(value) for key, value in struct.fields.items()}
 
 
-def request(text: str, metadata: Mapping[str, Any], data: Mapping[str, Any]) -> daemon_pb2.QueryRequest:
+def request(
+    text: str, metadata: Mapping[str, Any], data: Mapping[str, Any]
+) -> daemon_pb2.QueryRequest:
     message = daemon_pb2.QueryRequest(query=text)
     if metadata:
         message.metadata.update(metadata)

@@ -10,36 +10,36 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from chd.backends.base import Backend, Change, ConversationState, queued_conversations
 from chd.backends.memory import MemoryBackend
-from chd.core.language.classifier import QueryClassifier
-from chd.core.memory.configure import configure, effective_settings
-from chd.core.memory.context import build_context
 from chd.core.errors import DaemonError, DeadlineExceeded, InvalidRequest, NotFound, TooLarge, quote
-from chd.core.memory.eviction import evictions_for_store
+from chd.core.language.classifier import QueryClassifier
 from chd.core.language.fields import as_str
-from chd.core.summaries.folding import FoldReport, Folder, with_pending
-from chd.core.memory.embedder import Embedder
-from chd.core.memory.index import IndexCache
 from chd.core.language.instructions import INSTRUCTIONS, PURPOSE
 from chd.core.language.intents import (
+    OPERATIONS,
     ConfigureIntent,
     Intent,
     MarkIntent,
     RemoveIntent,
     RetrieveIntent,
-    OPERATIONS,
     StatsIntent,
     StoreIntent,
     SummarizeIntent,
     build_intent,
 )
+from chd.core.language.understanding import understand
+from chd.core.memory.configure import configure, effective_settings
+from chd.core.memory.context import build_context
+from chd.core.memory.embedder import Embedder
+from chd.core.memory.eviction import evictions_for_store
+from chd.core.memory.index import IndexCache
 from chd.core.memory.marking import mark
 from chd.core.memory.retrieval import find_utterances
-from chd.core.summaries.segments import Forgotten, forget
 from chd.core.memory.selection import (
     archived_victims,
     check_at_most,
@@ -48,16 +48,17 @@ from chd.core.memory.selection import (
     segment_touched,
     summarize_scope,
 )
-from chd.core.settings import Settings
 from chd.core.memory.stats import conversation_stats
+from chd.core.settings import Settings
 from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.folding import Folder, FoldReport, with_pending
+from chd.core.summaries.segments import Forgotten, forget
 from chd.core.summaries.summarizer import Summarized, Summarizer
+from chd.core.summaries.worker import FoldWorker
 from chd.core.summaries.writer import SummaryWriter
 from chd.core.tokens import TokenCounter, default_counter
 from chd.core.tracing import COMMIT, FOLD, NO_TRACER, PARSE, Tracer
-from chd.core.language.understanding import understand
 from chd.core.utterance import Speaker, Summary, SummarySegment, Utterance, now_rfc3339, rfc3339
-from chd.core.summaries.worker import FoldWorker
 
 __all__ = ["ConversationHistory", "QueryResult", "DEFAULT_CONVERSATION"]
 
@@ -159,7 +160,10 @@ class ConversationHistory:
         try:
             # The backend's queue index where it has one: a shutdown must not
             # read every one of 100,000 conversations (issue 17).
-            queued = {cid: len(self.backend.read(cid).pending) for cid in queued_conversations(self.backend)}
+            queued = {
+                cid: len(self.backend.read(cid).pending)
+                for cid in queued_conversations(self.backend)
+            }
         except Exception:  # a backend failing now says so itself; this is only a report
             return
         queued = {cid: n for cid, n in queued.items() if n}
@@ -169,11 +173,16 @@ class ConversationHistory:
         if getattr(self.backend, "name", "") == "memory":
             log.warning(
                 "%d evicted utterance(s) of %d conversation(s) were waiting to be summarized and are lost "
-                "with the memory backend", total, len(queued),
+                "with the memory backend",
+                total,
+                len(queued),
             )
         else:
-            log.info("%d evicted utterance(s) of %d conversation(s) stay queued for summary at the next start",
-                     total, len(queued))
+            log.info(
+                "%d evicted utterance(s) of %d conversation(s) stay queued for summary at the next start",
+                total,
+                len(queued),
+            )
 
     # --- the Daemon Interface ------------------------------------------------
 
@@ -219,7 +228,9 @@ class ConversationHistory:
             outcome.metadata["interpreted_by"] = understood.interpreted_by
         return outcome
 
-    def execute(self, intent: Intent, conversation_id: str, deadline: float | None = None) -> QueryResult:
+    def execute(
+        self, intent: Intent, conversation_id: str, deadline: float | None = None
+    ) -> QueryResult:
         if isinstance(intent, StoreIntent):
             return self._store(intent, conversation_id, deadline)
         if isinstance(intent, RetrieveIntent):
@@ -229,7 +240,10 @@ class ConversationHistory:
         if isinstance(intent, SummarizeIntent):
             return self._summarize(intent, conversation_id, deadline)
         if isinstance(intent, ConfigureIntent):
-            return QueryResult("configure", *configure(self.backend, self.settings, self._fold_now, intent, conversation_id))
+            return QueryResult(
+                "configure",
+                *configure(self.backend, self.settings, self._fold_now, intent, conversation_id),
+            )
         if isinstance(intent, MarkIntent):
             return QueryResult("mark", *mark(self.backend, intent, conversation_id))
         if isinstance(intent, StatsIntent):
@@ -237,13 +251,17 @@ class ConversationHistory:
             stats = conversation_stats(state, effective_settings(self.settings, state.settings))
             stats |= self.folder.late_stats()
             return QueryResult(
-                "stats", stats, {"conversation_id": conversation_id, "items_affected": 0, "tokens_used": 0}
+                "stats",
+                stats,
+                {"conversation_id": conversation_id, "items_affected": 0, "tokens_used": 0},
             )
         raise InvalidRequest(f"unsupported intent {type(intent).__name__}")
 
     # --- convenience methods named in the spec -------------------------------
 
-    def get_last_n(self, n: int, conversation_id: str = DEFAULT_CONVERSATION) -> list[dict[str, Any]]:
+    def get_last_n(
+        self, n: int, conversation_id: str = DEFAULT_CONVERSATION
+    ) -> list[dict[str, Any]]:
         """The newest ``n`` utterances, oldest first."""
         return self._retrieve(RetrieveIntent(last_n=n), conversation_id).result["utterances"]
 
@@ -266,7 +284,9 @@ class ConversationHistory:
         assert isinstance(intent, StoreIntent)
         return self._store(intent, conversation_id).result
 
-    def _store(self, intent: StoreIntent, conversation_id: str, deadline: float | None = None) -> QueryResult:
+    def _store(
+        self, intent: StoreIntent, conversation_id: str, deadline: float | None = None
+    ) -> QueryResult:
         settings = self.settings
         if len(intent.text) > settings.max_utterance_chars:
             raise TooLarge(
@@ -278,7 +298,9 @@ class ConversationHistory:
 
         key = intent.idempotency_key
 
-        def decide(state: ConversationState) -> tuple[Change, tuple[Utterance, list[Utterance], int | None, int, bool]]:
+        def decide(
+            state: ConversationState,
+        ) -> tuple[Change, tuple[Utterance, list[Utterance], int | None, int, bool]]:
             # Checked again here: waiting for the conversation's lock counts too.
             _check_deadline(deadline, "before the store was decided")
             if key is not None:
@@ -286,7 +308,13 @@ class ConversationHistory:
                 # once, on one daemon or on replicas sharing Redis (issue 29).
                 held = state.keyed(key)
                 if held is not None:
-                    return Change(), (_replayed(held[0], intent, key), [], held[1], len(state.pending), True)
+                    return Change(), (
+                        _replayed(held[0], intent, key),
+                        [],
+                        held[1],
+                        len(state.pending),
+                        True,
+                    )
             limits = effective_settings(settings, state.settings)
             if tokens > limits.max_tokens:
                 raise TooLarge(
@@ -326,7 +354,9 @@ class ConversationHistory:
             return change, (utterance, evicted, index, pending, False)
 
         with self.tracer.span(COMMIT, conversation_id):
-            utterance, evicted, index, pending, replayed = self.backend.transact(conversation_id, decide)
+            utterance, evicted, index, pending, replayed = self.backend.transact(
+                conversation_id, decide
+            )
         if replayed:
             return QueryResult(
                 "store",
@@ -358,7 +388,9 @@ class ConversationHistory:
             },
         )
 
-    def _retrieve(self, intent: RetrieveIntent, conversation_id: str, deadline: float | None = None) -> QueryResult:
+    def _retrieve(
+        self, intent: RetrieveIntent, conversation_id: str, deadline: float | None = None
+    ) -> QueryResult:
         if intent.context:
             return self._context(intent, conversation_id, deadline)
         wants_summary = intent.include_summary or intent.summary_only
@@ -391,13 +423,19 @@ class ConversationHistory:
         metadata["tokens_used"] = tokens_used
         return QueryResult("retrieve", result, metadata)
 
-    def _context(self, intent: RetrieveIntent, conversation_id: str, deadline: float | None = None) -> QueryResult:
+    def _context(
+        self, intent: RetrieveIntent, conversation_id: str, deadline: float | None = None
+    ) -> QueryResult:
         """The summary plus the newest utterances that fit, ready to paste into a prompt."""
         report = self._fold_now(conversation_id, deadline)
         state = self.backend.read(conversation_id)
         limits = effective_settings(self.settings, state.settings)
         limit = intent.token_limit or limits.summary_token_limit + limits.max_tokens
-        summary = with_pending(state.summary.text, state.pending) if report.deferred else state.summary.text
+        summary = (
+            with_pending(state.summary.text, state.pending)
+            if report.deferred
+            else state.summary.text
+        )
         context = build_context(summary, state.utterances, limit, self.counter)
         positions = {u.seq: i for i, u in enumerate(state.utterances)}
         return QueryResult(
@@ -419,7 +457,9 @@ class ConversationHistory:
             | self._coverage(state, report),
         )
 
-    def _remove(self, intent: RemoveIntent, conversation_id: str, deadline: float | None = None) -> QueryResult:
+    def _remove(
+        self, intent: RemoveIntent, conversation_id: str, deadline: float | None = None
+    ) -> QueryResult:
         def decide(state: ConversationState) -> tuple[Change, tuple[list[Utterance], Forgotten]]:
             _check_deadline(deadline, "before the removal was decided")
             victims = remove_victims(state, intent)
@@ -433,16 +473,26 @@ class ConversationHistory:
 
                 def remaining(segment: SummarySegment) -> list[Utterance]:
                     return [
-                        u for u in state.archive
+                        u
+                        for u in state.archive
                         if segment.seq_from <= u.seq <= segment.seq_to and u.seq not in gone
                     ]
 
                 limit = effective_settings(self.settings, state.settings).summary_token_limit
                 forgotten = forget(
-                    state.summary, limit, segment_touched(state, intent, [*victims, *archived]), remaining,
-                    self._rebuild, self.counter,
+                    state.summary,
+                    limit,
+                    segment_touched(state, intent, [*victims, *archived]),
+                    remaining,
+                    self._rebuild,
+                    self.counter,
                 )
-                if intent.seq is not None and not victims and not archived and forgotten.summary is None:
+                if (
+                    intent.seq is not None
+                    and not victims
+                    and not archived
+                    and forgotten.summary is None
+                ):
                     raise NotFound(missing_seq_message(state, intent.seq))
             seqs = {u.seq for u in victims}
             change = Change(
@@ -455,7 +505,9 @@ class ConversationHistory:
 
         with self.tracer.span(COMMIT, conversation_id):
             removed, forgotten = self.backend.transact(conversation_id, decide)
-        self.folder.forget_late(conversation_id)  # its answers kept for joining may quote what was removed
+        self.folder.forget_late(
+            conversation_id
+        )  # its answers kept for joining may quote what was removed
         return QueryResult(
             "remove",
             {
@@ -470,10 +522,15 @@ class ConversationHistory:
             },
         )
 
-    def _summarize(self, intent: SummarizeIntent, conversation_id: str, deadline: float | None = None) -> QueryResult:
+    def _summarize(
+        self, intent: SummarizeIntent, conversation_id: str, deadline: float | None = None
+    ) -> QueryResult:
         report = self._fold_now(conversation_id, deadline)
         state = self.backend.read(conversation_id)
-        limit = intent.token_limit or effective_settings(self.settings, state.settings).summary_token_limit
+        limit = (
+            intent.token_limit
+            or effective_settings(self.settings, state.settings).summary_token_limit
+        )
         previous, covered = summarize_scope(state, intent)
         written: Summarized | None = None
         if not covered and self.counter.count(previous) <= limit:
@@ -520,7 +577,9 @@ class ConversationHistory:
         that ends after the deadline is kept; only the answer is refused.
         """
         _check_deadline(deadline, "before the summary was brought up to date")
-        wait = READ_WAIT if deadline is None else max(0.0, min(READ_WAIT, deadline - time.monotonic()))
+        wait = (
+            READ_WAIT if deadline is None else max(0.0, min(READ_WAIT, deadline - time.monotonic()))
+        )
         with self.tracer.span(FOLD, conversation_id):
             report = self.folder.fold(conversation_id, patient=False, wait=wait)
         _check_deadline(deadline, "while the summary was brought up to date")
@@ -552,7 +611,9 @@ class ConversationHistory:
             out["summary_pending_verbatim"] = len(state.pending)
         return out
 
-    def _note_store(self, conversation_id: str, utterance: Utterance, evicted: list[Utterance]) -> None:
+    def _note_store(
+        self, conversation_id: str, utterance: Utterance, evicted: list[Utterance]
+    ) -> None:
         # Keep a live search index in step with this store (~20 us at 10k
         # utterances, bench/bench_search.py) so the next search does not pay
         # for it; an index nobody searched yet is built on first search instead.
@@ -606,11 +667,16 @@ def _replayed(utterance: Utterance, intent: StoreIntent, key: str) -> Utterance:
     the same text and speaker, and the same turn when the store names one (a retry that asked for
     another speaker would otherwise get back an utterance it did not ask for, unawares)."""
     differs = [
-        name for name, same in (
+        name
+        for name, same in (
             ("text", utterance.text == intent.text),
             ("speaker", utterance.speaker == intent.speaker),
-            ("turn_number", intent.turn_number is None or utterance.turn_number == intent.turn_number),
-        ) if not same
+            (
+                "turn_number",
+                intent.turn_number is None or utterance.turn_number == intent.turn_number,
+            ),
+        )
+        if not same
     ]
     if differs:
         raise InvalidRequest(

@@ -54,7 +54,15 @@ class Settings:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
         delay = self.fold_delay
-        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay < math.inf:
-            raise ValueError(f"fold_delay must be a finite number of seconds, at least 0, got {delay!r}")
+        if (
+            isinstance(delay, bool)
+            or not isinstance(delay, (int, float))
+            or not 0 <= delay < math.inf
+        ):
+            raise ValueError(
+                f"fold_delay must be a finite number of seconds, at least 0, got {delay!r}"
+            )
         if self.eviction_policy not in ("fifo", "importance"):
-            raise ValueError(f"eviction_policy must be fifo or importance, got {self.eviction_policy!r}")
+            raise ValueError(
+                f"eviction_policy must be fifo or importance, got {self.eviction_policy!r}"
+            )

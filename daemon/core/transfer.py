@@ -42,15 +42,21 @@ import itertools
 import json
 import operator
 import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Iterator, TextIO
+from typing import Any, TextIO
 
 from chd.backends.base import Backend, Change, ConversationState, transact_many
-from chd.backends.encoded import EncodedConversation, EncodedUtterance, encode_record, replacing_change
+from chd.backends.encoded import (
+    EncodedConversation,
+    EncodedUtterance,
+    encode_record,
+    replacing_change,
+)
 from chd.backends.records import LONG_TEXT
-from chd.core.memory.configure import effective_settings
 from chd.core.errors import InvalidRequest
 from chd.core.language.fields import as_bool, as_int, as_speaker, as_str
+from chd.core.memory.configure import effective_settings
 from chd.core.settings import Settings
 from chd.core.utterance import SPEAKERS, Summary, Utterance
 
@@ -95,7 +101,9 @@ def _conversation_lines(conversation: EncodedConversation) -> Iterator[str]:
             "summary": conversation.summary.to_record(),
         }
     )
-    for where, items in zip(_WHERE, (conversation.buffer, conversation.pending, conversation.archive)):
+    for where, items in zip(
+        _WHERE, (conversation.buffer, conversation.pending, conversation.archive)
+    ):
         prefix = _PREFIXES[where]
         for item in items:
             yield prefix + item[2][1:]
@@ -160,7 +168,8 @@ def _chunks(lines: Iterable[str]) -> Iterator[list[tuple[int, str, Any]]]:
         # The text's lines are the chunk's if each ends in its one newline
         # (as a file's lines do; a list's may not).
         if (
-            len(text) <= _CHUNK_CHARS and text.count("\n") == len(chunk)
+            len(text) <= _CHUNK_CHARS
+            and text.count("\n") == len(chunk)
             and all(map(str.endswith, chunk, itertools.repeat("\n")))
         ):
             yield _text_entries(text, first)[0]
@@ -185,13 +194,15 @@ def _refuse_undecoded(text: str, first: int) -> None:
     if bad is not None:
         line = first + text.count("\n", 0, bad.start())
         byte = ord(bad.group()) - 0xDC00
-        raise InvalidRequest(f"line {line}: not UTF-8 text (byte 0x{byte:02x}); export files are UTF-8")
+        raise InvalidRequest(
+            f"line {line}: not UTF-8 text (byte 0x{byte:02x}); export files are UTF-8"
+        )
 
 
 @functools.cache
 def _lines_of(count: int) -> re.Pattern[str]:
     """A pattern matching ``count`` whole lines, each through its newline (possessive: linear)."""
-    return re.compile(r"(?:[^\n]*+\n){%d}" % count)
+    return re.compile(rf"(?:[^\n]*+\n){{{count}}}")
 
 
 def _file_chunks(source: TextIO) -> Iterator[str]:
@@ -280,7 +291,9 @@ class _Run:
 
     __slots__ = ("where", "conversation_id", "items", "found")
 
-    def __init__(self, where: str, conversation_id: str, items: list[EncodedUtterance], found: re.Match[str]) -> None:
+    def __init__(
+        self, where: str, conversation_id: str, items: list[EncodedUtterance], found: re.Match[str]
+    ) -> None:
         self.where = where
         self.conversation_id = conversation_id
         self.items = items
@@ -309,7 +322,9 @@ def _run(found: re.Match[str]) -> _Run:
         items = list(zip(map(int, seqs), itertools.repeat(False), records))
     else:  # never, by the pattern: the digits of each record, a call each
         items = [(int(record[7 : record.index(",", 8)]), False, record) for record in records]
-    if max(map(len, records)) > LONG_TEXT:  # else no text is that long: it is shorter than its record
+    if (
+        max(map(len, records)) > LONG_TEXT
+    ):  # else no text is that long: it is shorter than its record
         items = [
             (seq, len(record) > LONG_TEXT and len(json.loads(record)["text"]) > LONG_TEXT, record)
             for seq, _, record in items
@@ -362,7 +377,9 @@ def _check_unicode(number: int, record: Any) -> None:
 class _Draft:
     line: int
     header: dict[str, Any]
-    lists: dict[str, list[EncodedUtterance]] = field(default_factory=lambda: {where: [] for where in _WHERE})
+    lists: dict[str, list[EncodedUtterance]] = field(
+        default_factory=lambda: {where: [] for where in _WHERE}
+    )
 
 
 def read_export(lines: Iterable[str]) -> Iterator[EncodedConversation]:
@@ -398,8 +415,12 @@ def read_export(lines: Iterable[str]) -> Iterator[EncodedConversation]:
                 # left to check is that it belongs here and has a timestamp.
                 where, seq, text, _, timestamp, _, cid = record.groups()
                 if cid == draft_id and timestamp.strip() and draft is not None:
-                    long = len(text) > long_text and ("\\" not in text or len(json.loads(f'"{text}"')) > long_text)
-                    draft.lists[where].append((int(seq), long, "{" + line[starts[where] :].rstrip(_BLANKS)))
+                    long = len(text) > long_text and (
+                        "\\" not in text or len(json.loads(f'"{text}"')) > long_text
+                    )
+                    draft.lists[where].append(
+                        (int(seq), long, "{" + line[starts[where] :].rstrip(_BLANKS))
+                    )
                     continue
                 record = json.loads(line)  # for the checks below, which name what is wrong
             # The usual line, checked without a call per field: the ten
@@ -413,9 +434,15 @@ def read_export(lines: Iterable[str]) -> Iterator[EncodedConversation]:
                 if values is not None and tuple(map(type, values)) == types:
                     kind, where, seq, speaker, text, turn, timestamp, tokens, cid, _ = values
                     if (
-                        kind == "utterance" and where in prefixes and speaker in speakers
-                        and 1 <= seq <= _MAX_INT and 0 <= turn <= _MAX_INT and 0 <= tokens <= _MAX_INT
-                        and cid == draft_id and cid.strip() and timestamp.strip()
+                        kind == "utterance"
+                        and where in prefixes
+                        and speaker in speakers
+                        and 1 <= seq <= _MAX_INT
+                        and 0 <= turn <= _MAX_INT
+                        and 0 <= tokens <= _MAX_INT
+                        and cid == draft_id
+                        and cid.strip()
+                        and timestamp.strip()
                         and line.startswith(prefixes[where])
                     ):
                         rest = line[len(prefixes[where]) :].rstrip(_BLANKS)
@@ -475,7 +502,9 @@ def _finished(draft: _Draft, seen: set[str]) -> EncodedConversation:
     except InvalidRequest as exc:
         raise InvalidRequest(f"conversation starting at line {draft.line}: {exc}") from None
     if conversation.conversation_id in seen:
-        raise InvalidRequest(f"line {draft.line}: conversation {conversation.conversation_id!r} appears twice")
+        raise InvalidRequest(
+            f"line {draft.line}: conversation {conversation.conversation_id!r} appears twice"
+        )
     seen.add(conversation.conversation_id)
     return conversation
 
@@ -515,9 +544,18 @@ _COUNT, _POSITIVE = r"(?:0|[1-9][0-9]{0,14}+)", r"[1-9][0-9]{0,14}+"
 # decoding the line (decoding was half of an import's time). The groups:
 # in, seq, speaker, text, turn_number, timestamp, tokens, conversation_id.
 _EXPORTED = re.compile(
-    r'\{"record":"utterance","in":"(buffer|pending|archive)","seq":(' + _POSITIVE
-    + r'),"speaker":"(?:user|assistant|system)","text":"(' + _TEXT[1:-1] + r')","turn_number":(' + _COUNT
-    + r'),"timestamp":"(' + _CHARS + r')","tokens":(' + _COUNT + r'),"conversation_id":"(' + _CHARS
+    r'\{"record":"utterance","in":"(buffer|pending|archive)","seq":('
+    + _POSITIVE
+    + r'),"speaker":"(?:user|assistant|system)","text":"('
+    + _TEXT[1:-1]
+    + r')","turn_number":('
+    + _COUNT
+    + r'),"timestamp":"('
+    + _CHARS
+    + r')","tokens":('
+    + _COUNT
+    + r'),"conversation_id":"('
+    + _CHARS
     + r')","important":(?:true|false)\}[ \t\r\n]*+'
 )
 
@@ -525,9 +563,20 @@ _EXPORTED = re.compile(
 def _run_line(where: str, conversation_id: str) -> str:
     """_EXPORTED's line with a timestamp that is not blank, ending in "}" and its newline; no groups."""
     return (
-        r'\{"record":"utterance","in":"' + where + r'","seq":' + _POSITIVE
-        + r',"speaker":"(?:user|assistant|system)","text":' + _TEXT + r',"turn_number":' + _COUNT
-        + r',"timestamp":' + _FILLED + r',"tokens":' + _COUNT + r',"conversation_id":"' + conversation_id
+        r'\{"record":"utterance","in":"'
+        + where
+        + r'","seq":'
+        + _POSITIVE
+        + r',"speaker":"(?:user|assistant|system)","text":'
+        + _TEXT
+        + r',"turn_number":'
+        + _COUNT
+        + r',"timestamp":'
+        + _FILLED
+        + r',"tokens":'
+        + _COUNT
+        + r',"conversation_id":"'
+        + conversation_id
         + r'","important":(?:true|false)\}\n'
     )
 
@@ -540,11 +589,22 @@ def _run_line(where: str, conversation_id: str) -> str:
 # same unambiguous pieces as _EXPORTED's, and a line that fails ends the run.
 _RUN = re.compile(
     _run_line("(?P<where>buffer|pending|archive)", "(?P<cid>" + _CHARS + ")")
-    + "(?:" + _run_line("(?P=where)", "(?P=cid)") + ")*+"
+    + "(?:"
+    + _run_line("(?P=where)", "(?P=cid)")
+    + ")*+"
 )
 # The fields of an utterance line as chd export writes them, and their types.
 _LINE_FIELDS = operator.itemgetter(
-    "record", "in", "seq", "speaker", "text", "turn_number", "timestamp", "tokens", "conversation_id", "important"
+    "record",
+    "in",
+    "seq",
+    "speaker",
+    "text",
+    "turn_number",
+    "timestamp",
+    "tokens",
+    "conversation_id",
+    "important",
 )
 _LINE_TYPES = (str, str, int, str, str, int, str, int, str, bool)
 _SEQ = operator.itemgetter(0)
@@ -585,6 +645,7 @@ def _utterance(record: dict[str, Any]) -> Utterance:
         key=as_str("idempotency_key", record.get("idempotency_key", ""), allow_empty=True),
     )
 
+
 _SEGMENT_NUMBERS = ("tokens", "seq_from", "seq_to", "turn_from", "turn_to")
 _SEGMENT_TEXTS = ("text", "made_by", "error")
 _NUMBERS_OF = operator.itemgetter(*_SEGMENT_NUMBERS)
@@ -609,7 +670,9 @@ def _summary(record: Any) -> Summary:
     if not held:
         return Summary.from_record(record)
     # The originals kept for a Claude rewrite (issue 13), checked like any utterance.
-    return replace(Summary.from_record({**record, "held": []}), held=tuple(_utterance(u) for u in held))
+    return replace(
+        Summary.from_record({**record, "held": []}), held=tuple(_utterance(u) for u in held)
+    )
 
 
 def _plain_segment(segment: Any) -> bool:
@@ -626,10 +689,14 @@ def _plain_segment(segment: Any) -> bool:
         return False
     keys = segment.get("keys", _NO_KEYS)
     return (
-        tuple(map(type, numbers)) == _INTS and min(numbers) >= 0 and max(numbers) <= _MAX_INT
-        and type(segment.get("text")) is str and type(segment.get("made_by", "")) is str
+        tuple(map(type, numbers)) == _INTS
+        and min(numbers) >= 0
+        and max(numbers) <= _MAX_INT
+        and type(segment.get("text")) is str
+        and type(segment.get("made_by", "")) is str
         and type(segment.get("error", "")) is str
-        and type(keys) is list and all(map(isinstance, keys, itertools.repeat(str)))
+        and type(keys) is list
+        and all(map(isinstance, keys, itertools.repeat(str)))
     )
 
 
@@ -692,7 +759,9 @@ def _conversation(draft: _Draft) -> EncodedConversation:
         seen.update(seqs)
     highest = max(seen, default=0)
     if conversation.next_seq <= highest:
-        raise InvalidRequest(f"next_seq {conversation.next_seq} must be above the highest seq {highest}")
+        raise InvalidRequest(
+            f"next_seq {conversation.next_seq} must be above the highest seq {highest}"
+        )
     return conversation
 
 
@@ -789,7 +858,9 @@ def check_existing(backend: Backend, states: Iterable[ConversationState]) -> Non
         _replacing(state, False)(backend.read(state.conversation_id))
 
 
-def _replacing(imported: ConversationState, replace: bool) -> Callable[[ConversationState], tuple[Change, None]]:
+def _replacing(
+    imported: ConversationState, replace: bool
+) -> Callable[[ConversationState], tuple[Change, None]]:
     def decide(current: ConversationState) -> tuple[Change, None]:
         if not current.is_empty and not replace:
             raise InvalidRequest(

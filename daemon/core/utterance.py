@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 __all__ = [
@@ -28,7 +28,7 @@ _second: tuple[int, str] = (-1, "")
 
 def rfc3339(moment: datetime) -> str:
     """``moment`` (aware) in the form ``now_rfc3339`` writes: UTC, microseconds, Z."""
-    moment = moment.astimezone(timezone.utc)
+    moment = moment.astimezone(UTC)
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{moment.microsecond:06d}Z"
 
 
@@ -103,7 +103,9 @@ class Utterance:
         # each, twice the cost, and a state-cache miss decodes every buffered
         # utterance (issue 17). tests/test_core.py checks it against __init__.
         made = object.__new__(cls)
-        conversation_id, seq, speaker, text, turn_number, timestamp, tokens, important, key = _UTTERANCE_SLOTS
+        conversation_id, seq, speaker, text, turn_number, timestamp, tokens, important, key = (
+            _UTTERANCE_SLOTS
+        )
         conversation_id(made, record["conversation_id"])
         seq(made, int(record["seq"]))
         speaker(made, record["speaker"])
@@ -123,7 +125,15 @@ class Utterance:
 _UTTERANCE_SLOTS = tuple(
     vars(Utterance)[name].__set__
     for name in (
-        "conversation_id", "seq", "speaker", "text", "turn_number", "timestamp", "tokens", "important", "key"
+        "conversation_id",
+        "seq",
+        "speaker",
+        "text",
+        "turn_number",
+        "timestamp",
+        "tokens",
+        "important",
+        "key",
     )
 )
 
@@ -234,7 +244,9 @@ class Summary:
             held_dropped_through=int(record.get("held_dropped_through", 0)),
         )
 
-    def with_held(self, held: tuple[Utterance, ...], dropped: int = 0, dropped_through: int = 0) -> Summary:
+    def with_held(
+        self, held: tuple[Utterance, ...], dropped: int = 0, dropped_through: int = 0
+    ) -> Summary:
         """This summary with other originals awaiting a rewrite (and more dropped, if any)."""
         return replace(
             self,
@@ -242,5 +254,3 @@ class Summary:
             held_dropped=self.held_dropped + dropped,
             held_dropped_through=max(self.held_dropped_through, dropped_through),
         )
-
-

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hmac
 import json
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 __all__ = ["BearerTokenApp"]
 
@@ -49,20 +50,22 @@ class BearerTokenApp:
         if raw[: len(_SCHEME)].lower() != _SCHEME:
             return "the Authorization header must use the Bearer scheme"
         # compare_digest may reveal the token's length through timing, never its content.
-        if not hmac.compare_digest(raw[len(_SCHEME):].strip(), self._token):
+        if not hmac.compare_digest(raw[len(_SCHEME) :].strip(), self._token):
             return "the bearer token is not valid"
         return None
 
 
 async def _refuse(send: Send, problem: str) -> None:
     body = json.dumps({"error": "unauthorized", "error_description": problem}).encode("utf-8")
-    await send({
-        "type": "http.response.start",
-        "status": 401,
-        "headers": [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode("ascii")),
-            (b"www-authenticate", b'Bearer realm="chd"'),
-        ],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode("ascii")),
+                (b"www-authenticate", b'Bearer realm="chd"'),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

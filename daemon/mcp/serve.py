@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import signal
 import socket
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -20,8 +21,8 @@ from chd.backends.base import Backend
 from chd.backends.memory import MemoryBackend
 from chd.client import TLS, Client
 from chd.core.history import ConversationHistory
-from chd.core.memory.index import index_bytes
 from chd.core.language.classifier import classifier_from_environment
+from chd.core.memory.index import index_bytes
 from chd.mcp.answerer import LocalAnswerer, RemoteAnswerer
 from chd.mcp.http_auth import BearerTokenApp
 from chd.service.app import limits_from, summary_writer
@@ -64,9 +65,17 @@ def run_stdio(server: MCPServer) -> None:
         pass
 
 
-def run_http(server: MCPServer, host: str, port: int, token: str | None,
-             listening: Callable[[int], None] = lambda port: None, *, tls_cert: str | None = None,
-             tls_key: str | None = None, tls_client_ca: str | None = None) -> None:
+def run_http(
+    server: MCPServer,
+    host: str,
+    port: int,
+    token: str | None,
+    listening: Callable[[int], None] = lambda port: None,
+    *,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_client_ca: str | None = None,
+) -> None:
     """Serve Streamable HTTP at ``http://host:port/mcp`` until SIGTERM or SIGINT.
 
     The socket is bound before ``listening(port)`` is called, so port 0 picks
@@ -79,7 +88,9 @@ def run_http(server: MCPServer, host: str, port: int, token: str | None,
 
     import uvicorn
 
-    app: Any = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host, json_response=True)
+    app: Any = server.streamable_http_app(
+        streamable_http_path=MCP_PATH, host=host, json_response=True
+    )
     if token is not None:
         app = BearerTokenApp(app, token)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -93,8 +104,13 @@ def run_http(server: MCPServer, host: str, port: int, token: str | None,
     sock.listen(128)
     sock.set_inheritable(True)
     config = uvicorn.Config(
-        app, log_level="warning", lifespan="on", access_log=False,
-        ssl_certfile=tls_cert, ssl_keyfile=tls_key, ssl_ca_certs=tls_client_ca,
+        app,
+        log_level="warning",
+        lifespan="on",
+        access_log=False,
+        ssl_certfile=tls_cert,
+        ssl_keyfile=tls_key,
+        ssl_ca_certs=tls_client_ca,
         ssl_cert_reqs=ssl.CERT_REQUIRED if tls_client_ca else ssl.CERT_NONE,
     )
     listening(sock.getsockname()[1])

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Annotated, Any, Callable, Literal, Mapping
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
@@ -41,11 +42,19 @@ within a token budget), `summarize`, and `forget` what must go (also from the su
 every form). Errors say what was not understood and what to write instead; nothing is \
 changed by a refused call."""
 
-Conversation = Annotated[str, Field(
-    description="Which conversation (1-256 characters). Conversations are fully separate: seqs, turns, "
-    "buffer and summary are per conversation.", min_length=1, max_length=256)]
+Conversation = Annotated[
+    str,
+    Field(
+        description="Which conversation (1-256 characters). Conversations are fully separate: seqs, turns, "
+        "buffer and summary are per conversation.",
+        min_length=1,
+        max_length=256,
+    ),
+]
 Speaker = Literal["user", "assistant", "system"]
-TurnNumber = Annotated[int | None, Field(description="A turn number (1 = the first user utterance's turn).")]
+TurnNumber = Annotated[
+    int | None, Field(description="A turn number (1 = the first user utterance's turn).")
+]
 # A tool answers with a CallToolResult it builds itself, so a refusal is an
 # is_error result holding chd's message alone (raising ToolError would have
 # the SDK prefix it and log it, query text and all, at INFO); the dict is
@@ -62,21 +71,45 @@ def build_server(answerer: Answerer) -> MCPServer:
         version=chd.__version__,
     )
 
-    def ask(tool: str, conversation_id: str, data: Mapping[str, Any], text: str = "",
-            metadata: Mapping[str, Any] | None = None) -> CallToolResult:
-        fields = {key: value for key, value in data.items() if value is not None and value is not False}
-        return _tool_result(tool, lambda: answerer.query(
-            text, {**(metadata or {}), "conversation_id": conversation_id}, fields))
+    def ask(
+        tool: str,
+        conversation_id: str,
+        data: Mapping[str, Any],
+        text: str = "",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> CallToolResult:
+        fields = {
+            key: value for key, value in data.items() if value is not None and value is not False
+        }
+        return _tool_result(
+            tool,
+            lambda: answerer.query(
+                text, {**(metadata or {}), "conversation_id": conversation_id}, fields
+            ),
+        )
 
-    @server.tool(annotations=ToolAnnotations(title="Remember an utterance", read_only_hint=False,
-                                             destructive_hint=False, idempotent_hint=False))
+    @server.tool(
+        annotations=ToolAnnotations(
+            title="Remember an utterance",
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=False,
+        )
+    )
     def remember(
         text: Annotated[str, Field(description="The utterance, stored verbatim.")],
         conversation_id: Conversation = "default",
-        speaker: Annotated[Speaker, Field(description="Who said it. A user utterance opens a new turn; "
-                                          "assistant and system utterances join the current one.")] = "user",
-        turn_number: Annotated[int | None, Field(description="Put it in this turn instead of tracking turns "
-                                                 "automatically.", ge=0)] = None,
+        speaker: Annotated[
+            Speaker,
+            Field(
+                description="Who said it. A user utterance opens a new turn; "
+                "assistant and system utterances join the current one."
+            ),
+        ] = "user",
+        turn_number: Annotated[
+            int | None,
+            Field(description="Put it in this turn instead of tracking turns automatically.", ge=0),
+        ] = None,
     ) -> Result:
         """Store one utterance in a conversation's memory.
 
@@ -86,18 +119,31 @@ def build_server(answerer: Answerer) -> MCPServer:
         metadata: dict[str, Any] = {"speaker": speaker}
         if turn_number is not None:
             metadata["turn_number"] = turn_number
-        return ask("remember", conversation_id, {"operation": "store", "text": text}, metadata=metadata)
+        return ask(
+            "remember", conversation_id, {"operation": "store", "text": text}, metadata=metadata
+        )
 
     @server.tool(annotations=ToolAnnotations(title="Recall utterances", read_only_hint=True))
     def recall(
         conversation_id: Conversation = "default",
-        topic: Annotated[str | None, Field(description="Find utterances about this (words or a phrase); "
-                                           "best match first, each with a score.")] = None,
-        last_n: Annotated[int | None, Field(description="The newest n utterances, oldest first.", ge=0)] = None,
+        topic: Annotated[
+            str | None,
+            Field(
+                description="Find utterances about this (words or a phrase); "
+                "best match first, each with a score."
+            ),
+        ] = None,
+        last_n: Annotated[
+            int | None, Field(description="The newest n utterances, oldest first.", ge=0)
+        ] = None,
         turn_from: TurnNumber = None,
         turn_to: TurnNumber = None,
-        speaker: Annotated[Speaker | None, Field(description="Only what this speaker said.")] = None,
-        limit: Annotated[int | None, Field(description="At most this many topic matches.", ge=1)] = None,
+        speaker: Annotated[
+            Speaker | None, Field(description="Only what this speaker said.")
+        ] = None,
+        limit: Annotated[
+            int | None, Field(description="At most this many topic matches.", ge=1)
+        ] = None,
     ) -> Result:
         """Read utterances back from a conversation's buffer; the filters combine with AND.
 
@@ -106,29 +152,57 @@ def build_server(answerer: Answerer) -> MCPServer:
         read the summary with `summarize` or `context`, or the resource
         chd://conversations/{conversation_id}/summary.
         """
-        data: dict[str, Any] = {"operation": "retrieve", "topic": topic, "last_n": last_n, "turn_from": turn_from,
-                                "turn_to": turn_to, "speaker": speaker, "limit": limit}
+        data: dict[str, Any] = {
+            "operation": "retrieve",
+            "topic": topic,
+            "last_n": last_n,
+            "turn_from": turn_from,
+            "turn_to": turn_to,
+            "speaker": speaker,
+            "limit": limit,
+        }
         if all(value is None for key, value in data.items() if key not in ("operation", "speaker")):
             data["last_n"] = RECALL_DEFAULT
         return ask("recall", conversation_id, data)
 
-    @server.tool(annotations=ToolAnnotations(title="Forget utterances", read_only_hint=False,
-                                             destructive_hint=True, idempotent_hint=True))
+    @server.tool(
+        annotations=ToolAnnotations(
+            title="Forget utterances",
+            read_only_hint=False,
+            destructive_hint=True,
+            idempotent_hint=True,
+        )
+    )
     def forget(
         conversation_id: Conversation = "default",
         seq: Annotated[int | None, Field(description="The utterance with this seq.", ge=1)] = None,
-        seqs: Annotated[list[int] | None, Field(description="The utterances with these seqs.")] = None,
-        oldest: Annotated[int | None, Field(description="The oldest n (of what the other selectors chose).",
-                                            ge=1)] = None,
-        newest: Annotated[int | None, Field(description="The newest n (of what the other selectors chose).",
-                                            ge=1)] = None,
-        before_turn: Annotated[int | None, Field(description="Every utterance before this turn.", ge=0)] = None,
-        after_turn: Annotated[int | None, Field(description="Every utterance after this turn.", ge=0)] = None,
+        seqs: Annotated[
+            list[int] | None, Field(description="The utterances with these seqs.")
+        ] = None,
+        oldest: Annotated[
+            int | None, Field(description="The oldest n (of what the other selectors chose).", ge=1)
+        ] = None,
+        newest: Annotated[
+            int | None, Field(description="The newest n (of what the other selectors chose).", ge=1)
+        ] = None,
+        before_turn: Annotated[
+            int | None, Field(description="Every utterance before this turn.", ge=0)
+        ] = None,
+        after_turn: Annotated[
+            int | None, Field(description="Every utterance after this turn.", ge=0)
+        ] = None,
         turn_from: TurnNumber = None,
         turn_to: TurnNumber = None,
-        speaker: Annotated[Speaker | None, Field(description="Only what this speaker said.")] = None,
-        all: Annotated[bool, Field(description="Clear the whole conversation: buffer, summary queue, archive "
-                                   "and summary. Takes no other selector.")] = False,
+        speaker: Annotated[
+            Speaker | None, Field(description="Only what this speaker said.")
+        ] = None,
+        all: Annotated[
+            bool,
+            Field(
+                description="Clear the whole conversation: buffer, summary queue, archive "
+                "and summary. Takes no other selector."
+            ),
+        ] = False,
     ) -> Result:
         """Delete utterances for good, from the buffer and from the running summary.
 
@@ -136,49 +210,90 @@ def build_server(answerer: Answerer) -> MCPServer:
         deleted and the call is refused, as is `all` with another selector, or oldest with newest.
         Returns the removed seqs. Seqs are never reused.
         """
-        return ask("forget", conversation_id, {
-            "operation": "remove", "seq": seq, "seqs": seqs, "oldest": oldest, "newest": newest,
-            "before_turn": before_turn, "after_turn": after_turn, "turn_from": turn_from, "turn_to": turn_to,
-            "speaker": speaker, "all": all,
-        })
+        return ask(
+            "forget",
+            conversation_id,
+            {
+                "operation": "remove",
+                "seq": seq,
+                "seqs": seqs,
+                "oldest": oldest,
+                "newest": newest,
+                "before_turn": before_turn,
+                "after_turn": after_turn,
+                "turn_from": turn_from,
+                "turn_to": turn_to,
+                "speaker": speaker,
+                "all": all,
+            },
+        )
 
-    @server.tool(annotations=ToolAnnotations(title="Summarize the conversation", read_only_hint=True))
+    @server.tool(
+        annotations=ToolAnnotations(title="Summarize the conversation", read_only_hint=True)
+    )
     def summarize(
         conversation_id: Conversation = "default",
-        token_limit: Annotated[int | None, Field(description="Longest summary in tokens (default: the "
-                                                 "conversation's summary_token_limit).", ge=1)] = None,
+        token_limit: Annotated[
+            int | None,
+            Field(
+                description="Longest summary in tokens (default: the "
+                "conversation's summary_token_limit).",
+                ge=1,
+            ),
+        ] = None,
     ) -> Result:
         """Summarize the whole conversation: the running summary plus everything still in the buffer.
 
         Returns the summary text, its tokens (never above token_limit) and how many utterances it covers.
         """
-        return ask("summarize", conversation_id, {"operation": "summarize", "token_limit": token_limit})
+        return ask(
+            "summarize", conversation_id, {"operation": "summarize", "token_limit": token_limit}
+        )
 
     @server.tool(annotations=ToolAnnotations(title="Context for a prompt", read_only_hint=True))
     def context(
         conversation_id: Conversation = "default",
-        token_limit: Annotated[int | None, Field(description="Token budget of the whole context.",
-                                                 ge=1)] = None,
+        token_limit: Annotated[
+            int | None, Field(description="Token budget of the whole context.", ge=1)
+        ] = None,
     ) -> Result:
         """What to put in a prompt: the running summary plus the newest utterances that fit token_limit.
 
         result.context is the text to paste; result.utterances the utterances it includes.
         """
-        return ask("context", conversation_id, {"operation": "retrieve", "context": True,
-                                                "token_limit": token_limit})
+        return ask(
+            "context",
+            conversation_id,
+            {"operation": "retrieve", "context": True, "token_limit": token_limit},
+        )
 
-    @server.tool(annotations=ToolAnnotations(title="Query in chd's language", read_only_hint=False,
-                                             destructive_hint=True))
+    @server.tool(
+        annotations=ToolAnnotations(
+            title="Query in chd's language", read_only_hint=False, destructive_hint=True
+        )
+    )
     def query(
-        query: Annotated[str, Field(description="A sentence such as \"Get the last 5 utterances\", \"What did "
-                                    "the assistant say about Paris?\" or \"Remove utterance 12\"; the resource "
-                                    "chd://instructions lists every form. May be empty when data has an "
-                                    "operation.")],
+        query: Annotated[
+            str,
+            Field(
+                description='A sentence such as "Get the last 5 utterances", "What did '
+                'the assistant say about Paris?" or "Remove utterance 12"; the resource '
+                "chd://instructions lists every form. May be empty when data has an "
+                "operation."
+            ),
+        ],
         conversation_id: Conversation = "default",
-        metadata: Annotated[dict[str, Any] | None, Field(description="Request metadata, e.g. {\"speaker\": "
-                                                         "\"assistant\"} for a store.")] = None,
-        data: Annotated[dict[str, Any] | None, Field(description="Data fields, e.g. {\"token_limit\": 40}; "
-                                                     "with \"operation\" the sentence is not parsed.")] = None,
+        metadata: Annotated[
+            dict[str, Any] | None,
+            Field(description='Request metadata, e.g. {"speaker": "assistant"} for a store.'),
+        ] = None,
+        data: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description='Data fields, e.g. {"token_limit": 40}; '
+                'with "operation" the sentence is not parsed.'
+            ),
+        ] = None,
     ) -> Result:
         """chd's Daemon Interface itself: one query in its natural language, answered as over gRPC.
 
@@ -186,26 +301,50 @@ def build_server(answerer: Answerer) -> MCPServer:
         """
         given = (metadata or {}).get("conversation_id")
         if given is not None and given != conversation_id:
-            return _error(f"INVALID_ARGUMENT: metadata.conversation_id {given!r} differs from "
-                          f"conversation_id {conversation_id!r}; give it once")
-        return _tool_result("query", lambda: answerer.query(
-            query, {**(metadata or {}), "conversation_id": conversation_id}, dict(data or {})))
+            return _error(
+                f"INVALID_ARGUMENT: metadata.conversation_id {given!r} differs from "
+                f"conversation_id {conversation_id!r}; give it once"
+            )
+        return _tool_result(
+            "query",
+            lambda: answerer.query(
+                query, {**(metadata or {}), "conversation_id": conversation_id}, dict(data or {})
+            ),
+        )
 
-    @server.resource("chd://conversations/{conversation_id}/summary", mime_type="text/plain",
-                     description="The running summary of what has left the conversation's buffer.")
+    @server.resource(
+        "chd://conversations/{conversation_id}/summary",
+        mime_type="text/plain",
+        description="The running summary of what has left the conversation's buffer.",
+    )
     def summary_resource(conversation_id: str) -> str:
-        answer = _asked("summary resource", lambda: answerer.query(
-            "", {"conversation_id": conversation_id}, {"operation": "retrieve", "summary_only": True}),
-            ResourceError)
+        answer = _asked(
+            "summary resource",
+            lambda: answerer.query(
+                "",
+                {"conversation_id": conversation_id},
+                {"operation": "retrieve", "summary_only": True},
+            ),
+            ResourceError,
+        )
         return answer.result.get("summary", "")
 
-    @server.resource("chd://conversations/{conversation_id}/recent", mime_type="text/plain",
-                     description=f"The conversation's newest {RECENT_UTTERANCES} utterances, one a line: "
-                     "#seq [turn N] speaker: \"text\" (the text a JSON string).")
+    @server.resource(
+        "chd://conversations/{conversation_id}/recent",
+        mime_type="text/plain",
+        description=f"The conversation's newest {RECENT_UTTERANCES} utterances, one a line: "
+        '#seq [turn N] speaker: "text" (the text a JSON string).',
+    )
     def recent_resource(conversation_id: str) -> str:
-        answer = _asked("recent resource", lambda: answerer.query(
-            "", {"conversation_id": conversation_id}, {"operation": "retrieve", "last_n": RECENT_UTTERANCES}),
-            ResourceError)
+        answer = _asked(
+            "recent resource",
+            lambda: answerer.query(
+                "",
+                {"conversation_id": conversation_id},
+                {"operation": "retrieve", "last_n": RECENT_UTTERANCES},
+            ),
+            ResourceError,
+        )
         # The text as a JSON string: a newline in an utterance cannot forge
         # another "#seq [turn] speaker:" line for the model reading this.
         return "\n".join(
@@ -213,12 +352,17 @@ def build_server(answerer: Answerer) -> MCPServer:
             for u in answer.result.get("utterances", [])
         )
 
-    @server.resource("chd://instructions", mime_type="text/plain",
-                     description="Every form of chd's query language (GetInstructions), for the query tool.")
+    @server.resource(
+        "chd://instructions",
+        mime_type="text/plain",
+        description="Every form of chd's query language (GetInstructions), for the query tool.",
+    )
     def instructions_resource() -> str:
         return _asked("instructions", answerer.instructions, ResourceError)
 
-    for tool in server._tool_manager.list_tools():  # the SDK has no public way to configure validation
+    for (
+        tool
+    ) in server._tool_manager.list_tools():  # the SDK has no public way to configure validation
         _strict_arguments(tool)
     return server
 
@@ -235,7 +379,11 @@ def _strict_arguments(tool: Any) -> None:
     """
     meta = tool.fn_metadata
     base = meta.arg_model
-    strict = type(base.__name__, (base,), {"model_config": ConfigDict(**base.model_config, extra="forbid", strict=True)})
+    strict = type(
+        base.__name__,
+        (base,),
+        {"model_config": ConfigDict(**base.model_config, extra="forbid", strict=True)},
+    )
     meta.arg_model = strict
     tool.parameters = strict.model_json_schema(by_alias=True)
 
@@ -246,9 +394,15 @@ def _tool_result(tool: str, ask: Callable[[], Answer]) -> CallToolResult:
         answer = _asked(tool, ask, ToolError)
     except ToolError as error:
         return _error(str(error))
-    structured = {"operation": answer.operation, "result": answer.result, "metadata": answer.metadata}
+    structured = {
+        "operation": answer.operation,
+        "result": answer.result,
+        "metadata": answer.metadata,
+    }
     text = json.dumps(structured, ensure_ascii=False, separators=(",", ":"))
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=structured
+    )
 
 
 def _error(message: str) -> CallToolResult:

@@ -20,7 +20,14 @@ import grpc
 from chd.backends.base import CALL_DEADLINE
 from chd.service.handlers import Behavior
 
-__all__ = ["ArrivalInterceptor", "arrived", "call_deadline", "note_deadline", "note_refusal", "refuse_noted"]
+__all__ = [
+    "ArrivalInterceptor",
+    "arrived",
+    "call_deadline",
+    "note_deadline",
+    "note_refusal",
+    "refuse_noted",
+]
 
 _ARRIVED: ContextVar[float] = ContextVar("chd_arrived")
 _DEADLINE: ContextVar[float | None] = ContextVar("chd_deadline", default=None)

@@ -12,21 +12,21 @@ import grpc
 
 from chd.backends.base import Backend
 from chd.backends.memory import MemoryBackend
+from chd.core.history import ConversationHistory
+from chd.core.language.classifier import classifier_from_environment
+from chd.core.memory.index import index_bytes
+from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.summarizer import Summarizer
+from chd.core.summaries.writer import SummaryWriter, build_writer
+from chd.core.tokens import default_counter
 from chd.service.admission import ArrivalInterceptor
 from chd.service.auth import BearerAuthInterceptor
-from chd.core.language.classifier import classifier_from_environment
 from chd.service.config import Config, ConfigError, to_settings
-from chd.core.history import ConversationHistory
-from chd.core.memory.index import index_bytes
 from chd.service.limits import LimitedBackend, Limits, deadline_guard
 from chd.service.metrics import Metrics
 from chd.service.observe import CallSink, observing
 from chd.service.otel import OtelTracing, tracing_from_environment
 from chd.service.server import ListenError, Server, build_server, check_port_free
-from chd.core.summaries.extractive import ExtractiveSummarizer
-from chd.core.summaries.summarizer import Summarizer
-from chd.core.summaries.writer import SummaryWriter, build_writer
-from chd.core.tokens import default_counter
 from chd.service.tls import server_credentials
 from chd.service.tracelog import TraceLog
 
@@ -50,10 +50,15 @@ def summary_writer(config: Config, summarizer: Summarizer | None = None) -> Summ
     """The writer the config asks for; ``summarizer`` (tests, embedders) replaces its primary."""
     counter = default_counter()
     if summarizer is not None:
-        offline = None if isinstance(summarizer, ExtractiveSummarizer) else ExtractiveSummarizer(counter)
+        offline = (
+            None if isinstance(summarizer, ExtractiveSummarizer) else ExtractiveSummarizer(counter)
+        )
         return SummaryWriter(
-            summarizer, counter, offline,
-            attempts=config.summarizer_attempts, backoff=config.summarizer_backoff,
+            summarizer,
+            counter,
+            offline,
+            attempts=config.summarizer_attempts,
+            backoff=config.summarizer_backoff,
             late_after=config.summarizer_wait if offline is not None else None,
         )
     try:
@@ -73,8 +78,13 @@ def summary_writer(config: Config, summarizer: Summarizer | None = None) -> Summ
         raise ConfigError("summarizer", config.sources["summarizer"], str(exc)) from None
 
 
-def start(config: Config, *, backend: Backend | None = None, summarizer: Summarizer | None = None,
-          tracing: OtelTracing | None | bool = True) -> Server:
+def start(
+    config: Config,
+    *,
+    backend: Backend | None = None,
+    summarizer: Summarizer | None = None,
+    tracing: OtelTracing | None | bool = True,
+) -> Server:
     """A started server as ``config`` says, over ``backend`` (memory if None).
 
     ``tracing`` True traces as the OTEL_* variables say (off when they say
@@ -111,7 +121,11 @@ def start(config: Config, *, backend: Backend | None = None, summarizer: Summari
             metrics.watch_late(writer.late)
     traces = tracing_from_environment() if tracing is True else tracing or None
     history = ConversationHistory(
-        backend=store, settings=to_settings(config), classifier=classifier, writer=writer, tracer=traces
+        backend=store,
+        settings=to_settings(config),
+        classifier=classifier,
+        writer=writer,
+        tracer=traces,
     )
     history.indexes.max_bytes = index_bytes(config.max_memory_bytes)
     # Interceptors only note, per call, what the polling thread knows (arrival,

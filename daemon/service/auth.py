@@ -59,6 +59,6 @@ class BearerAuthInterceptor(grpc.ServerInterceptor):
         if not raw[: len(_SCHEME)].lower() == _SCHEME.encode():
             return "the authorization metadata must use the Bearer scheme"
         # compare_digest may reveal the token's length through timing, never its content.
-        if not hmac.compare_digest(raw[len(_SCHEME):].strip(), self._token):
+        if not hmac.compare_digest(raw[len(_SCHEME) :].strip(), self._token):
             return "the bearer token is not valid"
         return None

@@ -27,9 +27,10 @@ import ipaddress
 import math
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from chd.backends import ALIASES, backend_factory
 from chd.core.errors import DaemonError
@@ -180,7 +181,9 @@ class Text:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise ValueError("holds bytes that are not UTF-8 (or a lone surrogate); give it as text") from None
+            raise ValueError(
+                "holds bytes that are not UTF-8 (or a lone surrogate); give it as text"
+            ) from None
         if self.token and value.strip() and not _TOKEN.fullmatch(value):
             bad = next(c for c in value if not _TOKEN.fullmatch(c))
             raise ValueError(
@@ -242,100 +245,262 @@ _PORT = Integer(0, 65535)
 
 KEYS: tuple[Key, ...] = (
     # --- listening
-    Key("host", Text(), "127.0.0.1", "address to listen on; anything but loopback needs auth_token or insecure"),
+    Key(
+        "host",
+        Text(),
+        "127.0.0.1",
+        "address to listen on; anything but loopback needs auth_token or insecure",
+    ),
     Key("port", _PORT, 50051, "port to listen on; 0 picks a free one (printed at start)"),
     Key("workers", Integer(1, 1024), 16, "threads answering calls"),
     # --- the core (daemon.settings.Settings fields, same names)
     # --- storage (docs/backends.md)
-    Key("backend", Text(), "memory", "memory, disk (alias durable), redis, or module:Class for a custom backend"),
+    Key(
+        "backend",
+        Text(),
+        "memory",
+        "memory, disk (alias durable), redis, or module:Class for a custom backend",
+    ),
     Key("data_dir", Text(), None, "directory of the disk backend, created if missing"),
-    Key("durability", Text(("normal", "full")), None,
-        "disk backend: normal survives a crash of chd, full also an OS crash or power loss; unset: normal"),
-    Key("allow_empty_database", Boolean(), False,
+    Key(
+        "durability",
+        Text(("normal", "full")),
+        None,
+        "disk backend: normal survives a crash of chd, full also an OS crash or power loss; unset: normal",
+    ),
+    Key(
+        "allow_empty_database",
+        Boolean(),
+        False,
         "disk backend: start although the data dir held data and its cache.db is now missing or empty, "
-        "with no conversations (once, after losing the database on purpose)"),
+        "with no conversations (once, after losing the database on purpose)",
+    ),
     # The URL may hold a password, so it is shown masked like one.
-    Key("redis_url", Text(), None, "redis backend: redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// for TLS",
-        secret=True),
-    Key("redis_password", Text(), None, "redis backend: password, when the URL has none", secret=True),
-    Key("redis_tls_ca", FilePath(), None,
+    Key(
+        "redis_url",
+        Text(),
+        None,
+        "redis backend: redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// for TLS",
+        secret=True,
+    ),
+    Key(
+        "redis_password",
+        Text(),
+        None,
+        "redis backend: password, when the URL has none",
+        secret=True,
+    ),
+    Key(
+        "redis_tls_ca",
+        FilePath(),
+        None,
         "redis backend: PEM CA bundle that signed the Redis server's certificate, for rediss:// "
-        "(unset: the system's CAs)"),
-    Key("redis_cluster", Boolean(), None,
-        "redis backend: true for Redis Cluster (unset: asked of the server at start)"),
-    Key("conversation_ttl", Seconds(), None,
+        "(unset: the system's CAs)",
+    ),
+    Key(
+        "redis_cluster",
+        Boolean(),
+        None,
+        "redis backend: true for Redis Cluster (unset: asked of the server at start)",
+    ),
+    Key(
+        "conversation_ttl",
+        Seconds(),
+        None,
         "redis backend: seconds without a write after which a conversation expires, every key of it "
-        "together; unset: kept until removed"),
-    Key("redis_timeout", Seconds(), None,
+        "together; unset: kept until removed",
+    ),
+    Key(
+        "redis_timeout",
+        Seconds(),
+        None,
         "redis backend: seconds Redis may take to answer a command before it is sent again (three "
         "tries in all): a hung Redis fails a call with UNAVAILABLE after about 3x this; unset: 2, "
-        "or less where three tries would not fit in request_timeout"),
-    Key("fold_lease", Seconds(), 30.0,
+        "or less where three tries would not fit in request_timeout",
+    ),
+    Key(
+        "fold_lease",
+        Seconds(),
+        30.0,
         "redis backend: seconds a replica's lease on a conversation's fold lasts (a replica that dies "
-        "mid-fold holds up the others this long at most)"),
+        "mid-fold holds up the others this long at most)",
+    ),
     # --- the rolling buffer and summary
     Key("buffer_size", Integer(), _DEFAULTS.buffer_size, "utterances kept per conversation buffer"),
     Key("max_tokens", Integer(), _DEFAULTS.max_tokens, "tokens kept per conversation buffer"),
-    Key("summary_token_limit", Integer(), _DEFAULTS.summary_token_limit, "token budget of each running summary"),
-    Key("max_utterance_chars", Integer(), _DEFAULTS.max_utterance_chars, "longest utterance accepted, in characters"),
-    Key("eviction_batch", Integer(), _DEFAULTS.eviction_batch, "utterances evicted together once a buffer overflows"),
-    Key("summarization_enabled", Boolean(), _DEFAULTS.summarization_enabled, "fold evicted utterances into a summary"),
-    Key("eviction_policy", Text(("fifo", "importance")), _DEFAULTS.eviction_policy,
-        "which utterances leave a full buffer first; importance: important ones last"),
-    Key("query_classifier", Boolean(), _DEFAULTS.query_classifier,
-        "let Claude classify queries the rules are unsure of (needs ANTHROPIC_API_KEY)"),
+    Key(
+        "summary_token_limit",
+        Integer(),
+        _DEFAULTS.summary_token_limit,
+        "token budget of each running summary",
+    ),
+    Key(
+        "max_utterance_chars",
+        Integer(),
+        _DEFAULTS.max_utterance_chars,
+        "longest utterance accepted, in characters",
+    ),
+    Key(
+        "eviction_batch",
+        Integer(),
+        _DEFAULTS.eviction_batch,
+        "utterances evicted together once a buffer overflows",
+    ),
+    Key(
+        "summarization_enabled",
+        Boolean(),
+        _DEFAULTS.summarization_enabled,
+        "fold evicted utterances into a summary",
+    ),
+    Key(
+        "eviction_policy",
+        Text(("fifo", "importance")),
+        _DEFAULTS.eviction_policy,
+        "which utterances leave a full buffer first; importance: important ones last",
+    ),
+    Key(
+        "query_classifier",
+        Boolean(),
+        _DEFAULTS.query_classifier,
+        "let Claude classify queries the rules are unsure of (needs ANTHROPIC_API_KEY)",
+    ),
     Key("classifier_model", Text(), "claude-haiku-4-5", "model of the query classifier"),
     # --- summarization (docs/summarization.md)
-    Key("summarizer", Text(SUMMARIZER_CHOICES), "auto",
-        "auto: Claude when ANTHROPIC_API_KEY is set, else offline; claude; offline"),
-    Key("summarizer_process", Boolean(), True,
+    Key(
+        "summarizer",
+        Text(SUMMARIZER_CHOICES),
+        "auto",
+        "auto: Claude when ANTHROPIC_API_KEY is set, else offline; claude; offline",
+    ),
+    Key(
+        "summarizer_process",
+        Boolean(),
+        True,
         "run the offline summarizer in a child process, so folds never compete with requests "
-        "for the interpreter (false: one process, about 60 MB less)"),
+        "for the interpreter (false: one process, about 60 MB less)",
+    ),
     Key("anthropic_model", Text(), DEFAULT_CLAUDE_MODEL, "Claude model of the summarizer"),
     Key("anthropic_max_tokens", Integer(1, 64_000), 1024, "max_tokens of each Claude reply"),
     Key("anthropic_max_retries", Integer(0, 10), 2, "the anthropic SDK's own retries per call"),
     Key("summarizer_timeout", Seconds(), 30.0, "seconds per Claude HTTP attempt"),
     Key("summarizer_attempts", Integer(1, 100), 3, "tries per batch before the offline fallback"),
     Key("summarizer_backoff", Seconds(), 1.0, "seconds before the second try, doubled after each"),
-    Key("summarizer_wait", Seconds(), 10.0,
-        "seconds a fold waits for Claude before folding offline; a later reply replaces the offline text"),
-    Key("summary_segments", Integer(1, 64), _DEFAULTS.summary_segments,
-        "segments (each with its provenance) the summary is split into at most"),
-    Key("fold_delay", Seconds(), _DEFAULTS.fold_delay,
+    Key(
+        "summarizer_wait",
+        Seconds(),
+        10.0,
+        "seconds a fold waits for Claude before folding offline; a later reply replaces the offline text",
+    ),
+    Key(
+        "summary_segments",
+        Integer(1, 64),
+        _DEFAULTS.summary_segments,
+        "segments (each with its provenance) the summary is split into at most",
+    ),
+    Key(
+        "fold_delay",
+        Seconds(),
+        _DEFAULTS.fold_delay,
         "seconds a conversation's evictions gather before one background fold takes them all "
-        "(fewer summarizer calls; 0: fold at once)"),
-    Key("archive_evicted", Boolean(), _DEFAULTS.archive_evicted,
-        "keep folded utterances in the backend, searchable and exportable"),
+        "(fewer summarizer calls; 0: fold at once)",
+    ),
+    Key(
+        "archive_evicted",
+        Boolean(),
+        _DEFAULTS.archive_evicted,
+        "keep folded utterances in the backend, searchable and exportable",
+    ),
     # --- limits (daemon.limits)
-    Key("max_request_bytes", Integer(1024, 2**31 - 1), 4 * 1024 * 1024, "largest request message accepted, in bytes"),
+    Key(
+        "max_request_bytes",
+        Integer(1024, 2**31 - 1),
+        4 * 1024 * 1024,
+        "largest request message accepted, in bytes",
+    ),
     Key("max_conversations", Integer(), 100_000, "conversations one daemon holds"),
-    Key("max_utterances_per_conversation", Integer(), 10_000,
-        "utterances one conversation keeps in storage (buffer plus those awaiting summary)"),
-    Key("max_archived_utterances", Integer(), 10_000,
-        "folded utterances one conversation's archive keeps (archive_evicted); the oldest are dropped past it"),
-    Key("request_timeout", Seconds(), 30.0, "longest a call may wait for a worker when its caller set no shorter deadline"),
-    Key("max_concurrent_rpcs", Integer(1, 100_000), 256, "calls accepted at once; more are refused"),
-    Key("max_memory_bytes", Integer(1024, 2**62), 1024**3,
+    Key(
+        "max_utterances_per_conversation",
+        Integer(),
+        10_000,
+        "utterances one conversation keeps in storage (buffer plus those awaiting summary)",
+    ),
+    Key(
+        "max_archived_utterances",
+        Integer(),
+        10_000,
+        "folded utterances one conversation's archive keeps (archive_evicted); the oldest are dropped past it",
+    ),
+    Key(
+        "request_timeout",
+        Seconds(),
+        30.0,
+        "longest a call may wait for a worker when its caller set no shorter deadline",
+    ),
+    Key(
+        "max_concurrent_rpcs", Integer(1, 100_000), 256, "calls accepted at once; more are refused"
+    ),
+    Key(
+        "max_memory_bytes",
+        Integer(1024, 2**62),
+        1024**3,
         "memory backend: bytes the process's utterances may take, each counted as its UTF-8 text and conversation id plus 400, each conversation as its id plus 500; "
-        "stores beyond it are refused with RESOURCE_EXHAUSTED"),
-    Key("shutdown_grace", Seconds(), 10.0,
-        "seconds in-flight calls get to finish at shutdown, after the drain; then the process exits regardless"),
-    Key("shutdown_drain", Seconds(), 0.0,
-        "seconds health says NOT_SERVING, still answering, before the server stops (for load balancers)"),
+        "stores beyond it are refused with RESOURCE_EXHAUSTED",
+    ),
+    Key(
+        "shutdown_grace",
+        Seconds(),
+        10.0,
+        "seconds in-flight calls get to finish at shutdown, after the drain; then the process exits regardless",
+    ),
+    Key(
+        "shutdown_drain",
+        Seconds(),
+        0.0,
+        "seconds health says NOT_SERVING, still answering, before the server stops (for load balancers)",
+    ),
     # --- security
-    Key("auth_token", Text(token=True), None, "bearer token every RPC but health must carry", secret=True),
+    Key(
+        "auth_token",
+        Text(token=True),
+        None,
+        "bearer token every RPC but health must carry",
+        secret=True,
+    ),
     Key("tls_cert", FilePath(), None, "PEM certificate chain; with tls_key, serve TLS"),
     # A path, not the key itself: shown so an operator can check it.
     Key("tls_key", FilePath(), None, "PEM private key of tls_cert"),
-    Key("tls_client_ca", FilePath(), None, "PEM CA bundle; when set, clients must present a certificate it signed"),
-    Key("insecure", Boolean(), False, "allow a non-loopback host without a token or client certificates"),
+    Key(
+        "tls_client_ca",
+        FilePath(),
+        None,
+        "PEM CA bundle; when set, clients must present a certificate it signed",
+    ),
+    Key(
+        "insecure",
+        Boolean(),
+        False,
+        "allow a non-loopback host without a token or client certificates",
+    ),
     # --- observability
-    Key("log_level", Text(("debug", "info", "warning", "error")), "info",
-        "log level; debug adds query text to the turn trace"),
-    Key("log_format", Text(("auto", "json", "text")), "auto",
+    Key(
+        "log_level",
+        Text(("debug", "info", "warning", "error")),
+        "info",
+        "log level; debug adds query text to the turn trace",
+    ),
+    Key(
+        "log_format",
+        Text(("auto", "json", "text")),
+        "auto",
         "json: one JSON object per line (for log pipelines); text: one short line a record; "
-        "auto: text when stderr is a terminal, else json"),
-    Key("metrics_port", _PORT, None, "serve Prometheus metrics on this port (0 picks one); unset: off"),
+        "auto: text when stderr is a terminal, else json",
+    ),
+    Key(
+        "metrics_port",
+        _PORT,
+        None,
+        "serve Prometheus metrics on this port (0 picks one); unset: off",
+    ),
     Key("metrics_host", Text(), "127.0.0.1", "address of the metrics endpoint"),
 )
 
@@ -363,15 +528,26 @@ class Config:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """A flag for every key, plus ``--config``; unset flags stay out of the namespace."""
-    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
-                        help=f"TOML file of keys ({CONFIG_ENV})")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help=f"TOML file of keys ({CONFIG_ENV})",
+    )
     for key in KEYS:
         # argparse formats help with %: a literal one must be doubled.
         text = f"{key.help} ({key.env}; default {shown_default(key)})".replace("%", "%%")
         if isinstance(key.kind, Boolean):
-            parser.add_argument(key.flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=text)
+            parser.add_argument(
+                key.flag,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=text,
+            )
         else:
-            parser.add_argument(key.flag, metavar=_metavar(key.kind), default=argparse.SUPPRESS, help=text)
+            parser.add_argument(
+                key.flag, metavar=_metavar(key.kind), default=argparse.SUPPRESS, help=text
+            )
 
 
 def _metavar(kind: Kind) -> str:
@@ -387,7 +563,9 @@ def from_arguments(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     return load(flags, env, config_file)
 
 
-def load(flags: Mapping[str, Any], env: Mapping[str, str], config_file: str | None = None) -> Config:
+def load(
+    flags: Mapping[str, Any], env: Mapping[str, str], config_file: str | None = None
+) -> Config:
     """Merge the sources (flags > env > file > defaults), check every value, or raise ConfigError."""
     ignored: list[str] = []
     layers: list[tuple[str, dict[str, tuple[str, Any]]]] = [
@@ -414,7 +592,10 @@ def load(flags: Mapping[str, Any], env: Mapping[str, str], config_file: str | No
 
 
 def load_keys(
-    names: tuple[str, ...], flags: Mapping[str, Any], env: Mapping[str, str], defaults: Mapping[str, Any] | None = None
+    names: tuple[str, ...],
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    defaults: Mapping[str, Any] | None = None,
 ) -> Config:
     """Only the keys ``names``, from flags > their own variables > ``defaults`` (else the table's).
 
@@ -438,21 +619,33 @@ def load_keys(
     return Config(values, sources)
 
 
-def _from_env(env: Mapping[str, str], ignored: list[str] | None = None) -> dict[str, tuple[str, Any]]:
+def _from_env(
+    env: Mapping[str, str], ignored: list[str] | None = None
+) -> dict[str, tuple[str, Any]]:
     """The keys set by ``CHD_*`` variables; what is left alone goes to ``ignored``, saying why."""
     by_env = {key.env: key for key in KEYS}
     found: dict[str, tuple[str, Any]] = {}
     skipped = ignored if ignored is not None else []
     for variable, raw in sorted(env.items()):
-        if not variable.startswith(ENV_PREFIX) or variable in CLIENT_ENV | OTHER_ENV or variable == CONFIG_ENV:
+        if (
+            not variable.startswith(ENV_PREFIX)
+            or variable in CLIENT_ENV | OTHER_ENV
+            or variable == CONFIG_ENV
+        ):
             continue
         key = by_env.get(variable)
-        if _SERVICE_LINK_VALUE.match(raw.strip()) or (key is None and _SERVICE_LINK_NAME.fullmatch(variable)):
-            what = f"set {key.name} with {key.flag} or in the config file" if key is not None else "not a chd key"
+        if _SERVICE_LINK_VALUE.match(raw.strip()) or (
+            key is None and _SERVICE_LINK_NAME.fullmatch(variable)
+        ):
+            what = (
+                f"set {key.name} with {key.flag} or in the config file"
+                if key is not None
+                else "not a chd key"
+            )
             skipped.append(f"{variable}: a Kubernetes service link, not configuration ({what})")
             continue
         if key is None:
-            name = variable[len(ENV_PREFIX):].lower()
+            name = variable[len(ENV_PREFIX) :].lower()
             if _close_keys(name):  # a misspelt key must not pass unnoticed
                 raise ConfigError(variable, f"environment variable {variable}", _unknown(name))
             skipped.append(f"{variable}: not a chd key")
@@ -468,7 +661,9 @@ def _from_file(path: str) -> dict[str, tuple[str, Any]]:
         with open(path, "rb") as handle:
             document = tomllib.load(handle)
     except OSError as exc:
-        raise ConfigError("config", f"flag --config / {CONFIG_ENV}", f"cannot read {path}: {exc.strerror}") from None
+        raise ConfigError(
+            "config", f"flag --config / {CONFIG_ENV}", f"cannot read {path}: {exc.strerror}"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("config", f"file {path}", f"not valid TOML: {exc}") from None
     found: dict[str, tuple[str, Any]] = {}
@@ -485,7 +680,9 @@ def _close_keys(name: str) -> list[str]:
 
 def _unknown(name: str) -> str:
     close = _close_keys(name)
-    hint = f"; did you mean {' or '.join(close)}?" if close else "; `chd config --help` lists the keys"
+    hint = (
+        f"; did you mean {' or '.join(close)}?" if close else "; `chd config --help` lists the keys"
+    )
     return f"no such key{hint}"
 
 
@@ -515,7 +712,11 @@ def _check_together(config: Config) -> None:
         missing = "tls_key" if v["tls_key"] is None else "tls_cert"
         raise ConfigError(missing, "missing", "tls_cert and tls_key must be given together")
     if v["tls_client_ca"] is not None and v["tls_cert"] is None:
-        raise ConfigError("tls_client_ca", src["tls_client_ca"], "verifying client certificates needs tls_cert and tls_key")
+        raise ConfigError(
+            "tls_client_ca",
+            src["tls_client_ca"],
+            "verifying client certificates needs tls_cert and tls_key",
+        )
     if v["tls_cert"] is not None:
         from chd.service.tls import check_server_files
 
@@ -526,13 +727,15 @@ def _check_together(config: Config) -> None:
         raise ConfigError("auth_token", src["auth_token"], "must not be empty")
     if v["max_utterances_per_conversation"] < v["buffer_size"]:
         raise ConfigError(
-            "max_utterances_per_conversation", src["max_utterances_per_conversation"],
+            "max_utterances_per_conversation",
+            src["max_utterances_per_conversation"],
             f"must be at least buffer_size ({v['buffer_size']}), got {v['max_utterances_per_conversation']}",
         )
     authenticated = v["auth_token"] is not None or v["tls_client_ca"] is not None
     if not is_loopback(v["host"]) and not authenticated and not v["insecure"]:
         raise ConfigError(
-            "host", src["host"],
+            "host",
+            src["host"],
             f"{v['host']!r} is reachable from other machines; set auth_token (or tls_client_ca) "
             "or pass --insecure to serve it unauthenticated",
         )
@@ -557,7 +760,11 @@ def _check_storage(config: Config) -> None:
     except DaemonError as exc:
         raise ConfigError("backend", src["backend"], str(exc)) from None
     if name == "disk" and v["data_dir"] is None:
-        raise ConfigError("data_dir", "missing", "the disk backend needs a directory: --data-dir DIR (or CHD_DATA_DIR)")
+        raise ConfigError(
+            "data_dir",
+            "missing",
+            "the disk backend needs a directory: --data-dir DIR (or CHD_DATA_DIR)",
+        )
     if name == "redis":
         _check_redis(config)
     else:
@@ -565,15 +772,23 @@ def _check_storage(config: Config) -> None:
         # would let a user believe replicas share its conversations (issue 28).
         for key in KEYS:
             if key.help.startswith("redis backend:") and src[key.name] != "default":
-                raise ConfigError(key.name, src[key.name], f"only the redis backend uses it, and the backend is {name}")
+                raise ConfigError(
+                    key.name,
+                    src[key.name],
+                    f"only the redis backend uses it, and the backend is {name}",
+                )
     if name != "disk" and v["allow_empty_database"]:
         raise ConfigError(
-            "allow_empty_database", src["allow_empty_database"], f"only the disk backend has a database; backend is {name}"
+            "allow_empty_database",
+            src["allow_empty_database"],
+            f"only the disk backend has a database; backend is {name}",
         )
     if name == "memory" and v["data_dir"] is not None:
         # Accepting it silently would let a user believe their data is on disk.
         raise ConfigError(
-            "data_dir", src["data_dir"], "the memory backend keeps nothing on disk; use --backend disk with --data-dir"
+            "data_dir",
+            src["data_dir"],
+            "the memory backend keeps nothing on disk; use --backend disk with --data-dir",
         )
 
 
@@ -584,22 +799,31 @@ _MIN_REDIS_TIMEOUT = 0.05
 def _check_redis(config: Config) -> None:
     v, src = config.values, config.sources
     if not (v["redis_url"] or "").strip():
-        raise ConfigError("redis_url", src.get("redis_url", "missing"),
-                          "the redis backend needs a server: --redis-url redis://HOST:PORT/DB")
+        raise ConfigError(
+            "redis_url",
+            src.get("redis_url", "missing"),
+            "the redis backend needs a server: --redis-url redis://HOST:PORT/DB",
+        )
     timeout = v["redis_timeout"]
     if timeout is None:
         return  # redis_timeout_of fits it to request_timeout
     if timeout < _MIN_REDIS_TIMEOUT:
-        raise ConfigError("redis_timeout", src["redis_timeout"],
-                          f"must be at least {_MIN_REDIS_TIMEOUT:g} seconds, got {timeout:g}")
+        raise ConfigError(
+            "redis_timeout",
+            src["redis_timeout"],
+            f"must be at least {_MIN_REDIS_TIMEOUT:g} seconds, got {timeout:g}",
+        )
     # Three tries of a command must end before request_timeout does, so a
     # call to a hung Redis is answered UNAVAILABLE, not left to its deadline.
     request_timeout = v["request_timeout"]
     if 3 * timeout + 1 > request_timeout:
         most = (request_timeout - 1) / 3
-        lower = f"lower redis_timeout to at most {most:.3g} or " if most >= _MIN_REDIS_TIMEOUT else ""
+        lower = (
+            f"lower redis_timeout to at most {most:.3g} or " if most >= _MIN_REDIS_TIMEOUT else ""
+        )
         raise ConfigError(
-            "redis_timeout", src["redis_timeout"],
+            "redis_timeout",
+            src["redis_timeout"],
             f"three tries of {timeout:g}s plus 1s of backoff must fit in request_timeout ({request_timeout:g}s): "
             f"{lower}raise request_timeout to at least {3 * timeout + 1:g}",
         )
@@ -614,7 +838,9 @@ def redis_timeout_of(values: dict[str, Any]) -> float:
 
 def to_settings(config: Config) -> Settings:
     """The core's Settings from the keys named like its fields."""
-    return Settings(**{f.name: config.values[f.name] for f in fields(Settings) if f.name in config.values})
+    return Settings(
+        **{f.name: config.values[f.name] for f in fields(Settings) if f.name in config.values}
+    )
 
 
 # --- showing it ------------------------------------------------------------------
@@ -679,8 +905,15 @@ def backend_options(config: Config) -> dict[str, Any]:
     # The transfer tools load only some keys (load_keys): the rest keep the backend's defaults.
     # max_conversations: the commit script checks it too, so replicas creating
     # at once cannot both take the last place (the transfer tools load no limit).
-    names = ("redis_url", "redis_password", "redis_cluster", "conversation_ttl", "fold_lease", "max_conversations",
-             "redis_tls_ca")
+    names = (
+        "redis_url",
+        "redis_password",
+        "redis_cluster",
+        "conversation_ttl",
+        "fold_lease",
+        "max_conversations",
+        "redis_tls_ca",
+    )
     options = {name: config.values[name] for name in names if name in config.values}
     if "request_timeout" in config.values:  # the transfer tools load neither: the backend's default
         options["redis_timeout"] = redis_timeout_of(config.values)

@@ -10,8 +10,9 @@ and a guard that refuses it with INVALID_ARGUMENT saying why.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 

@@ -15,7 +15,8 @@ auth, refusing reflection calls without a token.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 
@@ -67,7 +68,9 @@ def rewrap(
     )
 
 
-def refusing(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
+def refusing(
+    handler: grpc.RpcMethodHandler, code: grpc.StatusCode, details: str
+) -> grpc.RpcMethodHandler:
     """A handler of ``handler``'s kind that answers every call with ``code``."""
 
     def refuse(_request: Any, context: grpc.ServicerContext) -> Any:
@@ -85,7 +88,9 @@ class _Recorder:
     def add_generic_rpc_handlers(self, _handlers: Any) -> None:
         pass
 
-    def add_registered_method_handlers(self, _service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+    def add_registered_method_handlers(
+        self, _service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
         self.handlers = dict(handlers)
 
 
@@ -137,6 +142,8 @@ def daemon_handlers(
         if request_deserializer is not None:
             deserializer = request_deserializer(deserializer)
         out[name] = grpc.unary_unary_rpc_method_handler(
-            behavior, request_deserializer=deserializer, response_serializer=handler.response_serializer
+            behavior,
+            request_deserializer=deserializer,
+            response_serializer=handler.response_serializer,
         )
     return out

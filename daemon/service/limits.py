@@ -25,12 +25,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 
-from chd.backends.base import Backend, Change, ConversationState, T, count_conversations, sizes_after
+from chd.backends.base import (
+    Backend,
+    Change,
+    ConversationState,
+    T,
+    count_conversations,
+    sizes_after,
+)
 from chd.core.errors import InvalidRequest, TooLarge
 from chd.service.admission import arrived, note_deadline
 from chd.service.handlers import Behavior, Guard
@@ -71,7 +79,9 @@ class LimitedBackend(WrappedBackend):
         # Archived utterances dropped to keep archives within their bound.
         self.archive_dropped = 0
 
-    def transact(self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]]) -> T:
+    def transact(
+        self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]]
+    ) -> T:
         # A conversation's first change is refused inside the transaction
         # and tried again under the creation lock, where the backend's count
         # (O(1), issue 17) is compared with the limit: no set of known ids
@@ -131,7 +141,9 @@ class LimitedBackend(WrappedBackend):
         no bound one conversation's archive would grow without end (issue 17).
         """
         if len(state.archive) + len(change.archive_add) <= self.limits.max_archived_utterances:
-            return change  # the usual fold: well inside the bound, without a walk through the archive
+            return (
+                change  # the usual fold: well inside the bound, without a walk through the archive
+            )
         kept = [u.seq for u in state.archive if u.seq not in change.archive_remove]
         added = [u.seq for u in change.archive_add]
         excess = len(kept) + len(added) - self.limits.max_archived_utterances
@@ -140,7 +152,9 @@ class LimitedBackend(WrappedBackend):
         oldest = set(sorted(kept + added)[:excess])
         log.info(
             "conversation %s: dropping its %d oldest archived utterances (max_archived_utterances %d)",
-            state.conversation_id, excess, self.limits.max_archived_utterances,
+            state.conversation_id,
+            excess,
+            self.limits.max_archived_utterances,
         )
         self.archive_dropped += excess  # counted when decided; a retried decide counts again
         return replace(

@@ -10,16 +10,25 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from chd.backends.base import Backend, Change, ConversationState, T, count_conversations, iter_sizes, sizes_after
-from chd.service.observe import CallRecord, operation_of
+from chd.backends.base import (
+    Backend,
+    Change,
+    ConversationState,
+    T,
+    count_conversations,
+    iter_sizes,
+    sizes_after,
+)
 from chd.core.summaries.coverage import summary_coverage
 from chd.core.utterance import Utterance
+from chd.service.observe import CallRecord, operation_of
 from chd.service.wrapped_backend import WrappedBackend
 
 __all__ = ["Metrics", "MeteredBackend", "CountingSummarizer", "MetricsServer"]
@@ -27,7 +36,22 @@ __all__ = ["Metrics", "MeteredBackend", "CountingSummarizer", "MetricsServer"]
 log = logging.getLogger(__name__)
 
 # From a memory-backend store (~1 ms) to a slow LLM summarizer call (10 s).
-_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 
 class Metrics:
@@ -37,26 +61,44 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "chd_requests", "Daemon RPCs answered, by method and status code.", ["method", "code"], registry=r
+            "chd_requests",
+            "Daemon RPCs answered, by method and status code.",
+            ["method", "code"],
+            registry=r,
         )
         self.errors = Counter(
-            "chd_errors", "Daemon RPCs answered with an error, by method and status code.", ["method", "code"],
+            "chd_errors",
+            "Daemon RPCs answered with an error, by method and status code.",
+            ["method", "code"],
             registry=r,
         )
         self.latency = Histogram(
-            "chd_request_latency_seconds", "Time from a call's arrival to its answer, by method.", ["method"],
-            buckets=_LATENCY_BUCKETS, registry=r,
+            "chd_request_latency_seconds",
+            "Time from a call's arrival to its answer, by method.",
+            ["method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.operations = Counter(
-            "chd_operations", "Queries answered, by operation and outcome.", ["operation", "outcome"], registry=r
+            "chd_operations",
+            "Queries answered, by operation and outcome.",
+            ["operation", "outcome"],
+            registry=r,
         )
         self.operation_latency = Histogram(
-            "chd_operation_latency_seconds", "Time to answer a successful query, by operation.", ["operation"],
-            buckets=_LATENCY_BUCKETS, registry=r,
+            "chd_operation_latency_seconds",
+            "Time to answer a successful query, by operation.",
+            ["operation"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
-        self.in_flight = Gauge("chd_requests_in_flight", "Daemon RPCs being answered now.", registry=r)
+        self.in_flight = Gauge(
+            "chd_requests_in_flight", "Daemon RPCs being answered now.", registry=r
+        )
         self.summarizer_failures = Counter(
-            "chd_summarizer_failures", "Summarizer calls that raised; their utterances stay queued.", registry=r
+            "chd_summarizer_failures",
+            "Summarizer calls that raised; their utterances stay queued.",
+            registry=r,
         )
 
     # --- CallSink ------------------------------------------------------------
@@ -78,37 +120,50 @@ class Metrics:
 
     # --- sizes and summarizer --------------------------------------------------
 
-    def watch_backend(self, backend: Backend) -> "MeteredBackend":
+    def watch_backend(self, backend: Backend) -> MeteredBackend:
         """``backend`` wrapped so its sizes show up as gauges."""
         metered = MeteredBackend(backend)
         r = self.registry
-        Gauge("chd_conversations", "Conversations with stored state.", registry=r).set_function(metered.conversation_count)
-        Gauge("chd_buffer_utterances", "Utterances in all rolling buffers.", registry=r).set_function(metered.buffered)
+        Gauge("chd_conversations", "Conversations with stored state.", registry=r).set_function(
+            metered.conversation_count
+        )
         Gauge(
-            "chd_summary_queue_utterances", "Evicted utterances waiting to be folded into a summary, all conversations.",
+            "chd_buffer_utterances", "Utterances in all rolling buffers.", registry=r
+        ).set_function(metered.buffered)
+        Gauge(
+            "chd_summary_queue_utterances",
+            "Evicted utterances waiting to be folded into a summary, all conversations.",
             registry=r,
         ).set_function(metered.pending)
         Gauge(
-            "chd_summary_queue_max_utterances", "The longest summary queue of any one conversation.", registry=r
+            "chd_summary_queue_max_utterances",
+            "The longest summary queue of any one conversation.",
+            registry=r,
         ).set_function(metered.pending_max)
         # Per conversation (issue 13): what the summary holds of what left the buffer.
         coverage = Gauge(
-            "chd_summary_coverage_ratio", "Share of evicted utterances with some content in the summary.",
-            ["conversation_id"], registry=r,
+            "chd_summary_coverage_ratio",
+            "Share of evicted utterances with some content in the summary.",
+            ["conversation_id"],
+            registry=r,
         )
         offline_only = Gauge(
             "chd_summary_offline_only_utterances",
-            "Evicted utterances in segments the offline fallback wrote instead of Claude.", ["conversation_id"],
+            "Evicted utterances in segments the offline fallback wrote instead of Claude.",
+            ["conversation_id"],
             registry=r,
         )
         awaiting = Gauge(
             "chd_summary_awaiting_rewrite_utterances",
-            "Originals kept for Claude to rewrite offline segments from.", ["conversation_id"], registry=r,
+            "Originals kept for Claude to rewrite offline segments from.",
+            ["conversation_id"],
+            registry=r,
         )
         dropped = Gauge(
             "chd_summary_originals_dropped",
             "Originals dropped by the per-conversation bound before Claude could rewrite them.",
-            ["conversation_id"], registry=r,
+            ["conversation_id"],
+            registry=r,
         )
 
         def on_summary(conversation_id: str, summary: Any) -> None:
@@ -125,10 +180,10 @@ class Metrics:
         """Count late Claude results (summaries/late.py ``LateCalls``) as Prometheus reads them."""
         self.registry.register(_LateCollector(calls))
 
-    def watch_summarizer(self, summarizer: Any) -> "CountingSummarizer":
+    def watch_summarizer(self, summarizer: Any) -> CountingSummarizer:
         return CountingSummarizer(summarizer, self.summarizer_failures.inc)
 
-    def serve(self, host: str, port: int) -> "MetricsServer":
+    def serve(self, host: str, port: int) -> MetricsServer:
         """Start the /metrics HTTP endpoint; ``port=0`` picks a free port."""
         httpd, thread = start_http_server(port, addr=host, registry=self.registry)
         return MetricsServer(httpd, thread)
@@ -177,7 +232,9 @@ class MeteredBackend(WrappedBackend):
         finally:
             self.counted.set()
 
-    def transact(self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]]) -> T:
+    def transact(
+        self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]]
+    ) -> T:
         sizes: list[tuple[int, int]] = []
         summaries: list[Any] = []
 
@@ -225,7 +282,8 @@ class _LateCollector:
             results.add_metric([outcome], getattr(self.calls, outcome))
         yield results
         yield GaugeMetricFamily(
-            "chd_summary_late_calls_in_flight", "Claude calls still running after their fold went offline.",
+            "chd_summary_late_calls_in_flight",
+            "Claude calls still running after their fold went offline.",
             value=self.calls.in_flight,
         )
 
@@ -240,7 +298,9 @@ class CountingSummarizer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def summarize(self, previous: str, utterances: Sequence[Utterance], token_limit: int, **options: Any) -> str:
+    def summarize(
+        self, previous: str, utterances: Sequence[Utterance], token_limit: int, **options: Any
+    ) -> str:
         try:  # options: the context a summarizer with reads_context takes
             return self.inner.summarize(previous, utterances, token_limit, **options)
         except Exception:
@@ -267,6 +327,8 @@ def metrics_table() -> str:
     rows = ["| metric | type | labels | what |", "|---|---|---|---|"]
     for family in metrics.registry.collect():
         name = family.name + ("_total" if family.type == "counter" else "")
-        labels = list(dict.fromkeys(k for sample in family.samples for k in sample.labels if k != "le"))
+        labels = list(
+            dict.fromkeys(k for sample in family.samples for k in sample.labels if k != "le")
+        )
         rows.append(f"| `{name}` | {family.type} | {', '.join(labels)} | {family.documentation} |")
     return "\n".join(rows)

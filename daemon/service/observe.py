@@ -12,17 +12,26 @@ the work, so its latency is what the caller waited.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import grpc
 
 from chd.service.admission import arrived
 from chd.service.handlers import Behavior, Guard
 
-__all__ = ["CallRecord", "CallSink", "answered_code", "attempted_operation", "clear_operation", "note_operation", "observing",
-           "operation_of"]
+__all__ = [
+    "CallRecord",
+    "CallSink",
+    "answered_code",
+    "attempted_operation",
+    "clear_operation",
+    "note_operation",
+    "observing",
+    "operation_of",
+]
 
 _OPERATIONS = {"GetPurpose": "get_purpose", "GetInstructions": "get_instructions"}
 # What the current call tried to do, noted by whoever decided it (the

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import Any, Mapping
+from typing import Any
 
 import grpc
 
-from chd.service.handlers import Behavior, Guard
+from chd.service.handlers import Behavior
 from chd.service.observe import answered_code, attempted_operation, clear_operation
 
 __all__ = ["OtelTracing", "tracing_from_environment", "configured", "SERVICE"]
@@ -47,7 +48,10 @@ def configured(environ: Mapping[str, str]) -> bool:
     exporter = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
     if exporter:
         return exporter != "none"
-    return bool(environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    return bool(
+        environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
 
 
 def tracing_from_environment(environ: Mapping[str, str] | None = None) -> OtelTracing | None:
@@ -61,15 +65,23 @@ def tracing_from_environment(environ: Mapping[str, str] | None = None) -> OtelTr
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
     except ImportError:
-        log.warning("OTEL_* variables ask for traces but OpenTelemetry is not installed "
-                    "(pip install 'chd[otel]'); not tracing")
+        log.warning(
+            "OTEL_* variables ask for traces but OpenTelemetry is not installed "
+            "(pip install 'chd[otel]'); not tracing"
+        )
         return None
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):
         # Already set up (opentelemetry-instrument, or the host program): add to it.
         return OtelTracing(current)
-    provider = TracerProvider(resource=Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME", "chd")}))
-    names = [n.strip().lower() for n in environ.get("OTEL_TRACES_EXPORTER", "otlp").split(",") if n.strip()]
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME", "chd")})
+    )
+    names = [
+        n.strip().lower()
+        for n in environ.get("OTEL_TRACES_EXPORTER", "otlp").split(",")
+        if n.strip()
+    ]
     for name in names:
         if name == "console":
             provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
@@ -77,12 +89,20 @@ def tracing_from_environment(environ: Mapping[str, str] | None = None) -> OtelTr
             try:
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             except ImportError:
-                log.warning("OTEL_TRACES_EXPORTER=otlp needs opentelemetry-exporter-otlp-proto-http "
-                            "installed beside chd[otel]; not exporting to OTLP")
+                log.warning(
+                    "OTEL_TRACES_EXPORTER=otlp needs opentelemetry-exporter-otlp-proto-http "
+                    "installed beside chd[otel]; not exporting to OTLP"
+                )
                 continue
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # reads OTEL_EXPORTER_OTLP_*
+            provider.add_span_processor(
+                BatchSpanProcessor(OTLPSpanExporter())
+            )  # reads OTEL_EXPORTER_OTLP_*
         else:
-            log.warning("OTEL_TRACES_EXPORTER %r is not one of %s; ignored", name, ", ".join(_EXPORTER_NAMES))
+            log.warning(
+                "OTEL_TRACES_EXPORTER %r is not one of %s; ignored",
+                name,
+                ", ".join(_EXPORTER_NAMES),
+            )
     trace.set_tracer_provider(provider)
     return OtelTracing(provider, owned=True)
 
@@ -102,7 +122,9 @@ class OtelTracing:
 
     def span(self, name: str, conversation_id: str) -> AbstractContextManager[Any]:
         """The core's ``Tracer``: a child of the current span (the RPC's, in a call)."""
-        return self._tracer.start_as_current_span(name, attributes={"chd.conversation_id": conversation_id})
+        return self._tracer.start_as_current_span(
+            name, attributes={"chd.conversation_id": conversation_id}
+        )
 
     def shutdown(self) -> None:
         """Export what is buffered and stop, when chd made the provider (the daemon is stopping)."""
@@ -119,9 +141,14 @@ class OtelTracing:
         def traced(request: Any, context: grpc.ServicerContext) -> Any:
             clear_operation()
             parent = propagate.extract(dict(context.invocation_metadata() or ()))
-            with tracer.start_as_current_span(name, context=parent, kind=trace.SpanKind.SERVER,
-                                              attributes=fixed, record_exception=False,
-                                              set_status_on_exception=False) as span:
+            with tracer.start_as_current_span(
+                name,
+                context=parent,
+                kind=trace.SpanKind.SERVER,
+                attributes=fixed,
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span:
                 response = None
                 try:
                     response = behavior(request, context)

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["ALWAYS", "RepeatFilter", "REPEAT_WINDOW"]
 
@@ -38,12 +38,16 @@ ALWAYS = {"chd_never_repeated": True}
 class RepeatFilter(logging.Filter):
     """A handler filter letting one of each WARNING-or-worse message through per ``window`` seconds."""
 
-    def __init__(self, window: float = REPEAT_WINDOW, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, window: float = REPEAT_WINDOW, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         super().__init__()
         self.window = window
         self.clock = clock
         # (logger, level, message, exception kind) -> [when its window began, how many were left out in it]
-        self._seen: OrderedDict[tuple[str, int, str, tuple[str, str, int] | None], list[float]] = OrderedDict()
+        self._seen: OrderedDict[tuple[str, int, str, tuple[str, str, int] | None], list[float]] = (
+            OrderedDict()
+        )
         # Handler.handle runs filters outside the handler's lock.
         self._lock = threading.Lock()
 

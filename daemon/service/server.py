@@ -13,16 +13,14 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent import futures
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from chd.service.admission import call_deadline, refuse_noted
-from chd.core.history import ConversationHistory, QueryResult
-from chd.service.decoding import refuse_undecodable, tolerant
 from chd.core.errors import (
     DaemonError,
     DeadlineExceeded,
@@ -32,13 +30,24 @@ from chd.core.errors import (
     StorageFull,
     TooLarge,
 )
+from chd.core.history import ConversationHistory, QueryResult
+from chd.service.admission import call_deadline, refuse_noted
+from chd.service.decoding import refuse_undecodable, tolerant
 from chd.service.handlers import Behavior, Guard, daemon_handlers, in_own_pool
 from chd.service.observe import note_operation
 from chd.service.repeats import ALWAYS
-from chd.v1 import daemon_pb2, daemon_pb2_grpc
 from chd.service.wire import fill_struct, struct_to_dict
+from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
-__all__ = ["DaemonServicer", "ListenError", "Server", "build_server", "check_port_free", "status_for", "SERVICE_NAME"]
+__all__ = [
+    "DaemonServicer",
+    "ListenError",
+    "Server",
+    "build_server",
+    "check_port_free",
+    "status_for",
+    "SERVICE_NAME",
+]
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +77,9 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
     def __init__(self, history: ConversationHistory) -> None:
         self.history = history
 
-    def Query(self, request: daemon_pb2.QueryRequest, context: grpc.ServicerContext) -> daemon_pb2.QueryResponse:
+    def Query(
+        self, request: daemon_pb2.QueryRequest, context: grpc.ServicerContext
+    ) -> daemon_pb2.QueryResponse:
         def run() -> daemon_pb2.QueryResponse:
             outcome: QueryResult = self.history.query(
                 request.query,
@@ -83,7 +94,9 @@ class DaemonServicer(daemon_pb2_grpc.DaemonServicer):
 
         return _answer(context, run)
 
-    def GetPurpose(self, request: daemon_pb2.GetPurposeRequest, context: grpc.ServicerContext) -> daemon_pb2.GetPurposeResponse:
+    def GetPurpose(
+        self, request: daemon_pb2.GetPurposeRequest, context: grpc.ServicerContext
+    ) -> daemon_pb2.GetPurposeResponse:
         return daemon_pb2.GetPurposeResponse(purpose=self.history.get_purpose())
 
     def GetInstructions(
@@ -211,7 +224,10 @@ class Server:
             time.sleep(drain)
         stopped = self.grpc_server.stop(grace)
         if not stopped.wait(grace + 0.1):
-            log.warning("calls were still running %gs after shutdown began (shutdown_grace); not waiting for them", grace)
+            log.warning(
+                "calls were still running %gs after shutdown began (shutdown_grace); not waiting for them",
+                grace,
+            )
         for pool in self.pools:
             pool.shutdown(wait=False, cancel_futures=True)
         self._closing.set()
@@ -274,9 +290,15 @@ def build_server(
     # Health checks have threads of their own: with every worker busy (slow
     # calls, a queue of them) a probe still answers, and the orchestrator
     # does not restart a daemon that is merely loaded.
-    health_pool = futures.ThreadPoolExecutor(max_workers=HEALTH_WORKERS, thread_name_prefix="chd-health")
-    health_handlers = in_own_pool(health_pb2_grpc.add_HealthServicer_to_server, health_servicer, ("Check",), health_pool)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(health.SERVICE_NAME, health_handlers),))
+    health_pool = futures.ThreadPoolExecutor(
+        max_workers=HEALTH_WORKERS, thread_name_prefix="chd-health"
+    )
+    health_handlers = in_own_pool(
+        health_pb2_grpc.add_HealthServicer_to_server, health_servicer, ("Check",), health_pool
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(health.SERVICE_NAME, health_handlers),)
+    )
     server.add_registered_method_handlers(health.SERVICE_NAME, health_handlers)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -300,7 +322,11 @@ def build_server(
             pool.shutdown(wait=False)
         # The port was free a moment ago: with TLS, grpc refused the credentials
         # (config checks the files with OpenSSL first; this is the backstop).
-        why = "grpc refused the TLS certificate, key or client CA" if credentials is not None else "grpc could not bind it"
+        why = (
+            "grpc refused the TLS certificate, key or client CA"
+            if credentials is not None
+            else "grpc could not bind it"
+        )
         raise ListenError("", address, why)
     server.start()
     running = Server(server, bound, health_servicer, history, (workers, health_pool), running_calls)
@@ -329,12 +355,20 @@ def _follow_backend(running: Server, available: Callable[[], bool]) -> None:
     while not running._closing.wait(_FOLLOW_INTERVAL):
         now = available()
         if now != serving and not running._stopped.is_set():
-            status = health_pb2.HealthCheckResponse.SERVING if now else health_pb2.HealthCheckResponse.NOT_SERVING
+            status = (
+                health_pb2.HealthCheckResponse.SERVING
+                if now
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
             for service in _HEALTH_SERVICES:
                 running.health.set(service, status)
             # Never rate-limited: the last such line must say the health now.
-            log.warning("storage %s; health is now %s", "is back" if now else "does not answer",
-                        "SERVING" if now else "NOT_SERVING", extra=ALWAYS)
+            log.warning(
+                "storage %s; health is now %s",
+                "is back" if now else "does not answer",
+                "SERVING" if now else "NOT_SERVING",
+                extra=ALWAYS,
+            )
             serving = now
 
 
@@ -348,7 +382,9 @@ def check_port_free(host: str, port: int) -> None:
     if port == 0:
         return
     try:
-        family, kind, proto, _, where = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)[0]
+        family, kind, proto, _, where = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM
+        )[0]
     except socket.gaierror as exc:
         raise OSError(f"cannot resolve {host!r}: {exc.strerror}") from None
     with socket.socket(family, kind, proto) as probe:
@@ -398,8 +434,12 @@ def serve_forever(
     server.stop(grace, drain)
     abandoned = server.calls_running()
     if abandoned:
-        log.warning("exiting with %d call(s) still running, abandoned after shutdown_grace", abandoned)
-    if abandoned or any(t.name.startswith("chd-worker") and t.is_alive() for t in threading.enumerate()):
+        log.warning(
+            "exiting with %d call(s) still running, abandoned after shutdown_grace", abandoned
+        )
+    if abandoned or any(
+        t.name.startswith("chd-worker") and t.is_alive() for t in threading.enumerate()
+    ):
         _exit_now()
 
 

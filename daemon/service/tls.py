@@ -36,7 +36,9 @@ def check_server_files(cert: str, key: str, client_ca: str | None = None) -> tup
         if path is None:
             continue
         try:
-            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=str(Path(path).expanduser()))
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(
+                cafile=str(Path(path).expanduser())
+            )
         except (ssl.SSLError, OSError, ValueError) as exc:
             return name, f"{path} holds no PEM certificate that OpenSSL can read ({_reason(exc)})"
 
@@ -44,7 +46,9 @@ def check_server_files(cert: str, key: str, client_ca: str | None = None) -> tup
         raise ValueError("encrypted")
 
     try:
-        context.load_cert_chain(str(Path(cert).expanduser()), str(Path(key).expanduser()), password=no_password)
+        context.load_cert_chain(
+            str(Path(cert).expanduser()), str(Path(key).expanduser()), password=no_password
+        )
     except (ssl.SSLError, OSError, ValueError) as exc:
         if "KEY_VALUES_MISMATCH" in str(exc) or "key values mismatch" in str(exc):
             return "tls_key", f"{key} is not the private key of tls_cert {cert}"
@@ -83,5 +87,7 @@ def open_channel(target: str, security: ClientSecurity = ClientSecurity()) -> gr
         private_key=_read(security.key),
         certificate_chain=_read(security.cert),
     )
-    options = [("grpc.ssl_target_name_override", security.server_name)] if security.server_name else []
+    options = (
+        [("grpc.ssl_target_name_override", security.server_name)] if security.server_name else []
+    )
     return grpc.secure_channel(target, credentials, options=options)

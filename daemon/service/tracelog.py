@@ -17,14 +17,22 @@ import json
 import logging
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from chd.core.history import DEFAULT_CONVERSATION, MAX_CONVERSATION_ID
 from chd.service.observe import CallRecord, operation_of
 from chd.service.repeats import RepeatFilter
 
-__all__ = ["TraceLog", "JsonFormatter", "TextFormatter", "configure_logging", "clip", "TRACE_LOGGER", "MAX_LOG_FIELD"]
+__all__ = [
+    "TraceLog",
+    "JsonFormatter",
+    "TextFormatter",
+    "configure_logging",
+    "clip",
+    "TRACE_LOGGER",
+    "MAX_LOG_FIELD",
+]
 
 TRACE_LOGGER = "chd.trace"
 
@@ -69,15 +77,18 @@ def _fits(text: str, budget: int, from_end: bool = False) -> int:
 
 def clip(text: str, limit: int = MAX_LOG_FIELD) -> str:
     """``text`` cut in its middle to at most ``limit`` bytes as written in a JSON line, saying how many characters were cut."""
-    if 6 * len(text) <= limit or len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2 <= limit:
+    if (
+        6 * len(text) <= limit
+        or len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2 <= limit
+    ):
         return text
     head = _fits(text, limit // 4)
     tail = _fits(text[head:], limit - limit // 4 - 60, from_end=True)
-    return f"{text[:head]} ...({len(text) - head - tail:,} characters cut)... {text[len(text) - tail:]}"
+    return f"{text[:head]} ...({len(text) - head - tail:,} characters cut)... {text[len(text) - tail :]}"
 
 
 def _rfc3339(seconds: float) -> str:
-    moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    moment = datetime.fromtimestamp(seconds, tz=UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -109,7 +120,9 @@ class TraceLog:
             "time": _rfc3339(time.time()),
             "conversation": _conversation(request, meta),
             "operation": operation_of(call),
-            "items": int(meta["items_affected"]) if meta is not None and "items_affected" in meta else 0,
+            "items": int(meta["items_affected"])
+            if meta is not None and "items_affected" in meta
+            else 0,
             "tokens": int(meta["tokens_used"]) if meta is not None and "tokens_used" in meta else 0,
             "latency_ms": round(call.latency * 1000, 3),
             "outcome": call.code.name,
@@ -186,7 +199,11 @@ class TextFormatter(logging.Formatter):
             f"{trace['latency_ms']:g} ms",
             trace["outcome"],
         ]
-        parts.extend(json.dumps(trace[extra], ensure_ascii=False) for extra in ("query", "error") if extra in trace)
+        parts.extend(
+            json.dumps(trace[extra], ensure_ascii=False)
+            for extra in ("query", "error")
+            if extra in trace
+        )
         return f"{clock} " + " · ".join(parts)
 
 
@@ -210,4 +227,3 @@ def configure_logging(level: str = "INFO", fmt: str = "auto", stream: TextIO | N
     root.setLevel(level.upper())
     # grpc's own loggers are chatty at DEBUG and never about our calls.
     logging.getLogger("grpc").setLevel(max(logging.INFO, root.level))
-

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from chd.backends.base import Backend, Change, ConversationState, T
 
@@ -27,7 +28,9 @@ class WrappedBackend:
     def read(self, conversation_id: str) -> ConversationState:
         return self.inner.read(conversation_id)
 
-    def transact(self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]]) -> T:
+    def transact(
+        self, conversation_id: str, decide: Callable[[ConversationState], tuple[Change, T]]
+    ) -> T:
         return self.inner.transact(conversation_id, decide)
 
     def conversations(self) -> list[str]:

@@ -6,8 +6,8 @@ one here would shadow tests/conftest.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from chd.backends import Backend, open_backend
 from chd.backends.base import Change, ConversationState
@@ -29,8 +29,14 @@ def open_contract_backend(kind: str, directory: Path) -> Backend:
     return open_test_backend(kind, directory)
 
 
-def utterance(seq: int, text: str | None = None, conversation_id: str = "c", turn: int | None = None,
-              speaker: str = "user", important: bool = False) -> Utterance:
+def utterance(
+    seq: int,
+    text: str | None = None,
+    conversation_id: str = "c",
+    turn: int | None = None,
+    speaker: str = "user",
+    important: bool = False,
+) -> Utterance:
     return Utterance(
         conversation_id=conversation_id,
         seq=seq,

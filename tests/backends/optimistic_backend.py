@@ -10,7 +10,8 @@ docs/backends.md walks through it.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from chd.backends.base import Change, ConversationState, T, apply_change
 from chd.core.errors import StorageError
@@ -43,7 +44,9 @@ class OptimisticBackend:
         decide: Callable[[ConversationState], tuple[Change, T]],
     ) -> T:
         for _ in range(self._max_attempts):
-            version, state = self._rows.get(conversation_id, (0, ConversationState(conversation_id)))
+            version, state = self._rows.get(
+                conversation_id, (0, ConversationState(conversation_id))
+            )
             change, value = decide(state)
             if change.is_empty:
                 return value

@@ -29,7 +29,9 @@ class TestApplyChangeRemovals:
     """Removing seqs keeps exactly the others, in order, wherever they sit."""
 
     @given(_seqs, _removed)
-    def test_removing_any_seqs_keeps_the_others_in_order(self, buffer: list[int], removed: set[int]) -> None:
+    def test_removing_any_seqs_keeps_the_others_in_order(
+        self, buffer: list[int], removed: set[int]
+    ) -> None:
         after = apply_change(_state(buffer, []), Change(remove=removed))
         assert [u.seq for u in after.utterances] == [s for s in buffer if s not in removed]
 
@@ -80,13 +82,15 @@ class TestBufferTokens:
         self, buffer: list[int], steps: list[tuple[set[int], int, bool]]
     ) -> None:
         state = _state(buffer, [])
-        state.buffer_tokens  # computed once, then carried by every apply_change
+        _ = state.buffer_tokens  # computed once, then carried by every apply_change
         next_seq = 50
         for remove, appended, flag in steps:
             kept = [u for u in state.utterances if u.seq not in remove]
             update = [replace(kept[0], tokens=kept[0].tokens + 7)] if flag and kept else []
             change = Change(
-                append=[replace(utterance(next_seq + i), tokens=next_seq + i) for i in range(appended)],
+                append=[
+                    replace(utterance(next_seq + i), tokens=next_seq + i) for i in range(appended)
+                ],
                 remove=remove,
                 update=update,
             )
@@ -100,18 +104,26 @@ class TestSnapshotsStayPut:
 
     @given(_seqs, _seqs, _removed, _removed, st.integers(0, 3), st.integers(0, 3))
     def test_the_old_state_is_unchanged_after_any_change(
-        self, buffer: list[int], pending: list[int], remove: set[int], pending_remove: set[int],
-        appended: int, queued: int,
+        self,
+        buffer: list[int],
+        pending: list[int],
+        remove: set[int],
+        pending_remove: set[int],
+        appended: int,
+        queued: int,
     ) -> None:
         state = _state(buffer, pending)
         state.archive = [utterance(s) for s in pending]
         before = (list(state.utterances), list(state.pending), list(state.archive))
-        apply_change(state, Change(
-            append=[utterance(50 + i) for i in range(appended)],
-            remove=remove,
-            pending_add=[utterance(60 + i) for i in range(queued)],
-            pending_remove=pending_remove,
-            archive_add=[utterance(70 + i) for i in range(queued)],
-            archive_remove=pending_remove,
-        ))
+        apply_change(
+            state,
+            Change(
+                append=[utterance(50 + i) for i in range(appended)],
+                remove=remove,
+                pending_add=[utterance(60 + i) for i in range(queued)],
+                pending_remove=pending_remove,
+                archive_add=[utterance(70 + i) for i in range(queued)],
+                archive_remove=pending_remove,
+            ),
+        )
         assert (state.utterances, state.pending, state.archive) == before

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +14,12 @@ from chd.backends import Backend
 from chd.backends.base import Change, ConversationState, apply_change
 from chd.core.errors import NotFound
 from chd.core.utterance import Summary, SummarySegment
-from tests.backends.backend_kinds import CONTRACT_KINDS, append_next, open_contract_backend, utterance
+from tests.backends.backend_kinds import (
+    CONTRACT_KINDS,
+    append_next,
+    open_contract_backend,
+    utterance,
+)
 
 
 @pytest.fixture(params=CONTRACT_KINDS)
@@ -26,7 +31,9 @@ def any_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Back
 
 
 def summary_of(seq_to: int, text: str = "they talked") -> Summary:
-    segment = SummarySegment(text=text, tokens=2, seq_from=1, seq_to=seq_to, turn_from=1, turn_to=seq_to)
+    segment = SummarySegment(
+        text=text, tokens=2, seq_from=1, seq_to=seq_to, turn_from=1, turn_to=seq_to
+    )
     return Summary((segment,), seq_to, 2)
 
 
@@ -120,8 +127,12 @@ class TestTransact:
     def test_folding_replaces_the_summary_and_empties_the_queue(self, any_backend: Backend) -> None:
         """A fold commit stores the summary and drops the folded seqs together."""
         store(any_backend, "c", 4)
-        any_backend.transact("c", lambda s: (Change(remove={1, 2}, pending_add=s.utterances[:2]), None))
-        any_backend.transact("c", lambda s: (Change(summary=summary_of(2), pending_remove={1, 2}), None))
+        any_backend.transact(
+            "c", lambda s: (Change(remove={1, 2}, pending_add=s.utterances[:2]), None)
+        )
+        any_backend.transact(
+            "c", lambda s: (Change(summary=summary_of(2), pending_remove={1, 2}), None)
+        )
         state = any_backend.read("c")
         assert state.pending == []
         assert state.summary == summary_of(2)
@@ -130,11 +141,26 @@ class TestTransact:
     def test_folded_utterances_can_be_archived_and_dropped(self, any_backend: Backend) -> None:
         """The archive keeps folded utterances cold, in seq order, until removed."""
         store(any_backend, "c", 5)
-        any_backend.transact("c", lambda s: (Change(remove={1, 2, 3}, pending_add=s.utterances[:3]), None))
-        any_backend.transact("c", lambda s: (Change(
-            summary=summary_of(3), pending_remove={1, 2, 3}, archive_add=[s.pending[2], s.pending[0]]), None))
+        any_backend.transact(
+            "c", lambda s: (Change(remove={1, 2, 3}, pending_add=s.utterances[:3]), None)
+        )
+        any_backend.transact(
+            "c",
+            lambda s: (
+                Change(
+                    summary=summary_of(3),
+                    pending_remove={1, 2, 3},
+                    archive_add=[s.pending[2], s.pending[0]],
+                ),
+                None,
+            ),
+        )
         state = any_backend.read("c")
-        assert ([u.seq for u in state.utterances], state.pending, [u.seq for u in state.archive]) == ([4, 5], [], [1, 3])
+        assert (
+            [u.seq for u in state.utterances],
+            state.pending,
+            [u.seq for u in state.archive],
+        ) == ([4, 5], [], [1, 3])
         assert state.archive[1].text == "text 2"
         any_backend.transact("c", lambda s: (Change(archive_remove={1}), None))
         assert [u.seq for u in any_backend.read("c").archive] == [3]
@@ -185,9 +211,19 @@ class TestTransact:
 
     @pytest.mark.parametrize(
         "conversation_id",
-        ["with:colon", "hash#1", "line\nbreak", "m:looks-like-a-key", "u:c#1", "日本語 🙂", "x" * 256],
+        [
+            "with:colon",
+            "hash#1",
+            "line\nbreak",
+            "m:looks-like-a-key",
+            "u:c#1",
+            "日本語 🙂",
+            "x" * 256,
+        ],
     )
-    def test_any_conversation_id_round_trips(self, any_backend: Backend, conversation_id: str) -> None:
+    def test_any_conversation_id_round_trips(
+        self, any_backend: Backend, conversation_id: str
+    ) -> None:
         """Ids that look like separators or keys stay distinct from every other id."""
         store(any_backend, conversation_id, 2)
         store(any_backend, "c", 1)
@@ -205,7 +241,9 @@ class TestTransact:
 class TestConcurrency:
     """Writers to one conversation never lose or duplicate a write."""
 
-    def test_eight_threads_of_a_hundred_writes_give_seqs_one_to_800(self, any_backend: Backend) -> None:
+    def test_eight_threads_of_a_hundred_writes_give_seqs_one_to_800(
+        self, any_backend: Backend
+    ) -> None:
         """Each transact sees the one before it: seqs unique and gap-free."""
         errors: list[BaseException] = []
 
@@ -247,32 +285,45 @@ _operations = st.lists(
 def _change_for(operation: tuple[str, object], state: ConversationState) -> Change:
     kind, arg = operation
     if kind == "append":
-        new = [utterance(state.next_seq + i, conversation_id=state.conversation_id) for i in range(int(arg))]
+        new = [
+            utterance(state.next_seq + i, conversation_id=state.conversation_id)
+            for i in range(int(arg))
+        ]
         return Change(append=new, next_seq=state.next_seq + len(new), last_turn=new[-1].turn_number)
     if kind == "evict":
         moved = state.utterances[: int(arg)]
         return Change(remove={u.seq for u in moved}, pending_add=moved)
     if kind == "remove":
-        return Change(remove={int(arg)} & {u.seq for u in state.utterances}, pending_remove={int(arg)})
+        return Change(
+            remove={int(arg)} & {u.seq for u in state.utterances}, pending_remove={int(arg)}
+        )
     if kind == "fold":
         if not state.pending:
             return Change(summary=Summary() if arg else None)
         top = state.pending[-1].seq
-        return Change(summary=summary_of(top, f"through {top}"), pending_remove={u.seq for u in state.pending})
+        return Change(
+            summary=summary_of(top, f"through {top}"), pending_remove={u.seq for u in state.pending}
+        )
     if kind == "archive":
         moved = state.pending[: int(arg)]
         return Change(pending_remove={u.seq for u in moved}, archive_add=moved)
     if kind == "unarchive":
         return Change(archive_remove={int(arg)})
     if kind == "mark":
-        return Change(update=[u.with_important(not u.important) for u in state.utterances if u.seq == arg])
+        return Change(
+            update=[u.with_important(not u.important) for u in state.utterances if u.seq == arg]
+        )
     return Change(settings={"buffer_size": int(arg)})
 
 
 @pytest.mark.parametrize("kind", CONTRACT_KINDS)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(operations=_operations)
-def test_backend_agrees_with_apply_change_on_any_sequence(kind: str, tmp_path_factory, operations) -> None:
+def test_backend_agrees_with_apply_change_on_any_sequence(
+    kind: str, tmp_path_factory, operations
+) -> None:
     """Whatever sequence of changes, the backend reads back exactly what apply_change computes."""
     backend = open_contract_backend(kind, tmp_path_factory.mktemp(kind))
     model = ConversationState("c")

@@ -12,11 +12,11 @@ from google.protobuf import json_format
 from chd.backends import Change, open_backend
 from chd.backends.disk import DiskBackend
 from chd.backends.memory import MemoryBackend
-from chd.core.transfer import export_lines, import_states, parse_lines
-from chd.core.history import ConversationHistory
 from chd.core.errors import InvalidRequest
-from chd.service.server import build_server
+from chd.core.history import ConversationHistory
 from chd.core.settings import Settings
+from chd.core.transfer import export_lines, import_states, parse_lines
+from chd.service.server import build_server
 from chd.v1 import daemon_pb2_grpc
 from tests.conftest import DaemonProcess, query, run_chd
 
@@ -37,7 +37,10 @@ def conversation(history: ConversationHistory, conversation_id: str) -> None:
     meta = {"conversation_id": conversation_id}
     for turn in range(8):
         history.query(f"Add utterance: Where is the harbour number {turn}?", meta)
-        history.query(f"Add utterance: The harbour {turn} is by the old lighthouse.", meta | {"speaker": "assistant"})
+        history.query(
+            f"Add utterance: The harbour {turn} is by the old lighthouse.",
+            meta | {"speaker": "assistant"},
+        )
     history.query("Remove utterance 15", meta)
 
 
@@ -63,8 +66,17 @@ class TestRoundTrip:
         history = ConversationHistory(source, SETTINGS, background=False)
         conversation(history, "c1")
         # Also queue one utterance for the summary, and set a per-conversation setting.
-        source.transact("c1", lambda s: (Change(
-            pending_add=[s.utterances[0]], remove={s.utterances[0].seq}, settings={"note": "x"}), None))
+        source.transact(
+            "c1",
+            lambda s: (
+                Change(
+                    pending_add=[s.utterances[0]],
+                    remove={s.utterances[0].seq},
+                    settings={"note": "x"},
+                ),
+                None,
+            ),
+        )
         target = DiskBackend(tmp_path / "data")
         imported = import_states(target, parse_lines(export_lines(source, ["c1"])))
         assert [s.conversation_id for s in imported] == ["c1"]
@@ -72,7 +84,9 @@ class TestRoundTrip:
         assert source.read("c1").pending and source.read("c1").summary.segments
         target.close()
 
-    def test_export_from_memory_imported_into_disk_answers_queries_identically(self, tmp_path: Path) -> None:
+    def test_export_from_memory_imported_into_disk_answers_queries_identically(
+        self, tmp_path: Path
+    ) -> None:
         """Same answers from an in-memory daemon and a disk daemon fed by `chd import`.
 
         Both servers run in this process: ExtractiveSummarizer sums float
@@ -89,7 +103,10 @@ class TestRoundTrip:
             dump = export_file(memory_history.backend, tmp_path / "talk.jsonl", "talk", "other")
             done = run_chd("import", str(dump), "--data-dir", str(tmp_path / "data"))
             assert done.returncode == 0, done.stderr
-            assert "imported talk: 5 in the buffer, 0 queued for the summary, 0 archived, summary through #10" in done.stderr
+            assert (
+                "imported talk: 5 in the buffer, 0 queued for the summary, 0 archived, summary through #10"
+                in done.stderr
+            )
             disk_history = ConversationHistory(
                 DiskBackend(tmp_path / "data", durability="normal"), SETTINGS, background=False
             )
@@ -114,7 +131,12 @@ class TestRoundTrip:
         assert lines[0]["record"] == "conversation" and lines[0]["format"] == 1
         assert [line["seq"] for line in lines[1:]] == [u.seq for u in expected.utterances]
         (tmp_path / "c.jsonl").write_text(done.stdout, encoding="utf-8")
-        assert run_chd("import", str(tmp_path / "c.jsonl"), "--data-dir", str(tmp_path / "b")).returncode == 0
+        assert (
+            run_chd(
+                "import", str(tmp_path / "c.jsonl"), "--data-dir", str(tmp_path / "b")
+            ).returncode
+            == 0
+        )
         copy = DiskBackend(tmp_path / "b")
         assert copy.read("c") == expected
         copy.close()
@@ -127,7 +149,9 @@ class TestRoundTrip:
         daemon = DaemonProcess("--backend", "disk", "--data-dir", str(tmp_path / "data"))
         try:
             assert answers(daemon.target, "late")[0]["result"]["utterances"] == []
-            assert run_chd("import", str(dump), "--data-dir", str(tmp_path / "data")).returncode == 0
+            assert (
+                run_chd("import", str(dump), "--data-dir", str(tmp_path / "data")).returncode == 0
+            )
             got = answers(daemon.target, "late")[0]["result"]["utterances"]
             assert [u["seq"] for u in got] == [u.seq for u in source.read("late").utterances][-4:]
         finally:
@@ -137,7 +161,9 @@ class TestRoundTrip:
 class TestRefusals:
     """Bad or conflicting input is refused before anything is written."""
 
-    def test_import_refuses_a_conversation_that_holds_data_unless_replace(self, tmp_path: Path) -> None:
+    def test_import_refuses_a_conversation_that_holds_data_unless_replace(
+        self, tmp_path: Path
+    ) -> None:
         source = MemoryBackend()
         conversation(ConversationHistory(source, SETTINGS, background=False), "c")
         target = MemoryBackend()
@@ -171,24 +197,42 @@ class TestRefusals:
         ("lines", "message"),
         [
             (['{"record": "utterance"}'], "line 1: an utterance before any conversation line"),
-            (['{"record": "conversation", "format": 2}'], "line 1: written by a newer chd (export format 2"),
+            (
+                ['{"record": "conversation", "format": 2}'],
+                "line 1: written by a newer chd (export format 2",
+            ),
             (["not json"], "line 1: not JSON"),
-            (['{"record": "conversation", "format": 1, "conversation_id": "c", "next_seq": 1, "last_turn": 0}',
-              '{"record": "utterance", "in": "buffer", "conversation_id": "c", "seq": 1, "speaker": "user",'
-              ' "text": "x", "turn_number": 1, "timestamp": "t", "tokens": 1}'],
-             "next_seq 1 must be above the highest seq 1"),
+            (
+                [
+                    '{"record": "conversation", "format": 1, "conversation_id": "c", "next_seq": 1, "last_turn": 0}',
+                    '{"record": "utterance", "in": "buffer", "conversation_id": "c", "seq": 1, "speaker": "user",'
+                    ' "text": "x", "turn_number": 1, "timestamp": "t", "tokens": 1}',
+                ],
+                "next_seq 1 must be above the highest seq 1",
+            ),
         ],
     )
-    def test_malformed_exports_are_refused_with_the_reason(self, lines: list[str], message: str) -> None:
+    def test_malformed_exports_are_refused_with_the_reason(
+        self, lines: list[str], message: str
+    ) -> None:
         with pytest.raises(InvalidRequest, match=message.replace("(", r"\(")):
             parse_lines(lines)
 
     @pytest.mark.parametrize(
         ("settings", "message"),
         [
-            ({"buffer_size": 0}, "settings: buffer_size must be a whole number of at least 1, got 0"),
-            ({"max_tokens": "lots"}, "settings: max_tokens must be a whole number of at least 1, got 'lots'"),
-            ({"eviction_policy": "lifo"}, "settings: eviction_policy must be fifo or importance, got 'lifo'"),
+            (
+                {"buffer_size": 0},
+                "settings: buffer_size must be a whole number of at least 1, got 0",
+            ),
+            (
+                {"max_tokens": "lots"},
+                "settings: max_tokens must be a whole number of at least 1, got 'lots'",
+            ),
+            (
+                {"eviction_policy": "lifo"},
+                "settings: eviction_policy must be fifo or importance, got 'lifo'",
+            ),
         ],
     )
     def test_invalid_conversation_settings_are_refused_before_they_poison_the_daemon(
@@ -196,8 +240,14 @@ class TestRefusals:
     ) -> None:
         # Imported as they were, every store, stats and summary of the
         # conversation answered INTERNAL from then on.
-        header = {"record": "conversation", "format": 1, "conversation_id": "c", "next_seq": 1,
-                  "last_turn": 0, "settings": settings}
+        header = {
+            "record": "conversation",
+            "format": 1,
+            "conversation_id": "c",
+            "next_seq": 1,
+            "last_turn": 0,
+            "settings": settings,
+        }
         with pytest.raises(InvalidRequest, match=message):
             parse_lines([json.dumps(header)])
 
@@ -206,10 +256,14 @@ class TestRefusals:
         assert done.returncode == 1
         assert "conversation 'nobody' holds nothing to export" in done.stderr
 
-    def test_export_from_a_data_dir_that_does_not_exist_fails_and_creates_nothing(self, tmp_path: Path) -> None:
+    def test_export_from_a_data_dir_that_does_not_exist_fails_and_creates_nothing(
+        self, tmp_path: Path
+    ) -> None:
         # A mistyped --data-dir must not become an empty backup that exits 0.
         missing = tmp_path / "no-such-dir"
-        done = run_chd("export", "--data-dir", str(missing), "--output", str(tmp_path / "out.jsonl"))
+        done = run_chd(
+            "export", "--data-dir", str(missing), "--output", str(tmp_path / "out.jsonl")
+        )
         assert done.returncode == 1
         assert done.stderr.strip() == f"chd: there is no data dir at {missing}; nothing to export"
         assert not missing.exists() and not (tmp_path / "out.jsonl").exists()
@@ -228,11 +282,16 @@ class TestExportFile:
         for cid in ("a", "b"):
             conversation(ConversationHistory(backend, SETTINGS, background=False), cid)
         backend.close()
-        done = run_chd("export", "--data-dir", str(tmp_path / "data"), "--output", str(tmp_path / "all.jsonl"))
+        done = run_chd(
+            "export", "--data-dir", str(tmp_path / "data"), "--output", str(tmp_path / "all.jsonl")
+        )
         assert done.returncode == 0, done.stderr
         assert done.stderr.strip() == "exported 2 conversation(s)"
         headers = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text().splitlines()]
-        assert [h["conversation_id"] for h in headers if h["record"] == "conversation"] == ["a", "b"]
+        assert [h["conversation_id"] for h in headers if h["record"] == "conversation"] == [
+            "a",
+            "b",
+        ]
         assert not (tmp_path / "all.jsonl.partial").exists()
 
     def test_unwritable_output_is_one_line_and_no_file(self, tmp_path: Path) -> None:
@@ -242,5 +301,7 @@ class TestExportFile:
         target = tmp_path / "missing-dir" / "out.jsonl"
         done = run_chd("export", "--data-dir", str(tmp_path / "data"), "--output", str(target))
         assert done.returncode == 1
-        assert done.stderr.strip() == f"chd: cannot open {target}.partial: No such file or directory"
+        assert (
+            done.stderr.strip() == f"chd: cannot open {target}.partial: No such file or directory"
+        )
         assert not target.exists()

@@ -23,8 +23,8 @@ from chd.backends.records import (
     meta_key,
     utterance_key,
 )
-from chd.core.history import ConversationHistory
 from chd.core.errors import DeadlineExceeded, StorageError, StorageFull
+from chd.core.history import ConversationHistory
 from chd.core.settings import Settings
 from tests.backends.backend_kinds import append_next, utterance
 
@@ -58,7 +58,15 @@ class TestPersistence:
         history = history_on(first, buffer_size=5, eviction_batch=2)
         for i in range(12):
             history.query(f"Add utterance: message number {i} about the harbour")
-        first.transact("default", lambda s: (Change(remove={s.utterances[0].seq}, pending_add=[s.utterances[0]], settings={"k": 1}), None))
+        first.transact(
+            "default",
+            lambda s: (
+                Change(
+                    remove={s.utterances[0].seq}, pending_add=[s.utterances[0]], settings={"k": 1}
+                ),
+                None,
+            ),
+        )
         before = first.read("default")
         first.close()
 
@@ -100,9 +108,13 @@ class TestLockedByAnotherProcess:
     """A write waiting for another process's lock stops at request_timeout (issue 28, item 4)."""
 
     @pytest.mark.parametrize("request_timeout", [0.3, None])
-    def test_a_lock_held_past_request_timeout_is_a_deadline_not_an_outage(self, tmp_path: Path, request_timeout) -> None:
+    def test_a_lock_held_past_request_timeout_is_a_deadline_not_an_outage(
+        self, tmp_path: Path, request_timeout
+    ) -> None:
         """With a daemon's request_timeout the wait ends there, as DeadlineExceeded; a tool's wait is a StorageError."""
-        backend = DiskBackend(tmp_path, timeout=15.0 if request_timeout else 0.3, request_timeout=request_timeout)
+        backend = DiskBackend(
+            tmp_path, timeout=15.0 if request_timeout else 0.3, request_timeout=request_timeout
+        )
         backend.transact("c", append_next("before"))
         other = sqlite3.connect(tmp_path / "cache.db", isolation_level=None)
         try:
@@ -117,8 +129,9 @@ class TestLockedByAnotherProcess:
             other.close()
             backend.close()
 
-
-    def test_calls_queued_behind_the_lock_each_answer_by_their_own_deadline(self, tmp_path: Path) -> None:
+    def test_calls_queued_behind_the_lock_each_answer_by_their_own_deadline(
+        self, tmp_path: Path
+    ) -> None:
         """Six writes queued behind another process's lock all answer DeadlineExceeded saying how long they waited.
 
         Each batch's wait is bounded by what is left of its calls' deadlines
@@ -156,7 +169,9 @@ class TestLockedByAnotherProcess:
                 caller.join()
             other.execute("ROLLBACK")
             assert len(errors) == 6 and all(isinstance(e, DeadlineExceeded) for e in errors)
-            assert all("stayed locked by another process" in str(e) and "waited" in str(e) for e in errors)
+            assert all(
+                "stayed locked by another process" in str(e) and "waited" in str(e) for e in errors
+            )
             # No batch waited longer than what was left of its earliest call's time (and the slack).
             assert waits and all(wait <= max(left, 0.001) + 0.05 for wait, left in waits)
             assert [u.text for u in backend.read("c").utterances] == ["before"]
@@ -179,19 +194,27 @@ class TestGroupCommitDeadlines:
 
         def commit(batch: list[Request]) -> None:
             deadlines = [r.deadline for r in batch if r.deadline is not None]
-            assert all(d > clock[0] for d in deadlines), "a batch began for a call whose time was up"
+            assert all(d > clock[0] for d in deadlines), (
+                "a batch began for a call whose time was up"
+            )
             batches.append((clock[0], deadlines))
-            clock[0] = min(deadlines)  # the lock is never released: the wait runs to the earliest deadline
+            clock[0] = min(
+                deadlines
+            )  # the lock is never released: the wait runs to the earliest deadline
             raise DeadlineExceeded("locked")
 
         group = GroupCommit(commit, max_batch=2)
-        queued = [Request("c", append_next(), queued=100.0, deadline=100.0 + d) for d in (1.0, 1.5, 2.0, 3.0)]
+        queued = [
+            Request("c", append_next(), queued=100.0, deadline=100.0 + d)
+            for d in (1.0, 1.5, 2.0, 3.0)
+        ]
         group._queue.extend(queued)
         with pytest.raises(DeadlineExceeded, match="after 4.00s"):
             group.run("c", append_next(), deadline=104.0)
         assert all(r.done and isinstance(r.error, DeadlineExceeded) for r in queued)
         assert [str(r.error) for r in queued] == [
-            f"the call's deadline passed after {d:.2f}s waiting to write; nothing was written" for d in (1.0, 1.5, 2.0, 3.0)
+            f"the call's deadline passed after {d:.2f}s waiting to write; nothing was written"
+            for d in (1.0, 1.5, 2.0, 3.0)
         ]
         assert clock[0] == 104.0
 
@@ -219,7 +242,9 @@ class TestDiskcacheSettings:
         DiskBackend(tmp_path, durability="full").close()
         assert sqlite_settings(tmp_path)["sqlite_synchronous"] == 2
 
-    def test_default_durability_is_normal_and_tools_keep_the_daemons_choice(self, tmp_path: Path) -> None:
+    def test_default_durability_is_normal_and_tools_keep_the_daemons_choice(
+        self, tmp_path: Path
+    ) -> None:
         """A new dir gets NORMAL; opening without a durability keeps what is stored."""
         DiskBackend(tmp_path).close()
         assert sqlite_settings(tmp_path)["sqlite_synchronous"] == 1
@@ -260,12 +285,19 @@ class TestLayout:
             backend.transact("c", append_next("hello"))
         backend.transact("c", append_next("long " * LONG_TEXT))
         backend.close()
-        schema = '{"schema":%d,' % SCHEMA_VERSION
-        for key in (SCHEMA_KEY, meta_key("c"), block_key("c", 0), utterance_key("c", BLOCK_SIZE + 1)):
+        schema = f'{{"schema":{SCHEMA_VERSION},'
+        for key in (
+            SCHEMA_KEY,
+            meta_key("c"),
+            block_key("c", 0),
+            utterance_key("c", BLOCK_SIZE + 1),
+        ):
             assert stored_value(tmp_path, key).startswith(schema)
         assert stored_value(tmp_path, block_key("c", 0)).count('"text":"hello"') == BLOCK_SIZE
 
-    def test_a_short_store_writes_only_the_meta_record_until_its_block_closes(self, tmp_path: Path) -> None:
+    def test_a_short_store_writes_only_the_meta_record_until_its_block_closes(
+        self, tmp_path: Path
+    ) -> None:
         """The open block rides in the meta record; the store that fills it writes it out."""
         backend = DiskBackend(tmp_path)
         for _ in range(BLOCK_SIZE - 1):
@@ -277,13 +309,17 @@ class TestLayout:
         assert stored_value(tmp_path, meta_key("c")).endswith('"open":[]}')
         backend.close()
 
-    def test_a_store_is_one_read_and_one_write_statement_in_its_transaction(self, tmp_path: Path) -> None:
+    def test_a_store_is_one_read_and_one_write_statement_in_its_transaction(
+        self, tmp_path: Path
+    ) -> None:
         """The meta record is read and written with a statement each (Cache.get and Cache.set took five)."""
         backend = DiskBackend(tmp_path)
         for _ in range(3):
             backend.transact("c", append_next("short"))
         statements: list[str] = []
-        connection = backend._cache._con  # this thread's, which the store below commits on (white box)
+        connection = (
+            backend._cache._con
+        )  # this thread's, which the store below commits on (white box)
         connection.set_trace_callback(statements.append)
         try:
             backend.transact("c", append_next("short"))
@@ -308,7 +344,7 @@ class TestSchemaVersion:
         """One newer record makes its conversation unreadable, not empty."""
         DiskBackend(tmp_path).close()
         with diskcache.Cache(str(tmp_path)) as cache:
-            cache.set(meta_key("c"), '{"schema": %d, "token": "x"}' % (SCHEMA_VERSION + 1))
+            cache.set(meta_key("c"), f'{{"schema": {SCHEMA_VERSION + 1}, "token": "x"}}')
         backend = DiskBackend(tmp_path)
         with pytest.raises(StorageError, match="newer chd"):
             backend.read("c")
@@ -329,7 +365,9 @@ class TestBadDirectory:
 
     def test_corrupted_database_is_refused(self, tmp_path: Path) -> None:
         (tmp_path / "cache.db").write_bytes(b"this is not SQLite at all" * 400)
-        with pytest.raises(StorageError, match=f"cannot open data dir {tmp_path}: .*not a SQLite database"):
+        with pytest.raises(
+            StorageError, match=f"cannot open data dir {tmp_path}: .*not a SQLite database"
+        ):
             DiskBackend(tmp_path)
 
     def test_a_file_in_place_of_the_directory_is_refused(self, tmp_path: Path) -> None:
@@ -363,7 +401,9 @@ class TestFullDisk:
             assert cache.sqlite_max_page_count == pages
         return DiskBackend(tmp_path)
 
-    def test_write_to_a_full_disk_is_storage_full_and_reads_still_work(self, tmp_path: Path) -> None:
+    def test_write_to_a_full_disk_is_storage_full_and_reads_still_work(
+        self, tmp_path: Path
+    ) -> None:
         backend = self.fill(tmp_path)
         before = backend.read("c")
         with pytest.raises(StorageFull, match="full"):
@@ -422,7 +462,9 @@ class TestGroupCommit:
         def refuse(state):
             raise ValueError("not this one")
 
-        outcomes = self.run_together(backend, [("a", append_next("one")), ("a", refuse), ("b", append_next("two"))])
+        outcomes = self.run_together(
+            backend, [("a", append_next("one")), ("a", refuse), ("b", append_next("two"))]
+        )
         assert isinstance(outcomes[1], ValueError)
         assert sorted(o for o in outcomes if isinstance(o, int)) == [1, 1]
         assert [u.text for u in backend.read("a").utterances] == ["one"]
@@ -444,7 +486,9 @@ class TestGroupCommit:
         backend.transact("c", append_next())
         backend.transact("c", append_next())
         backwards = Change(append=[utterance(1, "again")])
-        outcomes = self.run_together(backend, [("c", lambda s: (backwards, None)), ("d", append_next())])
+        outcomes = self.run_together(
+            backend, [("c", lambda s: (backwards, None)), ("d", append_next())]
+        )
         assert isinstance(outcomes[0], InvalidChange)
         assert "buffer must stay in seq order" in str(outcomes[0])
         assert outcomes[1] == 1

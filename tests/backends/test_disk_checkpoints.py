@@ -37,7 +37,9 @@ class TestCheckpointer:
         assert backend._checkpointer._thread is None  # white box
         backend.close()
 
-    def test_commits_are_checkpointed_in_the_background_and_close_stops_the_thread(self, tmp_path: Path) -> None:
+    def test_commits_are_checkpointed_in_the_background_and_close_stops_the_thread(
+        self, tmp_path: Path
+    ) -> None:
         before = set(checkpoint_threads())
         backend = DiskBackend(tmp_path)
         for _ in range(WAKE_AFTER):
@@ -49,7 +51,9 @@ class TestCheckpointer:
         backend.close()
         assert set(checkpoint_threads()) <= before
 
-    def test_an_import_batch_is_checkpointed_at_once_not_after_the_interval(self, tmp_path: Path) -> None:
+    def test_an_import_batch_is_checkpointed_at_once_not_after_the_interval(
+        self, tmp_path: Path
+    ) -> None:
         """A bulk commit wakes the thread: its copy runs beside the next batch, not at close."""
         DiskBackend(tmp_path).close()  # the database and its tables
         checkpointer = Checkpointer(tmp_path / "cache.db", synchronous=1, interval=3600)
@@ -90,7 +94,9 @@ class TestCheckpointer:
 class TestWalSize:
     """The WAL file is cut back after a checkpoint, not kept at its largest (issue 28, item 6)."""
 
-    def test_after_a_checkpoint_the_next_write_cuts_the_wal_back_to_its_kept_size(self, tmp_path: Path) -> None:
+    def test_after_a_checkpoint_the_next_write_cuts_the_wal_back_to_its_kept_size(
+        self, tmp_path: Path
+    ) -> None:
         backend = DiskBackend(tmp_path)
         try:
             for n in range(400):  # ~6 pages a store: a WAL of ~9.6 MB

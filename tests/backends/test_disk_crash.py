@@ -21,7 +21,9 @@ from tests.conftest import ROOT, DaemonProcess, chd_env, query
 CONVERSATIONS = ("alpha", "beta")
 
 
-def _stream(target: str, conversation_id: str, acked: dict[int, str], stop: threading.Event) -> None:
+def _stream(
+    target: str, conversation_id: str, acked: dict[int, str], stop: threading.Event
+) -> None:
     """Store until the daemon dies, recording each utterance the daemon acknowledged."""
     with grpc.insecure_channel(target) as channel:
         stub = daemon_pb2_grpc.DaemonStub(channel)
@@ -29,7 +31,9 @@ def _stream(target: str, conversation_id: str, acked: dict[int, str], stop: thre
         while not stop.is_set():
             text = f"{conversation_id} says message {i} about topic {i % 7}"
             try:
-                response = query(stub, f"Add utterance: {text}", {"conversation_id": conversation_id})
+                response = query(
+                    stub, f"Add utterance: {text}", {"conversation_id": conversation_id}
+                )
             except grpc.RpcError:
                 return
             acked[int(response.result["utterance"]["seq"])] = text
@@ -42,8 +46,18 @@ class TestKilledDaemon:
     def test_sigkill_mid_stream_loses_no_acknowledged_utterance(self, tmp_path: Path) -> None:
         data = tmp_path / "data"
         # Folds start at once, so summaries are being committed when the kill comes.
-        flags = ("--backend", "disk", "--data-dir", str(data), "--buffer-size", "10", "--eviction-batch", "3",
-                 "--fold-delay", "0")
+        flags = (
+            "--backend",
+            "disk",
+            "--data-dir",
+            str(data),
+            "--buffer-size",
+            "10",
+            "--eviction-batch",
+            "3",
+            "--fold-delay",
+            "0",
+        )
         daemon = DaemonProcess(*flags)
         acked: dict[str, dict[int, str]] = {cid: {} for cid in CONVERSATIONS}
         stop = threading.Event()
@@ -78,7 +92,9 @@ class TestKilledDaemon:
                 elif seq in pending:
                     assert pending[seq] == text
                 else:
-                    assert seq <= state.summary.through_seq, f"acknowledged utterance {seq} of {cid} is lost"
+                    assert seq <= state.summary.through_seq, (
+                        f"acknowledged utterance {seq} of {cid} is lost"
+                    )
             assert state.next_seq > max(acked[cid])
         backend.close()
 
@@ -133,7 +149,9 @@ class TestKilledMidTransaction:
     @staticmethod
     def _prepare(data: Path, stores: int) -> None:
         backend = DiskBackend(data)
-        history = ConversationHistory(backend, Settings(buffer_size=4, eviction_batch=2), background=False)
+        history = ConversationHistory(
+            backend, Settings(buffer_size=4, eviction_batch=2), background=False
+        )
         for i in range(stores):
             history.query(f"Add utterance: message {i}")
         backend.close()
@@ -142,7 +160,11 @@ class TestKilledMidTransaction:
     def _run(data: Path, kill_at_set: int) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-c", _KILL_DURING_STORE, str(data), str(kill_at_set)],
-            capture_output=True, text=True, env=chd_env(), cwd=ROOT, timeout=60,
+            capture_output=True,
+            text=True,
+            env=chd_env(),
+            cwd=ROOT,
+            timeout=60,
         )
 
     def test_a_store_that_closes_a_block_writes_two_records(self, tmp_path: Path) -> None:
@@ -152,7 +174,9 @@ class TestKilledMidTransaction:
         assert done.stdout.split() == ["finished", "2"]
 
     @pytest.mark.parametrize("kill_at_set", [1, 2])
-    def test_kill_inside_the_store_transaction_leaves_the_old_state(self, tmp_path: Path, kill_at_set: int) -> None:
+    def test_kill_inside_the_store_transaction_leaves_the_old_state(
+        self, tmp_path: Path, kill_at_set: int
+    ) -> None:
         self._prepare(tmp_path, 7)
         before = DiskBackend(tmp_path)
         old = before.read("default")
@@ -162,13 +186,17 @@ class TestKilledMidTransaction:
         assert after.read("default") == old
         after.close()
 
-    def test_a_store_that_evicts_writes_two_records_and_its_fold_three(self, tmp_path: Path) -> None:
+    def test_a_store_that_evicts_writes_two_records_and_its_fold_three(
+        self, tmp_path: Path
+    ) -> None:
         self._prepare(tmp_path, 8)
         done = self._run(tmp_path, 0)
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["finished", "5"]
 
-    def test_kill_between_the_evicting_store_and_its_queue_index_leaves_neither(self, tmp_path: Path) -> None:
+    def test_kill_between_the_evicting_store_and_its_queue_index_leaves_neither(
+        self, tmp_path: Path
+    ) -> None:
         """The meta record and the queue index entry commit together or not at all."""
         self._prepare(tmp_path, 8)
         assert self._run(tmp_path, 2).returncode == -9
@@ -178,7 +206,9 @@ class TestKilledMidTransaction:
         after.close()
 
     @pytest.mark.parametrize("kill_at_set", [3, 4, 5])
-    def test_kill_inside_the_fold_keeps_the_store_and_its_queue(self, tmp_path: Path, kill_at_set: int) -> None:
+    def test_kill_inside_the_fold_keeps_the_store_and_its_queue(
+        self, tmp_path: Path, kill_at_set: int
+    ) -> None:
         """The store committed; the fold did not: the evicted two wait in the queue."""
         self._prepare(tmp_path, 8)
         assert self._run(tmp_path, kill_at_set).returncode == -9
@@ -189,5 +219,7 @@ class TestKilledMidTransaction:
         assert state.summary.through_seq == 4
         assert list(after.queued_conversations()) == ["default"]
         # The next read that wants the summary folds the queue.
-        assert ConversationHistory(after, background=False).get_summary()["summary_through_seq"] == 6
+        assert (
+            ConversationHistory(after, background=False).get_summary()["summary_through_seq"] == 6
+        )
         after.close()

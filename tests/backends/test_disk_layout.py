@@ -64,17 +64,34 @@ def expected_keys(state: ConversationState, own_below: int) -> set[str]:
 
 def write_schema_1(directory: Path, seqs: range) -> ConversationState:
     """A data dir as chd with storage schema 1 left it: every utterance under its own key."""
-    state = ConversationState("c", next_seq=seqs.stop, last_turn=seqs.stop - 1,
-                              utterances=[utterance(s, LONG if s % 3 == 0 else None) for s in seqs])
-    with diskcache.Cache(str(directory), eviction_policy="none", cull_limit=0, disk_min_file_size=2**30) as cache:
+    state = ConversationState(
+        "c",
+        next_seq=seqs.stop,
+        last_turn=seqs.stop - 1,
+        utterances=[utterance(s, LONG if s % 3 == 0 else None) for s in seqs],
+    )
+    with diskcache.Cache(
+        str(directory), eviction_policy="none", cull_limit=0, disk_min_file_size=2**30
+    ) as cache:
         cache.set(SCHEMA_KEY, json.dumps({"schema": 1, "created_by": "chd storage schema 1"}))
         for u in state.utterances:
             cache.set(utterance_key("c", u.seq), json.dumps({"schema": 1, **u.to_record()}))
-        cache.set(meta_key("c"), json.dumps({
-            "schema": 1, "token": "old", "next_seq": seqs.stop, "last_turn": seqs.stop - 1,
-            "buffer": [[seqs.start, seqs.stop - 1]], "pending": [], "archive": [], "settings": {},
-            "has_summary": False,
-        }))
+        cache.set(
+            meta_key("c"),
+            json.dumps(
+                {
+                    "schema": 1,
+                    "token": "old",
+                    "next_seq": seqs.stop,
+                    "last_turn": seqs.stop - 1,
+                    "buffer": [[seqs.start, seqs.stop - 1]],
+                    "pending": [],
+                    "archive": [],
+                    "settings": {},
+                    "has_summary": False,
+                }
+            ),
+        )
     return state
 
 
@@ -109,12 +126,18 @@ def _change_for(operation: tuple[str, int, bool], state: ConversationState) -> C
         if not state.pending:
             return Change()
         top = state.pending[-1].seq
-        segment = SummarySegment(text="s", tokens=1, seq_from=1, seq_to=top, turn_from=1, turn_to=top)
+        segment = SummarySegment(
+            text="s", tokens=1, seq_from=1, seq_to=top, turn_from=1, turn_to=top
+        )
         folded = {u.seq for u in state.pending}
         archived = state.pending if flag else []
-        return Change(summary=Summary((segment,), top, 1), pending_remove=folded, archive_add=archived)
+        return Change(
+            summary=Summary((segment,), top, 1), pending_remove=folded, archive_add=archived
+        )
     if kind == "mark":
-        return Change(update=[u.with_important(not u.important) for u in state.utterances if u.seq == arg])
+        return Change(
+            update=[u.with_important(not u.important) for u in state.utterances if u.seq == arg]
+        )
     if kind == "archive":
         moved = state.pending[:arg]
         return Change(pending_remove={u.seq for u in moved}, archive_add=moved)
@@ -134,9 +157,13 @@ def _change_for(operation: tuple[str, int, bool], state: ConversationState) -> C
 
 
 @pytest.mark.parametrize("start", ["empty", "schema 1"])
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(operations=_operations)
-def test_disk_holds_exactly_the_state_after_any_sequence(start: str, tmp_path_factory, operations) -> None:
+def test_disk_holds_exactly_the_state_after_any_sequence(
+    start: str, tmp_path_factory, operations
+) -> None:
     """A fresh backend on the directory reads the model back, and no record is left over."""
     directory = tmp_path_factory.mktemp("layout")
     model = ConversationState("c")
@@ -155,7 +182,9 @@ def test_disk_holds_exactly_the_state_after_any_sequence(start: str, tmp_path_fa
             if written:
                 assert stored_keys(directory) == expected_keys(model, own_below), operation
             assert backend.count_conversations() == (0 if model.is_empty else 1), operation
-            assert list(backend.queued_conversations()) == (["c"] if model.pending else []), operation
+            assert list(backend.queued_conversations()) == (["c"] if model.pending else []), (
+                operation
+            )
         fresh = DiskBackend(directory)
         assert fresh.read("c") == model
         assert fresh.conversations() == ([] if model.is_empty else ["c"])
@@ -170,7 +199,9 @@ def test_disk_holds_exactly_the_state_after_any_sequence(start: str, tmp_path_fa
 class TestSchema1:
     """A data dir written by chd with storage schema 1 is read as it is and written on."""
 
-    def test_schema_1_conversation_reads_back_and_takes_new_utterances(self, tmp_path: Path) -> None:
+    def test_schema_1_conversation_reads_back_and_takes_new_utterances(
+        self, tmp_path: Path
+    ) -> None:
         old = write_schema_1(tmp_path, range(1, 6))
         backend = DiskBackend(tmp_path)
         assert backend.read("c") == old
@@ -211,7 +242,9 @@ class TestDamage:
             damaged.transact("c", append_next())
         damaged.close()
 
-    def test_an_export_of_a_conversation_missing_a_block_fails_naming_the_damage(self, tmp_path: Path) -> None:
+    def test_an_export_of_a_conversation_missing_a_block_fails_naming_the_damage(
+        self, tmp_path: Path
+    ) -> None:
         """read_encoded (chd export) reads the same one-statement snapshot: damage is an error, never a gap."""
         backend = DiskBackend(tmp_path)
         for _ in range(BLOCK_SIZE + 1):

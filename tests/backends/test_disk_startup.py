@@ -6,8 +6,8 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import diskcache
 import grpc
@@ -15,10 +15,10 @@ import pytest
 
 from chd.backends.disk import MARKER, DiskBackend
 from chd.backends.records import SCHEMA_KEY
-from chd.core.errors import StorageError
 from chd.cli.main import _parser
-from chd.service import config
 from chd.cli.storage import open_storage
+from chd.core.errors import StorageError
+from chd.service import config
 from chd.v1 import daemon_pb2_grpc
 from tests.backends.backend_kinds import CUSTOM_BACKEND
 from tests.conftest import ROOT, DaemonProcess, chd_env, query, run_chd
@@ -30,7 +30,8 @@ def _namespaces_work() -> bool:
     try:
         probe = subprocess.run(
             ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
-            capture_output=True, timeout=10,
+            capture_output=True,
+            timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
         return False
@@ -60,7 +61,11 @@ def serve_fails(*args: str, prefix: Sequence[str] = (), code: int = 1) -> str:
     """Run `chd serve` expecting it to refuse with ``code`` (2: a configuration mistake); its one line of stderr."""
     done = subprocess.run(
         [*prefix, sys.executable, "-m", "chd", "serve", "--port", "0", *args],
-        capture_output=True, text=True, timeout=60, env=chd_env(), cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=chd_env(),
+        cwd=ROOT,
     )
     assert done.returncode == code, (done.stdout, done.stderr)
     assert "listening" not in done.stdout
@@ -93,14 +98,18 @@ class TestChoosingABackend:
         finally:
             daemon.terminate()
 
-    def test_environment_variables_choose_backend_dir_and_durability(self, tmp_path: Path, monkeypatch) -> None:
+    def test_environment_variables_choose_backend_dir_and_durability(
+        self, tmp_path: Path, monkeypatch
+    ) -> None:
         monkeypatch.setenv("CHD_BACKEND", "disk")
         monkeypatch.setenv("CHD_DATA_DIR", str(tmp_path / "env-data"))
         monkeypatch.setenv("CHD_DURABILITY", "full")
         daemon = DaemonProcess()
         daemon.terminate()
         with sqlite3.connect(tmp_path / "env-data" / "cache.db") as db:
-            (synchronous,) = db.execute("SELECT value FROM Settings WHERE key = 'sqlite_synchronous'").fetchone()
+            (synchronous,) = db.execute(
+                "SELECT value FROM Settings WHERE key = 'sqlite_synchronous'"
+            ).fetchone()
         assert synchronous == 2
 
     def test_custom_backend_class_serves_queries(self) -> None:
@@ -118,13 +127,17 @@ class TestChoosingABackend:
         """A class that takes no options works without flags; flags given reach it."""
         for name in ("CHD_DATA_DIR", "CHD_DURABILITY"):
             monkeypatch.delenv(name, raising=False)
+
         def served(*flags: str):
             effective = config.from_arguments(_parser().parse_args(["serve", *flags]), {})
-            return open_storage(effective.backend, effective.data_dir, effective.durability, serving=True)
+            return open_storage(
+                effective.backend, effective.data_dir, effective.durability, serving=True
+            )
 
         assert served("--backend", CUSTOM_BACKEND).options == {}
-        assert served("--backend", CUSTOM_BACKEND, "--data-dir", "/srv/chd", "--durability", "full").options == {
-            "data_dir": "/srv/chd", "durability": "full"}
+        assert served(
+            "--backend", CUSTOM_BACKEND, "--data-dir", "/srv/chd", "--durability", "full"
+        ).options == {"data_dir": "/srv/chd", "durability": "full"}
 
     def test_unknown_backend_is_refused(self) -> None:
         assert "unknown backend 'floppy'" in serve_fails("--backend", "floppy", code=2)
@@ -136,16 +149,24 @@ class TestChoosingABackend:
         """Otherwise a user could believe their conversations are on disk."""
         assert "keeps nothing on disk" in serve_fails("--data-dir", str(tmp_path), code=2)
 
-    @pytest.mark.parametrize("flags", [("--redis-url", "redis://127.0.0.1:1/0"), ("--redis-cluster",)])
+    @pytest.mark.parametrize(
+        "flags", [("--redis-url", "redis://127.0.0.1:1/0"), ("--redis-cluster",)]
+    )
     def test_disk_with_a_redis_key_is_refused(self, tmp_path: Path, flags) -> None:
         """As memory with --data-dir: a Redis URL the disk backend would ignore is a mistake (issue 28, item 8)."""
         line = serve_fails("--backend", "disk", "--data-dir", str(tmp_path), *flags, code=2)
         key = flags[0][2:].replace("-", "_")
-        assert line == f"chd: configuration key '{key}' (flag {flags[0]}): only the redis backend uses it, and the backend is disk"
+        assert (
+            line
+            == f"chd: configuration key '{key}' (flag {flags[0]}): only the redis backend uses it, and the backend is disk"
+        )
 
     def test_memory_with_a_redis_url_from_the_environment_is_refused(self, monkeypatch) -> None:
         monkeypatch.setenv("CHD_REDIS_URL", "redis://127.0.0.1:1/0")
-        assert "(env CHD_REDIS_URL): only the redis backend uses it, and the backend is memory" in serve_fails(code=2)
+        assert (
+            "(env CHD_REDIS_URL): only the redis backend uses it, and the backend is memory"
+            in serve_fails(code=2)
+        )
 
     def test_bad_durability_is_a_usage_error(self) -> None:
         done = run_chd("serve", "--durability", "maybe")
@@ -177,7 +198,10 @@ class TestBadDataDir:
     def test_path_under_a_file_is_refused(self, tmp_path: Path) -> None:
         (tmp_path / "file").write_text("x")
         line = serve_fails("--backend", "disk", "--data-dir", str(tmp_path / "file" / "data"))
-        assert line == f"chd: cannot open data dir {tmp_path / 'file' / 'data'}: cannot create it: not a directory"
+        assert (
+            line
+            == f"chd: cannot open data dir {tmp_path / 'file' / 'data'}: cannot create it: not a directory"
+        )
 
     @needs_namespaces
     def test_read_only_data_dir_is_refused(self, tmp_path: Path) -> None:
@@ -187,8 +211,13 @@ class TestBadDataDir:
 
     @needs_namespaces
     def test_full_disk_at_start_is_refused(self, tmp_path: Path) -> None:
-        line = serve_fails("--backend", "disk", "--data-dir", str(tmp_path / "data"),
-                           prefix=tmpfs(tmp_path, "256k", fill=True))
+        line = serve_fails(
+            "--backend",
+            "disk",
+            "--data-dir",
+            str(tmp_path / "data"),
+            prefix=tmpfs(tmp_path, "256k", fill=True),
+        )
         assert line == f"chd: cannot open data dir {tmp_path / 'data'}: the disk is full"
 
 
@@ -198,8 +227,12 @@ class TestLockedDataDir:
     It waited diskcache's 15 s, past a 2 s request_timeout, and then answered UNAVAILABLE.
     """
 
-    def test_a_store_behind_another_writer_answers_deadline_exceeded_and_reads_still_work(self, tmp_path: Path) -> None:
-        daemon = DaemonProcess("--backend", "disk", "--data-dir", str(tmp_path), "--request-timeout", "1")
+    def test_a_store_behind_another_writer_answers_deadline_exceeded_and_reads_still_work(
+        self, tmp_path: Path
+    ) -> None:
+        daemon = DaemonProcess(
+            "--backend", "disk", "--data-dir", str(tmp_path), "--request-timeout", "1"
+        )
         other = sqlite3.connect(tmp_path / "cache.db", isolation_level=None)
         try:
             with grpc.insecure_channel(daemon.target) as channel:
@@ -210,7 +243,9 @@ class TestLockedDataDir:
                     query(stub, "Add utterance: while locked")
                 assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
                 assert "stayed locked by another process" in late.value.details()
-                assert [u["text"] for u in query(stub, "Get the last 5 utterances").result["utterances"]] == ["first"]
+                assert [
+                    u["text"] for u in query(stub, "Get the last 5 utterances").result["utterances"]
+                ] == ["first"]
                 other.execute("ROLLBACK")
                 query(stub, "Add utterance: after")
         finally:
@@ -231,16 +266,22 @@ class TestEmptiedDatabase:
             database.unlink()
         line = serve_fails("--backend", "disk", "--data-dir", str(data))
         state = "empty (0 bytes)" if loss == "truncated" else "missing"
-        assert line.startswith(f"chd: {database} is {state}, but {data} has held chd's data ({MARKER} is there)")
+        assert line.startswith(
+            f"chd: {database} is {state}, but {data} has held chd's data ({MARKER} is there)"
+        )
         assert "--allow-empty-database" in line
         assert (database.stat().st_size == 0) if loss == "truncated" else not database.exists()
 
     @pytest.mark.parametrize("command", ["export", "import"])
-    def test_export_and_import_do_not_send_the_user_to_a_flag_they_lack(self, tmp_path: Path, command: str) -> None:
+    def test_export_and_import_do_not_send_the_user_to_a_flag_they_lack(
+        self, tmp_path: Path, command: str
+    ) -> None:
         """The tools name the lost file and say the flag is chd serve's, not theirs (outside review of issue 28)."""
         data = populated(tmp_path / "data")
         (data / "cache.db").write_bytes(b"")
-        args = ["--data-dir", str(data)] + ([str(tmp_path / "none.jsonl")] if command == "import" else [])
+        args = ["--data-dir", str(data)] + (
+            [str(tmp_path / "none.jsonl")] if command == "import" else []
+        )
         if command == "import":
             (tmp_path / "none.jsonl").write_text("")
         done = run_chd(command, *args)
@@ -271,7 +312,9 @@ class TestEmptiedDatabase:
                 assert daemon.terminate() == 0
             assert ("starting with no conversations" in daemon.log) == bool(flags)
 
-    def test_a_new_directory_is_marked_and_an_unmarked_one_with_data_gets_the_marker(self, tmp_path: Path) -> None:
+    def test_a_new_directory_is_marked_and_an_unmarked_one_with_data_gets_the_marker(
+        self, tmp_path: Path
+    ) -> None:
         DiskBackend(tmp_path / "new").close()
         assert (tmp_path / "new" / MARKER).exists()
         (tmp_path / "new" / MARKER).unlink()  # a dir written before the marker existed
@@ -288,8 +331,17 @@ class TestDiskFillsUpWhileServing:
 
     def test_store_gets_resource_exhausted_and_reads_still_work(self, tmp_path: Path) -> None:
         data = tmp_path / "data"
-        daemon = DaemonProcess("--backend", "disk", "--data-dir", str(data), "--buffer-size", "5000",
-                               "--max-tokens", "10000000", prefix=tmpfs(tmp_path, "1m"))
+        daemon = DaemonProcess(
+            "--backend",
+            "disk",
+            "--data-dir",
+            str(data),
+            "--buffer-size",
+            "5000",
+            "--max-tokens",
+            "10000000",
+            prefix=tmpfs(tmp_path, "1m"),
+        )
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)
@@ -310,8 +362,17 @@ class TestDiskFillsUpWhileServing:
     def test_repeated_refusals_on_a_full_disk_log_one_error_line(self, tmp_path: Path) -> None:
         """200 refused stores write one ERROR line, not 200 (issue 28, item 5: 1,329 lines for 1,329 refusals)."""
         data = tmp_path / "data"
-        daemon = DaemonProcess("--backend", "disk", "--data-dir", str(data), "--buffer-size", "5000",
-                               "--max-tokens", "10000000", prefix=tmpfs(tmp_path, "1m"))
+        daemon = DaemonProcess(
+            "--backend",
+            "disk",
+            "--data-dir",
+            str(data),
+            "--buffer-size",
+            "5000",
+            "--max-tokens",
+            "10000000",
+            prefix=tmpfs(tmp_path, "1m"),
+        )
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)

@@ -14,7 +14,12 @@ import tracemalloc
 
 import pytest
 
-from chd.backends.memory import CONVERSATION_OVERHEAD, UTTERANCE_OVERHEAD, MemoryBackend, utterance_cost
+from chd.backends.memory import (
+    CONVERSATION_OVERHEAD,
+    UTTERANCE_OVERHEAD,
+    MemoryBackend,
+    utterance_cost,
+)
 from chd.core.errors import StorageFull
 from chd.core.history import ConversationHistory
 from chd.core.settings import Settings
@@ -31,7 +36,10 @@ def _store_until_refused(
     """(stores accepted, bytes allocated meanwhile, the backend) for utterances of ``size`` characters."""
     backend = MemoryBackend(max_bytes=budget)
     history = ConversationHistory(
-        backend=backend, settings=Settings(buffer_size=MOST_STORES + 1, max_tokens=10**9, summarization_enabled=False)
+        backend=backend,
+        settings=Settings(
+            buffer_size=MOST_STORES + 1, max_tokens=10**9, summarization_enabled=False
+        ),
     )
     history.query("", {"conversation_id": "warm"}, {"operation": "store", "text": "warm up"})
     gc.collect()
@@ -57,13 +65,21 @@ def _store_until_refused(
 class TestMemoryBudget:
     """The budget counts an utterance's real cost, so it holds at both ends of utterance size."""
 
-    @pytest.mark.parametrize("conversations", [1, 100], ids=["one conversation", "100 conversations"])
-    def test_two_byte_utterances_stay_within_the_documented_factor_of_the_budget(self, conversations):
+    @pytest.mark.parametrize(
+        "conversations", [1, 100], ids=["one conversation", "100 conversations"]
+    )
+    def test_two_byte_utterances_stay_within_the_documented_factor_of_the_budget(
+        self, conversations
+    ):
         """Tiny utterances are refused once their objects, not only their text, fill the budget."""
         budget = 100_000
         stored, grown, _ = _store_until_refused(budget, 2, conversations)
-        assert stored < MOST_STORES, f"{stored} two-byte stores accepted under a {budget:,} byte budget"
-        assert grown <= FACTOR * budget, f"{stored} stores allocated {grown:,} bytes, {grown / budget:.1f}x the budget"
+        assert stored < MOST_STORES, (
+            f"{stored} two-byte stores accepted under a {budget:,} byte budget"
+        )
+        assert grown <= FACTOR * budget, (
+            f"{stored} stores allocated {grown:,} bytes, {grown / budget:.1f}x the budget"
+        )
 
     def test_large_utterances_fill_the_budget_and_stay_within_the_factor(self):
         """20 kB utterances are counted at about their text: the budget is used, not wasted on overhead."""
@@ -77,8 +93,12 @@ class TestMemoryBudget:
         history = ConversationHistory(backend=backend, settings=Settings())
         history.query("", {}, {"operation": "store", "text": "héllo"})
         (utterance,) = backend.read("default").utterances
-        assert utterance_cost(utterance) == len("héllo".encode()) + len("default") + UTTERANCE_OVERHEAD
-        assert backend.held_bytes == utterance_cost(utterance) + len("default") + CONVERSATION_OVERHEAD
+        assert (
+            utterance_cost(utterance) == len("héllo".encode()) + len("default") + UTTERANCE_OVERHEAD
+        )
+        assert (
+            backend.held_bytes == utterance_cost(utterance) + len("default") + CONVERSATION_OVERHEAD
+        )
 
     @pytest.mark.parametrize("conversations", [MOST_STORES, 20], ids=["one each", "many each"])
     def test_long_conversation_ids_stay_within_the_factor(self, conversations):
@@ -86,7 +106,9 @@ class TestMemoryBudget:
         budget = 200_000
         stored, grown, _ = _store_until_refused(budget, 2, conversations, id_length=256)
         assert stored < MOST_STORES
-        assert grown <= FACTOR * budget, f"{stored} stores allocated {grown:,} bytes, {grown / budget:.2f}x the budget"
+        assert grown <= FACTOR * budget, (
+            f"{stored} stores allocated {grown:,} bytes, {grown / budget:.2f}x the budget"
+        )
 
     def test_a_cleared_conversation_gives_its_utterances_bytes_back(self):
         """Clearing leaves only what each conversation's state costs (it keeps its next seq)."""

@@ -6,19 +6,18 @@ import json
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterator
 
 import grpc
+import pytest
 import redis
 import redis.cluster
-import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from chd.backends import open_backend
+from chd.backends import open_backend, redis_scripts
 from chd.backends.base import Change
-from chd.backends import redis_scripts
 from chd.backends.redis_backend import RECENT_COMMITS, RedisBackend, conversation_key, mask_url
 from chd.core.errors import StorageError, StorageFull
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
@@ -34,7 +33,19 @@ from tests.redis_support import (
     wait_for,
 )
 
-AWKWARD_IDS = ["{", "}", "{tag}", "a}b{c", "with:colon", "with space", "%7B", "%", "", "日本語 🙂", "chd:{x}:m"]
+AWKWARD_IDS = [
+    "{",
+    "}",
+    "{tag}",
+    "a}b{c",
+    "with:colon",
+    "with space",
+    "%7B",
+    "%",
+    "",
+    "日本語 🙂",
+    "chd:{x}:m",
+]
 
 
 @pytest.fixture
@@ -52,12 +63,11 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     yield from running_redis(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
 
 
-
-
 def health_of(channel: grpc.Channel) -> Callable[[], int]:
     """A function that asks the daemon behind ``channel`` for its overall health status."""
     health = health_pb2_grpc.HealthStub(channel)
     return lambda: health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
+
 
 class TestKeys:
     """Every key of a conversation shares one hash tag, whatever the id holds."""
@@ -74,9 +84,16 @@ class TestKeys:
             with cluster.servers[0].client() as client:
                 for conversation_id in AWKWARD_IDS:
                     state = backend.read(conversation_id)
-                    assert [u.text for u in state.utterances] == [f"in {conversation_id!r}", "second"]
-                    slots = {client.execute_command("CLUSTER KEYSLOT", conversation_key(conversation_id, part))
-                             for part in ("m", "u", "lease")}
+                    assert [u.text for u in state.utterances] == [
+                        f"in {conversation_id!r}",
+                        "second",
+                    ]
+                    slots = {
+                        client.execute_command(
+                            "CLUSTER KEYSLOT", conversation_key(conversation_id, part)
+                        )
+                        for part in ("m", "u", "lease")
+                    }
                     assert len(slots) == 1, conversation_id
         finally:
             backend.close()
@@ -92,14 +109,18 @@ class TestKeys:
             backend.transact("c", lambda s: (Change(settings={}), None))
             assert backend.conversations() == []
             with redis_server.client() as client:
-                assert list(client.scan_iter(match="chd:{c}:*")) == [conversation_key("c", "r").encode()]
+                assert list(client.scan_iter(match="chd:{c}:*")) == [
+                    conversation_key("c", "r").encode()
+                ]
                 assert client.pttl(conversation_key("c", "r")) > 0
             assert backend.read("c").is_empty
             assert backend.transact("c", append_next()) == 1
         finally:
             backend.close()
 
-    def test_a_replica_with_a_stale_cache_never_refuses_or_skips_on_it(self, redis_server: RedisServer) -> None:
+    def test_a_replica_with_a_stale_cache_never_refuses_or_skips_on_it(
+        self, redis_server: RedisServer
+    ) -> None:
         """A decide that refuses, or changes nothing, on a cached state another replica overtook runs again on the current one."""
         first, second = RedisBackend(redis_server.url), RedisBackend(redis_server.url)
         try:
@@ -122,14 +143,19 @@ class TestKeys:
 
     def test_a_password_is_masked_wherever_the_url_is_shown(self) -> None:
         """The URL in messages keeps user, host, port and db, never the password."""
-        assert mask_url("redis://user:s3cret@db.example:6380/2") == "redis://user:***@db.example:6380/2"
+        assert (
+            mask_url("redis://user:s3cret@db.example:6380/2")
+            == "redis://user:***@db.example:6380/2"
+        )
         assert mask_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
 
 
 class TestCluster:
     """Redis Cluster: three masters on loopback, slots assigned by the test."""
 
-    def test_conversations_spread_over_every_master_and_are_all_listed(self, cluster: RedisCluster) -> None:
+    def test_conversations_spread_over_every_master_and_are_all_listed(
+        self, cluster: RedisCluster
+    ) -> None:
         """The cluster is found from the URL alone; SCAN on each master finds every conversation."""
         backend = RedisBackend(cluster.url)
         try:
@@ -167,20 +193,32 @@ class TestFailures:
 
     def test_unreachable_redis_at_start_is_one_line_with_the_password_masked(self) -> None:
         """chd serve exits 1 with one line naming the URL; the password never shows."""
-        done = run_chd("serve", "--port", "0", "--backend", "redis", "--redis-url", "redis://:hunter2@127.0.0.1:1/0")
+        done = run_chd(
+            "serve",
+            "--port",
+            "0",
+            "--backend",
+            "redis",
+            "--redis-url",
+            "redis://:hunter2@127.0.0.1:1/0",
+        )
         assert done.returncode == 1
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1
         assert lines[0].startswith("chd: cannot use Redis at redis://:***@127.0.0.1:1/0: ")
         assert "hunter2" not in done.stderr
 
-    def test_a_password_from_the_url_or_redis_password_is_used_and_never_shown(self, tmp_path: Path) -> None:
+    def test_a_password_from_the_url_or_redis_password_is_used_and_never_shown(
+        self, tmp_path: Path
+    ) -> None:
         """requirepass: the URL's password or redis_password (CHD_REDIS_PASSWORD) works; a wrong one is a masked StorageError."""
         server = start_redis(tmp_path / "locked", "--requirepass", "s3cret")
         try:
             port = server.port
-            for backend in (RedisBackend(f"redis://:s3cret@127.0.0.1:{port}/0"),
-                            RedisBackend(f"redis://127.0.0.1:{port}/0", redis_password="s3cret")):
+            for backend in (
+                RedisBackend(f"redis://:s3cret@127.0.0.1:{port}/0"),
+                RedisBackend(f"redis://127.0.0.1:{port}/0", redis_password="s3cret"),
+            ):
                 backend.transact("c", append_next())
                 backend.close()
             with pytest.raises(StorageError) as refused:
@@ -199,14 +237,22 @@ class TestFailures:
                 status = health_of(channel)
                 meta = {"conversation_id": "outage"}
 
-                acknowledged = [query(stub, f"Add user utterance: 'before {i}'", meta) for i in range(3)]
+                acknowledged = [
+                    query(stub, f"Add user utterance: 'before {i}'", meta) for i in range(3)
+                ]
                 redis_server.kill()
                 with pytest.raises(grpc.RpcError) as failed:
                     query(stub, "Add user utterance: 'while down'", meta)
                 assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
-                wait_for(lambda: status() == health_pb2.HealthCheckResponse.NOT_SERVING, "health to say NOT_SERVING")
+                wait_for(
+                    lambda: status() == health_pb2.HealthCheckResponse.NOT_SERVING,
+                    "health to say NOT_SERVING",
+                )
                 redis_server.start()
-                wait_for(lambda: status() == health_pb2.HealthCheckResponse.SERVING, "health to say SERVING")
+                wait_for(
+                    lambda: status() == health_pb2.HealthCheckResponse.SERVING,
+                    "health to say SERVING",
+                )
                 acknowledged.append(query(stub, "Add user utterance: 'after'", meta))
                 got = query(stub, "Get all utterances", meta).result["utterances"]
         finally:
@@ -223,8 +269,16 @@ class TestFailures:
         import signal as signals
 
         server = start_redis(tmp_path / "hung")
-        daemon = DaemonProcess("--backend", "redis", "--redis-url", server.url,
-                               "--request-timeout", "8", "--redis-timeout", "2")
+        daemon = DaemonProcess(
+            "--backend",
+            "redis",
+            "--redis-url",
+            server.url,
+            "--request-timeout",
+            "8",
+            "--redis-timeout",
+            "2",
+        )
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)
@@ -239,12 +293,20 @@ class TestFailures:
                         request = daemon_pb2.QueryRequest(query="Add user utterance: 'while hung'")
                         request.metadata.update(meta)
                         stub.Query(request, timeout=9)
-                    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, failed.value.details()
-                    wait_for(lambda: status() == health_pb2.HealthCheckResponse.NOT_SERVING,
-                             "health to say NOT_SERVING", timeout=10)
+                    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE, (
+                        failed.value.details()
+                    )
+                    wait_for(
+                        lambda: status() == health_pb2.HealthCheckResponse.NOT_SERVING,
+                        "health to say NOT_SERVING",
+                        timeout=10,
+                    )
                     # Once health knows, calls queued together and a read that folds first each
                     # answer within the same bound, not one full set of tries after another.
-                    asked = ["Get summary", *(f"Add user utterance: 'queued {i}'" for i in range(6))]
+                    asked = [
+                        "Get summary",
+                        *(f"Add user utterance: 'queued {i}'" for i in range(6)),
+                    ]
 
                     def ask(text: str) -> grpc.StatusCode:
                         request = daemon_pb2.QueryRequest(query=text)
@@ -260,23 +322,42 @@ class TestFailures:
                     assert codes == [grpc.StatusCode.UNAVAILABLE] * len(asked)
                 finally:
                     server.process.send_signal(signals.SIGCONT)
-                wait_for(lambda: status() == health_pb2.HealthCheckResponse.SERVING, "health to say SERVING")
+                wait_for(
+                    lambda: status() == health_pb2.HealthCheckResponse.SERVING,
+                    "health to say SERVING",
+                )
                 query(stub, "Add user utterance: 'after'", meta)
-                got = [u["text"] for u in query(stub, "Get all utterances", meta).result["utterances"]]
+                got = [
+                    u["text"] for u in query(stub, "Get all utterances", meta).result["utterances"]
+                ]
         finally:
             daemon.terminate()
             server.stop()
         # The failed store's script may have reached Redis before it hung; the queued ones never left.
         assert got in (["before", "after"], ["before", "while hung", "after"])
 
-    def test_sigterm_while_redis_hangs_exits_within_shutdown_grace_and_two_seconds(self, tmp_path: Path) -> None:
+    def test_sigterm_while_redis_hangs_exits_within_shutdown_grace_and_two_seconds(
+        self, tmp_path: Path
+    ) -> None:
         """The documented bound on stopping (shutdown_grace + 2 s) holds with stores and folds waiting on
         a hung Redis: nothing at close waits out its tries again (a lease hand-back, the queue report)."""
         import signal as signals
 
         server = start_redis(tmp_path / "hung")
-        daemon = DaemonProcess("--backend", "redis", "--redis-url", server.url, "--buffer-size", "3",
-                               "--eviction-batch", "1", "--redis-timeout", "1", "--shutdown-grace", "3")
+        daemon = DaemonProcess(
+            "--backend",
+            "redis",
+            "--redis-url",
+            server.url,
+            "--buffer-size",
+            "3",
+            "--eviction-batch",
+            "1",
+            "--redis-timeout",
+            "1",
+            "--shutdown-grace",
+            "3",
+        )
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)
@@ -284,12 +365,18 @@ class TestFailures:
                     query(stub, f"Add user utterance: 'u{i}'", {"conversation_id": "s"})
                 assert server.process is not None
                 server.process.send_signal(signals.SIGSTOP)
-                waiting = [stub.Query.future(_store_request(f"s{i}", "x"), timeout=30) for i in range(3)]
-                time.sleep(0.5)  # the stores reach the daemon and wait on Redis (not a timing assertion)
+                waiting = [
+                    stub.Query.future(_store_request(f"s{i}", "x"), timeout=30) for i in range(3)
+                ]
+                time.sleep(
+                    0.5
+                )  # the stores reach the daemon and wait on Redis (not a timing assertion)
                 try:
                     code = daemon.terminate(timeout=3 + 2)
                 except subprocess.TimeoutExpired:
-                    pytest.fail("chd serve was still running 5 s after SIGTERM (shutdown_grace 3 + 2 s)")
+                    pytest.fail(
+                        "chd serve was still running 5 s after SIGTERM (shutdown_grace 3 + 2 s)"
+                    )
                 assert code == 0
                 for future in waiting:
                     assert future.exception() is not None  # UNAVAILABLE, or cut off by the shutdown
@@ -299,7 +386,9 @@ class TestFailures:
                 server.process.send_signal(signals.SIGCONT)
             server.stop()
 
-    def test_maxmemory_refusals_are_storage_full_and_reads_still_work(self, redis_server: RedisServer) -> None:
+    def test_maxmemory_refusals_are_storage_full_and_reads_still_work(
+        self, redis_server: RedisServer
+    ) -> None:
         """A write refused under maxmemory writes nothing and says so; RESOURCE_EXHAUSTED over gRPC."""
         backend = RedisBackend(redis_server.url)
         try:
@@ -324,7 +413,11 @@ class TestFailures:
                 with grpc.insecure_channel(daemon.target) as channel:
                     stub = daemon_pb2_grpc.DaemonStub(channel)
                     with pytest.raises(grpc.RpcError) as refused:
-                        query(stub, f"Add user utterance: '{'y' * 20_000}'", {"conversation_id": "big"})
+                        query(
+                            stub,
+                            f"Add user utterance: '{'y' * 20_000}'",
+                            {"conversation_id": "big"},
+                        )
                     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             finally:
                 daemon.terminate()
@@ -361,8 +454,13 @@ class TestRetention:
                 ttls = [client.pttl(conversation_key("c", part)) for part in ("m", "u", "r")]
                 assert all(0 < ttl <= 1500 for ttl in ttls)
                 # Redis's own expiry, on its own clock: the index goes by the same one.
-                wait_for(lambda: client.exists(*(conversation_key("c", part) for part in ("m", "u", "r"))) == 0,
-                         "the keys to expire")
+                wait_for(
+                    lambda: (
+                        client.exists(*(conversation_key("c", part) for part in ("m", "u", "r")))
+                        == 0
+                    ),
+                    "the keys to expire",
+                )
             assert backend.read("c").is_empty
             assert backend.conversations() == [] and backend.count_conversations() == 0
             # A replica whose cache still holds the expired state starts again from empty.
@@ -403,7 +501,9 @@ class TestTransfer:
         assert run_chd("import", str(dump), "--data-dir", str(tmp_path / "data")).returncode == 0
         second = run_chd("export", "--data-dir", str(tmp_path / "data"))
         assert second.stdout == first.stdout
-        assert [json.loads(line)["record"] for line in first.stdout.splitlines()] == ["conversation"] + ["utterance"] * 3
+        assert [json.loads(line)["record"] for line in first.stdout.splitlines()] == [
+            "conversation"
+        ] + ["utterance"] * 3
         other_db = redis_server.url.rsplit("/", 1)[0] + "/5"
         imported = run_chd("import", str(dump), "--backend", "redis", "--redis-url", other_db)
         assert imported.returncode == 0, imported.stderr
@@ -419,8 +519,12 @@ class TestTransfer:
 def _commit_keys(conversation_id: str) -> list[str]:
     """The commit script's keys on standalone Redis without the read lease key (backends/redis_scripts.py)."""
     index = ["chd:{!}:n", "chd:{!}:q", "chd:{!}:e"]
-    return [conversation_key(conversation_id, "m"), conversation_key(conversation_id, "u"), *index,
-            conversation_key(conversation_id, "r")]
+    return [
+        conversation_key(conversation_id, "m"),
+        conversation_key(conversation_id, "u"),
+        *index,
+        conversation_key(conversation_id, "r"),
+    ]
 
 
 def _commit_args(expected: str, commit: str, meta_text: str) -> list[object]:
@@ -431,7 +535,9 @@ def _commit_args(expected: str, commit: str, meta_text: str) -> list[object]:
 class TestRetriedCommits:
     """A commit script re-sent after its reply was lost is applied once, even when another replica wrote since."""
 
-    def test_a_resent_commit_after_another_replicas_commit_is_answered_as_applied(self, redis_server: RedisServer) -> None:
+    def test_a_resent_commit_after_another_replicas_commit_is_answered_as_applied(
+        self, redis_server: RedisServer
+    ) -> None:
         """The commit script itself: X applied, 120 others after it, X again -> applied, nothing written twice."""
         backend = RedisBackend(redis_server.url)
         try:
@@ -447,12 +553,17 @@ class TestRetriedCommits:
                 # the reply to X was lost): more than the ~40 ids chd kept before 2026-11-27.
                 previous = "test.x"
                 for i in range(120):
-                    assert script(keys=keys, args=_commit_args(previous, f"test.y{i}", meta_text)) == [1]
+                    assert script(
+                        keys=keys, args=_commit_args(previous, f"test.y{i}", meta_text)
+                    ) == [1]
                     previous = f"test.y{i}"
                 versions = client.hget(meta, "v")
                 # The retry of X: its expected id is stale, but X is among the recent commits.
                 assert script(keys=keys, args=_commit_args(before, "test.x", meta_text)) == [1]
-                assert client.hget(meta, "v") == versions and client.hget(meta, "c") == previous.encode()
+                assert (
+                    client.hget(meta, "v") == versions
+                    and client.hget(meta, "c") == previous.encode()
+                )
                 # A commit that never happened still loses the race, as it must.
                 assert script(keys=keys, args=_commit_args(before, "test.z", meta_text))[0] == 0
         finally:
@@ -477,7 +588,9 @@ class TestRetriedCommits:
             assert script(keys=keys, args=_commit_args("test.x", "test.e", "")) == [1]
             assert client.hget(keys[0], "c") == b"test.y"
 
-    def test_a_refused_creation_leaves_no_trace_among_the_recent_commits(self, redis_server: RedisServer) -> None:
+    def test_a_refused_creation_leaves_no_trace_among_the_recent_commits(
+        self, redis_server: RedisServer
+    ) -> None:
         """max_conversations refuses a creation before any write: not even its id is kept."""
         backend = RedisBackend(redis_server.url)
         try:
@@ -493,7 +606,9 @@ class TestRetriedCommits:
             backend.close()
 
     @pytest.mark.parametrize("kind", ["standalone", "cluster"])
-    def test_recent_commits_outlast_every_send_the_clients_retries_allow(self, kind: str, tmp_path: Path) -> None:
+    def test_recent_commits_outlast_every_send_the_clients_retries_allow(
+        self, kind: str, tmp_path: Path
+    ) -> None:
         """Three sends standalone (two retries), eleven on a cluster (redis-py's default): the window follows,
         sized for a socket timeout of 5 s or the replica's own when longer (replicas with different
         redis_timeouts up to 5 s keep one window)."""
@@ -503,25 +618,35 @@ class TestRetriedCommits:
             backend = RedisBackend(url, socket_timeout=timeout)
             try:
                 backend.transact(f"c{timeout}", append_next())
-                with redis.Redis.from_url(url) if kind == "standalone" else redis.cluster.RedisCluster.from_url(url) as client:
+                with (
+                    redis.Redis.from_url(url)
+                    if kind == "standalone"
+                    else redis.cluster.RedisCluster.from_url(url) as client
+                ):
                     ttl = client.pttl(conversation_key(f"c{timeout}", "r"))
                 window = (RECENT_COMMITS + sends * (2 * sized_for + 5)) * 1000
                 assert window - 5000 < ttl <= window
             finally:
                 backend.close()
 
-    def test_ids_kept_by_an_earlier_chd_in_the_meta_hash_are_still_recognised(self, redis_server: RedisServer) -> None:
+    def test_ids_kept_by_an_earlier_chd_in_the_meta_hash_are_still_recognised(
+        self, redis_server: RedisServer
+    ) -> None:
         """A replica of the earlier version re-sending its commit during a rolling upgrade is answered applied."""
         backend = RedisBackend(redis_server.url)
         try:
             backend.transact("c", append_next("first"))
             keys = _commit_keys("c")
             with redis_server.client() as client:
-                client.hset(keys[0], "r", "old.7 old.6 old.5")  # as the earlier commit script wrote it
+                client.hset(
+                    keys[0], "r", "old.7 old.6 old.5"
+                )  # as the earlier commit script wrote it
                 script = client.register_script(redis_scripts.COMMIT)
                 meta_text = client.hget(keys[0], "m").decode()
                 assert script(keys=keys, args=_commit_args("stale", "old.6", meta_text)) == [1]
-                assert script(keys=keys, args=_commit_args("stale", "old.", meta_text))[0] == 0  # a whole id only
+                assert (
+                    script(keys=keys, args=_commit_args("stale", "old.", meta_text))[0] == 0
+                )  # a whole id only
         finally:
             backend.close()
 
@@ -533,13 +658,17 @@ class TestRetriedCommits:
         try:
             first.transact("y", append_next("y1"))
             first.read("y")
-            other.transact("y", append_next("y2 by the other replica"))  # first's cached y is stale now
+            other.transact(
+                "y", append_next("y2 by the other replica")
+            )  # first's cached y is stale now
             real, sends = first._send, []
 
             def send(calls):  # white box: the second round's round trip fails
                 sends.append(len(calls))
                 if len(sends) == 2:
-                    raise StorageError("writes kept waiting for other replicas' read leases to run out")
+                    raise StorageError(
+                        "writes kept waiting for other replicas' read leases to run out"
+                    )
                 return real(calls)
 
             first._send = send
@@ -575,7 +704,9 @@ class TestRetriedCommits:
             for i in range(120):
                 backend.transact("c", append_next(f"u{i}"))
             recent = conversation_key("c", "r")
-            window = int((RECENT_COMMITS + 3 * (2 * 5.0 + 5)) * 1000)  # one send and two retries, sized for 5 s
+            window = int(
+                (RECENT_COMMITS + 3 * (2 * 5.0 + 5)) * 1000
+            )  # one send and two retries, sized for 5 s
             with redis_server.client() as client:
                 current = client.hget(conversation_key("c", "m"), "c")
                 assert client.zcard(recent) == 120 and client.zscore(recent, current) is not None
@@ -593,7 +724,10 @@ class TestRetriedCommits:
                     backend.transact("c", append_next(f"after a burst {i}"))
                 newest = client.hget(conversation_key("c", "m"), "c")
                 assert kept <= client.zcard(recent) < kept + 16  # the commits since the trim
-                assert client.zscore(recent, newest) is not None and client.zscore(recent, current) is not None
+                assert (
+                    client.zscore(recent, newest) is not None
+                    and client.zscore(recent, current) is not None
+                )
                 assert client.zscore(recent, "burst.0") is None  # the oldest went first
         finally:
             backend.close()
@@ -612,14 +746,18 @@ class TestDirectConnections:
             with redis_server.client() as client:
                 client.script_flush()
             with ThreadPoolExecutor(max_workers=6) as pool:
-                seqs = sorted(pool.map(lambda i: backend.transact("c", append_next(f"after {i}")), range(30)))
+                seqs = sorted(
+                    pool.map(lambda i: backend.transact("c", append_next(f"after {i}")), range(30))
+                )
             assert seqs == list(range(2, 32))
             fresh = RedisBackend(redis_server.url)
             try:
                 state = fresh.read("c")
             finally:
                 fresh.close()
-            assert sorted(u.seq for u in (*state.archive, *state.pending, *state.utterances)) == list(range(1, 32))
+            assert sorted(
+                u.seq for u in (*state.archive, *state.pending, *state.utterances)
+            ) == list(range(1, 32))
         finally:
             backend.close()
 
@@ -651,12 +789,18 @@ class TestDirectConnections:
 
                 def read(i: int) -> int:
                     barrier.wait()  # four threads at once, so four connections
-                    return len(backend.read("c").utterances) + len(backend.read(f"unread {i}").utterances)
+                    return len(backend.read("c").utterances) + len(
+                        backend.read(f"unread {i}").utterances
+                    )
 
                 assert list(pool.map(read, range(4))) == [1] * 4
             assert len(client.client_list()) >= baseline + 4
             backend.close()
-            wait_for(lambda: len(client.client_list()) == baseline, "the backend's connections to close", timeout=5)
+            wait_for(
+                lambda: len(client.client_list()) == baseline,
+                "the backend's connections to close",
+                timeout=5,
+            )
 
 
 def _store_request(conversation_id: str, text: str) -> daemon_pb2.QueryRequest:

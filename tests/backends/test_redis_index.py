@@ -35,7 +35,9 @@ def _index_keys(client) -> list[bytes]:
     return [key for key in client.scan_iter(match="chd:{!*") if not key.endswith(b":lease")]
 
 
-def test_the_count_and_queue_index_follow_every_replica_and_survive_a_reopen(redis_url: str) -> None:
+def test_the_count_and_queue_index_follow_every_replica_and_survive_a_reopen(
+    redis_url: str,
+) -> None:
     """Two replicas create, queue, fold and empty conversations; each sees the exact count and queue."""
     first, second = RedisBackend(redis_url), RedisBackend(redis_url)
     try:
@@ -48,8 +50,13 @@ def test_the_count_and_queue_index_follow_every_replica_and_survive_a_reopen(red
             assert replica.count_conversations() == 7
             assert list(replica.queued_conversations()) == ["c1", "c4", "{odd} id"]
         first.transact("c4", _folded)
-        second.transact("c2", lambda state: (Change(remove={u.seq for u in state.utterances},
-                                                    next_seq=1, last_turn=0), None))
+        second.transact(
+            "c2",
+            lambda state: (
+                Change(remove={u.seq for u in state.utterances}, next_seq=1, last_turn=0),
+                None,
+            ),
+        )
         reopened = RedisBackend(redis_url)
         try:
             assert reopened.count_conversations() == len(reopened.conversations()) == 6
@@ -92,7 +99,9 @@ def test_a_store_written_before_the_index_is_indexed_once_at_start(
         upgraded.close()
 
 
-def _race(replicas: list[RedisBackend], workers: int = 4, each: int = 10) -> tuple[list[str], list[str]]:
+def _race(
+    replicas: list[RedisBackend], workers: int = 4, each: int = 10
+) -> tuple[list[str], list[str]]:
     """``workers`` threads spread over ``replicas`` each create ``each`` conversations: (created, refused)."""
     created: list[str] = []
     refused: list[str] = []
@@ -182,7 +191,9 @@ def test_on_a_cluster_the_index_of_a_conversation_shares_its_slot(tmp_path: Path
         backend.close()
 
 
-def test_on_a_cluster_two_replicas_creating_at_once_never_pass_max_conversations(tmp_path: Path) -> None:
+def test_on_a_cluster_two_replicas_creating_at_once_never_pass_max_conversations(
+    tmp_path: Path,
+) -> None:
     """The quota key bounds creations over every slot, those made without a limit (an import) included."""
     url = shared_cluster_url(tmp_path)
     unlimited = RedisBackend(url)
@@ -213,7 +224,9 @@ def test_on_a_cluster_two_replicas_creating_at_once_never_pass_max_conversations
             replica.close()
 
 
-def test_a_batch_gives_each_call_its_own_outcome_and_indexes_what_it_created(redis_url: str) -> None:
+def test_a_batch_gives_each_call_its_own_outcome_and_indexes_what_it_created(
+    redis_url: str,
+) -> None:
     """transact_many: values in order, a refusing decide's error in its place, the rest committed and counted."""
     from chd.backends.base import transact_many
 
@@ -223,7 +236,12 @@ def test_a_batch_gives_each_call_its_own_outcome_and_indexes_what_it_created(red
     backend = RedisBackend(redis_url)
     try:
         backend.transact("old", append_next())
-        calls = [("old", append_next()), ("new", append_next()), ("bad", refuse), ("new", append_next())]
+        calls = [
+            ("old", append_next()),
+            ("new", append_next()),
+            ("bad", refuse),
+            ("new", append_next()),
+        ]
         outcomes = transact_many(backend, calls)
         assert [o.value for o in outcomes] == [2, 1, None, 2]
         assert isinstance(outcomes[2].error, ValueError)
@@ -232,14 +250,18 @@ def test_a_batch_gives_each_call_its_own_outcome_and_indexes_what_it_created(red
         backend.close()
 
 
-def test_on_a_cluster_the_place_of_a_replica_killed_before_its_release_is_found_and_freed(tmp_path: Path) -> None:
+def test_on_a_cluster_the_place_of_a_replica_killed_before_its_release_is_found_and_freed(
+    tmp_path: Path,
+) -> None:
     """Emptied, then killed before releasing its place: the next creation that finds the quota full frees it."""
     url = shared_cluster_url(tmp_path)
     replica, dying = RedisBackend(url, max_conversations=2), RedisBackend(url, max_conversations=2)
     try:
         replica.transact("kept", append_next())
         replica.transact("emptied", append_next())
-        dying._quota.release = lambda conversation_id: None  # killed between its commit and the release
+        dying._quota.release = lambda conversation_id: (
+            None
+        )  # killed between its commit and the release
         dying.transact("emptied", _emptied)
         assert replica.conversations() == ["kept"]
         assert replica.transact("new", append_next()) == 1

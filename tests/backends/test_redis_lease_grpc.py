@@ -44,7 +44,9 @@ def test_retrieves_through_the_holder_have_every_store_acknowledged_through_a_re
                             seqs = [int(u["seq"]) for u in reply.result["utterances"]]
                             retrieves[0] += 1
                             if max(seqs, default=0) < seq:
-                                stale.append(f"{cid}: retrieved up to {max(seqs, default=0)} after {seq} was stored")
+                                stale.append(
+                                    f"{cid}: retrieved up to {max(seqs, default=0)} after {seq} was stored"
+                                )
 
                 wait_for(lambda: _held(server), "A to hold the lease", 10)
                 reader = threading.Thread(target=read_through_holder)
@@ -54,7 +56,9 @@ def test_retrieves_through_the_holder_have_every_store_acknowledged_through_a_re
                     (b,) = stubs([passing], stack)
                     for n in range(3):
                         for cid in conversations:
-                            seq = store(b, cid, f"{cid} through B, {n}")  # the first waits out A's lease
+                            seq = store(
+                                b, cid, f"{cid} through B, {n}"
+                            )  # the first waits out A's lease
                             with guard:
                                 acknowledged[cid] = seq
                     assert passing.terminate() == 0  # leaves: A is alone again

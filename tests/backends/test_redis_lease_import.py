@@ -20,9 +20,13 @@ def _texts(stub: daemon_pb2_grpc.DaemonStub, conversation_id: str) -> list[str]:
     return [u["text"] for u in reply.result["utterances"]]
 
 
-def test_an_import_into_a_conversation_the_holder_has_read_is_in_its_next_retrieve(tmp_path: Path) -> None:
+def test_an_import_into_a_conversation_the_holder_has_read_is_in_its_next_retrieve(
+    tmp_path: Path,
+) -> None:
     """The daemon read the conversation empty from its cache's tenure; after `chd import`, it reads the import."""
-    for server in running_redis(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always"):
+    for server in running_redis(
+        tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always"
+    ):
         source_url = server.url.rsplit("/", 1)[0] + "/3"
         source = RedisBackend(source_url)
         try:
@@ -37,15 +41,28 @@ def test_an_import_into_a_conversation_the_holder_has_read_is_in_its_next_retrie
         daemon = DaemonProcess("--backend", "redis", "--redis-url", server.url)
         try:
             with ExitStack() as stack:
-                stub = daemon_pb2_grpc.DaemonStub(stack.enter_context(grpc.insecure_channel(daemon.target)))
+                stub = daemon_pb2_grpc.DaemonStub(
+                    stack.enter_context(grpc.insecure_channel(daemon.target))
+                )
                 with server.client() as client:
-                    wait_for(lambda: (client.get(LEASE_KEY) or b"").startswith(b"sole:"), "the daemon's lease", 10)
+                    wait_for(
+                        lambda: (client.get(LEASE_KEY) or b"").startswith(b"sole:"),
+                        "the daemon's lease",
+                        10,
+                    )
                     assert _texts(stub, "moved") == []
                     client.config_resetstat()
                     assert _texts(stub, "moved") == []
-                    assert "cmdstat_hmget" not in client.info("commandstats")  # answered from the lease
-                imported = run_chd("import", str(dump), "--backend", "redis", "--redis-url", server.url)
+                    assert "cmdstat_hmget" not in client.info(
+                        "commandstats"
+                    )  # answered from the lease
+                imported = run_chd(
+                    "import", str(dump), "--backend", "redis", "--redis-url", server.url
+                )
                 assert imported.returncode == 0, imported.stderr
-                assert _texts(stub, "moved") == ["the ferry leaves at six", "the bridge opens at seven"]
+                assert _texts(stub, "moved") == [
+                    "the ferry leaves at six",
+                    "the bridge opens at seven",
+                ]
         finally:
             daemon.kill()

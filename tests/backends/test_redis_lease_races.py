@@ -38,7 +38,9 @@ def test_a_lease_taken_with_its_reply_lost_is_a_new_tenure_when_the_next_heartbe
         assert lease is not None
         first.transact("c", append_next("one"))
         assert _texts(first, "c") == ["one"]  # cached in the first tenure
-        _write_through_another(redis_server, "c", "two")  # ends the lease, waits it out, acknowledged
+        _write_through_another(
+            redis_server, "c", "two"
+        )  # ends the lease, waits it out, acknowledged
         wait_for(lambda: _lease(redis_server) == "", "the writers' mark to expire", 10)
         real = lease._heartbeat
 
@@ -81,7 +83,9 @@ def test_a_read_that_saw_a_state_before_an_acknowledged_commit_is_never_trusted_
         reader = threading.Thread(target=lambda: seen.append(_texts(backend, "c")))
         reader.start()
         assert replied.wait(10)
-        assert backend.transact("c", append_next("two")) == 2  # acknowledged while the read is on the wire
+        assert (
+            backend.transact("c", append_next("two")) == 2
+        )  # acknowledged while the read is on the wire
         backend.transact("d", append_next("elsewhere"))  # pushes "c" out of the cache
         assert backend._cached_snapshot("c") is None
         resume.set()
@@ -111,7 +115,9 @@ def test_reads_through_the_holder_see_every_write_acknowledged_before_them_while
 
     holder._refreshed = counted  # type: ignore[method-assign]
     conversations = [f"c{i}" for i in range(6)]
-    acknowledged = {cid: 0 for cid in conversations}  # the highest seq acknowledged, by conversation
+    acknowledged = {
+        cid: 0 for cid in conversations
+    }  # the highest seq acknowledged, by conversation
     guard = threading.Lock()
     stop = threading.Event()
     stale: list[str] = []
@@ -128,6 +134,7 @@ def test_reads_through_the_holder_see_every_write_acknowledged_before_them_while
             except BaseException as exc:  # the test's to report
                 failures.append(exc)
                 stop.set()
+
         return run
 
     def write_through_holder() -> None:
@@ -140,7 +147,11 @@ def test_reads_through_the_holder_see_every_write_acknowledged_before_them_while
 
     def come_write_and_go() -> None:
         for round_ in range(2):
-            wait_for(lambda: _lease(redis_server).startswith("sole:") or stop.is_set(), "A to hold the lease", 10)
+            wait_for(
+                lambda: _lease(redis_server).startswith("sole:") or stop.is_set(),
+                "A to hold the lease",
+                10,
+            )
             passing = RedisBackend(redis_server.url)
             try:
                 for n, cid in enumerate(conversations):
@@ -158,10 +169,19 @@ def test_reads_through_the_holder_see_every_write_acknowledged_before_them_while
                 state = holder.read(cid)
                 next(answered)
                 if state.next_seq <= seq:
-                    stale.append(f"{cid}: read next_seq {state.next_seq} after seq {seq} was acknowledged")
+                    stale.append(
+                        f"{cid}: read next_seq {state.next_seq} after seq {seq} was acknowledged"
+                    )
 
-    threads = [threading.Thread(target=guarded(work)) for work in
-               (write_through_holder, come_write_and_go, read_through_holder, read_through_holder)]
+    threads = [
+        threading.Thread(target=guarded(work))
+        for work in (
+            write_through_holder,
+            come_write_and_go,
+            read_through_holder,
+            read_through_holder,
+        )
+    ]
     try:
         for thread in threads:
             thread.start()
@@ -172,7 +192,9 @@ def test_reads_through_the_holder_see_every_write_acknowledged_before_them_while
         holder.close()
     assert not failures
     assert not stale, stale[:5]
-    assert all(seq > len(conversations) for seq in acknowledged.values())  # both replicas wrote each
+    assert all(
+        seq > len(conversations) for seq in acknowledged.values()
+    )  # both replicas wrote each
     assert next(asked) < next(answered) / 2  # most reads were the lease's, from the cache
 
 
@@ -191,7 +213,11 @@ def test_a_conversation_written_with_a_ttl_is_never_answered_from_the_lease_afte
         assert _texts(backend, "c") == ["one"]
         assert _texts(backend, "c") == ["one"]
         with redis_server.client() as client:
-            wait_for(lambda: not client.exists(conversation_key("c", "m")), "Redis to expire the conversation", 10)
+            wait_for(
+                lambda: not client.exists(conversation_key("c", "m")),
+                "Redis to expire the conversation",
+                10,
+            )
         assert _texts(backend, "c") == []
     finally:
         backend.close()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,9 @@ def _texts(backend: RedisBackend, conversation_id: str) -> list[str]:
     return [u.text for u in (*state.archive, *state.pending, *state.utterances)]
 
 
-def _write_through_another(server: RedisServer, conversation_id: str, text: str, **options: Any) -> int:
+def _write_through_another(
+    server: RedisServer, conversation_id: str, text: str, **options: Any
+) -> int:
     """Store ``text`` through a second replica that comes, writes and leaves."""
     writer = RedisBackend(server.url, **options)
     try:
@@ -44,7 +47,9 @@ def _write_through_another(server: RedisServer, conversation_id: str, text: str,
         writer.close()
 
 
-def test_a_lone_replica_takes_the_lease_and_answers_reads_without_asking_redis(redis_server: RedisServer) -> None:
+def test_a_lone_replica_takes_the_lease_and_answers_reads_without_asking_redis(
+    redis_server: RedisServer,
+) -> None:
     """Alone, a replica holds 'sole:<id>:<tenure>', and reads of what it stored send no command to Redis."""
     backend = RedisBackend(redis_server.url)
     try:
@@ -54,13 +59,17 @@ def test_a_lone_replica_takes_the_lease_and_answers_reads_without_asking_redis(r
         before = _commands(redis_server, "hmget") + _commands(redis_server, "evalsha")
         for _ in range(50):
             assert _texts(backend, "c") == ["one"]
-        assert _commands(redis_server, "hmget") + _commands(redis_server, "evalsha") - before <= 2  # heartbeats
+        assert (
+            _commands(redis_server, "hmget") + _commands(redis_server, "evalsha") - before <= 2
+        )  # heartbeats
     finally:
         backend.close()
     assert _lease(redis_server) == ""  # given back at close
 
 
-def test_another_replicas_write_waits_out_the_lease_and_the_holder_then_reads_it(redis_server: RedisServer) -> None:
+def test_another_replicas_write_waits_out_the_lease_and_the_holder_then_reads_it(
+    redis_server: RedisServer,
+) -> None:
     """B's store lands only after A stopped trusting its cache: A's next read has it, with no stale answer between."""
     first = RedisBackend(redis_server.url)
     second = None
@@ -95,14 +104,20 @@ def test_a_new_tenure_trusts_nothing_cached_before_it(redis_server: RedisServer)
             second.transact("d", append_next("elsewhere"))
         finally:
             second.close()  # leaves: A is alone again
-        wait_for(lambda: _lease(redis_server).startswith("sole:"), "the lone replica to take the lease again", 10)
+        wait_for(
+            lambda: _lease(redis_server).startswith("sole:"),
+            "the lone replica to take the lease again",
+            10,
+        )
         assert _texts(first, "c") == ["one", "two"]
         assert _texts(first, "d") == ["elsewhere"]
     finally:
         first.close()
 
 
-def test_with_a_conversation_ttl_no_lease_is_taken_and_every_read_asks_redis(redis_server: RedisServer) -> None:
+def test_with_a_conversation_ttl_no_lease_is_taken_and_every_read_asks_redis(
+    redis_server: RedisServer,
+) -> None:
     """Redis expires conversations behind the cache's back, so a ttl replica never answers from it."""
     backend = RedisBackend(redis_server.url, conversation_ttl=60)
     try:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable, Iterator
 
 import grpc
 import pytest
@@ -67,7 +67,8 @@ def three_replicas(redis_server: RedisServer) -> Iterator[list[DaemonProcess]]:
 
 def stubs(daemons: list[DaemonProcess], stack: ExitStack) -> list[daemon_pb2_grpc.DaemonStub]:
     return [
-        daemon_pb2_grpc.DaemonStub(stack.enter_context(grpc.insecure_channel(d.target))) for d in daemons
+        daemon_pb2_grpc.DaemonStub(stack.enter_context(grpc.insecure_channel(d.target)))
+        for d in daemons
     ]
 
 
@@ -91,7 +92,9 @@ def test_eight_threads_storing_through_several_replicas_give_seqs_one_to_800(
         def writer(thread: int) -> None:
             try:
                 for i in range(100):
-                    acknowledged.append(store(channels[(thread + i) % count], conversation, f"t{thread} n{i}"))
+                    acknowledged.append(
+                        store(channels[(thread + i) % count], conversation, f"t{thread} n{i}")
+                    )
             except BaseException as exc:  # reported below, not lost in the thread
                 errors.append(exc)
 
@@ -129,15 +132,28 @@ def test_a_replica_never_answers_from_a_state_another_replica_changed(
         assert [h["text"] for h in hits] == ["the submarine leaves at dawn"]
         query(a, "Remove utterance 1", meta)
         assert list(query(b, "Find utterances about zeppelin", meta).result["utterances"]) == []
-        assert [int(u["seq"]) for u in query(b, "Get all utterances", meta).result["utterances"]] == [2]
+        assert [
+            int(u["seq"]) for u in query(b, "Get all utterances", meta).result["utterances"]
+        ] == [2]
 
 
 def test_a_fold_cut_short_by_sigkill_is_finished_by_a_replica_that_starts_later(
-    replicas: Callable[..., DaemonProcess], redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+    replicas: Callable[..., DaemonProcess],
+    redis_server: RedisServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The replica holding the fold lease dies mid-fold; a new replica recovers the queue and loses nothing."""
     conversation = "folded"
-    small = ("--buffer-size", "4", "--eviction-batch", "2", "--fold-delay", "0", "--fold-lease", "1")
+    small = (
+        "--buffer-size",
+        "4",
+        "--eviction-batch",
+        "2",
+        "--fold-delay",
+        "0",
+        "--fold-lease",
+        "1",
+    )
     with FakeAnthropic(delay=120) as api:  # a model that never answers in time
         monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
         monkeypatch.setenv("ANTHROPIC_BASE_URL", api.base_url)
@@ -149,14 +165,19 @@ def test_a_fold_cut_short_by_sigkill_is_finished_by_a_replica_that_starts_later(
             acknowledged = [store(stub, conversation, f"fact number {i}") for i in range(1, 8)]
         with redis_server.client() as client:
             lease = conversation_key(conversation, "lease")
-            wait_for(lambda: client.exists(lease) == 1 and len(api.requests) > 0, "the fold to start")
+            wait_for(
+                lambda: client.exists(lease) == 1 and len(api.requests) > 0, "the fold to start"
+            )
             folding.kill()
             backend = open_backend("redis", redis_url=redis_server.url)
             try:
                 queued = backend.read(conversation).pending
                 assert queued, "the killed fold must have left its batch queued"
                 replicas(*small, "--summarizer", "offline")
-                wait_for(lambda: not backend.read(conversation).pending, "another replica to fold the queue")
+                wait_for(
+                    lambda: not backend.read(conversation).pending,
+                    "another replica to fold the queue",
+                )
                 state = backend.read(conversation)
             finally:
                 backend.close()
@@ -166,7 +187,9 @@ def test_a_fold_cut_short_by_sigkill_is_finished_by_a_replica_that_starts_later(
     assert all(seq in kept or seq <= state.summary.through_seq for seq in acknowledged)
 
 
-def test_the_fold_lease_is_held_by_one_replica_at_a_time_and_expires(redis_server: RedisServer) -> None:
+def test_the_fold_lease_is_held_by_one_replica_at_a_time_and_expires(
+    redis_server: RedisServer,
+) -> None:
     """A second holder is refused while the lease lives, and gets it once it has expired."""
     first = RedisBackend(redis_server.url, fold_lease=0.3)
     second = RedisBackend(redis_server.url, fold_lease=0.3)
@@ -181,7 +204,9 @@ def test_the_fold_lease_is_held_by_one_replica_at_a_time_and_expires(redis_serve
         with second.lease("c") as during:
             assert not during
         with redis_server.client() as client:
-            wait_for(lambda: client.exists(conversation_key("c", "lease")) == 0, "the lease to expire")
+            wait_for(
+                lambda: client.exists(conversation_key("c", "lease")) == 0, "the lease to expire"
+            )
         with second.lease("c") as expired:
             assert expired
     finally:
@@ -206,13 +231,17 @@ def test_a_lone_replica_answers_from_its_read_lease_and_a_second_replicas_write_
                     client.config_resetstat()
                     for _ in range(10):
                         assert len(query(a, "Get all utterances", meta).result["utterances"]) == 1
-                    calls = {name: stat["calls"] for name, stat in client.info("commandstats").items()}
+                    calls = {
+                        name: stat["calls"] for name, stat in client.info("commandstats").items()
+                    }
                 assert calls.get("cmdstat_hmget", 0) == 0
                 assert calls.get("cmdstat_evalsha", 0) <= 2  # the lease's heartbeats, once a second
                 second = DaemonProcess("--backend", "redis", "--redis-url", server.url)
                 (b,) = stubs([second], stack)
                 store(b, "leased", "the submarine leaves at dawn")  # waits out the first's lease
-                texts = [u["text"] for u in query(a, "Get all utterances", meta).result["utterances"]]
+                texts = [
+                    u["text"] for u in query(a, "Get all utterances", meta).result["utterances"]
+                ]
                 assert texts == ["the zeppelin leaves at noon", "the submarine leaves at dawn"]
                 hits = query(a, "Find utterances about submarine", meta).result["utterances"]
                 assert [h["text"] for h in hits] == ["the submarine leaves at dawn"]
@@ -241,7 +270,9 @@ def test_two_replicas_storing_at_the_same_moment_both_read_the_texts_redis_holds
     backends = [RedisBackend(redis_server.url) for _ in range(2)]
     fresh_reads: list[RedisBackend] = []
     try:
-        histories = [ConversationHistory(backend=b, settings=Settings(), background=False) for b in backends]
+        histories = [
+            ConversationHistory(backend=b, settings=Settings(), background=False) for b in backends
+        ]
         for round_ in range(rounds):
             conversation = f"race {round_}"
             barrier = threading.Barrier(2)
@@ -250,7 +281,9 @@ def test_two_replicas_storing_at_the_same_moment_both_read_the_texts_redis_holds
             def write(i: int) -> None:
                 try:
                     barrier.wait()
-                    histories[i].query(f"Add user utterance: 'from {'AB'[i]}'", {"conversation_id": conversation})
+                    histories[i].query(
+                        f"Add user utterance: 'from {'AB'[i]}'", {"conversation_id": conversation}
+                    )
                 except BaseException as exc:
                     errors.append(exc)
 

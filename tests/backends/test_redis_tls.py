@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import grpc
 import pytest
@@ -85,26 +85,40 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     ca_cert = _issue("redis test CA", ca_key, _name("redis test CA"), ca_key, ca=True)
     ca, _ = _write(directory, "ca", ca_cert, ca_key)
     server_key = ec.generate_private_key(ec.SECP256R1())
-    cert, key = _write(directory, "redis", _issue("localhost", server_key, ca_cert.subject, ca_key, server=True),
-                       server_key)
+    cert, key = _write(
+        directory,
+        "redis",
+        _issue("localhost", server_key, ca_cert.subject, ca_key, server=True),
+        server_key,
+    )
     other_key = ec.generate_private_key(ec.SECP256R1())
-    other, _ = _write(directory, "other", _issue("other CA", other_key, _name("other CA"), other_key, ca=True),
-                      other_key)
+    other, _ = _write(
+        directory,
+        "other",
+        _issue("other CA", other_key, _name("other CA"), other_key, ca=True),
+        other_key,
+    )
     return {"ca": ca, "cert": cert, "key": key, "other": other}
 
 
 @pytest.fixture
-def tls_redis(tmp_path: Path, certificates: dict[str, str]) -> Iterator[tuple[RedisServer, TlsProxy]]:
+def tls_redis(
+    tmp_path: Path, certificates: dict[str, str]
+) -> Iterator[tuple[RedisServer, TlsProxy]]:
     """A password-protected redis-server behind the TLS proxy."""
     for server in running_redis(tmp_path / "redis", "--requirepass", "s3cret"):
         with TlsProxy(certificates["cert"], certificates["key"], server.port) as proxy:
             yield server, proxy
 
 
-def test_a_rediss_url_with_the_ca_stores_and_reads_over_tls(tls_redis, certificates: dict[str, str]) -> None:
+def test_a_rediss_url_with_the_ca_stores_and_reads_over_tls(
+    tls_redis, certificates: dict[str, str]
+) -> None:
     """The backend verifies the proxy's certificate with redis_tls_ca and works through it."""
     _, proxy = tls_redis
-    backend = RedisBackend(f"rediss://:s3cret@127.0.0.1:{proxy.port}/0", redis_tls_ca=certificates["ca"])
+    backend = RedisBackend(
+        f"rediss://:s3cret@127.0.0.1:{proxy.port}/0", redis_tls_ca=certificates["ca"]
+    )
     try:
         assert backend.transact("c", append_next("over tls")) == 1
         assert [u.text for u in backend.read("c").utterances] == ["over tls"]
@@ -119,7 +133,9 @@ def test_chd_serve_over_rediss_answers_and_a_wrong_ca_fails_in_one_line(
     """`chd serve --redis-url rediss://... --redis-tls-ca CA` serves; another CA: one line, password masked, exit 1."""
     _, proxy = tls_redis
     url = f"rediss://:s3cret@127.0.0.1:{proxy.port}/0"
-    daemon = DaemonProcess("--backend", "redis", "--redis-url", url, "--redis-tls-ca", certificates["ca"])
+    daemon = DaemonProcess(
+        "--backend", "redis", "--redis-url", url, "--redis-tls-ca", certificates["ca"]
+    )
     try:
         with grpc.insecure_channel(daemon.target) as channel:
             stub = daemon_pb2_grpc.DaemonStub(channel)
@@ -128,12 +144,25 @@ def test_chd_serve_over_rediss_answers_and_a_wrong_ca_fails_in_one_line(
             assert [u["text"] for u in got] == ["through the proxy"]
     finally:
         daemon.terminate()
-    refused = run_chd("serve", "--port", "0", "--backend", "redis", "--redis-url", url,
-                      "--redis-tls-ca", certificates["other"], timeout=60)
+    refused = run_chd(
+        "serve",
+        "--port",
+        "0",
+        "--backend",
+        "redis",
+        "--redis-url",
+        url,
+        "--redis-tls-ca",
+        certificates["other"],
+        timeout=60,
+    )
     assert refused.returncode != 0
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1, refused.stderr
-    assert "certificate verify failed" in lines[0] and f"rediss://:***@127.0.0.1:{proxy.port}/0" in lines[0]
+    assert (
+        "certificate verify failed" in lines[0]
+        and f"rediss://:***@127.0.0.1:{proxy.port}/0" in lines[0]
+    )
     assert "s3cret" not in refused.stderr and "Traceback" not in refused.stderr
 
 
@@ -153,15 +182,29 @@ def test_export_and_import_reach_a_rediss_store_with_the_ca(
     exported = run_chd("export", *tls, "--output", str(dump), timeout=60)
     assert exported.returncode == 0, exported.stderr
     assert "kept over tls" in dump.read_text()
-    imported = run_chd("import", "--backend", "disk", "--data-dir", str(tmp_path / "data"), str(dump), timeout=60)
+    imported = run_chd(
+        "import", "--backend", "disk", "--data-dir", str(tmp_path / "data"), str(dump), timeout=60
+    )
     assert imported.returncode == 0, imported.stderr
-    refused = run_chd("export", "--backend", "redis", "--redis-url", url, "--redis-tls-ca", certificates["other"],
-                      "--output", str(tmp_path / "no.jsonl"), timeout=60)
+    refused = run_chd(
+        "export",
+        "--backend",
+        "redis",
+        "--redis-url",
+        url,
+        "--redis-tls-ca",
+        certificates["other"],
+        "--output",
+        str(tmp_path / "no.jsonl"),
+        timeout=60,
+    )
     assert refused.returncode != 0 and "certificate verify failed" in refused.stderr
     assert "s3cret" not in refused.stderr and "Traceback" not in refused.stderr
 
 
-def test_a_tls_ca_with_a_plain_redis_url_is_refused(tmp_path: Path, certificates: dict[str, str]) -> None:
+def test_a_tls_ca_with_a_plain_redis_url_is_refused(
+    tmp_path: Path, certificates: dict[str, str]
+) -> None:
     """redis_tls_ca without rediss:// would be silently unused: refused, naming the URL."""
     with pytest.raises(InvalidRequest, match="rediss://"):
         RedisBackend("redis://127.0.0.1:1/0", redis_tls_ca=certificates["ca"])

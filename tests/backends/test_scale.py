@@ -37,7 +37,9 @@ from tests.conftest import BACKEND_KINDS, ROOT, chd_env, open_test_backend
 
 
 def _created(state: ConversationState) -> tuple[Change, None]:
-    return Change(append=[utterance(1, conversation_id=state.conversation_id)], next_seq=2, last_turn=1), None
+    return Change(
+        append=[utterance(1, conversation_id=state.conversation_id)], next_seq=2, last_turn=1
+    ), None
 
 
 def _settings_only(state: ConversationState) -> tuple[Change, None]:
@@ -71,10 +73,20 @@ def any_backend(request: pytest.FixtureRequest, tmp_path: Path):
 class TestListing:
     """Listing returns exactly the conversations with state, sorted, page after page."""
 
-    def test_listing_across_several_pages_is_exactly_the_conversations_with_state(self, tmp_path: Path) -> None:
+    def test_listing_across_several_pages_is_exactly_the_conversations_with_state(
+        self, tmp_path: Path
+    ) -> None:
         """2,500 conversations (three keyset pages), ids that sort awkwardly, and some without state."""
         backend = DiskBackend(tmp_path)
-        ids = [f"c{i:05d}" for i in range(2500)] + ["a", "a#1", "a#10", "m", "z\u00e9", "q:x", "\u4e2d"]
+        ids = [f"c{i:05d}" for i in range(2500)] + [
+            "a",
+            "a#1",
+            "a#10",
+            "m",
+            "z\u00e9",
+            "q:x",
+            "\u4e2d",
+        ]
         transact_many(backend, [(cid, _created) for cid in ids[:2000]])
         transact_many(backend, [(cid, _settings_only) for cid in ids[2000:]])
         # A conversation whose only setting is taken back has no state again.
@@ -84,11 +96,15 @@ class TestListing:
         expected = sorted(ids)
         assert backend.conversations() == expected
         assert list(backend.iter_conversations()) == expected
-        assert list(backend.iter_conversations(after="c01000")) == [c for c in expected if c > "c01000"]
+        assert list(backend.iter_conversations(after="c01000")) == [
+            c for c in expected if c > "c01000"
+        ]
         assert backend.count_conversations() == len(expected)
         backend.close()
 
-    def test_a_listing_sees_what_another_process_wrote_to_the_same_dir(self, tmp_path: Path) -> None:
+    def test_a_listing_sees_what_another_process_wrote_to_the_same_dir(
+        self, tmp_path: Path
+    ) -> None:
         backend = DiskBackend(tmp_path)
         backend.transact("here", append_next())
         script = textwrap.dedent(
@@ -102,15 +118,23 @@ class TestListing:
             other.close()
             """
         )
-        done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=chd_env(), cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)],
+            env=chd_env(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         expected = ["here", *(f"there{i:04d}" for i in range(1200))]
         assert backend.conversations() == expected
         assert backend.count_conversations() == 1201
         backend.close()
 
-    def test_every_backend_streams_its_listing_through_the_capability_functions(self, any_backend) -> None:
+    def test_every_backend_streams_its_listing_through_the_capability_functions(
+        self, any_backend
+    ) -> None:
         for cid in ("b", "a", "c"):
             any_backend.transact(cid, append_next())
         assert list(iter_conversations(any_backend)) == ["a", "b", "c"]
@@ -118,18 +142,30 @@ class TestListing:
         assert count_conversations(any_backend) == 3
         assert sorted(iter_sizes(any_backend)) == [("a", 1, 0), ("b", 1, 0), ("c", 1, 0)]
 
-
-    def test_the_disk_backend_sums_buffer_and_queue_runs_with_gaps_in_sql(self, tmp_path: Path) -> None:
+    def test_the_disk_backend_sums_buffer_and_queue_runs_with_gaps_in_sql(
+        self, tmp_path: Path
+    ) -> None:
         """iter_sizes adds up the meta records' seq runs in SQLite: gaps, a queue, an empty buffer."""
         backend = DiskBackend(tmp_path)
         for _ in range(9):
             backend.transact("gaps", append_next())
         backend.transact("gaps", lambda s: (Change(remove={4, 7}), None))
-        backend.transact("gaps", lambda s: (Change(
-            remove={1, 2}, pending_add=[u for u in s.utterances if u.seq in (1, 2)]), None))
+        backend.transact(
+            "gaps",
+            lambda s: (
+                Change(remove={1, 2}, pending_add=[u for u in s.utterances if u.seq in (1, 2)]),
+                None,
+            ),
+        )
         backend.transact("queued", append_next())
-        backend.transact("queued", lambda s: (Change(remove={1}, pending_add=list(s.utterances)), None))
-        expected = {cid: (len(s.utterances), len(s.pending)) for cid in ("gaps", "queued") for s in [backend.read(cid)]}
+        backend.transact(
+            "queued", lambda s: (Change(remove={1}, pending_add=list(s.utterances)), None)
+        )
+        expected = {
+            cid: (len(s.utterances), len(s.pending))
+            for cid in ("gaps", "queued")
+            for s in [backend.read(cid)]
+        }
         assert expected == {"gaps": (5, 2), "queued": (0, 1)}
         assert sorted(backend.iter_sizes()) == [("gaps", 5, 2), ("queued", 0, 1)]
         backend.close()
@@ -138,10 +174,14 @@ class TestListing:
 class TestCounters:
     """The count and the queue index agree with a full scan after every kind of change."""
 
-    def test_counts_follow_stores_evictions_folds_removes_clears_and_imports(self, any_backend) -> None:
+    def test_counts_follow_stores_evictions_folds_removes_clears_and_imports(
+        self, any_backend
+    ) -> None:
         from chd.core.transfer import import_states
 
-        history = ConversationHistory(any_backend, Settings(buffer_size=3, eviction_batch=2), background=False)
+        history = ConversationHistory(
+            any_backend, Settings(buffer_size=3, eviction_batch=2), background=False
+        )
         steps = [
             ("one", "Add utterance: first"),
             ("two", "Add utterance: second"),
@@ -162,9 +202,14 @@ class TestCounters:
             assert count_conversations(any_backend) == len(ids), text
             assert list(queued_conversations(any_backend)) == queued, text
         queued_state = ConversationState(
-            "imported", next_seq=4, last_turn=3,
+            "imported",
+            next_seq=4,
+            last_turn=3,
             utterances=[utterance(3, conversation_id="imported")],
-            pending=[utterance(1, conversation_id="imported"), utterance(2, conversation_id="imported")],
+            pending=[
+                utterance(1, conversation_id="imported"),
+                utterance(2, conversation_id="imported"),
+            ],
         )
         import_states(any_backend, [queued_state])
         ids, queued = _scanned(any_backend)
@@ -177,7 +222,9 @@ class TestCounters:
         assert count_conversations(any_backend) == len(any_backend.conversations())
         assert "imported" not in list(queued_conversations(any_backend))
 
-    def test_concurrent_processes_creating_conversations_keep_the_count_exact(self, tmp_path: Path) -> None:
+    def test_concurrent_processes_creating_conversations_keep_the_count_exact(
+        self, tmp_path: Path
+    ) -> None:
         DiskBackend(tmp_path).close()
         script = textwrap.dedent(
             """
@@ -193,8 +240,13 @@ class TestCounters:
             """
         )
         workers = [
-            subprocess.Popen([sys.executable, "-c", script, str(tmp_path), name], env=chd_env(), cwd=ROOT,
-                             stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(tmp_path), name],
+                env=chd_env(),
+                cwd=ROOT,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             for name in ("p1", "p2", "p3")
         ]
         for worker in workers:
@@ -203,7 +255,9 @@ class TestCounters:
         assert backend.count_conversations() == len(backend.conversations()) == 3 * 60 + 7
         backend.close()
 
-    def test_opening_an_older_dir_builds_the_count_and_the_queue_index_once(self, tmp_path: Path, caplog) -> None:
+    def test_opening_an_older_dir_builds_the_count_and_the_queue_index_once(
+        self, tmp_path: Path, caplog
+    ) -> None:
         """A schema 2 dir (no counts, no index) is counted and indexed on first open, and says so."""
         backend = DiskBackend(tmp_path)
         for cid in ("a", "b", "c"):
@@ -217,7 +271,10 @@ class TestCounters:
                     cache.delete(key)
         with caplog.at_level(logging.INFO, logger="chd.backends.disk"):
             reopened = DiskBackend(tmp_path)
-        assert "has storage schema 2" in caplog.text and "3 conversations, 2 with queued" in caplog.text
+        assert (
+            "has storage schema 2" in caplog.text
+            and "3 conversations, 2 with queued" in caplog.text
+        )
         assert reopened.count_conversations() == 3
         assert list(reopened.queued_conversations()) == ["a", "c"]
         reopened.close()
@@ -251,7 +308,9 @@ class TestRecovery:
         reopened.close()
 
     def test_the_folder_keeps_no_lock_for_a_conversation_it_is_done_with(self, any_backend) -> None:
-        history = ConversationHistory(any_backend, Settings(buffer_size=2, eviction_batch=1), background=False)
+        history = ConversationHistory(
+            any_backend, Settings(buffer_size=2, eviction_batch=1), background=False
+        )
         for i in range(30):
             for n in range(3):
                 history.query(f"Add utterance: {n}", {"conversation_id": f"c{i}"})
@@ -269,7 +328,9 @@ class TestArchiveDecodedWhenAsked:
 
         long = "a long archived text " * 40
         state = ConversationState(
-            "c", next_seq=41, last_turn=40,
+            "c",
+            next_seq=41,
+            last_turn=40,
             utterances=[utterance(s) for s in range(31, 41)],
             archive=[utterance(s, long if s == 7 else None) for s in range(1, 31)],
         )
@@ -278,7 +339,9 @@ class TestArchiveDecodedWhenAsked:
         backend.close()
         return state
 
-    def test_a_read_leaves_the_archive_undecoded_and_a_store_keeps_it_so(self, tmp_path: Path) -> None:
+    def test_a_read_leaves_the_archive_undecoded_and_a_store_keeps_it_so(
+        self, tmp_path: Path
+    ) -> None:
         from chd.backends.lazy_list import is_unloaded
 
         expected = self._archived(tmp_path)
@@ -293,7 +356,9 @@ class TestArchiveDecodedWhenAsked:
         assert state.archive == expected.archive
         backend.close()
 
-    def test_an_old_snapshot_keeps_its_archive_after_the_conversation_is_replaced(self, tmp_path: Path) -> None:
+    def test_an_old_snapshot_keeps_its_archive_after_the_conversation_is_replaced(
+        self, tmp_path: Path
+    ) -> None:
         """The archive's records are read with the snapshot, so a later rewrite does not leak into it."""
         from chd.core.transfer import import_states
 
@@ -302,7 +367,9 @@ class TestArchiveDecodedWhenAsked:
         old = backend.read("c")
         other = DiskBackend(tmp_path)
         replacement = ConversationState(
-            "c", next_seq=21, last_turn=20,
+            "c",
+            next_seq=21,
+            last_turn=20,
             utterances=[utterance(s, f"new {s}") for s in range(11, 21)],
             archive=[utterance(s, f"new {s}") for s in range(1, 11)],
         )
@@ -319,7 +386,9 @@ class TestMissOutsideTheLock:
     @staticmethod
     def _statements(backend: DiskBackend) -> list[str]:
         seen: list[str] = []
-        backend._cache._con.set_trace_callback(seen.append)  # this thread's connection, as the backend uses it
+        backend._cache._con.set_trace_callback(
+            seen.append
+        )  # this thread's connection, as the backend uses it
         return seen
 
     def test_a_cache_miss_reads_the_conversation_in_one_statement(self, tmp_path: Path) -> None:
@@ -336,7 +405,9 @@ class TestMissOutsideTheLock:
         assert len(seen) == 1
         backend.close()
 
-    def test_a_store_decodes_an_uncached_conversation_before_its_write_transaction(self, tmp_path: Path) -> None:
+    def test_a_store_decodes_an_uncached_conversation_before_its_write_transaction(
+        self, tmp_path: Path
+    ) -> None:
         """Decoding inside BEGIN IMMEDIATE held every other writer (and the folds) behind it."""
         TestArchiveDecodedWhenAsked._archived(tmp_path)
         backend = DiskBackend(tmp_path)

@@ -23,8 +23,16 @@ class TestFullDaemon:
         backend = DiskBackend(tmp_path)
         transact_many(backend, [(f"c{i}", append_next()) for i in range(5)])
         backend.close()
-        daemon = DaemonProcess("--backend", "disk", "--data-dir", str(tmp_path), "--max-conversations", "5",
-                               "--metrics-port", "0")
+        daemon = DaemonProcess(
+            "--backend",
+            "disk",
+            "--data-dir",
+            str(tmp_path),
+            "--max-conversations",
+            "5",
+            "--metrics-port",
+            "0",
+        )
         try:
             with grpc.insecure_channel(daemon.target) as channel:
                 stub = daemon_pb2_grpc.DaemonStub(channel)
@@ -49,15 +57,21 @@ class TestArchiveBound:
     """max_archived_utterances keeps an archive bounded: the oldest go, and are counted."""
 
     @pytest.mark.parametrize("kind", ["memory", "disk"])
-    def test_folds_past_the_bound_drop_the_oldest_archived_utterances(self, kind: str, tmp_path: Path) -> None:
+    def test_folds_past_the_bound_drop_the_oldest_archived_utterances(
+        self, kind: str, tmp_path: Path
+    ) -> None:
         from chd.core.history import ConversationHistory
         from chd.core.settings import Settings
         from chd.service.limits import LimitedBackend, Limits
         from tests.conftest import open_test_backend
 
-        backend = LimitedBackend(open_test_backend(kind, tmp_path), Limits(max_archived_utterances=6))
+        backend = LimitedBackend(
+            open_test_backend(kind, tmp_path), Limits(max_archived_utterances=6)
+        )
         history = ConversationHistory(
-            backend, Settings(buffer_size=3, eviction_batch=2, archive_evicted=True), background=False
+            backend,
+            Settings(buffer_size=3, eviction_batch=2, archive_evicted=True),
+            background=False,
         )
         for i in range(20):
             history.query(f"Add utterance: fact number {i}")

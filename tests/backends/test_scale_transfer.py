@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -29,17 +29,30 @@ def _filled(backend, conversations: int) -> None:
     for c in range(conversations):
         meta = {"conversation_id": f"conv{c:04d}"}
         for turn in range(9):
-            history.query(f"Add utterance: Crate {turn} of ship {c} holds {turn * 3} barrels.", meta)
+            history.query(
+                f"Add utterance: Crate {turn} of ship {c} holds {turn * 3} barrels.", meta
+            )
         history.query("Get summary", meta)
         history.query("Add utterance: one more after the fold", meta)
-    backend.transact("conv0000", lambda s: (Change(
-        pending_add=[s.utterances[0]], remove={s.utterances[0].seq}, settings={"buffer_size": 7}), None))
+    backend.transact(
+        "conv0000",
+        lambda s: (
+            Change(
+                pending_add=[s.utterances[0]],
+                remove={s.utterances[0].seq},
+                settings={"buffer_size": 7},
+            ),
+            None,
+        ),
+    )
 
 
 class TestStreaming:
     """An import holds a batch of conversations at most, whatever the file's length."""
 
-    def test_an_import_holds_no_more_than_a_batch_of_conversations_at_once(self, tmp_path: Path) -> None:
+    def test_an_import_holds_no_more_than_a_batch_of_conversations_at_once(
+        self, tmp_path: Path
+    ) -> None:
         source = MemoryBackend()
         _filled(source, 3)
         template = list(export_lines(source, ["conv0001"]))
@@ -81,8 +94,11 @@ class TestStreaming:
         assert max(held) <= BATCH_CONVERSATIONS
         assert target.count_conversations() == total
         assert target.read("big00123") == ConversationState(
-            "big00123", **{f: getattr(source.read("conv0001"), f) for f in
-                           ("next_seq", "last_turn", "summary", "settings")},
+            "big00123",
+            **{
+                f: getattr(source.read("conv0001"), f)
+                for f in ("next_seq", "last_turn", "summary", "settings")
+            },
             utterances=[_moved(u, "big00123") for u in source.read("conv0001").utterances],
             pending=[_moved(u, "big00123") for u in source.read("conv0001").pending],
             archive=[_moved(u, "big00123") for u in source.read("conv0001").archive],
@@ -106,7 +122,9 @@ class TestStreaming:
 class TestRoundTrip:
     """chd export, chd import (from a file or a pipe), chd export again: the same bytes."""
 
-    def test_export_import_export_gives_the_same_file_and_the_same_states(self, tmp_path: Path) -> None:
+    def test_export_import_export_gives_the_same_file_and_the_same_states(
+        self, tmp_path: Path
+    ) -> None:
         first = DiskBackend(tmp_path / "first")
         _filled(first, 12)
         expected = {cid: first.read(cid) for cid in first.conversations()}
@@ -118,12 +136,22 @@ class TestRoundTrip:
         with exported.open("rb") as stdin:
             piped = subprocess.run(
                 [sys.executable, "-m", "chd", "import", "--data-dir", str(tmp_path / "second")],
-                stdin=stdin, capture_output=True, text=True, env=chd_env(), cwd=ROOT, timeout=60,
+                stdin=stdin,
+                capture_output=True,
+                text=True,
+                env=chd_env(),
+                cwd=ROOT,
+                timeout=60,
             )
         assert piped.returncode == 0, piped.stderr
         assert piped.stderr.count("imported conv") == 12
         again = tmp_path / "second.jsonl"
-        assert run_chd("export", "--data-dir", str(tmp_path / "second"), "--output", str(again)).returncode == 0
+        assert (
+            run_chd(
+                "export", "--data-dir", str(tmp_path / "second"), "--output", str(again)
+            ).returncode
+            == 0
+        )
         assert again.read_bytes() == exported.read_bytes()
         second = DiskBackend(tmp_path / "second")
         assert {cid: second.read(cid) for cid in second.conversations()} == expected
@@ -139,15 +167,34 @@ def _moved(utterance, conversation_id: str):
 
 def _line(where: str, **fields) -> str:
     """An utterance line as chd export writes it (fields in Utterance.to_record's order)."""
-    record = {"seq": 1, "speaker": "user", "text": "hello", "turn_number": 1, "timestamp": "2026-01-01T00:00:00Z",
-              "tokens": 2, "conversation_id": "c", "important": False}
+    record = {
+        "seq": 1,
+        "speaker": "user",
+        "text": "hello",
+        "turn_number": 1,
+        "timestamp": "2026-01-01T00:00:00Z",
+        "tokens": 2,
+        "conversation_id": "c",
+        "important": False,
+    }
     record.update(fields)
-    return json.dumps({"record": "utterance", "in": where, **record}, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(
+        {"record": "utterance", "in": where, **record}, ensure_ascii=False, separators=(",", ":")
+    )
 
 
 def _header(cid: str = "c", next_seq: int = 10, **fields) -> str:
-    return json.dumps({"record": "conversation", "format": 1, "conversation_id": cid, "next_seq": next_seq,
-                       "last_turn": 9, "settings": {}, **fields})
+    return json.dumps(
+        {
+            "record": "conversation",
+            "format": 1,
+            "conversation_id": cid,
+            "next_seq": next_seq,
+            "last_turn": 9,
+            "settings": {},
+            **fields,
+        }
+    )
 
 
 def _stored_rows(directory: Path) -> dict[str, tuple]:
@@ -156,14 +203,21 @@ def _stored_rows(directory: Path) -> dict[str, tuple]:
     import sqlite3
 
     with sqlite3.connect(directory / "cache.db") as db:
-        rows = db.execute("SELECT key, raw, expire_time, access_count, tag, size, mode, filename, value FROM Cache")
-        return {row[0]: (*row[1:8], re.sub(r'"token":"[^"]*"', '"token":""', str(row[8]))) for row in rows}
+        rows = db.execute(
+            "SELECT key, raw, expire_time, access_count, tag, size, mode, filename, value FROM Cache"
+        )
+        return {
+            row[0]: (*row[1:8], re.sub(r'"token":"[^"]*"', '"token":""', str(row[8])))
+            for row in rows
+        }
 
 
 class TestRecordsAsText:
     """Utterances move as the JSON text of their records (issue 17), and still come out as chd writes them."""
 
-    def test_lines_in_any_valid_form_are_stored_and_exported_as_chd_writes_them(self, tmp_path: Path) -> None:
+    def test_lines_in_any_valid_form_are_stored_and_exported_as_chd_writes_them(
+        self, tmp_path: Path
+    ) -> None:
         """Spaces, key order, escapes, a repeated key, a record-like text: same states, canonical export."""
         from chd.core.transfer import import_encoded, read_export
 
@@ -196,11 +250,11 @@ class TestRecordsAsText:
         assert state.archive[0].text == tricky and state.archive[2].text == "café"
         assert state.utterances[0].seq == 5 and state.utterances[1].important
         exported = list(export_lines(target, ["c"]))
-        canonical = [
-            _line("buffer", **u.to_record()) for u in state.utterances
-        ] + [_line("pending", **u.to_record()) for u in state.pending] + [
-            _line("archive", **u.to_record()) for u in state.archive
-        ]
+        canonical = (
+            [_line("buffer", **u.to_record()) for u in state.utterances]
+            + [_line("pending", **u.to_record()) for u in state.pending]
+            + [_line("archive", **u.to_record()) for u in state.archive]
+        )
         assert exported[1:] == canonical
         # Read afresh from disk (no cache), the same.
         target.close()
@@ -227,7 +281,7 @@ class TestRecordsAsText:
         done = run_chd("import", str(path), "--data-dir", str(tmp_path / "data"))
         assert done.returncode == 0, done.stderr
         backend = DiskBackend(tmp_path / "data")
-        assert backend.read("c").utterances[-1].text == "\U0001F600"
+        assert backend.read("c").utterances[-1].text == "\U0001f600"
         backend.close()
 
     def test_the_batch_path_writes_the_rows_cache_set_writes(self, tmp_path: Path) -> None:
@@ -239,16 +293,25 @@ class TestRecordsAsText:
         source = MemoryBackend()
         _filled(source, 4)
         long_one = source.read("conv0002")
-        source.transact("conv0002", lambda s: (Change(append=[
-            replace(long_one.utterances[-1], seq=s.next_seq, text="z" * 700)], next_seq=s.next_seq + 1), None))
+        source.transact(
+            "conv0002",
+            lambda s: (
+                Change(
+                    append=[replace(long_one.utterances[-1], seq=s.next_seq, text="z" * 700)],
+                    next_seq=s.next_seq + 1,
+                ),
+                None,
+            ),
+        )
         states = [source.read(cid) for cid in source.conversations()]
         batched = DiskBackend(tmp_path / "batched")
         batched.write_encoded([EncodedConversation.from_state(s) for s in states], replace=False)
         batched.close()
         rows = _stored_rows(tmp_path / "batched")
         assert any(key.startswith("u:conv0002#") for key in rows)  # the long text, on its own
-        by_set = diskcache.Cache(str(tmp_path / "by-set"), eviction_policy="none", cull_limit=0,
-                                 disk_min_file_size=2**30)
+        by_set = diskcache.Cache(
+            str(tmp_path / "by-set"), eviction_policy="none", cull_limit=0, disk_min_file_size=2**30
+        )
         for key, row in rows.items():
             by_set.set(key, row[-1])
         by_set.close()
@@ -256,17 +319,23 @@ class TestRecordsAsText:
         reopened = DiskBackend(tmp_path / "batched")
         assert [reopened.read(s.conversation_id) for s in states] == states
         assert reopened.count_conversations() == 4
-        assert list(reopened.queued_conversations()) == [s.conversation_id for s in states if s.pending]
+        assert list(reopened.queued_conversations()) == [
+            s.conversation_id for s in states if s.pending
+        ]
         reopened.close()
 
-    def test_a_batch_with_a_conversation_that_holds_data_writes_nothing_unless_replacing(self, tmp_path: Path) -> None:
+    def test_a_batch_with_a_conversation_that_holds_data_writes_nothing_unless_replacing(
+        self, tmp_path: Path
+    ) -> None:
         """The whole batch is one transaction: refused, none of it is written; with replace, all of it is."""
         from chd.backends.encoded import EncodedConversation
 
         source = MemoryBackend()
         _filled(source, 3)
         target = DiskBackend(tmp_path / "data")
-        target.transact("conv0001", lambda s: (Change(next_seq=40, settings={"buffer_size": 3}), None))
+        target.transact(
+            "conv0001", lambda s: (Change(next_seq=40, settings={"buffer_size": 3}), None)
+        )
         batch = [EncodedConversation.from_state(source.read(cid)) for cid in source.conversations()]
         with pytest.raises(InvalidRequest, match="'conv0001' already holds data; use --replace"):
             target.write_encoded(batch, replace=False)
@@ -277,10 +346,14 @@ class TestRecordsAsText:
             source.read(cid) for cid in source.conversations()
         ]
         assert target.count_conversations() == 3
-        assert list(target.queued_conversations()) == [c for c in source.conversations() if source.read(c).pending]
+        assert list(target.queued_conversations()) == [
+            c for c in source.conversations() if source.read(c).pending
+        ]
         target.close()
 
-    def test_a_block_not_in_the_form_chd_writes_is_still_exported_right(self, tmp_path: Path) -> None:
+    def test_a_block_not_in_the_form_chd_writes_is_still_exported_right(
+        self, tmp_path: Path
+    ) -> None:
         """A block record with spaces or extra fields is read with the JSON decoder, not cut by position."""
         import diskcache
 

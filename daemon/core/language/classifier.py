@@ -47,7 +47,10 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
     "since": {"type": "string", "format": "date-time"},
     "seqs": {"type": "array", "items": {"type": "integer", "minimum": 1}},
     "eviction_policy": {"type": "string", "enum": list(EVICTION_POLICIES)},
-    **{name: {"type": "boolean"} for name in ("include_summary", "summary_only", "all", "reset", "important")},
+    **{
+        name: {"type": "boolean"}
+        for name in ("include_summary", "summary_only", "all", "reset", "important")
+    },
 }
 # Set by the core, never by a classification.
 _HIDDEN = {"at_most"}
@@ -149,18 +152,24 @@ class ClaudeClassifier:
         if set(fields) - set(allowed):
             log.warning("classifier sent unknown parameters %s", sorted(set(fields) - set(allowed)))
             raise refusal
-        if call.name == "store" and (not isinstance(fields.get("text"), str) or fields["text"] not in text):
+        if call.name == "store" and (
+            not isinstance(fields.get("text"), str) or fields["text"] not in text
+        ):
             # A classified store must keep the caller's words; a paraphrase is refused.
             raise refusal
         return ParsedQuery(call.name, fields, round(float(confidence), 2))
 
 
-def classifier_from_environment(enabled: bool, model: str = DEFAULT_MODEL) -> ClaudeClassifier | None:
+def classifier_from_environment(
+    enabled: bool, model: str = DEFAULT_MODEL
+) -> ClaudeClassifier | None:
     """The classifier if it is enabled and ANTHROPIC_API_KEY is set, else None (the rules alone)."""
     if not enabled:
         return None
     if not os.environ.get("ANTHROPIC_API_KEY"):
-        log.warning("the query classifier is enabled but ANTHROPIC_API_KEY is not set; using the rules alone")
+        log.warning(
+            "the query classifier is enabled but ANTHROPIC_API_KEY is not set; using the rules alone"
+        )
         return None
     log.info("query classifier on (model %s)", model)
     return ClaudeClassifier(model=model)

@@ -69,7 +69,5 @@ def as_str(name: str, value: Any, *, allow_empty: bool = False) -> str:
 def as_speaker(name: str, value: Any) -> Speaker:
     text = as_str(name, value).strip().lower()
     if text not in SPEAKERS:
-        raise InvalidRequest(
-            f"{name} must be one of {', '.join(SPEAKERS)}, got {describe(value)}"
-        )
+        raise InvalidRequest(f"{name} must be one of {', '.join(SPEAKERS)}, got {describe(value)}")
     return text  # type: ignore[return-value]

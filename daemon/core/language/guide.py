@@ -170,7 +170,10 @@ PARAMETERS: dict[str, dict[str, str]] = {
 # 1 by singular phrasings; where is a data field of issue 27's one search.
 NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset(
     {
-        ("store", "turn_number"), ("store", "timestamp"), ("store", "idempotency_key"), ("remove", "at_most"),
+        ("store", "turn_number"),
+        ("store", "timestamp"),
+        ("store", "idempotency_key"),
+        ("remove", "at_most"),
         ("retrieve", "where"),
     }
 )
@@ -197,7 +200,7 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Record: <text>",
             "Remember that <text>",
             "Assistant: <text>",
-            "The user said \"<text>\"",
+            'The user said "<text>"',
             "Into the history, as the user: '<text>'",
             "'<text>' \u2014 that's from the assistant, keep it",
             "Here is the assistant's answer, '<text>', add it",
@@ -206,14 +209,24 @@ GUIDE: tuple[OperationGuide, ...] = (
         (
             Example(
                 "Add user utterance: 'What's the weather today?'",
-                {"operation": "store", "stored": {"seq": 9, "speaker": "user", "turn_number": 5,
-                                                  "text": "What's the weather today?"}},
+                {
+                    "operation": "store",
+                    "stored": {
+                        "seq": 9,
+                        "speaker": "user",
+                        "turn_number": 5,
+                        "text": "What's the weather today?",
+                    },
+                },
                 metadata={"turn_number": 5},
             ),
             Example(
                 "Add utterance: Remove all my files please",
-                {"operation": "store", "stored": {"text": "Remove all my files please"},
-                 "left": [1, 2, 3, 4, 5, 6, 7, 8, 9]},
+                {
+                    "operation": "store",
+                    "stored": {"text": "Remove all my files please"},
+                    "left": [1, 2, 3, 4, 5, 6, 7, 8, 9],
+                },
                 note="stored as written; nothing is removed",
             ),
             Example(
@@ -222,7 +235,10 @@ GUIDE: tuple[OperationGuide, ...] = (
             ),
             Example(
                 "Save this for later: the gate code is 4411",
-                {"operation": "store", "stored": {"speaker": "user", "text": "the gate code is 4411"}},
+                {
+                    "operation": "store",
+                    "stored": {"speaker": "user", "text": "the gate code is 4411"},
+                },
                 note="the instruction's words are not part of the utterance",
             ),
             Example(
@@ -288,13 +304,22 @@ GUIDE: tuple[OperationGuide, ...] = (
                 {"operation": "retrieve", "seqs": [4]},
             ),
             Example("Get the last three utterances", {"operation": "retrieve", "seqs": [6, 7, 8]}),
-            Example("get_last_n(3)", {"operation": "retrieve", "seqs": [6, 7, 8]}, note="the spec's call form"),
+            Example(
+                "get_last_n(3)",
+                {"operation": "retrieve", "seqs": [6, 7, 8]},
+                note="the spec's call form",
+            ),
             Example(
                 "find_utterances(topic='Paris', limit=1)",
                 {"operation": "retrieve", "seqs": [2], "result": {"matches": 3}},
             ),
-            Example("Get utterances in turns 2 to 3", {"operation": "retrieve", "seqs": [3, 4, 5, 6]}),
-            Example("Show me the user's messages since turn 3", {"operation": "retrieve", "seqs": [5, 7]}),
+            Example(
+                "Get utterances in turns 2 to 3", {"operation": "retrieve", "seqs": [3, 4, 5, 6]}
+            ),
+            Example(
+                "Show me the user's messages since turn 3",
+                {"operation": "retrieve", "seqs": [5, 7]},
+            ),
             Example("Get utterance 6", {"operation": "retrieve", "seqs": [6]}),
             Example(
                 "Get summary",
@@ -433,12 +458,19 @@ GUIDE: tuple[OperationGuide, ...] = (
             ),
             Example(
                 "Set the buffer size to 5",
-                {"operation": "configure", "result": {"evicted": [1, 2, 3]}, "left": [4, 5, 6, 7, 8]},
+                {
+                    "operation": "configure",
+                    "result": {"evicted": [1, 2, 3]},
+                    "left": [4, 5, 6, 7, 8],
+                },
                 note="evicted at once and folded into the summary",
             ),
             Example(
                 "Use the importance eviction policy",
-                {"operation": "configure", "result": {"settings": {"eviction_policy": "importance"}}},
+                {
+                    "operation": "configure",
+                    "result": {"settings": {"eviction_policy": "importance"}},
+                },
             ),
         ),
         "result.settings (effective), result.overrides (this conversation's), result.changed, "
@@ -458,7 +490,11 @@ GUIDE: tuple[OperationGuide, ...] = (
         (
             Example(
                 "Mark utterance 8 as important",
-                {"operation": "mark", "result": {"changed": True}, "stored": {"seq": 8, "important": True}},
+                {
+                    "operation": "mark",
+                    "result": {"changed": True},
+                    "stored": {"seq": 8, "important": True},
+                },
             ),
             Example(
                 "Mark the budget as important",
@@ -482,7 +518,10 @@ GUIDE: tuple[OperationGuide, ...] = (
         (
             Example(
                 "How many utterances are stored?",
-                {"operation": "stats", "result": {"utterance_count": 8, "turn_count": 4, "queue_length": 0}},
+                {
+                    "operation": "stats",
+                    "result": {"utterance_count": 8, "turn_count": 4, "queue_length": 0},
+                },
             ),
         ),
         "result.utterance_count, by_speaker, important_count, tokens, turn_count, first_turn, last_turn, "
@@ -544,8 +583,8 @@ CALLS_RULE = (
     "get_summary(): positional arguments in the order shown, keyword arguments by parameter "
     "name (or n for the first one), values as numbers, \"strings\" or 'strings', true/false, "
     "null, or [lists]. get_last_n(5), get_last_n(n=5), summarize(token_limit=100), "
-    "remove_before_turn(4), find_utterances(topic=\"weather\", limit=3), "
-    "retrieve(speaker=\"user\", last_n=2). A call is understood whole or refused, never guessed; "
+    'remove_before_turn(4), find_utterances(topic="weather", limit=3), '
+    'retrieve(speaker="user", last_n=2). A call is understood whole or refused, never guessed; '
     "a call's text is an instruction, so a long utterance is stored with 'Add utterance: <text>'."
 )
 
@@ -564,8 +603,8 @@ CONFIDENCE_RULE = (
     "it did not understand is its first (an unknown verb), a speaker, a turn or a number, or the word "
     "after a count ('the last 3 exchanges'): those would change what it returns. A query that starts "
     "with a remove verb (remove, delete, scrap, strike, purge...) runs as a remove or not at all, "
-    "and a remove, mark or configure word anywhere in the query (\"... can be deleted\", \"turn 2 "
-    "should go\") makes it that write or a refusal, never a read that ignores the word; \"dump\", which "
+    'and a remove, mark or configure word anywhere in the query ("... can be deleted", "turn 2 '
+    'should go") makes it that write or a refusal, never a read that ignores the word; "dump", which '
     "may mean show or delete, is refused as a remove. A query the rules refuse as written is read "
     "once more with its instruction words normalized (never a quoted span, a topic after 'about', "
     "a number, a name or a store's utterance): abbreviations and spellings from the lexicon "
@@ -591,9 +630,9 @@ CONFIDENCE_RULE = (
     "with INVALID_ARGUMENT and the closest supported forms; when the rules read the query but for "
     "words the commentary rule could set aside (a write: but for none), the message ends with a line "
     "'did_you_mean: [...]', a JSON list of one or two function calls (remove(seq=4), "
-    "retrieve(speaker=\"user\", last_n=2)) that, sent back as the query, do what the rules read. "
+    'retrieve(speaker="user", last_n=2)) that, sent back as the query, do what the rules read. '
     "Labelled forms read as their words: 'Operation: remove. Target: seq 6.', 'op=summarize', and a "
-    "JSON object alone or after a verb ({\"op\": \"store\", \"speaker\": \"user\", \"text\": \"...\"}, "
+    'JSON object alone or after a verb ({"op": "store", "speaker": "user", "text": "..."}, '
     "'Retrieve utterances {\"turn_from\": 3}'). If the daemon runs with the query "
     "classifier enabled and ANTHROPIC_API_KEY set, such a query is classified by Claude into the "
     "same operations instead (metadata.interpreted_by says 'classifier'); a classified remove "

@@ -117,8 +117,18 @@ def _demo_lines() -> list[str]:
 
 def render_instructions() -> str:
     """The GetInstructions text."""
-    lines = [f"chd, the Conversation History Daemon: {PURPOSE}.", "", _INTRO, "", SOURCES_RULE, "",
-             CONFIDENCE_RULE, "", CALLS_RULE, ""]
+    lines = [
+        f"chd, the Conversation History Daemon: {PURPOSE}.",
+        "",
+        _INTRO,
+        "",
+        SOURCES_RULE,
+        "",
+        CONFIDENCE_RULE,
+        "",
+        CALLS_RULE,
+        "",
+    ]
     for guide in GUIDE:
         lines += _operation_text(guide)
         lines.append("")

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Union
+from datetime import UTC, datetime
+from typing import Any
 
 from chd.core.errors import InvalidRequest, quote
-from chd.core.memory.eviction import POLICIES
 from chd.core.language.fields import as_bool, as_int, as_speaker, as_str, describe
+from chd.core.memory.eviction import POLICIES
 from chd.core.utterance import Speaker
 
 __all__ = [
@@ -185,15 +186,15 @@ class StatsIntent:
     """Counts, tokens, turns, summary size and queue length of a conversation."""
 
 
-Intent = Union[
-    StoreIntent,
-    RetrieveIntent,
-    RemoveIntent,
-    SummarizeIntent,
-    ConfigureIntent,
-    MarkIntent,
-    StatsIntent,
-]
+Intent = (
+    StoreIntent
+    | RetrieveIntent
+    | RemoveIntent
+    | SummarizeIntent
+    | ConfigureIntent
+    | MarkIntent
+    | StatsIntent
+)
 
 _Coerce = Callable[[str, Any], Any]
 
@@ -216,7 +217,9 @@ def _topic(name: str, value: Any) -> str:
 
 def _seqs(name: str, value: Any) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not value:
-        raise InvalidRequest(f"{name} must be a non-empty list of seq numbers, got {describe(value)}")
+        raise InvalidRequest(
+            f"{name} must be a non-empty list of seq numbers, got {describe(value)}"
+        )
     return tuple(sorted({_count(f"{name}[{i}]", v) for i, v in enumerate(value)}))
 
 
@@ -228,12 +231,16 @@ WHERE_PLACES = ("buffer", "pending", "archive", "summary")
 def _where(name: str, value: Any) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not items:
-        raise InvalidRequest(f"{name} must be one of {', '.join(WHERE_PLACES)} or a non-empty list of them, got {describe(value)}")
+        raise InvalidRequest(
+            f"{name} must be one of {', '.join(WHERE_PLACES)} or a non-empty list of them, got {describe(value)}"
+        )
     places = []
     for i, item in enumerate(items):
         place = as_str(f"{name}[{i}]", item).strip().lower()
         if place not in WHERE_PLACES:
-            raise InvalidRequest(f"{name}[{i}] must be one of {', '.join(WHERE_PLACES)}, got {describe(item)}")
+            raise InvalidRequest(
+                f"{name}[{i}] must be one of {', '.join(WHERE_PLACES)}, got {describe(item)}"
+            )
         places.append(place)
     return tuple(p for p in WHERE_PLACES if p in places)
 
@@ -251,7 +258,9 @@ MAX_IDEMPOTENCY_KEY = 128
 def _idempotency_key(name: str, value: Any) -> str:
     key = as_str(name, value)
     if len(key) > MAX_IDEMPOTENCY_KEY:
-        raise InvalidRequest(f"{name} is {len(key)} characters long; the limit is {MAX_IDEMPOTENCY_KEY}")
+        raise InvalidRequest(
+            f"{name} is {len(key)} characters long; the limit is {MAX_IDEMPOTENCY_KEY}"
+        )
     return key
 
 
@@ -277,7 +286,7 @@ def _since(name: str, value: Any) -> datetime:
             ) from None
     if moment.tzinfo is None:
         raise InvalidRequest(f"{name} needs a time zone (end it with Z for UTC)")
-    return moment.astimezone(timezone.utc)
+    return moment.astimezone(UTC)
 
 
 def _policy(name: str, value: Any) -> str:
@@ -433,7 +442,10 @@ def build_intent(
         found: list[tuple[str, Any]] = []
         if in_query:
             found.append(("the query", check(name, from_query[name])))
-        for source, given, present in (("metadata", metadata, in_metadata), ("data", data, in_data)):
+        for source, given, present in (
+            ("metadata", metadata, in_metadata),
+            ("data", data, in_data),
+        ):
             if present and source in sources:
                 found.append((f"{source}.{name}", check(f"{source}.{name}", given[name])))
         if not found:
@@ -482,7 +494,9 @@ def _check_consistent(intent: Intent) -> None:
                 "limit caps the hits of a topic search; without a topic use last_n or first_n"
             )
         if intent.summary_only and (intent.topic is not None or intent.include_summary):
-            raise InvalidRequest("summary_only returns the summary alone; drop topic/include_summary")
+            raise InvalidRequest(
+                "summary_only returns the summary alone; drop topic/include_summary"
+            )
         if intent.since is not None and intent.until is not None and intent.until <= intent.since:
             raise InvalidRequest(
                 f"until ({intent.until.isoformat()}) must be after since ({intent.since.isoformat()})"

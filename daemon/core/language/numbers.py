@@ -18,7 +18,15 @@ import re
 
 from chd.core.errors import InvalidRequest, quote
 
-__all__ = ["NUM", "NUM_TOKEN", "ORDINAL", "MAX_DIGITS", "parse_number", "parse_ordinal", "digits_value"]
+__all__ = [
+    "NUM",
+    "NUM_TOKEN",
+    "ORDINAL",
+    "MAX_DIGITS",
+    "parse_number",
+    "parse_ordinal",
+    "digits_value",
+]
 
 _UNITS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
@@ -40,7 +48,9 @@ _ORDINALS = {
 
 _WORD = "|".join(sorted([*_UNITS, *_TENS, "hundred", "thousand"], key=len, reverse=True))
 # Up to six number words: "nine hundred and ninety-nine", "two thousand five hundred".
-_WORDS = rf"(?:(?:a|an)\s+(?=hundred|thousand))?(?:{_WORD})(?:(?:\s+and\s+|\s+|-)(?:{_WORD})){{0,5}}"
+_WORDS = (
+    rf"(?:(?:a|an)\s+(?=hundred|thousand))?(?:{_WORD})(?:(?:\s+and\s+|\s+|-)(?:{_WORD})){{0,5}}"
+)
 
 NUM = (
     r"(?<![\w])(?:\d{1,3}(?:,\d{3})+"  # 4,000

@@ -36,9 +36,10 @@ import re
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 from chd.core.errors import InvalidRequest, quote
 from chd.core.language.grammar.calls import read_call, read_json
@@ -51,8 +52,8 @@ from chd.core.language.grammar.normalize import (
     WRITE_FORMS,
     Normalizer,
     developer_syntax,
-    operation_label,
     lemma,
+    operation_label,
     phrases,
     removal_idiom,
     vocabulary_of,
@@ -129,7 +130,11 @@ class NotUnderstood(InvalidRequest):
     """
 
     def __init__(
-        self, message: str, confidence: float = 0.0, best: Reading | None = None, did_you_mean: tuple[str, ...] = ()
+        self,
+        message: str,
+        confidence: float = 0.0,
+        best: Reading | None = None,
+        did_you_mean: tuple[str, ...] = (),
     ) -> None:
         super().__init__(message)
         self.confidence = confidence
@@ -143,7 +148,9 @@ class Ambiguous(InvalidRequest):
 
 # A read may leave a stray word unexplained, never one that negates or scopes
 # what it reads ("the summary, not the messages"): issue 25.
-_NEGATION = frozenset("not no n't never except without but other others besides excluding instead".split())
+_NEGATION = frozenset(
+    "not no n't never except without but other others besides excluding instead".split()
+)
 # Nor one that narrows it (issue 25: "show turn 3 and everything after" read
 # as turn 3): order, time and count words.
 _NARROWING = frozenset(
@@ -156,7 +163,10 @@ _NARROWING = frozenset(
 def threshold_for(reading: Reading) -> float:
     """A configure that only reads the settings is a read."""
     if reading.strict or any(
-        w.lower() in _NEGATION or w.lower() in _NARROWING or w.lower().endswith("n't") or w.lower() in WORDS
+        w.lower() in _NEGATION
+        or w.lower() in _NARROWING
+        or w.lower().endswith("n't")
+        or w.lower() in WORDS
         for w in reading.unexplained
     ):
         # A word the lexicon would rewrite ("the client's messages") is no
@@ -239,7 +249,11 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
         raise NotUnderstood(_with_forms(f"could not tell what {quote(query)} asks for", query))
     best = max(readings, key=lambda r: r.confidence)
     removal = next((r for r in readings if r.operation == "remove"), None)
-    if removal is not None and best is not removal and (best.operation not in _WRITES or best.confidence < 1.0):
+    if (
+        removal is not None
+        and best is not removal
+        and (best.operation not in _WRITES or best.confidence < 1.0)
+    ):
         # It starts with a remove verb: it runs as a remove or not at all. A
         # read here would answer as if something had been deleted.
         best = removal
@@ -273,7 +287,9 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
             f"not understood: {words})"
         )
         meant = suggestions(readings, write_operations(_unquoted(query)))
-        raise NotUnderstood(_with_forms(reason, query, best.operation, meant), best.confidence, best, meant)
+        raise NotUnderstood(
+            _with_forms(reason, query, best.operation, meant), best.confidence, best, meant
+        )
     return best.operation, best.fields, best.confidence
 
 
@@ -293,10 +309,32 @@ def _normalizer() -> Normalizer:
     if _NORMALIZER is None:
         from chd.core.language import grammar
         from chd.core.language.grammar import (
-            calls, configure, context, mark, remove, retrieve, slots, stats, store_header, summarize, vocab,
+            calls,
+            configure,
+            context,
+            mark,
+            remove,
+            retrieve,
+            slots,
+            stats,
+            store_header,
+            summarize,
+            vocab,
         )
 
-        modules = (calls, configure, context, mark, remove, retrieve, slots, stats, store_header, summarize, vocab)
+        modules = (
+            calls,
+            configure,
+            context,
+            mark,
+            remove,
+            retrieve,
+            slots,
+            stats,
+            store_header,
+            summarize,
+            vocab,
+        )
         _NORMALIZER = Normalizer(vocabulary_of(modules) | vocabulary_of((grammar,)))
     return _NORMALIZER
 
@@ -334,8 +372,12 @@ def normalized(query: str) -> str:
     return removal_idiom(text) or text
 
 
-_CLAUSE_BREAK = re.compile(r"\s*(?:[,;!?()\[\]]|\.(?=\s|$)|\s[-\u2013\u2014]+(?=\s)|[\u2013\u2014])\s*")
-_SPEAKER_WORDS = frozenset("user assistant system bot human ai model agent claude customer me my i we our".split())
+_CLAUSE_BREAK = re.compile(
+    r"\s*(?:[,;!?()\[\]]|\.(?=\s|$)|\s[-\u2013\u2014]+(?=\s)|[\u2013\u2014])\s*"
+)
+_SPEAKER_WORDS = frozenset(
+    "user assistant system bot human ai model agent claude customer me my i we our".split()
+)
 _MAX_DROPPED = 3
 
 
@@ -365,16 +407,44 @@ def _operation_verbs() -> frozenset[str]:
     from chd.core.language.grammar import configure, mark, remove, retrieve, store_header, summarize
     from chd.core.language.grammar.normalize import LEXICON
 
-    questions = {"what", "which", "who", "when", "did", "does", "has", "have", "had", "is", "are", "was", "were", "any"}
+    questions = {
+        "what",
+        "which",
+        "who",
+        "when",
+        "did",
+        "does",
+        "has",
+        "have",
+        "had",
+        "is",
+        "are",
+        "was",
+        "were",
+        "any",
+    }
     words = set(store_header.STORE_VERBS)
-    for module, names in ((retrieve, ("_VERB",)), (remove, ("_VERB",)), (summarize, ("_VERB", "_NOUN", "_MAKE")),
-                          (mark, ("_VERB",)), (configure, ("_SET_VERB", "_READ_VERB"))):
+    for module, names in (
+        (retrieve, ("_VERB",)),
+        (remove, ("_VERB",)),
+        (summarize, ("_VERB", "_NOUN", "_MAKE")),
+        (mark, ("_VERB",)),
+        (configure, ("_SET_VERB", "_READ_VERB")),
+    ):
         for name in names:
-            words.update(re.findall(r"[a-z]{2,}", re.sub(r"\\[a-zA-Z]|\(\?P?<\w+>", " ", getattr(module, name))))
+            words.update(
+                re.findall(
+                    r"[a-z]{2,}", re.sub(r"\\[a-zA-Z]|\(\?P?<\w+>", " ", getattr(module, name))
+                )
+            )
     for section in ("remove", "retrieve", "summarize", "mark", "configure"):
         for key, value in LEXICON[section].items():
             words.update(key.split() + value.split())
-    return frozenset(words - questions - {"me", "us", "up", "for", "of", "on", "in", "out", "away", "to", "the", "and"})
+    return frozenset(
+        words
+        - questions
+        - {"me", "us", "up", "for", "of", "on", "in", "out", "away", "to", "the", "and"}
+    )
 
 
 def _clauses(text: str) -> list[str]:
@@ -508,7 +578,9 @@ class _ReadingCache:
 def _fresh(refusal: InvalidRequest) -> InvalidRequest:
     """A new exception like the cached one (re-raising one object would chain tracebacks)."""
     if isinstance(refusal, NotUnderstood):
-        fresh: InvalidRequest = NotUnderstood(str(refusal), refusal.confidence, refusal.best, refusal.did_you_mean)
+        fresh: InvalidRequest = NotUnderstood(
+            str(refusal), refusal.confidence, refusal.best, refusal.did_you_mean
+        )
     else:
         fresh = type(refusal)(*refusal.args)
     fresh.operation = refusal.operation
@@ -546,7 +618,9 @@ def _closest(prefix: str, operation: str | None, count: int) -> tuple[str, ...]:
 _POOL = tuple((g.operation, form) for g in GUIDE for form in g.forms)
 
 
-def _with_forms(reason: str, query: str, operation: str | None = None, meant: tuple[str, ...] = ()) -> str:
+def _with_forms(
+    reason: str, query: str, operation: str | None = None, meant: tuple[str, ...] = ()
+) -> str:
     forms = "\n  ".join(closest_forms(query, operation))
     # One JSON line a client can read and send back as the query (docs/query-language.md).
     did_you_mean = f"\ndid_you_mean: {json.dumps(list(meant), ensure_ascii=False)}" if meant else ""
@@ -585,9 +659,16 @@ def suggestions(readings: list[Reading], writes: set[str]) -> tuple[str, ...]:
             # "Remove the last part of the conversation" is no "remove the newest
             # utterance": a write is offered only from a reading of every word.
             continue
-        if reading.operation in _WRITE_OPERATIONS | {"retrieve", "summarize"} and not reading.fields and reading.operation != "summarize":
+        if (
+            reading.operation in _WRITE_OPERATIONS | {"retrieve", "summarize"}
+            and not reading.fields
+            and reading.operation != "summarize"
+        ):
             continue
-        if not all(_commentary_free(word) and word.lower() not in _NARROWING | _NEGATION for word in reading.unexplained):
+        if not all(
+            _commentary_free(word) and word.lower() not in _NARROWING | _NEGATION
+            for word in reading.unexplained
+        ):
             continue
         call = _as_call(reading)
         if call is not None and call not in found:
@@ -634,21 +715,32 @@ _LEAST_CONFIDENCE = 0.5
 
 def _as_call(reading: Reading) -> str | None:
     """``reading`` as a function call that reads back to the same operation and fields, or None."""
-    arguments = ", ".join(f"{key}={_literal(value)}" for key, value in sorted(reading.fields.items()))
+    arguments = ", ".join(
+        f"{key}={_literal(value)}" for key, value in sorted(reading.fields.items())
+    )
     call = f"{_CALL_NAME[reading.operation]}({arguments})"
     try:
         back = read_call(call)
     except InvalidRequest:
         return None
-    if back is None or back[0] != reading.operation or {k: _plain(v) for k, v in back[1].items()} != {
-        k: _plain(v) for k, v in reading.fields.items()
-    }:
+    if (
+        back is None
+        or back[0] != reading.operation
+        or {k: _plain(v) for k, v in back[1].items()}
+        != {k: _plain(v) for k, v in reading.fields.items()}
+    ):
         return None
     return call
 
 
 def _plain(value: Any) -> Any:
-    return value.isoformat() if hasattr(value, "isoformat") else list(value) if isinstance(value, tuple) else value
+    return (
+        value.isoformat()
+        if hasattr(value, "isoformat")
+        else list(value)
+        if isinstance(value, tuple)
+        else value
+    )
 
 
 def _literal(value: Any) -> str:

@@ -9,11 +9,12 @@ not clear the conversation: a guess must never delete much.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
-from chd.core.language.classifier import QueryClassifier
 from chd.core.errors import DaemonError, InvalidRequest
+from chd.core.language.classifier import QueryClassifier
 from chd.core.language.fields import as_str
 from chd.core.language.intents import Intent, RemoveIntent, build_intent
 from chd.core.language.parser import NotUnderstood, parse

@@ -10,19 +10,27 @@ limit takes effect at once: the utterances that no longer fit are evicted
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from chd.backends.base import Backend, Change, ConversationState
 from chd.core.memory.eviction import evictions_to_fit
 from chd.core.settings import Settings
 
-if TYPE_CHECKING:  # the language's intents: not loaded for `chd import`, which only reads settings here
+if (
+    TYPE_CHECKING
+):  # the language's intents: not loaded for `chd import`, which only reads settings here
     from chd.core.language.intents import ConfigureIntent
 
 __all__ = ["CONFIGURABLE", "effective_settings", "settings_view", "configure"]
 
-CONFIGURABLE: tuple[str, ...] = ("buffer_size", "max_tokens", "summary_token_limit", "eviction_policy")
+CONFIGURABLE: tuple[str, ...] = (
+    "buffer_size",
+    "max_tokens",
+    "summary_token_limit",
+    "eviction_policy",
+)
 
 
 def effective_settings(settings: Settings, overrides: Mapping[str, Any]) -> Settings:
@@ -50,7 +58,9 @@ def configure(
     and ``metadata`` of the response.
     """
 
-    def decide(state: ConversationState) -> tuple[Change, tuple[Settings, list[int], dict[str, Any]]]:
+    def decide(
+        state: ConversationState,
+    ) -> tuple[Change, tuple[Settings, list[int], dict[str, Any]]]:
         overrides = {} if intent.reset else dict(state.settings)
         overrides.update(intent.changes)
         current = effective_settings(base, overrides)

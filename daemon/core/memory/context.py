@@ -8,8 +8,8 @@ A summary that alone exceeds the budget is cut at a sentence end.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from chd.core.tokens import TokenCounter
 from chd.core.utterance import Utterance

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 __all__ = ["Embedder", "WordLlamaEmbedder", "normalized"]
 
@@ -37,8 +38,7 @@ class Embedder(Protocol):
       (logged once per search); it never fails a retrieve.
     """
 
-    def embed(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
-        ...
+    def embed(self, texts: Sequence[str]) -> Sequence[Sequence[float]]: ...
 
 
 def normalized(vector: Sequence[float]) -> tuple[float, ...]:
@@ -55,7 +55,9 @@ class WordLlamaEmbedder:
             import wordllama
             from wordllama import WordLlama
         except ImportError as error:
-            raise RuntimeError("WordLlamaEmbedder needs the wordllama package: pip install wordllama") from error
+            raise RuntimeError(
+                "WordLlamaEmbedder needs the wordllama package: pip install wordllama"
+            ) from error
         # The wheel keeps weights/ and tokenizers/ in its own folder; pointed
         # at it as the cache, the loader finds both and never downloads.
         self._model = WordLlama.load(

@@ -8,8 +8,8 @@ cortex marks what must stay in context ("Mark utterance 12 as important").
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from operator import attrgetter
-from typing import Iterator, Sequence
 
 from chd.core.settings import Settings
 from chd.core.utterance import Utterance
@@ -49,7 +49,9 @@ def _select(
         # Once it fits, top the batch up, but never with an important
         # utterance that did not have to go: the batch exists to fold less
         # often, not to forget more.
-        if fits and (len(chosen) >= batch or (utterance.important and topping_up_stops_at_important)):
+        if fits and (
+            len(chosen) >= batch or (utterance.important and topping_up_stops_at_important)
+        ):
             break
         chosen.append(utterance)
         count -= 1
@@ -59,7 +61,10 @@ def _select(
 
 
 def evictions_for_store(
-    buffer: Sequence[Utterance], incoming: Utterance, settings: Settings, buffer_tokens: int | None = None
+    buffer: Sequence[Utterance],
+    incoming: Utterance,
+    settings: Settings,
+    buffer_tokens: int | None = None,
 ) -> list[Utterance]:
     """The utterances that leave so ``incoming`` fits both limits, in seq order.
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import heapq
 import logging
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from chd.core.memory.embedder import Embedder, normalized
 from chd.core.memory.search import Hit
@@ -33,11 +34,13 @@ VECTOR_CANDIDATES = 50
 _BATCH = 256
 
 
-def _vectors(index: ConversationIndex, embedder: Embedder, text_of: Callable[[int], str]) -> dict[int, Sequence[float]]:
+def _vectors(
+    index: ConversationIndex, embedder: Embedder, text_of: Callable[[int], str]
+) -> dict[int, Sequence[float]]:
     vectors = index.vectors
     missing = [seq for seq in index.docs if seq not in vectors]
     for start in range(0, len(missing), _BATCH):
-        batch = missing[start:start + _BATCH]
+        batch = missing[start : start + _BATCH]
         for seq, vector in zip(batch, embedder.embed([text_of(seq) for seq in batch])):
             vectors[seq] = normalized(vector)
             index.vector_dimensions = len(vectors[seq])
@@ -63,7 +66,12 @@ def _similarities(index: ConversationIndex, query: Sequence[float]) -> dict[int,
     cached = index.vector_matrix
     if cached is None or cached[0] != len(vectors) or cached[1] != index.vector_changes:
         seqs = list(vectors)
-        cached = (len(vectors), index.vector_changes, seqs, numpy.asarray([vectors[s] for s in seqs], dtype=numpy.float32))
+        cached = (
+            len(vectors),
+            index.vector_changes,
+            seqs,
+            numpy.asarray([vectors[s] for s in seqs], dtype=numpy.float32),
+        )
         index.vector_matrix = cached
     _, _, seqs, matrix = cached
     return dict(zip(seqs, (matrix @ numpy.asarray(query, dtype=numpy.float32)).tolist()))
@@ -89,21 +97,31 @@ def fuse(
     try:
         _vectors(index, embedder, text_of)
         query = normalized(embedder.embed([topic])[0])
-        others = [normalized(v) for v in embedder.embed([text for text, _ in extra])] if extra else []
+        others = (
+            [normalized(v) for v in embedder.embed([text for text, _ in extra])] if extra else []
+        )
     except Exception:
         log.exception("the embedder failed; this search is lexical only")
         return hits[:limit], [score for _, score in extra]
     docs = index.docs
     similarity = {
-        seq: value for seq, value in _similarities(index, query).items()
+        seq: value
+        for seq, value in _similarities(index, query).items()
         if admits is None or admits(seq, docs[seq])
     }
     best = max((h.score for h in hits), default=0.0) or 1.0
     lexical = {h.seq: h.score / best for h in hits}
-    nearest = heapq.nlargest(VECTOR_CANDIDATES, similarity.items(), key=lambda item: (item[1], item[0]))
+    nearest = heapq.nlargest(
+        VECTOR_CANDIDATES, similarity.items(), key=lambda item: (item[1], item[0])
+    )
     candidates = set(lexical) | {seq for seq, _ in nearest}
-    fused = {seq: lexical.get(seq, 0.0) + EMBED_WEIGHT * similarity.get(seq, 0.0) for seq in candidates}
-    ranked = [Hit(seq, score) for seq, score in heapq.nlargest(limit, fused.items(), key=lambda item: (item[1], item[0]))]
+    fused = {
+        seq: lexical.get(seq, 0.0) + EMBED_WEIGHT * similarity.get(seq, 0.0) for seq in candidates
+    }
+    ranked = [
+        Hit(seq, score)
+        for seq, score in heapq.nlargest(limit, fused.items(), key=lambda item: (item[1], item[0]))
+    ]
     extra_scores = [
         score / best + EMBED_WEIGHT * sum(a * b for a, b in zip(query, vector))
         for (_, score), vector in zip(extra, others)

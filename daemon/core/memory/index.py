@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from chd.backends.base import ConversationState
 from chd.core.memory.terms import term_counts
@@ -89,7 +90,9 @@ class ConversationIndex:
     @property
     def bytes(self) -> int:
         """About how many bytes this index holds: terms, postings, docs and vectors."""
-        return self.term_bytes + len(self.vectors) * (64 + VECTOR_BYTES_PER_DIMENSION * self.vector_dimensions)
+        return self.term_bytes + len(self.vectors) * (
+            64 + VECTOR_BYTES_PER_DIMENSION * self.vector_dimensions
+        )
 
     # --- updates -----------------------------------------------------------------
 
@@ -105,7 +108,9 @@ class ConversationIndex:
                 posting[seq] = tf
         self.term_bytes += DOC_BYTES + POSTING_BYTES * len(counts)
         length = sum(counts.values())
-        self.docs[seq] = IndexedDoc(tuple(counts), length, utterance.speaker, utterance.turn_number, utterance.timestamp)
+        self.docs[seq] = IndexedDoc(
+            tuple(counts), length, utterance.speaker, utterance.turn_number, utterance.timestamp
+        )
         self.total_length += length
         self._order.append(seq)
         if seq >= self.next_seq:
@@ -232,7 +237,9 @@ class ConversationIndex:
         self.next_seq = state.next_seq
 
 
-def held_parts(state: ConversationState) -> tuple[list[Utterance], list[Utterance], list[Utterance]]:
+def held_parts(
+    state: ConversationState,
+) -> tuple[list[Utterance], list[Utterance], list[Utterance]]:
     """Where a conversation's utterances live, in the order ``WHERE`` names them."""
     return state.utterances, state.pending, state.archive
 
@@ -274,7 +281,12 @@ class IndexCache:
     built again on the next, so it costs memory only while it is searched.
     """
 
-    def __init__(self, max_conversations: int = 256, max_documents: int = 1_000_000, max_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        max_conversations: int = 256,
+        max_documents: int = 1_000_000,
+        max_bytes: int | None = None,
+    ) -> None:
         self._indexes: OrderedDict[str, ConversationIndex] = OrderedDict()
         self._guard = threading.Lock()
         self.max_conversations = max_conversations

@@ -18,11 +18,15 @@ from chd.core.utterance import Utterance
 __all__ = ["mark", "mark_change"]
 
 
-def mark_change(state: ConversationState, intent: MarkIntent) -> tuple[Change, tuple[Utterance, int, bool]]:
+def mark_change(
+    state: ConversationState, intent: MarkIntent
+) -> tuple[Change, tuple[Utterance, int, bool]]:
     """The change that sets the flag; NOT_FOUND if the seq is not in the buffer."""
     position = position_of(state.utterances, intent.seq)
     if position is None:
-        raise NotFound(missing_seq_message(state, intent.seq) + "; only buffered utterances can be marked")
+        raise NotFound(
+            missing_seq_message(state, intent.seq) + "; only buffered utterances can be marked"
+        )
     utterance = state.utterances[position]
     if utterance.important == intent.important:
         return Change(), (utterance, position, False)

@@ -15,13 +15,13 @@ from dataclasses import replace
 from typing import Any
 
 from chd.backends.base import ConversationState
+from chd.core.language.intents import WHERE_PLACES, RetrieveIntent
 from chd.core.memory.embedder import Embedder
 from chd.core.memory.hybrid import fuse
 from chd.core.memory.index import WHERE, ConversationIndex, IndexedDoc, held_parts
-from chd.core.language.intents import WHERE_PLACES, RetrieveIntent
 from chd.core.memory.search import rank, recency_factor, score_text
-from chd.core.memory.terms import terms
 from chd.core.memory.selection import Filters, position_of, retrieve_filters
+from chd.core.memory.terms import terms
 from chd.core.utterance import Summary, Utterance
 
 __all__ = ["DEFAULT_TOPIC_LIMIT", "find_utterances"]
@@ -79,7 +79,12 @@ def _summary_hit(summary: Summary, filters: Filters, score: float) -> dict[str, 
     """
     if score <= 0 or not summary.segments:
         return None
-    if filters.speaker or filters.seqs is not None or filters.after is not None or filters.before is not None:
+    if (
+        filters.speaker
+        or filters.seqs is not None
+        or filters.after is not None
+        or filters.before is not None
+    ):
         return None
     if filters.seq_from is not None or filters.seq_to is not None:
         return None
@@ -142,16 +147,21 @@ def _segment_hits(
             continue
         score = score_text(index, query, segment.text) * recency_factor(index, segment.seq_to)
         if score > 0:
-            hits.append((score, {
-                "where": "summary",
-                "text": segment.text,
-                "tokens": segment.tokens,
-                "score": round(score, 4),
-                "seq_from": segment.seq_from,
-                "seq_to": segment.seq_to,
-                "turn_from": segment.turn_from,
-                "turn_to": segment.turn_to,
-            }))
+            hits.append(
+                (
+                    score,
+                    {
+                        "where": "summary",
+                        "text": segment.text,
+                        "tokens": segment.tokens,
+                        "score": round(score, 4),
+                        "seq_from": segment.seq_from,
+                        "seq_to": segment.seq_to,
+                        "turn_from": segment.turn_from,
+                        "turn_to": segment.turn_to,
+                    },
+                )
+            )
     return hits
 
 
@@ -209,16 +219,26 @@ def find_utterances(
         )
         segments = _segment_hits(state, index, intent.topic, filters) if "summary" in places else []
         if embedder is not None and searched:
+
             def text_of(seq: int) -> str:
                 place, position = _place_of(state, seq)
                 return held_parts(state)[WHERE.index(place)][position].text
 
             fused, segment_scores = fuse(
-                index, embedder, intent.topic, ranking.hits, filtering, limit, text_of,
+                index,
+                embedder,
+                intent.topic,
+                ranking.hits,
+                filtering,
+                limit,
+                text_of,
                 [(found["text"], score) for score, found in segments],
             )
             ranking = replace(ranking, hits=fused)
-            segments = [(s, found | {"score": round(s, 4)}) for s, (_, found) in zip(segment_scores, segments)]
+            segments = [
+                (s, found | {"score": round(s, 4)})
+                for s, (_, found) in zip(segment_scores, segments)
+            ]
     hits: list[tuple[float, dict[str, Any]]] = []
     for hit in ranking.hits:
         place, position = _place_of(state, hit.seq)

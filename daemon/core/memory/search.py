@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from chd.core.memory.terms import term_counts, terms
 
@@ -105,12 +106,20 @@ def rank(
             continue
         weight = _idf(n, len(posting)) * (K1 + 1)
         for seq, tf in posting.items():
-            if admits is not None and (seq in rejected or (seq not in scores and not admits(seq, docs[seq]))):
+            if admits is not None and (
+                seq in rejected or (seq not in scores and not admits(seq, docs[seq]))
+            ):
                 rejected.add(seq)
                 continue
-            scores[seq] = scores.get(seq, 0.0) + weight * tf / (tf + norm_a + norm_b * docs[seq].length)
+            scores[seq] = scores.get(seq, 0.0) + weight * tf / (
+                tf + norm_a + norm_b * docs[seq].length
+            )
     if scores and (PREVIOUS_WEIGHT or NEXT_WEIGHT):
-        weights = [(index.postings[t], _idf(n, len(index.postings[t])) * (K1 + 1)) for t in query if t in index.postings]
+        weights = [
+            (index.postings[t], _idf(n, len(index.postings[t])) * (K1 + 1))
+            for t in query
+            if t in index.postings
+        ]
 
         def raw(seq: int) -> float:
             """The relevance of a seq the loop above did not score (not indexed, filtered out, or no match)."""
@@ -131,7 +140,12 @@ def rank(
 
 
 def _cut(
-    index: ConversationIndex, query: list[str], scores: dict[int, float], limit: int, norm_a: float, norm_b: float
+    index: ConversationIndex,
+    query: list[str],
+    scores: dict[int, float],
+    limit: int,
+    norm_a: float,
+    norm_b: float,
 ) -> list[Hit]:
     """The best ``limit`` of ``scores`` with recency, after query expansion, best first."""
     # Recency by seq across the indexed utterances, not by position: seqs
@@ -144,10 +158,15 @@ def _cut(
 
     # With no more hits than it reads, expansion would only reshuffle its own sources.
     if not (EXPANSION_WEIGHT and len(scores) > EXPANSION_DOCS and limit > 1):
-        return [Hit(seq, key((seq, score))[0]) for seq, score in heapq.nlargest(limit, scores.items(), key=key)]
+        return [
+            Hit(seq, key((seq, score))[0])
+            for seq, score in heapq.nlargest(limit, scores.items(), key=key)
+        ]
     top = [seq for seq, _ in heapq.nlargest(EXPANSION_DOCS, scores.items(), key=key)]
     expanded = _expanded(index, set(query), top, scores, norm_a, norm_b)
-    scores = {seq: score + EXPANSION_WEIGHT * expanded.get(seq, 0.0) for seq, score in scores.items()}
+    scores = {
+        seq: score + EXPANSION_WEIGHT * expanded.get(seq, 0.0) for seq, score in scores.items()
+    }
     pinned = top[0]
     lead = key((pinned, scores.pop(pinned)))[0]
     rest = scores
@@ -189,13 +208,13 @@ def _expanded(
         weight = _idf(n, len(posting)) * (K1 + 1)
         for seq, tf in posting.items():
             if seq in scores:
-                out[seq] = out.get(seq, 0.0) + weight * tf / (tf + norm_a + norm_b * docs[seq].length)
+                out[seq] = out.get(seq, 0.0) + weight * tf / (
+                    tf + norm_a + norm_b * docs[seq].length
+                )
     return out
 
 
-def _with_neighbours(
-    scores: dict[int, float], raw: Callable[[int], float]
-) -> dict[int, float]:
+def _with_neighbours(scores: dict[int, float], raw: Callable[[int], float]) -> dict[int, float]:
     """``scores`` with each utterance's neighbours' relevance added.
 
     Neighbours by seq (seq - 1 and seq + 1), the turns said just before and
@@ -220,7 +239,9 @@ def _with_neighbours(
 def recency_factor(index: ConversationIndex, seq: int) -> float:
     """The recency multiplier ``rank`` gives an utterance at ``seq`` (a summary segment by its last seq)."""
     first, last = index.bounds()
-    return 1 + RECENCY_WEIGHT / max(last - first, 1) * min(max(seq - first, 0), max(last - first, 1))
+    return 1 + RECENCY_WEIGHT / max(last - first, 1) * min(
+        max(seq - first, 0), max(last - first, 1)
+    )
 
 
 def score_text(index: ConversationIndex, query: Sequence[str], text: str) -> float:

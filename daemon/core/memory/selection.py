@@ -9,9 +9,9 @@ same utterances.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable, Sequence
+from datetime import UTC, datetime
 
 from chd.backends.base import ConversationState
 from chd.core.errors import InvalidRequest, NotFound
@@ -40,7 +40,7 @@ def epoch(timestamp: str) -> float:
     except ValueError:
         return 0.0
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
 
 
@@ -265,7 +265,9 @@ def segment_touched(
     return touched
 
 
-def summarize_scope(state: ConversationState, intent: SummarizeIntent) -> tuple[str, list[Utterance]]:
+def summarize_scope(
+    state: ConversationState, intent: SummarizeIntent
+) -> tuple[str, list[Utterance]]:
     """What a summarize covers: the summary text to build on and the buffered utterances.
 
     For a turn range, only summary segments overlapping it and utterances

@@ -28,12 +28,18 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import anthropic
 
-from chd.core.summaries.summarizer import DEFAULT_CLAUDE_MODEL, SummarizerError, SummaryContext, trim_items
+from chd.core.summaries.summarizer import (
+    DEFAULT_CLAUDE_MODEL,
+    SummarizerError,
+    SummaryContext,
+    trim_items,
+)
 from chd.core.tokens import TokenCounter
 from chd.core.utterance import Utterance
 
@@ -127,16 +133,22 @@ def merge_prompt(
         summary = "(empty: nothing has been summarized yet)"
     out: list[str] = []
     if context.summary.strip():
-        out.append(f"<rest_of_summary read_only=\"true\">\n{context.summary.strip()}\n</rest_of_summary>")
+        out.append(
+            f'<rest_of_summary read_only="true">\n{context.summary.strip()}\n</rest_of_summary>'
+        )
     if context.buffered:
-        buffered = "\n".join(f"[turn {u.turn_number}] {u.speaker}: {u.text}" for u in context.buffered)
-        out.append(f"<still_in_buffer read_only=\"true\">\n{buffered}\n</still_in_buffer>")
+        buffered = "\n".join(
+            f"[turn {u.turn_number}] {u.speaker}: {u.text}" for u in context.buffered
+        )
+        out.append(f'<still_in_buffer read_only="true">\n{buffered}\n</still_in_buffer>')
     out.append(f"<running_summary>\n{summary}\n</running_summary>")
     if utterances:
         out.append(f"<evicted_utterances>\n{lines}\n</evicted_utterances>")
         task = "Write the updated running summary"
     else:
-        out.append("<evicted_utterances>\n(none: condense the running summary)\n</evicted_utterances>")
+        out.append(
+            "<evicted_utterances>\n(none: condense the running summary)\n</evicted_utterances>"
+        )
         task = "Condense the running summary"
     ratio = _ratio(previous + "\n" + lines, counter)
     out.append(
@@ -145,7 +157,9 @@ def merge_prompt(
     return "\n\n".join(out)
 
 
-def shorten_prompt(summary: str, tokens: int, token_limit: int, ratio: float = _TOKENS_PER_WORD) -> str:
+def shorten_prompt(
+    summary: str, tokens: int, token_limit: int, ratio: float = _TOKENS_PER_WORD
+) -> str:
     """The user message asking Claude to shorten a reply that came back too long."""
     return (
         f"<summary>\n{summary.strip()}\n</summary>\n\n"
@@ -191,7 +205,9 @@ class ClaudeConfig:
     base_url: str | None = None
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ClaudeConfig | None:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> ClaudeConfig | None:
         """The config for ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL; None without a key."""
         env = os.environ if environ is None else environ
         key = env.get("ANTHROPIC_API_KEY", "").strip()

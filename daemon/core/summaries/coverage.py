@@ -50,7 +50,8 @@ def _word_runs(text: str) -> str:
     without a newline stays on one line.
     """
     return "\n".join(
-        " " + " ".join(word.strip(_PUNCTUATION) for word in line.split()) + " " for line in text.splitlines()
+        " " + " ".join(word.strip(_PUNCTUATION) for word in line.split()) + " "
+        for line in text.splitlines()
     )
 
 
@@ -74,7 +75,9 @@ def summary_coverage(summary: Summary) -> Coverage:
     keys = [k for s in summary.segments for k in s.keys if k]
     held = {u.seq for u in summary.held}
     ranges = tuple(
-        (s.seq_from, s.seq_to) for s in summary.segments if any(s.seq_from <= q <= s.seq_to for q in held)
+        (s.seq_from, s.seq_to)
+        for s in summary.segments
+        if any(s.seq_from <= q <= s.seq_to for q in held)
     )
     return Coverage(
         keyed=len(keys),

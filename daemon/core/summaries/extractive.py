@@ -42,9 +42,9 @@ import heapq
 import math
 import re
 from collections import Counter
-from itertools import chain
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from itertools import chain
 
 from chd.core.summaries.sentences import (
     MAX_SENTENCE,
@@ -75,7 +75,9 @@ _ROLES = frozenset({"user", "assistant", "system"})
 # A speaker's name opening an utterance of a multi-party transcript ("Tomás
 # Rivera: the gel is ready"), a title allowed; issue 26: every human there is
 # a "user", and the name was read as a fact of every line.
-_NAME_PREFIX = re.compile(r"((?:[A-Z][a-z]{1,4}\. )?[A-Z][\w'’\-]{0,30}(?: [A-Z][\w'’\-]{0,30}){0,3}): (?=\S)")
+_NAME_PREFIX = re.compile(
+    r"((?:[A-Z][a-z]{1,4}\. )?[A-Z][\w'’\-]{0,30}(?: [A-Z][\w'’\-]{0,30}){0,3}): (?=\S)"
+)
 # Labels that open a line the way a name would, and are not one.
 _LABELS_NOT_NAMES = frozenset(
     "note notes update updated edit ps fyi question answer summary error warning todo re subject step q a tip "
@@ -88,7 +90,9 @@ _DECISION = re.compile(
     r"remember|important|never|always)\b",
     re.IGNORECASE,
 )
-_CORRECTION = frozenset({"actually", "correction", "instead", "sorry", "rather", "changed", "update", "updated"})
+_CORRECTION = frozenset(
+    {"actually", "correction", "instead", "sorry", "rather", "changed", "update", "updated"}
+)
 # Sentences scoring under this share of the best one, and stating no fact, are small talk.
 _MIN_RELATIVE_SCORE = 0.25
 _ELLIPSIS = "…"
@@ -139,7 +143,9 @@ class _Fact:
     weight: float
     cost: int = 0
     covers: tuple[str, ...] = ()  # shorter facts said word for word inside this one
-    facts: tuple[str, ...] = ()  # the facts this item states (an item is a fact with its anchor words)
+    facts: tuple[
+        str, ...
+    ] = ()  # the facts this item states (an item is a fact with its anchor words)
     speaker: str = ""  # a speaker named by a "Name: " prefix; "" for the roles
 
 
@@ -274,7 +280,9 @@ class ExtractiveSummarizer:
             if sentence.order not in counted:
                 counted[sentence.order] = self._count(sentence.text) + 4
             cost = counted[sentence.order]
-            covered = [listed[t] for t in dict.fromkeys(t for t, _ in sentence.items) if t in listed]
+            covered = [
+                listed[t] for t in dict.fromkeys(t for t, _ in sentence.items) if t in listed
+            ]
             extra = cost - sum(f.cost for f in covered)
             if extra <= budget - used:
                 plan.quoted.append(sentence)
@@ -371,7 +379,14 @@ def _read(
     facts = [
         # A one-word item an earlier fold listed is its own fact: reading the
         # facts of every listed item again was a fifth of a fold's time.
-        _Fact(text, block, offset + i, 0.0, facts=_listed_facts(text, names, rare, uncommon), speaker=speaker)
+        _Fact(
+            text,
+            block,
+            offset + i,
+            0.0,
+            facts=_listed_facts(text, names, rare, uncommon),
+            speaker=speaker,
+        )
         for i, (block, speaker, text) in enumerate(listed)
     ]
     return blocks, sentences, facts
@@ -402,11 +417,13 @@ def _speaker_of(speaker: str, text: str, names: set[str]) -> tuple[str, str]:
         return speaker, text
     name = _name_prefix(text)
     if name in names:
-        return name, text[len(name) + 2:]
+        return name, text[len(name) + 2 :]
     return speaker, text
 
 
-def _listed_facts(text: str, names: set[str], rare: set[str], uncommon: set[str]) -> tuple[str, ...]:
+def _listed_facts(
+    text: str, names: set[str], rare: set[str], uncommon: set[str]
+) -> tuple[str, ...]:
     if " " not in text:
         return (text,)
     return _item_facts(text)
@@ -437,8 +454,12 @@ def _unknown_openers(sentences: Iterable[str], counter: _ShortCounts) -> set[str
         first = sentence.split(" ", 1)[0].rstrip(",.;:!?")
         lowered = first.lower()
         if (
-            len(first) >= 3 and first[0].isupper() and first[1:].islower() and first.isalpha()
-            and lowered not in STOPWORDS and not lowered.endswith(("ing", "ed"))
+            len(first) >= 3
+            and first[0].isupper()
+            and first[1:].islower()
+            and first.isalpha()
+            and lowered not in STOPWORDS
+            and not lowered.endswith(("ing", "ed"))
             and counter.rarity(lowered) == 2
         ):
             out.add(first)
@@ -459,7 +480,9 @@ def _rare_words(sentences: Iterable[str], counter: _ShortCounts) -> tuple[set[st
     """
     # English words only: the table splits nearly every word of other scripts
     # and languages ("übernachten"), which says nothing about its rarity there.
-    words = {w for s in sentences for w in words_of(s) if w.islower() and len(w) >= 4 and w.isascii()}
+    words = {
+        w for s in sentences for w in words_of(s) if w.islower() and len(w) >= 4 and w.isascii()
+    }
     split: set[str] = set()
     uncommon: set[str] = set()
     for word in words:
@@ -480,9 +503,9 @@ def _parse_line(line: str) -> tuple[int, int, list[tuple[str, str]], list[tuple[
         return None
     first = int(head.group(1))
     last = int(head.group(2) or first)
-    body = line[head.end():]
+    body = line[head.end() :]
     close = body.rfind("”")
-    quoted, tail = (body[: close + 1], body[close + 1:]) if close >= 0 else ("", body)
+    quoted, tail = (body[: close + 1], body[close + 1 :]) if close >= 0 else ("", body)
     facts: list[tuple[str, str]] = []
     if tail.startswith("; " + FACTS_LABEL):
         facts = _items_said(tail.split(FACTS_LABEL, 1)[1].split("; "))
@@ -513,7 +536,7 @@ def _items_said(items: list[str]) -> list[tuple[str, str]]:
     for item in items:
         label = _LABELLED.match(item)
         if label is not None:
-            speaker, item = label.group(1), item[label.end():]
+            speaker, item = label.group(1), item[label.end() :]
         if item:
             out.append((speaker, item))
     return out
@@ -539,7 +562,9 @@ def _join_blocks(
     before = list(range(-1, len(blocks) - 1))
     into = list(range(len(blocks)))  # the block each one was joined into
     # (joined size, left block): ties go to the leftmost pair, as the blocks read.
-    pairs = [(size[a] + size[a + 1], a) for a in range(len(blocks) - 1) if headed[a] and headed[a + 1]]
+    pairs = [
+        (size[a] + size[a + 1], a) for a in range(len(blocks) - 1) if headed[a] and headed[a + 1]
+    ]
     heapq.heapify(pairs)
     while count > most and pairs:
         joined, a = heapq.heappop(pairs)
@@ -571,7 +596,9 @@ def _weights(
     sentences: list[_Sentence], facts: list[_Fact], context: SummaryContext | None
 ) -> dict[str, float]:
     """Inverse document frequency of each lower-cased word over all the call can see."""
-    documents: list[frozenset[str]] = [_words_in(s.text) for s in sentences] + [_words_in(f.text) for f in facts]
+    documents: list[frozenset[str]] = [_words_in(s.text) for s in sentences] + [
+        _words_in(f.text) for f in facts
+    ]
     if context is not None:
         # The same buffered utterances and summary lines come back call after
         # call: their sentences' words are remembered, not read again.
@@ -650,15 +677,21 @@ def _distinct(sentences: list[_Sentence]) -> list[_Sentence]:
             correcting = bool(sentence.words & _CORRECTION)
             for order in reversed(by_facts.get(facts, [])[-_WINDOW:]):
                 earlier = kept.get(order)
-                if earlier is not None and earlier.speaker == sentence.speaker and (
-                    _jaccard(earlier.words, sentence.words) >= 0.8
+                if (
+                    earlier is not None
+                    and earlier.speaker == sentence.speaker
+                    and (_jaccard(earlier.words, sentence.words) >= 0.8)
                 ):
                     twin = order
                     break
             if twin is None and correcting:
                 for order in reversed(recent[-_WINDOW:]):
                     earlier = kept.get(order)
-                    if earlier is not None and earlier.facts and _jaccard(earlier.words, sentence.words) >= 0.5:
+                    if (
+                        earlier is not None
+                        and earlier.facts
+                        and _jaccard(earlier.words, sentence.words) >= 0.5
+                    ):
                         twin = order
                         break
         if twin is not None and twin in kept:
@@ -676,11 +709,20 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b)
 
 
-def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, float]) -> list[_Fact]:
+def _facts(
+    sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, float]
+) -> list[_Fact]:
     """Every distinct fact once, in the block where it was last stated, weighted by its rarity."""
     where: dict[str, _Fact] = {}
     candidates = [
-        _Fact(text, s.block, s.order, 0.0, facts=inner, speaker="" if s.speaker in _ROLES else s.speaker)
+        _Fact(
+            text,
+            s.block,
+            s.order,
+            0.0,
+            facts=inner,
+            speaker="" if s.speaker in _ROLES else s.speaker,
+        )
         for s in sentences
         for text, inner in s.items
     ] + listed
@@ -707,12 +749,16 @@ def _facts(sentences: list[_Sentence], listed: list[_Fact], weights: dict[str, f
     for fact in where.values():
         words = fact.text.split(" ")
         if len(words) > _SHORT_FACT_WORDS:
-            fact.covers = tuple(sorted(t for t in _runs(words, fact.text, _COVERED_WORDS) if t in where))
+            fact.covers = tuple(
+                sorted(t for t in _runs(words, fact.text, _COVERED_WORDS) if t in where)
+            )
     for fact in where.values():
         fact.weight = sum(_fact_weight(t, weights) for t in fact.facts or (fact.text,))
         if "(was " in fact.text:
             # The old value is worth a little: it says the state changed.
-            fact.weight += _WAS_WEIGHT * sum(_fact_weight(old, weights) for old in _WAS.findall(fact.text))
+            fact.weight += _WAS_WEIGHT * sum(
+                _fact_weight(old, weights) for old in _WAS.findall(fact.text)
+            )
     return sorted(where.values(), key=lambda f: f.order)
 
 
@@ -762,7 +808,13 @@ def _quoted_facts(quoted: Sequence[_Sentence]) -> set[str]:
 
 def _replace_text(sentence: _Sentence, text: str) -> _Sentence:
     return _Sentence(
-        sentence.order, sentence.block, sentence.speaker, text, sentence.facts, sentence.score, items=sentence.items
+        sentence.order,
+        sentence.block,
+        sentence.speaker,
+        text,
+        sentence.facts,
+        sentence.score,
+        items=sentence.items,
     )
 
 
@@ -815,7 +867,9 @@ def _anchor_width(limit: int, facts: int) -> int:
 
 
 @functools.lru_cache(maxsize=8192)
-def _items_of(sentence: str, facts: tuple[str, ...], width: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def _items_of(
+    sentence: str, facts: tuple[str, ...], width: int
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """The items of one sentence: each fact with up to ``width`` content words before it in its clause.
 
     Linear in the sentence: each fact is looked for once from where the
@@ -844,13 +898,22 @@ def _items_of(sentence: str, facts: tuple[str, ...], width: int) -> tuple[tuple[
             continue
         lo, taken = a, 0
         j = a - 1
-        while j >= 0 and taken < width and a - j <= 2 * width + 1 and not tokens[j].endswith(_CLAUSE_ENDS):
+        while (
+            j >= 0
+            and taken < width
+            and a - j <= 2 * width + 1
+            and not tokens[j].endswith(_CLAUSE_ENDS)
+        ):
             if cores[j] and cores[j].lower() not in STOPWORDS:
                 taken += 1
                 lo = j
             j -= 1
         hi = b
-        if b < len(tokens) and cores[b].lower() in _LINKS and not tokens[b - 1].endswith(_CLAUSE_ENDS + (",",)):
+        if (
+            b < len(tokens)
+            and cores[b].lower() in _LINKS
+            and not tokens[b - 1].endswith(_CLAUSE_ENDS + (",",))
+        ):
             k = b + 1
             while k < len(tokens) and k <= b + 2 and cores[k] and cores[k].lower() not in STOPWORDS:
                 hi = k + 1
@@ -865,7 +928,13 @@ def _items_of(sentence: str, facts: tuple[str, ...], width: int) -> tuple[tuple[
     fact_at = {a: (b, fact) for a, b, fact in spans if a >= 0}
     was = _corrected(cores, spans)
     old = set(was.values())
-    cue = {j for a, _, f in spans if f in old for j in range(max(0, a - 2), a) if cores[j].lower() in _CUE_WORDS}
+    cue = {
+        j
+        for a, _, f in spans
+        if f in old
+        for j in range(max(0, a - 2), a)
+        if cores[j].lower() in _CUE_WORDS
+    }
     items: list[tuple[str, tuple[str, ...]]] = []
     for lo, hi, inner in windows:
         if old.issuperset(inner):
@@ -907,8 +976,8 @@ def _corrected(cores: list[str], spans: list[tuple[int, int, str]]) -> dict[str,
     located = sorted((a, b, f) for a, b, f in spans if a >= 0)
     for k in range(1, len(located)):
         a, _, old = located[k]
-        before = tuple(c.lower() for c in cores[max(0, a - 2):a])
-        if not any(before[-len(cue):] == cue for cue in _NOT_BEFORE):
+        before = tuple(c.lower() for c in cores[max(0, a - 2) : a])
+        if not any(before[-len(cue) :] == cue for cue in _NOT_BEFORE):
             continue
         new = located[k - 1][2]
         if new not in was and _same_shape(new, old):
@@ -961,7 +1030,11 @@ def _mark_corrections(sentences: list[_Sentence]) -> None:
                     if not anchors & earlier.words:
                         continue
                     old = next(
-                        (o for o in earlier.facts if o != new and o not in sentence.facts and _same_value_shape(new, o)),
+                        (
+                            o
+                            for o in earlier.facts
+                            if o != new and o not in sentence.facts and _same_value_shape(new, o)
+                        ),
                         None,
                     )
                     if old is not None:
@@ -1014,14 +1087,14 @@ def _find(cores: list[str], words: list[str], start: int) -> int:
     n = len(words)
     first = words[0]
     for i in range(start, len(cores) - n + 1):
-        if cores[i] == first and cores[i:i + n] == words:
+        if cores[i] == first and cores[i : i + n] == words:
             return i
     return -1
 
 
 def _balanced(item: str) -> str:
     """``item`` without the brackets and quotes that do not close in it ("9.4(b" -> "9.4b")."""
-    if not any(c in item for c in "()[]{}“”\"`"):
+    if not any(c in item for c in '()[]{}“”"`'):
         return item
     for opening, closing in _PAIRS:
         if item.count(opening) != item.count(closing):
@@ -1146,4 +1219,3 @@ def _phrase(run: list[_Sentence]) -> str:
     parts.append(f"{verb} {_join_quotes(texts)}")
     who = f"the {speaker}" if speaker in _ROLES else speaker
     return f"{who} " + " and ".join(parts)
-

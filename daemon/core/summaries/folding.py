@@ -32,21 +32,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Callable, Collection, Sequence
 
 from chd.backends.base import Backend, Change, ConversationState
 from chd.core.errors import StorageError
-from chd.core.summaries.segments import allocations, assemble, compact, fold_into
 from chd.core.memory.configure import effective_settings
 from chd.core.settings import Settings
+from chd.core.summaries.segments import allocations, assemble, compact, fold_into
 from chd.core.summaries.summarizer import Late, Summarized, SummaryContext, trim_items
 from chd.core.summaries.writer import SummaryWriter
 from chd.core.tokens import TokenCounter
 from chd.core.utterance import Summary, SummarySegment, Utterance
 
-__all__ = ["FOLD_BATCH_TOKENS", "HELD_MAX_TOKENS", "PENDING_HEADER", "FoldReport", "Folder", "with_pending"]
+__all__ = [
+    "FOLD_BATCH_TOKENS",
+    "HELD_MAX_TOKENS",
+    "PENDING_HEADER",
+    "FoldReport",
+    "Folder",
+    "with_pending",
+]
 
 log = logging.getLogger(__name__)
 
@@ -119,10 +126,14 @@ class Folder:
         calls = self.writer.late
         if calls is None:
             return {}
-        return {"summary_late_results": {
-            "applied": calls.applied, "dropped": calls.dropped, "failed": calls.failed,
-            "in_flight": calls.in_flight,
-        }}
+        return {
+            "summary_late_results": {
+                "applied": calls.applied,
+                "dropped": calls.dropped,
+                "failed": calls.failed,
+                "in_flight": calls.in_flight,
+            }
+        }
 
     def forget_late(self, conversation_id: str) -> None:
         """After utterances left the conversation: late calls keep nothing of it for joining."""
@@ -134,7 +145,9 @@ class Folder:
         if self.writer.late is not None:
             self.writer.late.stop()
 
-    def fold(self, conversation_id: str, patient: bool = True, wait: float | None = None) -> FoldReport:
+    def fold(
+        self, conversation_id: str, patient: bool = True, wait: float | None = None
+    ) -> FoldReport:
         """Fold everything queued for the conversation.
 
         One fold per conversation runs at a time, under a lock. A caller
@@ -161,7 +174,9 @@ class Folder:
                         # Outside the lock: a reader must not wait on a rewrite, and
                         # the commit checks that the summary did not change meanwhile.
                         report.done = self._rewrite(conversation_id, report)
-                    elif report.awaiting_rewrite and self.writer.keeps_originals and self.rewrite_due:
+                    elif (
+                        report.awaiting_rewrite and self.writer.keeps_originals and self.rewrite_due
+                    ):
                         # A reader found originals nobody is rewriting (kept before a
                         # restart, whose worker only looks for queues): hand them over.
                         self.rewrite_due(conversation_id)
@@ -173,12 +188,14 @@ class Folder:
             # The model is working on this conversation: its result must land,
             # not be overtaken by a lossy offline fold.
             return FoldReport(
-                done=False, deferred=True,
+                done=False,
+                deferred=True,
                 error=f"{self.writer.name} was still busy with this conversation after {wait:g} s; "
                 "the utterances not yet summarized are given verbatim",
             )
         return self._fold(
-            conversation_id, patient,
+            conversation_id,
+            patient,
             f"{self.writer.name} was still busy with this conversation after {wait:g} s; "
             "folded offline so the answer is current",
         )
@@ -219,8 +236,14 @@ class Folder:
             batch = _batch(state.pending, FOLD_BATCH_TOKENS)
             try:
                 summary, written = self._merge(
-                    conversation_id, state.summary, batch, limit, patient, offline_because,
-                    SummaryContext(buffered=newest_context(state.utterances)), until,
+                    conversation_id,
+                    state.summary,
+                    batch,
+                    limit,
+                    patient,
+                    offline_because,
+                    SummaryContext(buffered=newest_context(state.utterances)),
+                    until,
                 )
             except Exception as exc:
                 # Offline fallback failed too: the batch stays queued.
@@ -243,8 +266,11 @@ class Folder:
                 # A full or failing disk must not fail the store that
                 # queued the batch nor the read that wanted it folded;
                 # the batch stays queued and the worker retries later.
-                log.warning("fold of conversation %s not saved (%s); the batch stays queued",
-                            conversation_id, exc)
+                log.warning(
+                    "fold of conversation %s not saved (%s); the batch stays queued",
+                    conversation_id,
+                    exc,
+                )
                 report.error = f"{type(exc).__name__}: {exc}"
                 return report
             if committed:
@@ -277,8 +303,14 @@ class Folder:
             previous: str, utterances: Sequence[Utterance], limit: int, context: SummaryContext
         ) -> Summarized:
             return self.writer.write(
-                previous, utterances, limit, patient, offline_because, context,
-                late_key=conversation_id, wait=None if until is None else until - time.monotonic(),
+                previous,
+                utterances,
+                limit,
+                patient,
+                offline_because,
+                context,
+                late_key=conversation_id,
+                wait=None if until is None else until - time.monotonic(),
             )
 
         if not batch:
@@ -324,17 +356,24 @@ class Folder:
             )
             # All the room the other segments leave, as a fold gets (segments.fold_into): a
             # rewrite held to the offline text's size could not say more than it did.
-            others = assemble(segments[:i] + segments[i + 1:], summary.through_seq, self.counter).tokens
+            others = assemble(
+                segments[:i] + segments[i + 1 :], summary.through_seq, self.counter
+            ).tokens
             room = limit - others - (1 if len(segments) > 1 else 0)
-            outcome = self.writer.rewrite(segment.text, mine, max(room, shares[i], segment.tokens), context)
+            outcome = self.writer.rewrite(
+                segment.text, mine, max(room, shares[i], segment.tokens), context
+            )
             if outcome is None:
                 report.error = f"{len(held)} utterances await a rewrite by {self.writer.name}"
                 break
             # The mark stays where the cap dropped originals of this range.
             lost = segment.seq_from <= summary.held_dropped_through
             segments[i] = replace(
-                segment, text=outcome.text, tokens=self.counter.count(outcome.text),
-                made_by=outcome.made_by, error=segment.error if lost else "",
+                segment,
+                text=outcome.text,
+                tokens=self.counter.count(outcome.text),
+                made_by=outcome.made_by,
+                error=segment.error if lost else "",
             )
             held = [u for u in held if u not in mine]
             report.rewritten += 1
@@ -343,11 +382,16 @@ class Folder:
         rewritten = assemble(segments, summary.through_seq, self.counter)
         if rewritten.tokens > limit:
             rewritten, _ = compact(
-                rewritten, limit=limit, max_segments=self.settings.summary_segments,
-                write=lambda p, u, n, c: self.writer.write(p, u, n, True, "", c), counter=self.counter,
+                rewritten,
+                limit=limit,
+                max_segments=self.settings.summary_segments,
+                write=lambda p, u, n, c: self.writer.write(p, u, n, True, "", c),
+                counter=self.counter,
             )
         rewritten = replace(
-            rewritten, held=tuple(held), held_dropped=summary.held_dropped,
+            rewritten,
+            held=tuple(held),
+            held_dropped=summary.held_dropped,
             held_dropped_through=summary.held_dropped_through,
         )
 
@@ -363,7 +407,9 @@ class Folder:
             return False
         return committed and not held
 
-    def _await_late(self, conversation_id: str, summary: Summary, written: Sequence[Summarized]) -> None:
+    def _await_late(
+        self, conversation_id: str, summary: Summary, written: Sequence[Summarized]
+    ) -> None:
         """After a commit: let each late call replace the offline segment its fallback wrote."""
         for outcome in written:
             if outcome.late is None:
@@ -373,9 +419,15 @@ class Folder:
             # The text alone could match another offline segment that reads
             # the same: the segment must also span the seqs the call was for.
             target = next(
-                (s for s in summary.segments
-                 if s.error and s.text == outcome.text and s.made_by == outcome.made_by
-                 and s.seq_from <= first and last <= s.seq_to),
+                (
+                    s
+                    for s in summary.segments
+                    if s.error
+                    and s.text == outcome.text
+                    and s.made_by == outcome.made_by
+                    and s.seq_from <= first
+                    and last <= s.seq_to
+                ),
                 None,
             )
             if target is None:
@@ -386,7 +438,9 @@ class Folder:
             with self._landing_guard:
                 self._landing.setdefault(conversation_id, set()).add(key)
             late.future.add_done_callback(
-                lambda future, target=target, late=late: self._land(conversation_id, target, late, future)
+                lambda future, target=target, late=late: self._land(
+                    conversation_id, target, late, future
+                )
             )
 
     def _landing_for(self, conversation_id: str) -> frozenset[tuple[int, int, str]]:
@@ -398,7 +452,9 @@ class Folder:
         if not self.writer.late.stopped:
             self.writer.late.count("failed" if future.exception() is not None else outcome)
 
-    def _land(self, conversation_id: str, target: SummarySegment, late: Late, future: Future[str]) -> None:
+    def _land(
+        self, conversation_id: str, target: SummarySegment, late: Late, future: Future[str]
+    ) -> None:
         """Commit a late result in place of ``target``, if it is still that offline text for that range."""
         key = (target.seq_from, target.seq_to, target.text)
         try:
@@ -408,21 +464,38 @@ class Folder:
                 return  # shutdown: the originals stay for the rewrite after the next start
             error = future.exception()
             if error is not None:
-                log.warning("late %s call for seqs %d-%d of conversation %s failed: %s",
-                            self.writer.name, target.seq_from, target.seq_to, conversation_id, error)
+                log.warning(
+                    "late %s call for seqs %d-%d of conversation %s failed: %s",
+                    self.writer.name,
+                    target.seq_from,
+                    target.seq_to,
+                    conversation_id,
+                    error,
+                )
                 calls.count("failed")
                 return
             text = self.writer.bounded(future.result(), late.token_limit)
             try:
                 landed = self.backend.transact(conversation_id, self._replacing(target, late, text))
-            except Exception as exc:  # a failing or closed backend: the originals stay for a rewrite
-                log.warning("late %s result for conversation %s not saved (%s)", self.writer.name,
-                            conversation_id, exc)
+            except (
+                Exception
+            ) as exc:  # a failing or closed backend: the originals stay for a rewrite
+                log.warning(
+                    "late %s result for conversation %s not saved (%s)",
+                    self.writer.name,
+                    conversation_id,
+                    exc,
+                )
                 landed = False
             calls.count("applied" if landed else "dropped")
-            log.info("late %s result for seqs %d-%d of conversation %s %s", self.writer.name,
-                     target.seq_from, target.seq_to, conversation_id,
-                     "replaced the offline text" if landed else "dropped: the range changed meanwhile")
+            log.info(
+                "late %s result for seqs %d-%d of conversation %s %s",
+                self.writer.name,
+                target.seq_from,
+                target.seq_to,
+                conversation_id,
+                "replaced the offline text" if landed else "dropped: the range changed meanwhile",
+            )
         finally:
             with self._landing_guard:
                 keys = self._landing.get(conversation_id)
@@ -441,9 +514,13 @@ class Folder:
             if i is None:
                 return Change(), False  # folded again, rewritten, removed or cleared meanwhile
             limit = effective_settings(self.settings, current.settings).summary_token_limit
-            others = assemble(segments[:i] + segments[i + 1:], summary.through_seq, self.counter).tokens
+            others = assemble(
+                segments[:i] + segments[i + 1 :], summary.through_seq, self.counter
+            ).tokens
             held = tuple(
-                u for u in summary.held if not (u.seq in late.seqs and target.seq_from <= u.seq <= target.seq_to)
+                u
+                for u in summary.held
+                if not (u.seq in late.seqs and target.seq_from <= u.seq <= target.seq_to)
             )
             # The mark stays while originals of the range were not in this call
             # (an older fallback text it extended) or were dropped by the bound.
@@ -453,18 +530,26 @@ class Folder:
             room = limit - others - (1 if len(segments) > 1 else 0)
             for slack in range(3):  # joining may cost a token more than the parts
                 # As Claude's own overage is cut (claude.py): whole items first.
-                fitted = self.writer.bounded(trim_items(text, room - slack, self.counter), room - slack) \
-                    if room - slack > 0 else ""
+                fitted = (
+                    self.writer.bounded(trim_items(text, room - slack, self.counter), room - slack)
+                    if room - slack > 0
+                    else ""
+                )
                 if not fitted:
                     return Change(), False
                 segments[i] = replace(
-                    target, text=fitted, tokens=self.counter.count(fitted), made_by=self.writer.name,
+                    target,
+                    text=fitted,
+                    tokens=self.counter.count(fitted),
+                    made_by=self.writer.name,
                     error=target.error if marked else "",
                 )
                 rewritten = assemble(segments, summary.through_seq, self.counter)
                 if rewritten.tokens <= limit:
                     rewritten = replace(
-                        rewritten, held=held, held_dropped=summary.held_dropped,
+                        rewritten,
+                        held=held,
+                        held_dropped=summary.held_dropped,
                         held_dropped_through=summary.held_dropped_through,
                     )
                     return Change(summary=rewritten), True
@@ -524,8 +609,11 @@ def _holding(before: Summary, after: Summary, fell_back: Sequence[Utterance]) ->
     while held and sum(u.tokens for u in held) > HELD_MAX_TOKENS:
         dropped.append(held.pop(0))
     if dropped:
-        log.warning("dropped %d originals kept for a Claude rewrite (over %d tokens)",
-                    len(dropped), HELD_MAX_TOKENS)
+        log.warning(
+            "dropped %d originals kept for a Claude rewrite (over %d tokens)",
+            len(dropped),
+            HELD_MAX_TOKENS,
+        )
     return replace(
         after,
         held=tuple(held),
@@ -551,7 +639,9 @@ def _batch(pending: Sequence[Utterance], max_tokens: int) -> list[Utterance]:
     return batch
 
 
-def _commit(state: ConversationState, batch: Sequence[Utterance], summary: Summary, settings: Settings):
+def _commit(
+    state: ConversationState, batch: Sequence[Utterance], summary: Summary, settings: Settings
+):
     """The fold's commit: (committed, and whether that left nothing to fold, as ``_fold``'s next read would see)."""
     seqs = {u.seq for u in batch}
     archive = settings.archive_evicted

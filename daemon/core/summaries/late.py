@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
-from typing import Callable, Hashable
 
 __all__ = ["LateCalls"]
 
@@ -51,7 +51,9 @@ class LateCalls:
         # The last few answers, for a request repeated right after its call
         # ended (the worker folding what a reader's call has just answered).
         self._recent: OrderedDict[Hashable, tuple[str, Future[str]]] = OrderedDict()
-        self._unwanted: set[Hashable] = set()  # flights of forgotten conversations: not kept when they end
+        self._unwanted: set[Hashable] = (
+            set()
+        )  # flights of forgotten conversations: not kept when they end
         self.stopped = False
         self.applied = 0
         self.dropped = 0
@@ -89,9 +91,13 @@ class LateCalls:
     def forget(self, key: str) -> None:
         """Keep nothing of ``key``'s calls for joining: its answers now, its calls in flight when they end."""
         with self._lock:
-            for request in [request for request, (owner, _) in self._recent.items() if owner == key]:
+            for request in [
+                request for request, (owner, _) in self._recent.items() if owner == key
+            ]:
                 del self._recent[request]
-            self._unwanted.update(request for request, (owner, _) in self._flights.items() if owner == key)
+            self._unwanted.update(
+                request for request, (owner, _) in self._flights.items() if owner == key
+            )
 
     def kept(self, key: str) -> int:
         """How many answers of ``key``'s calls are kept for joining."""
@@ -104,7 +110,9 @@ class LateCalls:
             self.stopped = True
             self._recent.clear()
 
-    def _run(self, key: str, request: Hashable, future: Future[str], call: Callable[[], str]) -> None:
+    def _run(
+        self, key: str, request: Hashable, future: Future[str], call: Callable[[], str]
+    ) -> None:
         try:
             text = call()
         except BaseException as exc:  # the caller that joins sees it, as if it had called

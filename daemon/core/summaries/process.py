@@ -31,12 +31,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Callable, Sequence
 
 from chd.core.summaries.extractive import ExtractiveSummarizer
-from chd.core.summaries.summarizer import Summarizer, SummarizerError, SummaryContext, summarize_with
+from chd.core.summaries.summarizer import (
+    Summarizer,
+    SummarizerError,
+    SummaryContext,
+    summarize_with,
+)
 from chd.core.tokens import default_counter
 from chd.core.utterance import Utterance
 
@@ -74,9 +79,13 @@ def _built(rows: Sequence[tuple]) -> tuple[Utterance, ...]:
     return tuple(Utterance(*row) for row in rows)
 
 
-def _message(previous: str, utterances: Sequence[Utterance], limit: int, context: SummaryContext | None) -> tuple:
+def _message(
+    previous: str, utterances: Sequence[Utterance], limit: int, context: SummaryContext | None
+) -> tuple:
     """What the daemon sends for one summary (``_call`` reads it back in the child)."""
-    flat_context = None if context is None else (context.summary, _flat(context.buffered), context.parts)
+    flat_context = (
+        None if context is None else (context.summary, _flat(context.buffered), context.parts)
+    )
     return previous, _flat(utterances), limit, flat_context
 
 
@@ -124,7 +133,11 @@ def _serve(connection: Connection) -> None:
             return
         try:
             text = _call(summarizer, message)
-            reply: tuple[bool, str, tuple[str, tuple[int, ...]] | None] = (True, text, _counts(text))
+            reply: tuple[bool, str, tuple[str, tuple[int, ...]] | None] = (
+                True,
+                text,
+                _counts(text),
+            )
         except Exception as exc:  # the daemon's to report; the child goes on
             reply = (False, f"{type(exc).__name__}: {exc}", None)
         if not _sent(connection, reply):
@@ -210,7 +223,9 @@ class ProcessSummarizer:
             except (OSError, EOFError, TimeoutError) as exc:
                 # Dead, hung or never started: the next call starts a new one.
                 self._stop(kill=True)
-                raise SummarizerError(f"the summarizer process failed ({type(exc).__name__}: {exc})") from None
+                raise SummarizerError(
+                    f"the summarizer process failed ({type(exc).__name__}: {exc})"
+                ) from None
         if not ok:
             raise SummarizerError(value)
         text = str(value)
@@ -223,7 +238,10 @@ class ProcessSummarizer:
         if learn is not None and getattr(self._counter, "encoding_name", None) == encoding:
             try:
                 learn(text.strip(), counts)
-            except (TypeError, ValueError):  # not counts after all: the text is counted here instead
+            except (
+                TypeError,
+                ValueError,
+            ):  # not counts after all: the text is counted here instead
                 pass
 
     def _wait_ready(self, connection: Connection) -> bool:
@@ -268,7 +286,10 @@ class ProcessSummarizer:
         try:
             process = subprocess.Popen(
                 [sys.executable, "-m", __name__, str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env=env,
             )
         finally:
             theirs.close()

@@ -33,8 +33,8 @@ callable, so it is tested without a daemon.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 from chd.core.summaries.sentences import utterance_key
 from chd.core.summaries.summarizer import Summarized, SummaryContext
@@ -183,7 +183,9 @@ def compact(
 
 
 def _around(
-    segments: Sequence[SummarySegment], skip: SummarySegment | None, context: SummaryContext,
+    segments: Sequence[SummarySegment],
+    skip: SummarySegment | None,
+    context: SummaryContext,
     parts: tuple[tuple[int, int, str], ...] = (),
 ) -> SummaryContext:
     """``context`` with the text of every segment but ``skip``: what a write may read."""
@@ -256,7 +258,9 @@ def _merge_least(
     """Merge the neighbours holding the least text until at most ``most`` segments remain."""
     segments = list(segments)
     while len(segments) > max(1, most):
-        k = min(range(len(segments) - 1), key=lambda i: (segments[i].tokens + segments[i + 1].tokens, i))
+        k = min(
+            range(len(segments) - 1), key=lambda i: (segments[i].tokens + segments[i + 1].tokens, i)
+        )
         first, second = segments[k], segments[k + 1]
         joined = SummarySegment(
             text="\n".join(t for t in (first.text, second.text) if t),
@@ -269,16 +273,28 @@ def _merge_least(
             error=first.error or second.error,
             keys=_keys((), (*first.keys, *second.keys)),
         )
-        joined = replace(joined, tokens=count_joined(counter, [t for t in (first.text, second.text) if t]))
-        rest = [*segments[:k], joined, *segments[k + 2:]]
+        joined = replace(
+            joined, tokens=count_joined(counter, [t for t in (first.text, second.text) if t])
+        )
+        rest = [*segments[:k], joined, *segments[k + 2 :]]
         share = allocations(rest, limit)[k]
         if joined.tokens > share:
-            parts = ((first.turn_from, first.turn_to, first.text), (second.turn_from, second.turn_to, second.text))
+            parts = (
+                (first.turn_from, first.turn_to, first.text),
+                (second.turn_from, second.turn_to, second.text),
+            )
             outcome = write(joined.text, (), share, _around(rest, joined, context, parts))
             written.append(outcome)
-            text = outcome.text if counter.count(outcome.text) <= share else counter.truncate(outcome.text, share)
+            text = (
+                outcome.text
+                if counter.count(outcome.text) <= share
+                else counter.truncate(outcome.text, share)
+            )
             joined = replace(
-                joined, text=text, tokens=counter.count(text), made_by=outcome.made_by,
+                joined,
+                text=text,
+                tokens=counter.count(text),
+                made_by=outcome.made_by,
                 error=outcome.error or joined.error,
             )
         segments = rest
@@ -351,12 +367,19 @@ def forget(
     # Originals kept for a Claude rewrite go with the segments a remove touched:
     # a remove must not leave removed text anywhere.
     touched = [s for s in summary.segments if touches(s)]
-    held = tuple(u for u in summary.held if not any(s.seq_from <= u.seq <= s.seq_to for s in touched))
+    held = tuple(
+        u for u in summary.held if not any(s.seq_from <= u.seq <= s.seq_to for s in touched)
+    )
     trimmed = _trimmed(kept, summary.through_seq, limit, counter)
     return Forgotten(
-        replace(trimmed, held=held, held_dropped=summary.held_dropped,
-                held_dropped_through=summary.held_dropped_through),
-        dropped, rebuilt,
+        replace(
+            trimmed,
+            held=held,
+            held_dropped=summary.held_dropped,
+            held_dropped_through=summary.held_dropped_through,
+        ),
+        dropped,
+        rebuilt,
     )
 
 

@@ -24,11 +24,22 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = [
-    "said_in", "said_elsewhere", "split_sentences", "clean", "facts_of", "facts_in", "name_words", "words_of",
-    "lower_words_of", "opener", "opens_capitalised", "utterance_key", "STOPWORDS",
+    "said_in",
+    "said_elsewhere",
+    "split_sentences",
+    "clean",
+    "facts_of",
+    "facts_in",
+    "name_words",
+    "words_of",
+    "lower_words_of",
+    "opener",
+    "opens_capitalised",
+    "utterance_key",
+    "STOPWORDS",
 ]
 
 # A run of sentence-ending marks; whether it ends a sentence depends on the
@@ -94,17 +105,17 @@ _NUMBER_ABBREVIATIONS = frozenset({"no", "nos", "nr", "vol", "pp", "ch", "art", 
 
 def _abbreviation(text: str, dot: int) -> bool:
     """Whether the dot at ``dot`` closes an abbreviation: looks back at most 6 characters (linear)."""
-    word = text[max(0, dot - 6):dot].rsplit(None, 1)[-1:]
+    word = text[max(0, dot - 6) : dot].rsplit(None, 1)[-1:]
     if not word:
         return False
     lowered = word[0].lstrip(_LEADING).lower()
     if lowered in _ABBREVIATIONS:
         return True
     if lowered in ("a.m", "p.m"):  # "at 4 p.m. on Friday", but "… at 4 p.m. Then we"
-        after = text[dot + 1:dot + 3].lstrip()
+        after = text[dot + 1 : dot + 3].lstrip()
         return after[:1].islower() or after[:1].isdigit()
     if lowered in _NUMBER_ABBREVIATIONS:
-        after = text[dot + 1:dot + 3].lstrip()
+        after = text[dot + 1 : dot + 3].lstrip()
         return after[:1].isdigit()
     return False
 
@@ -191,8 +202,12 @@ FILLERS = frozenset(
 
 
 def _capitalised(core: str) -> bool:
-    return bool(core) and core[0].isupper() and core[0].isalpha() and core.lower() not in STOPWORDS and (
-        core.lower() not in FILLERS
+    return (
+        bool(core)
+        and core[0].isupper()
+        and core[0].isalpha()
+        and core.lower() not in STOPWORDS
+        and (core.lower() not in FILLERS)
     )
 
 
@@ -233,7 +248,10 @@ def _names_in(sentence: str) -> frozenset[str]:
 
 
 def facts_in(
-    sentence: str, names: set[str], rare: set[str], uncommon: set[str] = frozenset()  # type: ignore[assignment]
+    sentence: str,
+    names: set[str],
+    rare: set[str],
+    uncommon: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> tuple[str, ...]:
     """``facts_of``, cached on what of ``names``, ``rare`` and ``uncommon`` the sentence can use."""
     named = opener(sentence) in names
@@ -247,7 +265,9 @@ def facts_in(
 
 
 @functools.lru_cache(maxsize=8192)
-def _facts_cached(sentence: str, named: bool, rare: frozenset[str], uncommon: frozenset[str]) -> tuple[str, ...]:
+def _facts_cached(
+    sentence: str, named: bool, rare: frozenset[str], uncommon: frozenset[str]
+) -> tuple[str, ...]:
     names = {opener(sentence)} if named else set()
     return tuple(facts_of(sentence, names, set(rare), set(uncommon)))
 
@@ -307,7 +327,12 @@ def facts_of(
         ends = closing[i]
         lowered = core.lower()
         number = bool(core) and core[0].isdigit() or core[:1] in "€$£" and core[1:2].isdigit()
-        if lowered in _ABBREVIATIONS and token.endswith(".") and lowered not in _TITLES and lowered not in _MONTHS:
+        if (
+            lowered in _ABBREVIATIONS
+            and token.endswith(".")
+            and lowered not in _TITLES
+            and lowered not in _MONTHS
+        ):
             close()  # "e.g.", "vs.": not a fact, and no part of one
             continue
         if lowered in _MONTHS and token.endswith(".") and _next_is_number(cores, i):
@@ -315,20 +340,33 @@ def facts_of(
             run.append(core + ".")  # "Oct. 10": the month keeps its dot and its day
             ends = False
             continue
-        if lowered in _TITLES and token.endswith(".") and i + 1 < len(tokens) and _capitalised(cores[i + 1]):
+        if (
+            lowered in _TITLES
+            and token.endswith(".")
+            and i + 1 < len(tokens)
+            and _capitalised(cores[i + 1])
+        ):
             close()  # "Dr. Helen Achterberg": a name keeps its title
             run.append(core + ".")
             ends = False
             continue
-        if (lowered in _NUMBER_LABELS or lowered in _NUMBER_ABBREVIATIONS and token.endswith(".")) and (
-            not ends or token.endswith(".")
-        ) and _next_is_number(cores, i):
+        if (
+            (lowered in _NUMBER_LABELS or lowered in _NUMBER_ABBREVIATIONS and token.endswith("."))
+            and (not ends or token.endswith("."))
+            and _next_is_number(cores, i)
+        ):
             close()  # "type 2 diabetes", "run No. 3": the label says what the number counts
-            run.append(core + "." if token.endswith(".") and lowered in _NUMBER_ABBREVIATIONS else core)
+            run.append(
+                core + "." if token.endswith(".") and lowered in _NUMBER_ABBREVIATIONS else core
+            )
             ends = False
             continue
-        if lowered in _SPELLED and not run and not ends and i + 1 < len(tokens) and (
-            _unit(cores, closing, i + 1) or cores[i + 1].lower() in _SPELLED
+        if (
+            lowered in _SPELLED
+            and not run
+            and not ends
+            and i + 1 < len(tokens)
+            and (_unit(cores, closing, i + 1) or cores[i + 1].lower() in _SPELLED)
         ):
             run.append(core)  # "three nights", "two hundred guests": a number in words
             continue
@@ -341,7 +379,13 @@ def facts_of(
             if ends:
                 close()
             continue
-        if run and lowered in ("×", "x") and i + 1 < len(tokens) and cores[i + 1] == "g" and _after_number(run):
+        if (
+            run
+            and lowered in ("×", "x")
+            and i + 1 < len(tokens)
+            and cores[i + 1] == "g"
+            and _after_number(run)
+        ):
             run.extend((core, "g"))  # "16,000 × g"
             skip = i + 1
             ends = closing[i + 1]
@@ -357,8 +401,12 @@ def facts_of(
         if _strong(core):
             if run and units:
                 close()
-            if number and token.startswith("(") and token.endswith(")") and i + 1 < len(tokens) and (
-                _next_is_number(cores, i)
+            if (
+                number
+                and token.startswith("(")
+                and token.endswith(")")
+                and i + 1 < len(tokens)
+                and (_next_is_number(cores, i))
             ):
                 close()
                 run.append(token)  # "(845) 555-0142": a phone number keeps its area code's brackets
@@ -373,9 +421,13 @@ def facts_of(
             run.append(_quoted(token, core))
         elif run and lowered in _JOINERS and not ends:
             run.append(core)
-        elif run and lowered in _BY and not ends and _after_number(run) and _next_is_number(cores, i):
+        elif (
+            run and lowered in _BY and not ends and _after_number(run) and _next_is_number(cores, i)
+        ):
             run.append(core)  # "3.1 by 2.4 metres": one measurement
-        elif not ends and lowered not in STOPWORDS and _is_word(core) and _next_is_version(cores, i):
+        elif (
+            not ends and lowered not in STOPWORDS and _is_word(core) and _next_is_version(cores, i)
+        ):
             close()  # "pydantic 2.7.0": a lower-case name before its version
             run.append(core)
         elif run and units == 0 and _after_number(run) and _unit(cores, closing, i):
@@ -396,7 +448,7 @@ def facts_of(
             # A rare word with the words around it: "luxury vinyl planks", not "planks".
             close()
             last = phrases[i]
-            run.extend(cores[i:last + 1])
+            run.extend(cores[i : last + 1])
             ends = closing[last]
             skip = last
             if ends or not _next_is_version(cores, last):
@@ -432,7 +484,7 @@ def _colon_value(tokens: list[str]) -> str | None:
     for j in range(len(tokens) - 2, max(-1, len(tokens) - 2 - _VALUE_WORDS), -1):
         token = tokens[j]
         if token.endswith(":") and len(token) > 1 and not token.endswith("::"):
-            clause = " ".join(tokens[j + 1:]).rstrip(".!?…")
+            clause = " ".join(tokens[j + 1 :]).rstrip(".!?…")
             if not clause or any(c in clause for c in ",;:") or clause.startswith(("//", "/")):
                 return None
             # "Updated: the budget is now 1700 euros" is a sentence after a label, not a value.
@@ -449,13 +501,22 @@ def _quoted(token: str, core: str) -> str:
     """``core`` with the quotes around it when the token is quoted: 'customer_id' stays a literal."""
     for mark in ("'", '"'):
         opened = token.lstrip(_LEADING.replace(mark, ""))
-        if opened.startswith(mark) and opened[1:].startswith(core) and opened[1 + len(core):2 + len(core)] == mark:
+        if (
+            opened.startswith(mark)
+            and opened[1:].startswith(core)
+            and opened[1 + len(core) : 2 + len(core)] == mark
+        ):
             return mark + core + mark
     return core
 
 
 def _is_word(core: str) -> bool:
-    return len(core) >= 2 and core.replace("-", "").isalpha() and core.islower() and core not in _MONTHS
+    return (
+        len(core) >= 2
+        and core.replace("-", "").isalpha()
+        and core.islower()
+        and core not in _MONTHS
+    )
 
 
 def _next_is_version(cores: list[str], i: int) -> bool:
@@ -474,7 +535,9 @@ _NOUN_OPENERS = frozenset(
 )
 
 
-def _rare_phrases(cores: list[str], closes: list[bool], rare: set[str], uncommon: set[str]) -> dict[int, int]:
+def _rare_phrases(
+    cores: list[str], closes: list[bool], rare: set[str], uncommon: set[str]
+) -> dict[int, int]:
     """For each run of lower-case content words holding a rare word, its first and last token index.
 
     A word rare in the conversation is usually part of a noun phrase ("roof
@@ -493,7 +556,7 @@ def _rare_phrases(cores: list[str], closes: list[bool], rare: set[str], uncommon
         start = i
         while i + 1 < len(cores) and content[i + 1] and not closes[i]:
             i += 1
-        words = cores[start:i + 1]
+        words = cores[start : i + 1]
         before = cores[start - 1].lower() if start else ""
         noun = before in _NOUN_OPENERS
         hits = [k for k, w in enumerate(words) if w in rare or (noun and w in uncommon)]
@@ -551,14 +614,20 @@ def _measure_word(core: str) -> bool:
     if core[0] in "%°µ":
         return True
     head, slash, tail = lowered.partition("/")
-    return bool(slash) and (head in _UNITS or head[:1] in "µ°%") and (tail in _UNITS or tail in {"day", "dose", "kg", "week"})
+    return (
+        bool(slash)
+        and (head in _UNITS or head[:1] in "µ°%")
+        and (tail in _UNITS or tail in {"day", "dose", "kg", "week"})
+    )
 
 
 def _after_unit_start(run: list[str], units: int) -> bool:
     """Whether a unit may follow: right after a number, or after a scale word ("1.5 million tonnes")."""
     if units == 0:
         last = run[-1].lstrip("-+~−")  # "-18 °C", "~40 kg"
-        return _after_number(run) or (last[:1].isdigit() and last.count(".") < 2 and last[-1:].isdigit())
+        return _after_number(run) or (
+            last[:1].isdigit() and last.count(".") < 2 and last[-1:].isdigit()
+        )
     return run[-1].lower() in _SCALES
 
 
@@ -581,13 +650,17 @@ _VERBS_IN_S = frozenset(
 
 
 # Plurals without an s: "12 people", "2 children", "40 feet".
-_IRREGULAR_PLURALS = frozenset("people children men women feet teeth mice geese persons staff crew".split())
+_IRREGULAR_PLURALS = frozenset(
+    "people children men women feet teeth mice geese persons staff crew".split()
+)
 
 
 def _plural(word: str) -> bool:
     if word in _IRREGULAR_PLURALS:
         return True
-    return len(word) > 2 and word.endswith("s") and not word.endswith("ss") and word not in _VERBS_IN_S
+    return (
+        len(word) > 2 and word.endswith("s") and not word.endswith("ss") and word not in _VERBS_IN_S
+    )
 
 
 def _unit(cores: list[str], closes: list[bool], i: int) -> bool:
@@ -654,7 +727,7 @@ def said_elsewhere(facts: Iterable[str], text: str) -> set[str]:
     for i in [i for i, core in enumerate(cores) if core in wanted]:
         group = wanted[cores[i]]
         for n in lengths[cores[i]]:
-            fact = group.get(cores[i:i + n])
+            fact = group.get(cores[i : i + n])
             if fact is not None:
                 found.add(fact)
     return found
@@ -663,7 +736,9 @@ def said_elsewhere(facts: Iterable[str], text: str) -> set[str]:
 @functools.lru_cache(maxsize=4)
 def _cores_of(text: str) -> tuple[str, ...]:
     """The words of ``text`` without their punctuation (cached: a fold passes the same summary to each call)."""
-    return tuple(token.lstrip(_LEADING).rstrip(_TRAILING) for token in text.split())  # _core's, inlined
+    return tuple(
+        token.lstrip(_LEADING).rstrip(_TRAILING) for token in text.split()
+    )  # _core's, inlined
 
 
 # Facts are looked for in an utterance's first this many characters: a fold

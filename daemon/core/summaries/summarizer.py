@@ -8,9 +8,10 @@ used when ANTHROPIC_API_KEY is set). The daemon calls neither directly but a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from chd.core.utterance import Utterance
 
@@ -29,6 +30,7 @@ __all__ = [
     "SUMMARIZER_CHOICES",
     "DEFAULT_CLAUDE_MODEL",
 ]
+
 
 @dataclass(frozen=True, slots=True)
 class SummaryContext:

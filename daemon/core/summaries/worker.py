@@ -27,7 +27,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 __all__ = ["FoldWorker"]
 
@@ -158,7 +158,11 @@ class FoldWorker:
                 done = self._fold(conversation_id)
             except Exception:
                 if self._stopping:
-                    log.debug("fold of conversation %s cut short by shutdown", conversation_id, exc_info=True)
+                    log.debug(
+                        "fold of conversation %s cut short by shutdown",
+                        conversation_id,
+                        exc_info=True,
+                    )
                 else:
                     log.exception("background fold of conversation %s failed", conversation_id)
                 done = False
@@ -207,7 +211,8 @@ class FoldWorker:
                 log.warning(
                     "conversation %s is not fully summarized yet (queued utterances, or originals awaiting "
                     "a rewrite by the configured summarizer); retrying its fold in %.1f s",
-                    conversation_id, delay,
+                    conversation_id,
+                    delay,
                 )
                 self._schedule(conversation_id, now + delay)
             self._again.discard(conversation_id)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from chd.core.summaries.extractive import ExtractiveSummarizer
 from chd.core.summaries.late import LateCalls
@@ -24,7 +24,6 @@ from chd.core.summaries.summarizer import (
     SUMMARIZER_CHOICES,
     Late,
     Summarized,
-    SummarizerError,
     Summarizer,
     SummaryContext,
     summarize_with,
@@ -91,7 +90,9 @@ class SummaryWriter:
         self.cooldown = cooldown
         self.late_after = late_after
         # Only where a fallback exists: without one a caller has nothing to answer with meanwhile.
-        self.late: LateCalls | None = LateCalls() if late_after is not None and fallback is not None else None
+        self.late: LateCalls | None = (
+            LateCalls() if late_after is not None and fallback is not None else None
+        )
         self._sleep = sleep
         self._clock = clock
         self._failed: tuple[float, str] | None = None  # when the primary last gave up, and why
@@ -117,7 +118,9 @@ class SummaryWriter:
         For rewriting offline segments from their originals: an offline
         result would add nothing, so a failure leaves them for later.
         """
-        return self._primary(previous, utterances, token_limit, context, self.attempts, "rewrite by").written
+        return self._primary(
+            previous, utterances, token_limit, context, self.attempts, "rewrite by"
+        ).written
 
     def write(
         self,
@@ -148,7 +151,9 @@ class SummaryWriter:
             if not patient and self._failed and self._clock() - self._failed[0] < self.cooldown:
                 age = self._clock() - self._failed[0]
                 return self._fall_back(
-                    previous, utterances, token_limit,
+                    previous,
+                    utterances,
+                    token_limit,
                     f"{self.name} failed {age:.0f} s ago ({self._failed[1]}); not retried while a caller waits",
                     context,
                 )
@@ -158,23 +163,36 @@ class SummaryWriter:
             patience = self.late_after if wait is None else max(0.0, min(self.late_after, wait))
             late = (late_key, patience, patient)
         outcome = self._primary(
-            previous, utterances, token_limit, context, tries, "summarizer", reraise=self.fallback is None,
+            previous,
+            utterances,
+            token_limit,
+            context,
+            tries,
+            "summarizer",
+            reraise=self.fallback is None,
             late=late,
         )
         if outcome.written is not None:
             return outcome.written
         if outcome.late is not None:
-            log.warning("summarizer %s is slow (%s); %s folds this batch meanwhile",
-                        self.name, outcome.error, summarizer_name(self.fallback))
+            log.warning(
+                "summarizer %s is slow (%s); %s folds this batch meanwhile",
+                self.name,
+                outcome.error,
+                summarizer_name(self.fallback),
+            )
             written = self._fall_back(previous, utterances, token_limit, outcome.error, context)
             return Summarized(written.text, written.made_by, written.error, outcome.late)
         if outcome.busy:
             return self._fall_back(previous, utterances, token_limit, outcome.error, context)
         log.warning(
-            "summarizer %s gave up; %s folds this batch instead", self.name,
+            "summarizer %s gave up; %s folds this batch instead",
+            self.name,
             summarizer_name(self.fallback),
         )
-        return self._fall_back(previous, utterances, token_limit, f"{self.name} failed: {outcome.error}", context)
+        return self._fall_back(
+            previous, utterances, token_limit, f"{self.name} failed: {outcome.error}", context
+        )
 
     def _primary(
         self,
@@ -210,12 +228,20 @@ class SummaryWriter:
             except _Overdue as overdue:
                 # Slow is not failed: no cooldown, so the next reader joins this call (late.py).
                 error = f"{self.name} did not answer within {overdue.waited:g} s; its reply replaces this text if it comes"
-                return _Outcome(None, error, Late(overdue.future, frozenset(u.seq for u in utterances), token_limit))
-            except Exception as exc:  # a summarizer's bug must not lose the batch nor end the worker
+                return _Outcome(
+                    None,
+                    error,
+                    Late(overdue.future, frozenset(u.seq for u in utterances), token_limit),
+                )
+            except (
+                Exception
+            ) as exc:  # a summarizer's bug must not lose the batch nor end the worker
                 if reraise:
                     raise
                 error = _describe(exc)
-                log.warning("%s %s failed (try %d of %d): %s", what, self.name, attempt, tries, error)
+                log.warning(
+                    "%s %s failed (try %d of %d): %s", what, self.name, attempt, tries, error
+                )
                 if not getattr(exc, "retryable", True) or attempt == tries:
                     break
                 self._sleep(self.backoff * 2 ** (attempt - 1))
@@ -236,7 +262,9 @@ class SummaryWriter:
         assert self.late is not None
         request = (key, previous, tuple((u.seq, u.text) for u in utterances), token_limit)
         future = self.late.start(
-            key, request, lambda: summarize_with(self.primary, previous, utterances, token_limit, context)
+            key,
+            request,
+            lambda: summarize_with(self.primary, previous, utterances, token_limit, context),
         )
         if future is None:
             if not patient:
@@ -244,7 +272,9 @@ class SummaryWriter:
                     f"{self.late.in_flight} {self.name} calls are still running late; "
                     "no other is started while a caller waits"
                 )
-            return summarize_with(self.primary, previous, utterances, token_limit, context)  # as before: waited to its end
+            return summarize_with(
+                self.primary, previous, utterances, token_limit, context
+            )  # as before: waited to its end
         try:
             return future.result(timeout=patience)
         except FutureTimeout:
@@ -301,7 +331,9 @@ def build_writer(
             max_retries).
     """
     if choice not in SUMMARIZER_CHOICES:
-        raise ValueError(f"summarizer must be one of {', '.join(SUMMARIZER_CHOICES)}, got {choice!r}")
+        raise ValueError(
+            f"summarizer must be one of {', '.join(SUMMARIZER_CHOICES)}, got {choice!r}"
+        )
     offline = ExtractiveSummarizer(counter)
     env = os.environ if environ is None else environ
     if choice == "offline" or (choice == "auto" and not env.get("ANTHROPIC_API_KEY", "").strip()):
@@ -310,7 +342,9 @@ def build_writer(
 
             # One try: a child that failed is replaced on the next batch, and
             # the fallback is the very same summarizer, so waiting buys nothing.
-            return SummaryWriter(ProcessSummarizer(local=offline, counter=counter), counter, offline, attempts=1)
+            return SummaryWriter(
+                ProcessSummarizer(local=offline, counter=counter), counter, offline, attempts=1
+            )
         return SummaryWriter(offline, counter)
     # Imported here: the SDK takes a while to import and offline daemons never need it.
     from chd.core.summaries.claude import ClaudeConfig, ClaudeSummarizer
@@ -319,7 +353,11 @@ def build_writer(
     if config is None:
         raise ValueError("the claude summarizer needs ANTHROPIC_API_KEY in the environment")
     return SummaryWriter(
-        ClaudeSummarizer(config, counter), counter, offline, attempts=attempts, backoff=backoff,
+        ClaudeSummarizer(config, counter),
+        counter,
+        offline,
+        attempts=attempts,
+        backoff=backoff,
         late_after=late_after,
     )
 

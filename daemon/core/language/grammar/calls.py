@@ -41,7 +41,8 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r"}
 # escape. Possessive: the engine never gives back what it took, so no input
 # makes it backtrack.
 _BODIES = {
-    closing: re.compile(r"(?:[^\\" + re.escape(closing) + r"]++|\\.)*+", re.DOTALL) for closing in _QUOTES.values()
+    closing: re.compile(r"(?:[^\\" + re.escape(closing) + r"]++|\\.)*+", re.DOTALL)
+    for closing in _QUOTES.values()
 }
 _ESCAPED = re.compile(r"\\(.)", re.DOTALL)
 
@@ -160,7 +161,13 @@ _JSON_OPERATION = {
     "remove": "remove", "delete": "remove", "summarize": "summarize", "summarise": "summarize",
     "configure": "configure", "set": "configure", "mark": "mark", "stats": "stats",
 }  # fmt: skip
-_JSON_KEYS = {"role": "speaker", "author": "speaker", "sender": "speaker", "content": "text", "utterance": "text"}
+_JSON_KEYS = {
+    "role": "speaker",
+    "author": "speaker",
+    "sender": "speaker",
+    "content": "text",
+    "utterance": "text",
+}
 _JSON_VERB = re.compile(
     r"^\s*(?P<verb>[A-Za-z_]+)(?:\s*(?:the|following|this|new|an?|utterances?|messages?|conversation|history|[.:]))"
     r"{0,5}\s*(?=\{)",
@@ -188,21 +195,36 @@ def read_json(text: str) -> tuple[str, dict[str, Any]] | None:
     if not isinstance(body, dict):
         return None
     named = next((k for k in ("op", "operation", "action", "intent", "command") if k in body), None)
-    word = str(body.pop(named)) if named is not None else (verb.group("verb") if verb is not None else "")
+    word = (
+        str(body.pop(named))
+        if named is not None
+        else (verb.group("verb") if verb is not None else "")
+    )
     if named is not None and verb is not None:
         return None  # a verb and an op: which one is meant is a guess
     operation = _JSON_OPERATION.get(word.lower())
     if operation is None:
         return None
     keywords = [(_JSON_KEYS.get(key.lower(), key), value) for key, value in body.items()]
-    if operation == "store" and named is None and (":" in query[:start] or "text" not in {k for k, _ in keywords}):
+    if (
+        operation == "store"
+        and named is None
+        and (":" in query[:start] or "text" not in {k for k, _ in keywords})
+    ):
         # "Add: {"a": 1}" stores that JSON as the utterance; fields only when
         # the object names the text and no colon made it the payload.
         return None
     if operation != "store":
         # {"turn": 3} is that turn, as turn=3 is in the developer syntax.
-        keywords = [pair for key, value in keywords for pair in (
-            [("turn_from", value), ("turn_to", value)] if key.lower() == "turn" else [(key, value)])]
+        keywords = [
+            pair
+            for key, value in keywords
+            for pair in (
+                [("turn_from", value), ("turn_to", value)]
+                if key.lower() == "turn"
+                else [(key, value)]
+            )
+        ]
     try:
         return operation, _fields(CALL_NAMES[operation], [], keywords)
     except InvalidRequest:
@@ -241,7 +263,9 @@ def read_call(text: str) -> tuple[str, dict[str, Any]] | None:
     return call.operation, _fields(call, positional, keywords)
 
 
-def _fields(call: CallForm, positional: list[Any], keywords: list[tuple[str, Any]]) -> dict[str, Any]:
+def _fields(
+    call: CallForm, positional: list[Any], keywords: list[tuple[str, Any]]
+) -> dict[str, Any]:
     fields: dict[str, Any] = dict(call.fixed)
     names = list(call.positional)
     rest = names[-1][1:] if names and names[-1].startswith("*") else None
@@ -256,7 +280,12 @@ def _fields(call: CallForm, positional: list[Any], keywords: list[tuple[str, Any
         _put(call, fields, name, value)
     if rest is not None and len(positional) > len(names):
         extra = positional[len(names) :]
-        _put(call, fields, rest, extra[0] if len(extra) == 1 and isinstance(extra[0], list) else extra)
+        _put(
+            call,
+            fields,
+            rest,
+            extra[0] if len(extra) == 1 and isinstance(extra[0], list) else extra,
+        )
     accepted = set(field_sources(call.operation))
     for key, value in keywords:
         name = key.lower()

@@ -17,16 +17,28 @@ __all__ = ["read_configure"]
 
 # Most specific first: "summary token limit" also contains "token limit".
 _NAMES: tuple[tuple[str, str], ...] = (
-    ("summary_token_limit", r"summary[\s_-]*(?:token[\s_-]*)?(?:limit|budget|cap|max(?:imum)?)"
-     r"|max(?:imum)?[\s_-]*summary[\s_-]*(?:tokens?|size|length)|summary[\s_-]*tokens"),
-    ("max_tokens", r"max(?:imum)?[\s_-]*tokens|(?:buffer(?:'s)?\s+)?token[\s_-]*(?:budget|limit|cap)"
-     r"|tokens?\s+(?:budget|cap)|context\s+budget|budget"),
-    ("buffer_size", r"buffer[\s_-]*(?:size|length|capacity|limit)|(?:max(?:imum)?|number\s+of)\s+"
-     r"(?:utterances|messages)(?:\s+(?:kept|in\s+the\s+buffer))?|(?:utterance|message)\s+(?:limit|cap)"),
+    (
+        "summary_token_limit",
+        r"summary[\s_-]*(?:token[\s_-]*)?(?:limit|budget|cap|max(?:imum)?)"
+        r"|max(?:imum)?[\s_-]*summary[\s_-]*(?:tokens?|size|length)|summary[\s_-]*tokens",
+    ),
+    (
+        "max_tokens",
+        r"max(?:imum)?[\s_-]*tokens|(?:buffer(?:'s)?\s+)?token[\s_-]*(?:budget|limit|cap)"
+        r"|tokens?\s+(?:budget|cap)|context\s+budget|budget",
+    ),
+    (
+        "buffer_size",
+        r"buffer[\s_-]*(?:size|length|capacity|limit)|(?:max(?:imum)?|number\s+of)\s+"
+        r"(?:utterances|messages)(?:\s+(?:kept|in\s+the\s+buffer))?|(?:utterance|message)\s+(?:limit|cap)",
+    ),
     ("eviction_policy", r"eviction[\s_-]*(?:policy|strategy|mode|order|rule)|eviction|policy"),
 )
 # Only with a value: "limit the buffer to 50 utterances", "cap the summary at 200 tokens".
-_VALUE_ONLY_NAMES = (("buffer", r"(?:rolling\s+)?buffer"), ("summary_token_limit", r"summary(?:\s+(?:size|length))?"))
+_VALUE_ONLY_NAMES = (
+    ("buffer", r"(?:rolling\s+)?buffer"),
+    ("summary_token_limit", r"summary(?:\s+(?:size|length))?"),
+)
 
 # Between a name and its value, at most a few linking words, in any order
 # (issue 25, non-native and hurried: "Max tokens of buffer put to 4000",
@@ -41,7 +53,9 @@ _NUMBER_VALUE = (
     r"(?:\s*(?P<unit>tokens?|utterances?|messages?|items?|entries))?\b"
 )
 _POLICY = r"(?P<p>fifo|first[\s-]in,?[\s-]first[\s-]out|oldest[\s-]first|importance(?:[\s-]based)?|by\s+importance|important[\s-](?:ones\s+)?last)"
-_POLICY_VALUE = rf"(?:{_LINK}|\s*[=:])?\s*(?:the\s+)?{_POLICY}(?:\s+(?:policy|eviction|mode|strategy))*\b"
+_POLICY_VALUE = (
+    rf"(?:{_LINK}|\s*[=:])?\s*(?:the\s+)?{_POLICY}(?:\s+(?:policy|eviction|mode|strategy))*\b"
+)
 _POLICY_PHRASES = (
     rf"\b(?:use|switch\s+to|enable|turn\s+on|choose|pick|select|apply|adopt)\s+(?:the\s+|an?\s+)?{_POLICY}"
     r"(?:\s+(?:eviction|policy|mode|strategy))*\b",
@@ -55,7 +69,9 @@ _READ_VERB = (
     r"^(?:what(?:'s|\s+is|\s+are|\s+was)?|which|show|get|display|list|tell\s+me|read|check|print|view"
     r"|see|give\s+me|report|current)\b"
 )
-_SETTINGS_NOUN = r"\b(?:settings|configuration|config|limits|options|parameters|budgets|overrides|setup)\b"
+_SETTINGS_NOUN = (
+    r"\b(?:settings|configuration|config|limits|options|parameters|budgets|overrides|setup)\b"
+)
 _RESET = (
     r"^(?:reset|restore|revert|clear|drop|remove|undo)\s+(?:all\s+)?(?:the\s+|my\s+|this\s+conversation's\s+|its\s+)?"
     r"(?:settings|configuration|config|limits|overrides|budget\s+overrides)"
@@ -88,13 +104,17 @@ def read_configure(text: str) -> Reading | None:
             fields["eviction_policy"] = _policy(m.group("p"))
     named = False
     for name, alias in _NAMES:
-        pattern = rf"\b(?:the\s+)?(?:{alias})\b" + (_POLICY_VALUE if name == "eviction_policy" else _NUMBER_VALUE)
+        pattern = rf"\b(?:the\s+)?(?:{alias})\b" + (
+            _POLICY_VALUE if name == "eviction_policy" else _NUMBER_VALUE
+        )
         # A name set more than twice leaves the rest unexplained (and refused)
         # instead of searching the whole query once per repetition.
         for _ in range(_MAX_REPEATS):
             if (m := q.take(pattern)) is None:
                 break
-            fields[name] = _policy(m.group("p")) if name == "eviction_policy" else parse_number(m.group("v"))
+            fields[name] = (
+                _policy(m.group("p")) if name == "eviction_policy" else parse_number(m.group("v"))
+            )
             if name == "buffer_size" and (m.group("unit") or "").lower().startswith("token"):
                 fields["max_tokens"] = fields.pop("buffer_size")
             named = True

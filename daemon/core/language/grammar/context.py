@@ -15,7 +15,9 @@ from chd.core.language.numbers import NUM, parse_number
 __all__ = ["read_context"]
 
 _POLITE = r"^\s*(?:please\s+|can\s+you\s+|could\s+you\s+)?"
-_VERB = r"(?:get|show|give(?:\s+me)?|fetch|build|return|list|find|search|what(?:'s|\s+is))\s+(?:me\s+)?"
+_VERB = (
+    r"(?:get|show|give(?:\s+me)?|fetch|build|return|list|find|search|what(?:'s|\s+is))\s+(?:me\s+)?"
+)
 _CONTEXT = re.compile(
     _POLITE + _VERB + r"(?:the\s+)?(?:conversation(?:'s)?\s+|prompt\s+|current\s+)?context"
     rf"(?:\s+(?:within|in|under|of|for|up\s+to|at\s+most|below|with)\s+(?:at\s+most\s+)?(?P<n>{NUM})\s+tokens?)?"
@@ -23,7 +25,9 @@ _CONTEXT = re.compile(
     re.IGNORECASE,
 )
 _ARCHIVED = re.compile(
-    _POLITE + _VERB + r"(?:all\s+|the\s+)*(?:archived\s+(?:utterances|messages)|(?:utterances|messages)\s+(?:from|in)\s+the\s+archive)"
+    _POLITE
+    + _VERB
+    + r"(?:all\s+|the\s+)*(?:archived\s+(?:utterances|messages)|(?:utterances|messages)\s+(?:from|in)\s+the\s+archive)"
     r"(?:\s+about\s+(?P<topic>.+))?$",
     re.IGNORECASE | re.DOTALL,
 )

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
 
 __all__ = [
     "LEXICON",
@@ -51,8 +51,20 @@ __all__ = [
 
 LEXICON = tomllib.loads(Path(__file__).with_name("lexicon.toml").read_text(encoding="utf-8"))
 
-_REWRITE_SECTIONS = ("spelling", "remove", "retrieve", "summarize", "mark", "configure", "speakers", "nouns", "phrases")
-_ALL_REWRITES: dict[str, str] = {k.lower(): v for s in _REWRITE_SECTIONS for k, v in LEXICON[s].items()}
+_REWRITE_SECTIONS = (
+    "spelling",
+    "remove",
+    "retrieve",
+    "summarize",
+    "mark",
+    "configure",
+    "speakers",
+    "nouns",
+    "phrases",
+)
+_ALL_REWRITES: dict[str, str] = {
+    k.lower(): v for s in _REWRITE_SECTIONS for k, v in LEXICON[s].items()
+}
 # One word -> its replacement; several words -> theirs (matched whole, case aside).
 WORDS: dict[str, str] = {k: v for k, v in _ALL_REWRITES.items() if " " not in k}
 PHRASES: dict[str, str] = {k: v for k, v in _ALL_REWRITES.items() if " " in k}
@@ -64,7 +76,12 @@ def _forms(verb: str) -> set[str]:
     """A verb's inflected forms, spelled by rule (remove: removes, removed, removing)."""
     stem = verb[:-1] if verb.endswith("e") else verb
     forms = {verb, verb + "s", verb + "es", verb + "d", verb + "ed", stem + "ing", stem + "ed"}
-    if len(verb) > 2 and verb[-1] not in "aeiouwxy" and verb[-2] in "aeiou" and verb[-3] not in "aeiou":
+    if (
+        len(verb) > 2
+        and verb[-1] not in "aeiouwxy"
+        and verb[-2] in "aeiou"
+        and verb[-3] not in "aeiou"
+    ):
         forms |= {verb + verb[-1] + "ed", verb + verb[-1] + "ing"}  # drop: dropped, dropping
     return forms
 
@@ -169,14 +186,20 @@ class Normalizer:
         for m in _WORD.finditer(text):
             out.append(text[position : m.start()])
             out.append(self.word(m.group(0), first))
-            first = text[m.end() : m.end() + 1] in (".", "!", "?", ":", ";") if m.end() < len(text) else False
+            first = (
+                text[m.end() : m.end() + 1] in (".", "!", "?", ":", ";")
+                if m.end() < len(text)
+                else False
+            )
             position = m.end()
         out.append(text[position:])
         return "".join(out)
 
 
 _PHRASES_RE = re.compile(
-    r"\b(?:" + "|".join(re.escape(p).replace(r"\ ", r"\s+") for p in sorted(PHRASES, key=len, reverse=True)) + r")\b",
+    r"\b(?:"
+    + "|".join(re.escape(p).replace(r"\ ", r"\s+") for p in sorted(PHRASES, key=len, reverse=True))
+    + r")\b",
     re.IGNORECASE,
 )
 
@@ -198,18 +221,30 @@ _SYNTAX: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (rf"{_Q}\b(?:turns?|turn_number)\b{_Q}\s*>\s*{_Q}(\d+){_Q}", r" after turn \1 "),
         (rf"{_Q}\b(?:turns?|turn_number)\b{_Q}\s*<=\s*{_Q}(\d+){_Q}", r" up to turn \1 "),
         (rf"{_Q}\b(?:turns?|turn_number)\b{_Q}\s*<\s*{_Q}(\d+){_Q}", r" before turn \1 "),
-        (rf"{_Q}\b(?:turns?|turn_number)\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+)\s*(?:-|\.\.\.?|to)\s*(\d+){_Q}", r" turns \1 to \2 "),
+        (
+            rf"{_Q}\b(?:turns?|turn_number)\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+)\s*(?:-|\.\.\.?|to)\s*(\d+){_Q}",
+            r" turns \1 to \2 ",
+        ),
         (rf"{_Q}\b(?:turns?|turn_number)\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+){_Q}", r" turn \1 "),
-        (rf"{_Q}\b(?:seqs?|ids?)\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+)\s*(?:-|\.\.\.?)\s*(\d+){_Q}", r" utterances \1 to \2 "),
+        (
+            rf"{_Q}\b(?:seqs?|ids?)\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+)\s*(?:-|\.\.\.?)\s*(\d+){_Q}",
+            r" utterances \1 to \2 ",
+        ),
         (rf"{_Q}\b(?:seqs?|ids?)\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+){_Q}", r" utterance \1 "),
         (r"\b(?:seqs?|ids?)\s+in\s*[(\[]\s*(\d+(?:\s*,\s*\d+)*)\s*[)\]]", r" utterances \1 "),
-        (rf"{_Q}\b(?:speaker|role|from|by|who)\b{_Q}\s*(?:==?|:)\s*{_Q}({_SPEAKER_NAMES}){_Q}", r" from the \1 "),
+        (
+            rf"{_Q}\b(?:speaker|role|from|by|who)\b{_Q}\s*(?:==?|:)\s*{_Q}({_SPEAKER_NAMES}){_Q}",
+            r" from the \1 ",
+        ),
         (rf"{_Q}\blast_n\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+){_Q}", r" last \1 "),
         (rf"{_Q}\bfirst_n\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+){_Q}", r" first \1 "),
         (r"(?<![\w.])(\d+)\s*\.\.\.?\s*(\d+)\b", r"\1 to \2"),
         (r"(?<!\w)-n\s*(\d+)\b", r" \1 "),
         (r"(?<!\w)--(oldest|newest|first|last|speaker|turn)\b", r" \1 "),
-        (r"^\s*select\s+(?:\*|text|all)\s+from\s+(?=utterances|messages|history|conversation)", " get "),
+        (
+            r"^\s*select\s+(?:\*|text|all)\s+from\s+(?=utterances|messages|history|conversation)",
+            " get ",
+        ),
         (r"^\s*delete\s+from\s+(?=utterances|messages|history|conversation)", " delete "),
         (r"\bwhere\s+(?=(?:from|turns?|utterances?|after|before|up)\b)", " "),
         (r"\s\*\s", " "),
@@ -247,19 +282,32 @@ def operation_label(text: str) -> str:
     rest = text[m.end() :]
     if verb not in ("store", "add", "save"):
         rest = _PART_LABEL.sub(" ", rest)
-        rest = _IMPORTANT_FLAG.sub(lambda f: " as important" if f.group(1).lower() in ("true", "yes", "1") else " as not important", rest)
+        rest = _IMPORTANT_FLAG.sub(
+            lambda f: (
+                " as important"
+                if f.group(1).lower() in ("true", "yes", "1")
+                else " as not important"
+            ),
+            rest,
+        )
     if verb == "summarize":
         rest = _SUMMARY_LIMIT.sub(r" in \1 tokens", rest)
     return f"{verb} {rest}".strip()
 
 
 _IMPORTANT_FLAG = re.compile(r"\s*\bimportant\s*[:=]\s*(true|false|yes|no|1|0)\b", re.IGNORECASE)
-_SUMMARY_LIMIT = re.compile(r"\b(?:token_limit|max_tokens|tokens|limit)\s*[:=]\s*(\d+)\b", re.IGNORECASE)
+_SUMMARY_LIMIT = re.compile(
+    r"\b(?:token_limit|max_tokens|tokens|limit)\s*[:=]\s*(\d+)\b", re.IGNORECASE
+)
 
 
 def developer_syntax(text: str) -> str:
     """``turn>=3`` -> "from turn 3 on", ``seq=7`` -> "utterance 7", ``2..5`` -> "2 to 5", ``tail -n 2`` -> "tail 2"."""
-    if not any(c in text for c in "=<>{-.*") and "select" not in text.lower() and " in " not in text.lower():
+    if (
+        not any(c in text for c in "=<>{-.*")
+        and "select" not in text.lower()
+        and " in " not in text.lower()
+    ):
         return text
     for pattern, replacement in _SYNTAX:
         text = pattern.sub(replacement, text)
@@ -275,7 +323,8 @@ _MODAL = (
     r"\s+(?:now\s+|safely\s+|just\s+|also\s+|all\s+)?(?:be|get)|(?:is|are)(?:\s+now)?(?:\s+to\s+be)?|needs?\s+to\s+be)"
 )
 _PASSIVE = re.compile(
-    rf"^(?P<obj>[^\"\u201c]{{1,300}}?)\s+{_MODAL}\s+(?P<v>[a-z]+)(?P<rest>\b.*)$", re.IGNORECASE | re.DOTALL
+    rf"^(?P<obj>[^\"\u201c]{{1,300}}?)\s+{_MODAL}\s+(?P<v>[a-z]+)(?P<rest>\b.*)$",
+    re.IGNORECASE | re.DOTALL,
 )
 _GONE = re.compile(
     r"^(?P<obj>[^\"\u201c]{1,300}?)\s+(?:(?:can|could|should|must|may)(?:\s+now|\s+safely|\s+just|\s+all)?\s+go"
@@ -303,7 +352,7 @@ _LATE_REMOVE = re.compile(
 
 
 def removal_idiom(text: str) -> str | None:
-    """"<what> can be deleted" / "<what> should go" / "<what>, remove it" as "delete <what>", or None."""
+    """ "<what> can be deleted" / "<what> should go" / "<what>, remove it" as "delete <what>", or None."""
     head = text[:400]
     if (m := _PASSIVE.match(head)) and WRITE_FORMS.get(m.group("v").lower()) == "remove":
         obj, rest = m.group("obj"), m.group("rest") + text[400:]
@@ -319,12 +368,19 @@ def removal_idiom(text: str) -> str | None:
 
 # The lexicon's write idioms of several words ("do away with", "get rid of").
 _WRITE_PHRASES = re.compile(
-    r"\b(?:" + "|".join(
-        re.escape(p).replace(r"\ ", r"\s+") for section in ("remove", "mark", "configure") for p in LEXICON[section] if " " in p
-    ) + r")\b",
+    r"\b(?:"
+    + "|".join(
+        re.escape(p).replace(r"\ ", r"\s+")
+        for section in ("remove", "mark", "configure")
+        for p in LEXICON[section]
+        if " " in p
+    )
+    + r")\b",
     re.IGNORECASE,
 )
-_PHRASE_OPERATION = {p: section for section in ("remove", "mark", "configure") for p in LEXICON[section] if " " in p}
+_PHRASE_OPERATION = {
+    p: section for section in ("remove", "mark", "configure") for p in LEXICON[section] if " " in p
+}
 
 
 # Saying a thing is unwanted asks for its removal, wherever it stands (issue
@@ -366,7 +422,11 @@ def write_operations(text: str) -> set[str]:
         found.add(_PHRASE_OPERATION[" ".join(m.group(0).lower().split())])
     if _SETTING_CHANGE.search(text):
         found.add("configure")
-    if "remove" not in found and ("go" in words or "longer" in words or "needed" in words) and removal_idiom(text):
+    if (
+        "remove" not in found
+        and ("go" in words or "longer" in words or "needed" in words)
+        and removal_idiom(text)
+    ):
         found.add("remove")
     return found
 
@@ -392,6 +452,8 @@ def vocabulary_of(modules: Iterable[object]) -> frozenset[str]:
                 value = value.pattern
             if isinstance(value, str):
                 found.update(re.findall(r"[a-z]{2,}", _ESCAPES.sub(" ", value).lower()))
-            elif isinstance(value, (frozenset, set, tuple, dict)) and all(isinstance(v, str) for v in value):
+            elif isinstance(value, (frozenset, set, tuple, dict)) and all(
+                isinstance(v, str) for v in value
+            ):
                 found.update(w.lower() for v in value for w in str(v).split() if w.isalpha())
     return frozenset(found)

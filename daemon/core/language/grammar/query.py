@@ -16,7 +16,7 @@ from every position.
 from __future__ import annotations
 
 import re
-from typing import Pattern
+from re import Pattern
 
 from chd.core.language.grammar.vocab import FILLERS, FLAGS
 
@@ -96,13 +96,17 @@ class Query:
         self.total_words = max(len(_WORD.findall(self.text)), 1)
 
     def search(self, pattern: Pattern[str] | str) -> re.Match[str] | None:
-        return re.search(pattern, self.text, FLAGS) if isinstance(pattern, str) else pattern.search(self.text)
+        return (
+            re.search(pattern, self.text, FLAGS)
+            if isinstance(pattern, str)
+            else pattern.search(self.text)
+        )
 
     def take(self, pattern: Pattern[str] | str) -> re.Match[str] | None:
         """Find ``pattern`` and cut it out of the text (it is understood)."""
         match = self.search(pattern)
         if match is not None:
-            self.text = f"{self.text[: match.start()]} {self.text[match.end():]}"
+            self.text = f"{self.text[: match.start()]} {self.text[match.end() :]}"
         return match
 
     def restore(self, fragment: str) -> str:

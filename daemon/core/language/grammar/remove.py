@@ -40,7 +40,9 @@ _VERB = (
 # "reset" could as well mean the settings, so it needs "the conversation".
 _WIPE_VERBS = {"clear", "wipe", "purge"}
 _ALL = r"\b(?:all|everything|every|entire|whole|complete)\b"
-_WORDS = frozenset("everything all every entire whole complete out away whatever came come happened".split())
+_WORDS = frozenset(
+    "everything all every entire whole complete out away whatever came come happened".split()
+)
 # "every turn before turn 3": the turns named by the turn filter itself.
 _TURN_NOUN = re.compile(r"\b(?:every|each|all(?:\s+the)?|any|the)\s+turns?\b|\bturns?\b", FLAGS)
 _HOW = (
@@ -100,16 +102,19 @@ def read_remove(text: str) -> Reading | None:
         if not everything and count is None and not seqs and _singular(nouns):
             fields["at_most"] = 1
         return reading
-    if everything or (
-        verb.group("v").lower() in _WIPE_VERBS or re.search(rf"\b{CONVERSATION}\b", q.text, FLAGS)
-    ) and not nouns:
+    if (
+        everything
+        or (
+            verb.group("v").lower() in _WIPE_VERBS
+            or re.search(rf"\b{CONVERSATION}\b", q.text, FLAGS)
+        )
+        and not nouns
+    ):
         fields["all"] = True
         return reading
     if len(reading.unexplained) == 1 and reading.unexplained[0].isdigit():
         n = reading.unexplained[0]
-        reading.refusal = (
-            f"'{n}' could be a count or a seq: say 'the oldest {n}', 'the newest {n}' or 'utterance {n}'"
-        )
+        reading.refusal = f"'{n}' could be a count or a seq: say 'the oldest {n}', 'the newest {n}' or 'utterance {n}'"
     elif not reading.unexplained:
         reading.refusal = f"the query does not say which utterances to remove; {_HOW}"
     return reading
@@ -117,9 +122,7 @@ def read_remove(text: str) -> Reading | None:
 
 def _read_count(reading: Reading, count: Count) -> None:
     if count.kind == "bare":
-        reading.refusal = (
-            f"'{count.n}' utterances from which end? say 'the oldest {count.n}' or 'the newest {count.n}'"
-        )
+        reading.refusal = f"'{count.n}' utterances from which end? say 'the oldest {count.n}' or 'the newest {count.n}'"
     elif count.kind == "top" or count.window:
         reading.refusal = f"that count is not understood for a remove; {_HOW}"
     elif count.n is None and count.plural:

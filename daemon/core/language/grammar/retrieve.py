@@ -59,7 +59,9 @@ _CHRONOLOGICAL = re.compile(
     r"|in\s+(?:the\s+)?order\s+(?:they\s+were\s+|it\s+was\s+)?(?:said|written|sent|stored|added))\b",
     FLAGS,
 )
-_LEADING_FILLER = re.compile(r"^(?:\s*\b(?:me|all|the|any|every|of|for|in|this|these|those)\b)+", FLAGS)
+_LEADING_FILLER = re.compile(
+    r"^(?:\s*\b(?:me|all|the|any|every|of|for|in|this|these|those)\b)+", FLAGS
+)
 
 
 def _count_fields(count: Count, topic: bool) -> dict[str, Any]:
@@ -75,7 +77,9 @@ def _count_fields(count: Count, topic: bool) -> dict[str, Any]:
     return {"limit": n} if topic and not count.window else {"last_n": n}
 
 
-_RELATION = re.compile(r"\b(?:before|after|earlier\s+than|previous\s+to)\s+(?:the|a|an|that|this|my|its|\d)", FLAGS)
+_RELATION = re.compile(
+    r"\b(?:before|after|earlier\s+than|previous\s+to)\s+(?:the|a|an|that|this|my|its|\d)", FLAGS
+)
 _RELATION_WORD = re.compile(r"\b(?:before|after)\b", FLAGS)
 _FIRST_WORD = re.compile(r"[\w']+", re.UNICODE)
 # Words that would be a filter if understood: a read that leaves one of
@@ -123,7 +127,9 @@ def read_retrieve(text: str) -> Reading | None:
     if count is not None:
         fields.update(_count_fields(count, topic is not None))
     if summary is not None:
-        alone = not fields and (without is not None or (not NOUNS_RE.search(q.text) and not summary.group("with")))
+        alone = not fields and (
+            without is not None or (not NOUNS_RE.search(q.text) and not summary.group("with"))
+        )
         fields["summary_only" if alone else "include_summary"] = True
     if verb is None and not fields:
         return None

@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from chd.core.errors import InvalidRequest
 from chd.core.language.grammar.query import Query
 from chd.core.language.grammar.vocab import FLAGS, NOUN, SINGULAR, SPEAKER, speaker_of
-from chd.core.language.numbers import NUM, NUM_TOKEN, ORDINAL, digits_value, parse_number, parse_ordinal
+from chd.core.language.numbers import (
+    NUM,
+    NUM_TOKEN,
+    ORDINAL,
+    digits_value,
+    parse_number,
+    parse_ordinal,
+)
 
 __all__ = [
     "TurnSpan",
@@ -72,10 +79,16 @@ _ANY_SPEAKER = re.compile(rf"\b{SPEAKER}\b", FLAGS)
 _COUNTED = rf"(?:(?:last|latest|newest|oldest|first|earliest|most\s+recent|recent|previous|{NUM_TOKEN})\s+){{0,4}}"
 _PERSON = (
     ("user", rf"\bmy\s+(?:own\s+)?{_COUNTED}(?:{NOUN}|msgs?)\b"),
-    ("user", rf"\b(?:what\s+|everything\s+|anything\s+|all\s+)?i\s+(?:(?:have|had|just|ever|already)\s+){{0,2}}"
-             rf"(?:said|say|wrote|write|asked|ask|typed|sent|mentioned|told\s+you)\b"),
+    (
+        "user",
+        r"\b(?:what\s+|everything\s+|anything\s+|all\s+)?i\s+(?:(?:have|had|just|ever|already)\s+){0,2}"
+        r"(?:said|say|wrote|write|asked|ask|typed|sent|mentioned|told\s+you)\b",
+    ),
     ("assistant", rf"\byour\s+(?:own\s+)?{_COUNTED}(?:{NOUN}|msgs?)\b"),
-    ("assistant", r"\b(?:did\s+you\s+(?:say|write|answer|reply|tell\s+me)|you\s+(?:said|wrote|answered|replied|told\s+me))\b"),
+    (
+        "assistant",
+        r"\b(?:did\s+you\s+(?:say|write|answer|reply|tell\s+me)|you\s+(?:said|wrote|answered|replied|told\s+me))\b",
+    ),
 )
 _ANY_PERSON = re.compile(r"\b(?:my|i|your|you)\b", FLAGS)
 
@@ -117,7 +130,14 @@ class TurnSpan:
     def given(self) -> bool:
         return any(
             v is not None
-            for v in (self.turn_from, self.turn_to, self.before, self.after, self.last_turns, self.first_turns)
+            for v in (
+                self.turn_from,
+                self.turn_to,
+                self.before,
+                self.after,
+                self.last_turns,
+                self.first_turns,
+            )
         )
 
     def inclusive(self) -> tuple[int | None, int | None]:
@@ -165,7 +185,7 @@ _TURN_LAST = (
 _TURN_FIRST = (
     rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:first|earliest|oldest|opening|initial)\s+(?P<n>{NUM})\s+{_TURNS}",
     rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?P<n>{NUM})\s+(?:first|earliest|oldest)\s+{_TURNS}",
-    rf"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:earliest|oldest)\s+turn\b",
+    r"\b(?:(?:in|from|during|of|over)\s+)?(?:the\s+)?(?:earliest|oldest)\s+turn\b",
 )
 _TURN_SINGLE = rf"\b(?:(?:in|from|during|of|for|at|on)\s+)?(?:just\s+|only\s+)?{_turn_ref('n')}\b"
 
@@ -180,7 +200,9 @@ def _first(q: Query, patterns: tuple[str, ...]) -> re.Match[str] | None:
 
 # "turns 3 and 4": two neighbouring turns are a range; "turns 3 and 5" is not
 # one, and stays unexplained (refused) rather than read as 3 to 5.
-_TURN_PAIR = re.compile(rf"\b(?:the\s+)?turns\s+(?P<a>{NUM})\s+(?:and|&)\s+(?:turn\s+)?(?P<b>{NUM})\b", FLAGS)
+_TURN_PAIR = re.compile(
+    rf"\b(?:the\s+)?turns\s+(?P<a>{NUM})\s+(?:and|&)\s+(?:turn\s+)?(?P<b>{NUM})\b", FLAGS
+)
 
 
 def take_turns(q: Query) -> TurnSpan:
@@ -189,10 +211,16 @@ def take_turns(q: Query) -> TurnSpan:
     if "turn" not in q.text.lower():
         return span
     if m := _first(q, _TURN_RANGE):
-        span.turn_from, span.turn_to = sorted((parse_number(m.group("a")), parse_number(m.group("b"))))
-    elif (m := q.search(_TURN_PAIR)) and abs(parse_number(m.group("a")) - parse_number(m.group("b"))) == 1:
+        span.turn_from, span.turn_to = sorted(
+            (parse_number(m.group("a")), parse_number(m.group("b")))
+        )
+    elif (m := q.search(_TURN_PAIR)) and abs(
+        parse_number(m.group("a")) - parse_number(m.group("b"))
+    ) == 1:
         q.take(_TURN_PAIR)
-        span.turn_from, span.turn_to = sorted((parse_number(m.group("a")), parse_number(m.group("b"))))
+        span.turn_from, span.turn_to = sorted(
+            (parse_number(m.group("a")), parse_number(m.group("b")))
+        )
     if m := q.take(_TURN_BEFORE):
         span.before = _turn_value(m, "n")
     if m := _first(q, _TURN_UPTO):
@@ -225,12 +253,26 @@ _TIME_OLDER = (
     rf"\b(?:which\s+are\s+|that\s+are\s+)?older\s+than\s+(?:an?\s+|one\s+)?(?:(?P<n>{NUM})\s*)?{_UNIT}(?:\s+ago)?\b",
     rf"\b(?:(?:from|sent|said|written)\s+)?(?:over|more\s+than|longer\s+than)\s+(?:an?\s+|one\s+)?(?:(?P<n>{NUM})\s*)?{_UNIT}\s+ago\b",
 )
-_MOMENT = r"(?P<t>\d{4}-\d{2}-\d{2}(?:[t ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?(?:z|[+-]\d{2}:?\d{2})?)"
+_MOMENT = (
+    r"(?P<t>\d{4}-\d{2}-\d{2}(?:[t ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?(?:z|[+-]\d{2}:?\d{2})?)"
+)
 _TIME_SINCE = rf"\b(?:since|after|from)\s+{_MOMENT}"
 _TIME_UNTIL = rf"\b(?:until|till|before|up\s+to)\s+{_MOMENT.replace('?P<t>', '?P<u>')}"
 # "in May 2023", "during May of 2023": the month, since its first day until the next's (UTC).
-_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
-           "october", "november", "december")
+_MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 _TIME_MONTH = (
     rf"\b(?:in|during|from)\s+(?P<m>{'|'.join(_MONTHS)}|{'|'.join(m[:3] for m in _MONTHS)})\.?"
     r"\s+(?:of\s+)?(?P<y>\d{4})\b"
@@ -259,8 +301,11 @@ def take_time(q: Query) -> dict[str, object]:
     if m := q.take(_TIME_MONTH):
         number = [n[:3] for n in _MONTHS].index(m.group("m").lower()[:3]) + 1
         year = int(m.group("y"))
-        first = datetime(year, number, 1, tzinfo=timezone.utc)
-        return {"since": first, "until": datetime(year + number // 12, number % 12 + 1, 1, tzinfo=timezone.utc)}
+        first = datetime(year, number, 1, tzinfo=UTC)
+        return {
+            "since": first,
+            "until": datetime(year + number // 12, number % 12 + 1, 1, tzinfo=UTC),
+        }
     found: dict[str, object] = {}
     if m := q.take(_TIME_SINCE):
         found["since"] = _moment(m.group("t"))
@@ -277,19 +322,26 @@ def _moment(written: str) -> datetime:
         raise InvalidRequest(f"{written!r} is not a valid time ({error})") from None
     if moment.tzinfo is None:
         # A time without a zone is read as UTC, the zone of stored timestamps.
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return moment
 
 
 # --- seqs -------------------------------------------------------------------------------
 
-_SEQ_NOUN = r"(?:utterances?|messages?|entries|entry|items?|seqs?|sequence\s+numbers?|records?|lines?|ids?)"
+_SEQ_NOUN = (
+    r"(?:utterances?|messages?|entries|entry|items?|seqs?|sequence\s+numbers?|records?|lines?|ids?)"
+)
 _SEQ_LIST = (
     rf"\b(?:the\s+)?{_SEQ_NOUN}\s*(?:numbered|number|no\.?|\#|seq|id)?\s*(?:=|:)?\s*\#?(?P<a>\d+|{NUM})"
     rf"(?P<rest>(?:\s*(?:,|and|&|or)\s*(?:and\s+)?\#?\d+)+|\s*(?:to|through|thru|-|\u2013)\s*\#?\d+)?\b"
 )
-_OPEN_SEQS = re.compile(r"\s*(?:on(?:wards?)?|and\s+(?:later|after|beyond|on(?:wards?)?|newer|everything\s+after|all\s+after))\b", FLAGS)
-_OPEN_SEQS_BEFORE = re.compile(r"\b(?:after|since|following|later\s+than|newer\s+than|starting\s+(?:at|from|with))\s*$", FLAGS)
+_OPEN_SEQS = re.compile(
+    r"\s*(?:on(?:wards?)?|and\s+(?:later|after|beyond|on(?:wards?)?|newer|everything\s+after|all\s+after))\b",
+    FLAGS,
+)
+_OPEN_SEQS_BEFORE = re.compile(
+    r"\b(?:after|since|following|later\s+than|newer\s+than|starting\s+(?:at|from|with))\s*$", FLAGS
+)
 _SEQ_HASH = r"(?<![\w])(?:\#|\bnumber\s+)(?P<a>\d+|{NUM})\b(?P<rest>)"
 
 
@@ -305,7 +357,9 @@ def take_seqs(q: Query) -> tuple[int, ...]:
     m = q.take(_SEQ_LIST) or q.take(_SEQ_HASH)
     if m is None:
         return ()
-    if _OPEN_SEQS.match(q.text, m.start()) or _OPEN_SEQS_BEFORE.search(q.text, max(0, m.start() - 30), m.start() + 1):
+    if _OPEN_SEQS.match(q.text, m.start()) or _OPEN_SEQS_BEFORE.search(
+        q.text, max(0, m.start() - 30), m.start() + 1
+    ):
         # Issue 25: "from message 5 on" was read as message 5 alone. The
         # newest seq is not known here, so an open range of seqs is refused.
         raise InvalidRequest(
@@ -349,9 +403,15 @@ def _plural(noun: str | None) -> bool | None:
 # "the 3 oldest" before "the oldest": each pattern takes its leftmost match,
 # and "oldest utterances" alone would leave the 3 behind.
 _COUNT_PATTERNS = (
-    ("window", rf"\b(?:in|among|within|from|of|over|across)\s+the\s+(?P<k>{_NEWEST}|{_OLDEST})\s+(?P<n>{NUM})(?:\s+(?P<noun>{NOUN}))?\b"),
+    (
+        "window",
+        rf"\b(?:in|among|within|from|of|over|across)\s+the\s+(?P<k>{_NEWEST}|{_OLDEST})\s+(?P<n>{NUM})(?:\s+(?P<noun>{NOUN}))?\b",
+    ),
     ("nk", rf"\b(?:the\s+)?(?P<n>{NUM})\s+(?P<k>{_NEWEST}|{_OLDEST})(?:\s+(?P<noun>{NOUN}))?\b"),
-    ("kn", rf"\b(?:the\s+)?(?P<k>{_NEWEST}|{_OLDEST})(?:\s+(?P<n>{NUM}))?(?:\s+(?P<noun>{NOUN}))?\b"),
+    (
+        "kn",
+        rf"\b(?:the\s+)?(?P<k>{_NEWEST}|{_OLDEST})(?:\s+(?P<n>{NUM}))?(?:\s+(?P<noun>{NOUN}))?\b",
+    ),
     ("top", rf"\b(?:the\s+)?(?:top|best)\s+(?P<n>{NUM})(?:\s+(?P<noun>{NOUN}))?\b"),
     ("bare", rf"\b(?P<n>{NUM})\s+(?:(?:more|other)\s+)?(?P<noun>{NOUN})\b"),
 )
@@ -411,14 +471,16 @@ _ADVERBIAL = frozenset(
     """in at on during to for before after since until by with from earlier later today yesterday
     recently again briefly just so then there here when while""".split()
 )
-_ORDER_WORDS = frozenset("last latest lastly recently newest first earliest oldest most recent before previously earlier".split())
+_ORDER_WORDS = frozenset(
+    "last latest lastly recently newest first earliest oldest most recent before previously earlier".split()
+)
 
 
 def _take_where_topic(q: Query) -> str | None:
     m = q.search(_WHERE_TOPIC) if "where" in q.text.lower() or "which" in q.text.lower() else None
     if m is None:
         return None
-    q.text = f"{q.text[: m.start()]} {q.text[m.end():]}"
+    q.text = f"{q.text[: m.start()]} {q.text[m.end() :]}"
     return q.restore(m.group("topic")).strip(" ,.?!") or None
 
 
@@ -436,7 +498,7 @@ def split_topic(q: Query) -> tuple[Query, str | None]:
         m = q.search(marker)
         if m is None:
             continue
-        tail = q.text[m.end():]
+        tail = q.text[m.end() :]
         # A weak marker's verb stays with the head: "did the assistant say" names the speaker.
         head = q.text[: m.end("v")] if marker is _WEAK_TOPIC else q.text[: m.start()]
         tail, trailing = _peel_filters(tail)
@@ -446,11 +508,14 @@ def split_topic(q: Query) -> tuple[Query, str | None]:
                 continue
             return q, None
         if marker is _WEAK_TOPIC and (
-            all(w.lower() in _ORDER_WORDS for w in topic.split()) or topic.split()[0].lower() in _ADVERBIAL
+            all(w.lower() in _ORDER_WORDS for w in topic.split())
+            or topic.split()[0].lower() in _ADVERBIAL
         ):
             # "what did the bot say last": an order, not a topic (issue 25).
             continue
-        if _SENTENCE_BREAK.search(tail.strip(" ,.?!")) and (marker is _WEAK_TOPIC or m.group(0).lower().strip() == "on"):
+        if _SENTENCE_BREAK.search(tail.strip(" ,.?!")) and (
+            marker is _WEAK_TOPIC or m.group(0).lower().strip() == "on"
+        ):
             # "what did we say last? show me ...", "... on my phone, can't scroll":
             # a weak marker's topic ends with its clause; a longer one is no topic.
             continue
@@ -468,8 +533,8 @@ _TRAILING = (
     rf"\s*,?\s*(?:in|during|from|over|of)\s+the\s+(?:first|earliest|oldest|opening|initial)\s+{NUM}\s+turns",
     rf"\s*,?\s*(?:in|among|within|from|of)\s+the\s+(?:{_NEWEST}|{_OLDEST})\s+{NUM}(?:\s+{NOUN})?",
     rf"\s*,?\s*(?:(?:said|written|sent)\s+)?(?:from|by)\s+(?:the\s+)?{SPEAKER}",
-    rf"\s*,?\s*(?:so\s+far|thus\s+far|up\s+to\s+now|until\s+now|till\s+now|to\s+date|please|in\s+(?:the|this)\s+(?:conversation|chat|history|buffer))",
-    rf"\s*,?\s*(?:with|and|plus|including)\s+(?:the\s+)?(?:running\s+)?summary",
+    r"\s*,?\s*(?:so\s+far|thus\s+far|up\s+to\s+now|until\s+now|till\s+now|to\s+date|please|in\s+(?:the|this)\s+(?:conversation|chat|history|buffer))",
+    r"\s*,?\s*(?:with|and|plus|including)\s+(?:the\s+)?(?:running\s+)?summary",
     # Times end a topic too (issue 27): "about the garden in May 2023", "... since 2023-05-01".
     rf"\s*,?\s*{_TIME_MONTH}",
     rf"\s*,?\s*{_TIME_SINCE}",

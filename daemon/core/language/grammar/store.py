@@ -43,17 +43,29 @@ _SEPARATOR = re.compile(r"\r?\n|:|->|=>|\u2192|[\u2014\u2013]|-{1,2}(?=\s)|(?<=\
 # brackets (「…」, 『…』). Issue 25: a store whose quotes were not known kept
 # them as part of the utterance ("‹Can we prepone the dinner?›").
 _OPENERS = {
-    '"': '"', "'": "'", "`": "`",
-    "\u201c": "\u201d", "\u2018": "\u2019",
-    "\u201e": "\u201c\u201d", "\u201a": "\u2018\u2019",
-    "\u00ab": "\u00bb", "\u00bb": "\u00ab", "\u2039": "\u203a", "\u203a": "\u2039",
-    "\u300c": "\u300d", "\u300e": "\u300f",
+    '"': '"',
+    "'": "'",
+    "`": "`",
+    "\u201c": "\u201d",
+    "\u2018": "\u2019",
+    "\u201e": "\u201c\u201d",
+    "\u201a": "\u2018\u2019",
+    "\u00ab": "\u00bb",
+    "\u00bb": "\u00ab",
+    "\u2039": "\u203a",
+    "\u203a": "\u2039",
+    "\u300c": "\u300d",
+    "\u300e": "\u300f",
 }
 # An apostrophe-like quote opens only at a word start ("the user's" has no quote).
-_OPEN = re.compile(r"[\"\u201c\u201e\u00ab\u00bb\u2039\u203a\u300c\u300e`]|(?<![\w'\u2019])['\u2018\u201a]")
+_OPEN = re.compile(
+    r"[\"\u201c\u201e\u00ab\u00bb\u2039\u203a\u300c\u300e`]|(?<![\w'\u2019])['\u2018\u201a]"
+)
 # Quote marks of any kind: an utterance that starts with one the rules do not
 # pair is refused, not stored with its quotes (the boundary is not certain).
-QUOTE_MARKS = frozenset("\"'`\u201c\u201d\u2018\u2019\u201e\u201a\u201b\u201f\u00ab\u00bb\u2039\u203a\u300c\u300d\u300e\u300f\u301d\u301e\uff02")
+QUOTE_MARKS = frozenset(
+    "\"'`\u201c\u201d\u2018\u2019\u201e\u201a\u201b\u201f\u00ab\u00bb\u2039\u203a\u300c\u300d\u300e\u300f\u301d\u301e\uff02"
+)
 # "Remember that <utterance>": a verb and courtesy before "that", nothing else.
 _THAT = re.compile(r"\bthat\s+(?=\S)", re.IGNORECASE)
 # What may sit between a quoted utterance and the instruction after it.
@@ -127,12 +139,20 @@ def _unlabelled(q: str) -> str:
     content = _CONTENT_LABEL.search(head, 0, min(len(head), end + 1))
     if content is not None:
         end = content.start()
-    labels = [m for m in _LABEL.finditer(head, 0, end) if m.group("sep") or m.group(0).startswith("--") or content]
+    labels = [
+        m
+        for m in _LABEL.finditer(head, 0, end)
+        if m.group("sep") or m.group(0).startswith("--") or content
+    ]
     if content is None and not labels:
         return q
     prefix, position = [], 0
     for m in labels:
-        if m.group("end") == "" and not (m.group("sep") == "=" or m.group(0).startswith("--")) and content is None:
+        if (
+            m.group("end") == ""
+            and not (m.group("sep") == "=" or m.group(0).startswith("--"))
+            and content is None
+        ):
             continue  # "Speaker: user is on mobile" may be the utterance itself
         key = "turn" if m.group("key").lower().startswith("turn") else "speaker"
         prefix += [head[position : m.start()], f" {key} {m.group('value')} "]
@@ -168,10 +188,14 @@ def _fields(split: _Split) -> dict[str, Any] | None:
     if not _is_store(split):
         return None
     if len(set(header.speakers)) > 1:
-        raise InvalidRequest(f"the query names two speakers: {', '.join(sorted(set(header.speakers)))}")
+        raise InvalidRequest(
+            f"the query names two speakers: {', '.join(sorted(set(header.speakers)))}"
+        )
     fields: dict[str, Any] = {} if split.text is None else {"text": split.text}
     if len(set(header.turns)) > 1:
-        raise InvalidRequest(f"the query names two turns: {', '.join(map(str, sorted(set(header.turns))))}")
+        raise InvalidRequest(
+            f"the query names two turns: {', '.join(map(str, sorted(set(header.turns))))}"
+        )
     if header.turns:
         fields["turn_number"] = header.turns[0]
     speaker = header.speaker()
@@ -206,7 +230,11 @@ def _after_separator(q: str, sep: re.Match[str]) -> _Split | None:
     if rest[:1] in QUOTE_MARKS:
         # A closing quote or one the rules do not pair: where the utterance
         # starts and ends is not certain, so nothing is stored.
-        return _Split("", header.joined(Header(unclear=(f"{rest[:1]} (a quote mark the rules do not pair)",))), instruction)
+        return _Split(
+            "",
+            header.joined(Header(unclear=(f"{rest[:1]} (a quote mark the rules do not pair)",))),
+            instruction,
+        )
     if (bare := _bare_label(rest, header, instruction)) is not None:
         return bare
     return _tail_split(rest, header, instruction)
@@ -235,8 +263,10 @@ def _bare_label(rest: str, header: Header, instruction: str) -> _Split | None:
 
 # The end of an unquoted utterance that may be instruction: a bracket group,
 # a part after a dash, or a last sentence ("I need a taxi. Turn 4.").
-_TAIL = re.compile(r"\s*(?:\((?P<bracket>[^()]{1,80})\)|(?:\s[-\u2014\u2013]+|[\u2014\u2013])\s*(?P<dash>[^-\u2014\u2013]{1,80})"
-                   r"|(?<=[.!?])\s+(?P<sentence>[^.!?]{1,40}))[\s.!]*$")
+_TAIL = re.compile(
+    r"\s*(?:\((?P<bracket>[^()]{1,80})\)|(?:\s[-\u2014\u2013]+|[\u2014\u2013])\s*(?P<dash>[^-\u2014\u2013]{1,80})"
+    r"|(?<=[.!?])\s+(?P<sentence>[^.!?]{1,40}))[\s.!]*$"
+)
 
 
 def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
@@ -264,7 +294,9 @@ def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
             text = rest[: tail.start("sentence")].rstrip()
         if text:
             return _Split(text, header.joined(more), f"{instruction} {segment}", label=True)
-    if (meta and not more.understood) or (tail.group("dash") and words and all(w in _COURTESY for w in words)):
+    if (meta and not more.understood) or (
+        tail.group("dash") and words and all(w in _COURTESY for w in words)
+    ):
         unclear = Header(unclear=(f"{segment.strip()} (instruction or utterance?)",))
         return _Split("", header.joined(unclear), f"{instruction} {segment}")
     return _Split(rest, header, instruction, label=True)
@@ -315,8 +347,12 @@ def _quoted(q: str, start: int, before: Header, instruction: str) -> _Split:
         return _Split("", header.joined(Header(unclear=("(an unclosed quote)",))), instruction)
     after = q[close + 1 :].lstrip(_GLUE)
     if len(after) > HEAD_LIMIT:
-        return _Split("", header.joined(Header(unclear=("(text after the closing quote)",))), instruction)
-    return _Split(q[start + 1 : close], header.joined(_trailer(after)), f"{instruction} {after}".strip())
+        return _Split(
+            "", header.joined(Header(unclear=("(text after the closing quote)",))), instruction
+        )
+    return _Split(
+        q[start + 1 : close], header.joined(_trailer(after)), f"{instruction} {after}".strip()
+    )
 
 
 # What may stand after a closing quote besides words: spaces and sentence punctuation.
@@ -369,14 +405,20 @@ def _closing(q: str, start: int) -> int | None:
 
     An apostrophe-like closer ends a quote only at a word end, so "it's" inside the quote is text.
     """
-    found = [p for p in (_close(q, start, closer) for closer in _OPENERS[q[start]]) if p is not None]
+    found = [
+        p for p in (_close(q, start, closer) for closer in _OPENERS[q[start]]) if p is not None
+    ]
     return min(found) if found else None
 
 
 def _close(q: str, start: int, closer: str) -> int | None:
     position = start
     while (position := q.find(closer, position + 1)) != -1:
-        if closer in "'\u2019" and position + 1 < len(q) and (q[position + 1].isalnum() or q[position + 1] == "_"):
+        if (
+            closer in "'\u2019"
+            and position + 1 < len(q)
+            and (q[position + 1].isalnum() or q[position + 1] == "_")
+        ):
             continue
         return position
     return None
@@ -399,7 +441,13 @@ def _that_clause(q: str) -> _Split | None:
     if that is None:
         return None
     before = read_header(q[: that.start()])
-    if not before.understood or not before.imperative or before.speakers or before.noun or before.destination:
+    if (
+        not before.understood
+        or not before.imperative
+        or before.speakers
+        or before.noun
+        or before.destination
+    ):
         return None
     text = q[that.end() :]
     # "note that the user told us I prefer aisle seats": whose words start where is a guess.
@@ -415,7 +463,7 @@ def _instruction_last(q: str) -> _Split | None:
     """Utterance first, instruction after: "We fly out Monday — that's from the user, keep it"."""
     tail_start = max(0, len(q) - HEAD_LIMIT)
     last = None
-    for last in _SEPARATOR.finditer(q, tail_start):
+    for last in _SEPARATOR.finditer(q, tail_start):  # noqa: B007 (the last match is wanted)
         pass
     if last is None:
         return None

@@ -111,7 +111,8 @@ _NOTE = re.compile(
     re.IGNORECASE,
 )
 _NEGATED_STORE = re.compile(
-    r"\b(?:don't|do\s+not|never|not|no)\s+(?:\w+\s+)?(?:" + "|".join(sorted(STORE_VERBS)) + r")\b", re.IGNORECASE
+    r"\b(?:don't|do\s+not|never|not|no)\s+(?:\w+\s+)?(?:" + "|".join(sorted(STORE_VERBS)) + r")\b",
+    re.IGNORECASE,
 )
 _SENTENCE = re.compile(r"[.;!]\s+|[()\[\]]")
 
@@ -132,7 +133,9 @@ class Header:
     speech: bool = False  # a reported-speech verb ("said", "answered")
     destination: bool = False  # "into the history", "to memory"
     noun: bool = False  # "message", "entry" (not "note" or "record", verbs first)
-    imperative: bool = False  # a clause starts with a store verb ("Please save ...", "..., keep it")
+    imperative: bool = (
+        False  # a clause starts with a store verb ("Please save ...", "..., keep it")
+    )
 
     @property
     def understood(self) -> bool:
@@ -157,7 +160,7 @@ class Header:
         distinct = sorted(set(self.speakers))
         return distinct[0] if len(distinct) == 1 else None
 
-    def joined(self, other: "Header") -> "Header":
+    def joined(self, other: Header) -> Header:
         if other is _NO_WORDS:  # frozen, so either side may stand for the join
             return self
         if self is _NO_WORDS:
@@ -205,7 +208,11 @@ def read_header(text: str) -> Header:
             verb = verb or word in STORE_VERBS
             continue
         possessive = _POSSESSIVE.match(word)
-        base = possessive.group("base") if possessive and possessive.group("base") in _SPEAKERS else word
+        base = (
+            possessive.group("base")
+            if possessive and possessive.group("base") in _SPEAKERS
+            else word
+        )
         if base in _SPEAKERS:
             # "a message to the user" names whom it was said to, not who said it.
             addressed = words[i - 1 : i] == ["to"] or words[max(0, i - 2) : i] == ["to", "the"]
@@ -225,7 +232,16 @@ def read_header(text: str) -> Header:
     if words and words[-1] in _DANGLING and not owned:
         # "Add this, speaker: user - hi": a header cannot end waiting for its value.
         unclear.append(f"{words[-1]} (at the end, before the text)")
-    return Header(tuple(speakers), tuple(unclear), tuple(turns), verb, speech, destination, noun, _imperative(text))
+    return Header(
+        tuple(speakers),
+        tuple(unclear),
+        tuple(turns),
+        verb,
+        speech,
+        destination,
+        noun,
+        _imperative(text),
+    )
 
 
 def is_note(text: str) -> bool:

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FLAGS", "SPEAKER", "speaker_of", "NOUN", "SINGULAR", "NOUNS_RE", "FILLERS", "CONVERSATION"]
+__all__ = [
+    "FLAGS",
+    "SPEAKER",
+    "speaker_of",
+    "NOUN",
+    "SINGULAR",
+    "NOUNS_RE",
+    "FILLERS",
+    "CONVERSATION",
+]
 
 FLAGS = re.IGNORECASE | re.DOTALL
 
