@@ -62,8 +62,8 @@ from chd.core.language.grammar.normalize import (
 from chd.core.language.grammar.query import ANY_QUOTE, QUOTED
 from chd.core.language.grammar.reading import Reading
 from chd.core.language.grammar.remarks import is_remark
-from chd.core.language.grammar.repairs import repaired
 from chd.core.language.grammar.remove import read_remove
+from chd.core.language.grammar.repairs import repaired
 from chd.core.language.grammar.retrieve import read_retrieve
 from chd.core.language.grammar.stats import read_stats
 from chd.core.language.grammar.store import UnclearStore, read_store
