@@ -65,7 +65,8 @@ def judge_corpus_entry(entry: dict[str, Any]) -> Verdict:
         try:
             _check_response(expect, outcome.result, outcome.metadata)
             _check_topic(expect, outcome.result)
-            _check_state(expect, history.backend.read("default"), history.settings)
+            conversation = (entry.get("metadata") or {}).get("conversation_id", "default")
+            _check_state(expect, history.backend.read(conversation), history.settings)
         except AssertionError as error:
             stored = expect.get("stored", {})
             if (

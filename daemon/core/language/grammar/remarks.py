@@ -51,6 +51,7 @@ _NARROWING = frozenset(
 _WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*", re.UNICODE)
 _NUMBER = re.compile(NUM, re.IGNORECASE)
 _MIN_WORDS = 3
+_COPULAS = frozenset("is are was were be been being".split())
 
 
 def is_remark(clause: str, operation: str | None) -> bool:
@@ -72,9 +73,11 @@ def is_remark(clause: str, operation: str | None) -> bool:
         return False
     if not (labelled or reason or any(w in _FINITE or w in _CONTRACTED for w in words)):
         return False
-    for word in words:
+    for i, word in enumerate(words):
         if word in _NARROWING or word.endswith("n't"):
             return False
+        if i and words[i - 1] in _COPULAS:
+            continue  # "the boundaries are clear": an adjective, not the verb
         write = WRITE_FORMS.get(word)
         if write is not None and operation is not None and write != operation:
             return False
