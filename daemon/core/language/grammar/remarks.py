@@ -46,7 +46,8 @@ _NARROWING = frozenset(
     """not no n't never nothing none except but only without other others besides apart
     excluding exclude instead rather keep keeping leave leaving all every everything each
     any both either neither first last latest oldest newest before after until till through
-    between too also plus additionally important unimportant just""".split()
+    between too also plus additionally important unimportant just maybe perhaps possibly
+    probably might unsure""".split()
 )
 _WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*", re.UNICODE)
 _NUMBER = re.compile(NUM, re.IGNORECASE)

@@ -83,7 +83,9 @@ _LEAD = frozenset(
     don't do not never""".split()
 )
 # "attributed to the assistant", "belongs to the user": who said it, not whom it was said to.
-_ASSIGNED = frozenset("attributed attribute belongs belong belonging assigned assign credited credit".split())
+_ASSIGNED = frozenset(
+    "attributed attribute belongs belong belonging assigned assign credited credit".split()
+)
 _CLAUSE = re.compile(r"[,;.!()\[\]]")
 # Known after a subject ("the user has just written"), a question at the start ("Has the user ...").
 _AUXILIARIES = frozenset("has have had".split())
@@ -183,12 +185,18 @@ class Header:
 
 _NO_WORDS = Header()
 _LENIENT_LIMIT = 400
+_HEDGE = re.compile(
+    r"\b(?:maybe|perhaps|possibly|probably|might|unsure|not\s+sure|if\s+needed)\b", re.I
+)
 _DESCRIBES_CONTENT = re.compile(
-    r"\b(?:words?|phrases?|terms?|text|contains?|containing|says|reads|following|below|above)\b", re.I
+    r"\b(?:words?|phrases?|terms?|text|contains?|containing|says|reads|following|below|above)\b",
+    re.I,
 )
 # Where a store's instruction may be cut into clauses: sentence ends, commas,
 # dashes, and a reason ("so that ...") that follows the request.
-_HEADER_CLAUSE = re.compile(r"[;.!?]+(?=\s|$)|,|\s[\u2014\u2013-]+\s|[\u2014\u2013]|(?=\bso\s+that\b)", re.IGNORECASE)
+_HEADER_CLAUSE = re.compile(
+    r"[;.!?]+(?=\s|$)|,|\s[\u2014\u2013-]+\s|[\u2014\u2013]|(?=\bso\s+that\b)", re.IGNORECASE
+)
 # "Can you log what the user just said?" is a request, not a question.
 _POLITE_QUESTION = re.compile(
     r"\b(?:can|could|would|will)\s+you\s+(?:please\s+|kindly\s+|just\s+|also\s+)*(?:"
@@ -236,6 +244,8 @@ def _aside(clause: str, part: Header) -> bool:
     """Whether an unclear clause of a store's instruction may be set aside."""
     if part.speakers or part.turns or part.verb or part.speech:
         return False
+    if _HEDGE.search(clause):
+        return False  # "Save this for later, maybe": a write asked in doubt is not asked
     if _DESCRIBES_CONTENT.search(clause):
         return False  # "It contains the word 'delete'": about the utterance, maybe introducing it
     return commentary(clause) or is_remark(clause, "store")
