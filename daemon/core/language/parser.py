@@ -61,7 +61,9 @@ from chd.core.language.grammar.normalize import (
 )
 from chd.core.language.grammar.query import ANY_QUOTE, QUOTED
 from chd.core.language.grammar.reading import Reading
+from chd.core.language.grammar.remarks import is_remark
 from chd.core.language.grammar.remove import read_remove
+from chd.core.language.grammar.repairs import repaired
 from chd.core.language.grammar.retrieve import read_retrieve
 from chd.core.language.grammar.stats import read_stats
 from chd.core.language.grammar.store import UnclearStore, read_store
@@ -350,6 +352,8 @@ _TOPIC_MARKER = re.compile(
 def normalized(query: str) -> str:
     """``query``'s instruction words in the grammar's words (grammar/normalize.py); quotes and topic kept."""
     text = developer_syntax(query)
+    text = repaired(text) or text
+    text = _without_lead_fillers(text)
     text = removal_idiom(text) or text
     out: list[str] = []
     position = 0
@@ -370,6 +374,21 @@ def normalized(query: str) -> str:
     text = _OF_SPEAKER.sub(lambda m: f"from the {m.group('s')}", text)
     # A typo'd passive ("can be delted") is fixed only now.
     return removal_idiom(text) or text
+
+
+# Spoken fillers before the instruction ("um", "so yeah"): set aside before the
+# verb-last reading, which would take them for the object ("so yeah remove turn 4").
+_LEAD_FILLERS = re.compile(
+    r"^(?:(?:um+|uh+|er+m?|uhm|hmm+|so|yeah|yep|yup|ok(?:ay)?|alright|right|well|oh|hey|hi|hello)\b[\s,.!]*)+",
+    re.IGNORECASE,
+)
+
+
+def _without_lead_fillers(text: str) -> str:
+    found = _LEAD_FILLERS.match(text)
+    if found is None or found.end() == len(text):
+        return text
+    return text[found.end() :]
 
 
 _CLAUSE_BREAK = re.compile(
@@ -478,7 +497,8 @@ def _read_normalized(query: str) -> tuple[str, dict[str, Any], float] | None:
             kept = clauses[lead : len(clauses) - (drop - lead)]
             dropped = clauses[:lead] + clauses[len(clauses) - (drop - lead) :]
             dropped = [c for c in dropped if c.strip()]
-            if not kept or not dropped or not all(_commentary_free(c) for c in dropped):
+            remarks = [c for c in dropped if not _commentary_free(c)]
+            if not kept or not dropped or not all(is_remark(c, None) for c in remarks):
                 # Nothing set aside is no reading: rejoined without their
                 # punctuation the clauses read otherwise ("..., please set this
                 # in the settings." became one topic).
@@ -488,7 +508,7 @@ def _read_normalized(query: str) -> tuple[str, dict[str, Any], float] | None:
                 operation, fields, confidence = _read_rules(" ".join(c for c in kept if c.strip()))
             except InvalidRequest:
                 continue
-            if confidence >= 1.0:
+            if confidence >= 1.0 and all(is_remark(c, operation) for c in remarks):
                 return operation, fields, confidence
     return None
 

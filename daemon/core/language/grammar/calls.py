@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from chd.core.errors import InvalidRequest, quote
+from chd.core.language.grammar.call_names import call_for_name, canonical_key
 from chd.core.language.guide import CALLS, MAX_INSTRUCTION_CHARS, CallForm
 from chd.core.language.intents import field_sources
 from chd.core.language.numbers import digits_value
@@ -30,7 +31,7 @@ MAX_LIST_DEPTH = 16
 
 # A name glued to its parenthesis and a closing one at the end: "summarize
 # (briefly) the chat" and "Summarize the chat (briefly)" stay sentences.
-_CALL = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)\(")
+_CALL = re.compile(r"(?P<name>(?:[A-Za-z_][A-Za-z0-9_]*\.){0,3}[A-Za-z_][A-Za-z0-9_]*)\(")
 _KEYWORD = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=(?!=)")
 _BARE = re.compile(r"[^\s,()\[\]=\"']+")
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
@@ -194,7 +195,24 @@ def read_json(text: str) -> tuple[str, dict[str, Any]] | None:
         return None
     if not isinstance(body, dict):
         return None
-    named = next((k for k in ("op", "operation", "action", "intent", "command") if k in body), None)
+    named = next(
+        (
+            k
+            for k in (
+                "op",
+                "operation",
+                "action",
+                "intent",
+                "command",
+                "task",
+                "method",
+                "function",
+                "tool",
+            )
+            if k in body
+        ),
+        None,
+    )
     word = (
         str(body.pop(named))
         if named is not None
@@ -203,9 +221,20 @@ def read_json(text: str) -> tuple[str, dict[str, Any]] | None:
     if named is not None and verb is not None:
         return None  # a verb and an op: which one is meant is a guess
     operation = _JSON_OPERATION.get(word.lower())
+    generic = None if operation is not None else call_for_name(word)
+    if generic is not None:
+        operation = CALL_NAMES[generic].operation
     if operation is None:
         return None
-    keywords = [(_JSON_KEYS.get(key.lower(), key), value) for key, value in body.items()]
+    keywords = [
+        (
+            canonical_key(key, operation)
+            if generic is not None
+            else _JSON_KEYS.get(key.lower(), key),
+            value,
+        )
+        for key, value in body.items()
+    ]
     if (
         operation == "store"
         and named is None
@@ -243,8 +272,11 @@ def read_call(text: str) -> tuple[str, dict[str, Any]] | None:
         return None
     name = head.group("name")
     call = CALL_NAMES.get(name.lower())
+    generic = None
+    if call is None and (generic := call_for_name(name)) is not None:
+        call = CALL_NAMES[generic]
     if call is None:
-        if "_" not in name:
+        if "_" not in name and "." not in name:
             return None  # "Remove(3)" may still be a sentence the rules read
         raise InvalidRequest(
             f"unknown function {quote(name, 40)}(); the functions are "
@@ -260,7 +292,21 @@ def read_call(text: str) -> tuple[str, dict[str, Any]] | None:
     most = _STORE_ARGUMENTS if call.operation == "store" else MAX_INSTRUCTION_CHARS
     scanner = _Scanner(query, head.end(), len(query) - 1, call.name, most)
     positional, keywords = scanner.arguments()
+    if generic is not None:
+        keywords = _canonical(keywords, call.operation)
     return call.operation, _fields(call, positional, keywords)
+
+
+def _canonical(keywords: list[tuple[str, Any]], operation: str) -> list[tuple[str, Any]]:
+    """Argument names in the operation's words; a turn of a read or remove is that turn's range."""
+    out: list[tuple[str, Any]] = []
+    for key, value in keywords:
+        name = canonical_key(key, operation)
+        if name in ("turn", "turn_number") and operation != "store":
+            out += [("turn_from", value), ("turn_to", value)]
+        else:
+            out.append((name, value))
+    return out
 
 
 def _fields(

@@ -72,6 +72,10 @@ _READ_VERB = (
 _SETTINGS_NOUN = (
     r"\b(?:settings|configuration|config|limits|options|parameters|budgets|overrides|setup)\b"
 )
+_SAID = (
+    r"\b(?:mention(?:s|ed|ing)?|about|regarding|concerning|discuss(?:es|ed|ing)?|talk(?:s|ed|ing)?|said|say|says"
+    r"|asked|ask|wrote|refer(?:s|red)?|contain(?:s|ed|ing)?)\b"
+)
 _RESET = (
     r"^(?:reset|restore|revert|clear|drop|remove|undo)\s+(?:all\s+)?(?:the\s+|my\s+|this\s+conversation's\s+|its\s+)?"
     r"(?:settings|configuration|config|limits|overrides|budget\s+overrides)"
@@ -127,7 +131,13 @@ def read_configure(text: str) -> Reading | None:
                 key = "max_tokens" if name == "buffer" and unit.startswith("token") else name
                 fields["buffer_size" if key == "buffer" else key] = parse_number(m.group("v"))
     changes = {k for k in fields if k != "reset"}
-    reads = not changes and (named or q.search(_SETTINGS_NOUN)) and q.search(_READ_VERB)
+    reads = (
+        not changes
+        and (named or q.search(_SETTINGS_NOUN))
+        and q.search(_READ_VERB)
+        # "Which lines mention the budget?" asks what was said, not what the settings are.
+        and not q.search(_SAID)
+    )
     if not (fields or reads):
         return None
     if not changes and not fields.get("reset") and not reads:

@@ -269,6 +269,9 @@ _TAIL = re.compile(
 )
 
 
+_REMARK_LABEL = re.compile(r"\s*(?:rationale|reason|why|context\s+for\s+you)\s*:", re.IGNORECASE)
+
+
 def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
     """An unquoted utterance, its last bracket, dash part or short sentence read as instruction when it is one.
 
@@ -294,6 +297,12 @@ def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
             text = rest[: tail.start("sentence")].rstrip()
         if text:
             return _Split(text, header.joined(more), f"{instruction} {segment}", label=True)
+    if tail.group("bracket") and _REMARK_LABEL.match(segment):
+        # "... (Rationale: dietary constraints must survive.)": the caller's
+        # reason for the store, labelled as such, is not what was said.
+        text = rest[: tail.start()].rstrip()
+        if text:
+            return _Split(text, header, f"{instruction} {segment}", label=True)
     if (meta and not more.understood) or (
         tail.group("dash") and words and all(w in _COURTESY for w in words)
     ):

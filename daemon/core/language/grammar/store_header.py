@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from chd.core.language.grammar.normalize import SCOPE, WRITE_FORMS, Normalizer
+from chd.core.language.grammar.remarks import is_remark
 from chd.core.language.grammar.vocab import speaker_of
 
 __all__ = ["Header", "read_header", "commentary", "is_note", "STORE_VERBS"]
@@ -44,7 +45,7 @@ _SPEAKERS = frozenset(
 # Where an utterance goes: with a preposition, these name the destination of a write.
 _DESTINATIONS = frozenset(
     """conversation history memory buffer chat log transcript record records thread session
-    context dialog dialogue convo timeline logbook notes journal list minutes""".split()
+    context dialog dialogue convo timeline logbook notes journal list minutes ticket case""".split()
 )
 _INTO = frozenset("into to onto in".split())
 # Nouns that name one utterance ("user message", "memory entry").
@@ -67,7 +68,8 @@ _OTHER = frozenset(
     if possible verbatim exactly word literally is saying reads reading side role speaker
     part behalf voice author sender source tagged labelled labeled attributed from by of
     on own safekeeping safe keeping real above more self make take set hold incoming
-    latest newest fresh long term running back over out know fyi btw way heads record""".split()
+    latest newest fresh long term running back over out know fyi btw way heads record
+    them him her end level next under belongs belong belonging""".split()
 )
 # Words an instruction cannot end with: what follows them is part of it, not the utterance.
 _DANGLING = frozenset(
@@ -79,6 +81,10 @@ _LEAD = frozenset(
     """please kindly could can would will you i i'd like want need to go ahead and just quickly
     also hey hi hello ok okay so now then pls mind if possible let's let us me now
     don't do not never""".split()
+)
+# "attributed to the assistant", "belongs to the user": who said it, not whom it was said to.
+_ASSIGNED = frozenset(
+    "attributed attribute belongs belong belonging assigned assign credited credit".split()
 )
 _CLAUSE = re.compile(r"[,;.!()\[\]]")
 # Known after a subject ("the user has just written"), a question at the start ("Has the user ...").
@@ -178,10 +184,74 @@ class Header:
 
 
 _NO_WORDS = Header()
+_LENIENT_LIMIT = 400
+_HEDGE = re.compile(
+    r"\b(?:maybe|perhaps|possibly|probably|might|unsure|not\s+sure|if\s+needed)\b", re.I
+)
+_DESCRIBES_CONTENT = re.compile(
+    r"\b(?:words?|phrases?|terms?|text|contains?|containing|says|reads|following|below|above)\b",
+    re.I,
+)
+# Where a store's instruction may be cut into clauses: sentence ends, commas,
+# dashes, and a reason ("so that ...") that follows the request.
+_HEADER_CLAUSE = re.compile(
+    r"[;.!?]+(?=\s|$)|,|\s[\u2014\u2013-]+\s|[\u2014\u2013]|(?=\bso\s+that\b)", re.IGNORECASE
+)
+# "Can you log what the user just said?" is a request, not a question.
+_POLITE_QUESTION = re.compile(
+    r"\b(?:can|could|would|will)\s+you\s+(?:please\s+|kindly\s+|just\s+|also\s+)*(?:"
+    + "|".join(sorted(STORE_VERBS))
+    + r")\b[^?]{0,200}\?",
+    re.IGNORECASE,
+)
 
 
 def read_header(text: str) -> Header:
-    """Read the instruction words of ``text`` (a bounded prefix or suffix of the query)."""
+    """Read the instruction words of ``text`` (a bounded prefix or suffix of the query).
+
+    Issue 25: callers explain a store ("Store the system prompt so that it
+    remains available for later turns: ...", "Pop this in as an assistant
+    reply, would ya: ..."). When some words are not understood, the words are
+    read again clause by clause: a clause that names no speaker, turn, number,
+    negation or store and is commentary or a remark (grammar/remarks.py) is
+    set aside, and the rest must then be understood in full and ask for a store.
+    """
+    text = _POLITE_QUESTION.sub(lambda m: m.group(0)[:-1], text)
+    header = _read_words(text)
+    if header.understood or len(text) > _LENIENT_LIMIT:
+        return header
+    kept: list[Header] = []
+    set_aside = False
+    for clause in _HEADER_CLAUSE.split(text):
+        if not clause or clause.isspace():
+            continue
+        part = _read_words(clause)
+        if part.understood:
+            kept.append(part)
+        elif _aside(clause, part):
+            set_aside = True
+        else:
+            return header
+    if not set_aside or not kept:
+        return header
+    joined = _NO_WORDS
+    for part in kept:
+        joined = joined.joined(part)
+    return joined if joined.asks_store or joined.speakers else header
+
+
+def _aside(clause: str, part: Header) -> bool:
+    """Whether an unclear clause of a store's instruction may be set aside."""
+    if part.speakers or part.turns or part.verb or part.speech:
+        return False
+    if _HEDGE.search(clause):
+        return False  # "Save this for later, maybe": a write asked in doubt is not asked
+    if _DESCRIBES_CONTENT.search(clause):
+        return False  # "It contains the word 'delete'": about the utterance, maybe introducing it
+    return commentary(clause) or is_remark(clause, "store")
+
+
+def _read_words(text: str) -> Header:
     if not text or text.isspace():
         # Nothing before or after a quote, as in most stores: two of the three
         # readings of "Add user utterance: '...'" (~3 us each).
@@ -215,7 +285,9 @@ def read_header(text: str) -> Header:
         )
         if base in _SPEAKERS:
             # "a message to the user" names whom it was said to, not who said it.
-            addressed = words[i - 1 : i] == ["to"] or words[max(0, i - 2) : i] == ["to", "the"]
+            addressed = (
+                words[i - 1 : i] == ["to"] or words[max(0, i - 2) : i] == ["to", "the"]
+            ) and not _ASSIGNED.intersection(words[max(0, i - 4) : i])
             if addressed and base == word:
                 unclear.extend(("to", word))
                 continue

@@ -1,0 +1,85 @@
+"""Remarks: a clause that says why a request is made, not what it asks.
+
+Callers explain themselves ("Delete turns 1 and 2; they concern the weather
+and are no longer relevant", "Fetch the first two utterances. They are
+required to restore the opening context", "..., as I need the context of the
+booking"). An LLM orchestrator does so by habit. Such a clause has a subject
+and a verb of its own, or opens with a reason word, and names no scope: it
+may be set aside when the rest of the query is a complete instruction.
+
+The safety rule (docs/query-language.md, "Commentary"): a remark holds no
+number, no negation or exclusion, no quantity or order word, and no write word
+other than the write the instruction itself asks for. A short clause without a
+verb ("the user's ones") is never a remark: it may narrow the request.
+"""
+
+from __future__ import annotations
+
+import re
+
+from chd.core.language.grammar.normalize import WRITE_FORMS
+from chd.core.language.grammar.query import QUOTED
+from chd.core.language.numbers import NUM
+
+__all__ = ["is_remark"]
+
+# Labels that open a remark: "Rationale: larger batches reduce summarizer calls."
+_LABEL = re.compile(r"^\s*(?:rationale|reason|context|note|background|why)\s*[:\u2014-]\s*", re.I)
+# Reason words that open a clause with a subject of its own: "as I need", "since the user asked".
+_REASON = re.compile(
+    r"^\s*(?:as|since|because|so\s+that|so|for|given\s+that|now\s+that|in\s+order\s+to|to\s+(?=make|let|help|keep|free|avoid))"
+    r"\s+(?:i|we|you|it|they|he|she|this|that|these|those|the|a|an|our|my|their|its|there|make|let|help|keep|free|avoid)\b",
+    re.IGNORECASE,
+)
+# A verb of its own: the clause is a statement about something, not a filter.
+_FINITE = frozenset(
+    """is are was were be been am has have had will would can could should must may might
+    do does did need needs needed want wants wanted asked asks requested requests went goes
+    contained contains concern concerns concerned ended ends resumes resumed changed
+    helps help keeps make makes made said says reduce reduces take takes took""".split()
+)
+_CONTRACTED = frozenset("it's that's there's they're we're i'm i've we've you're i'd we'd".split())
+# Idioms of time that hold a scope word but narrow nothing.
+_IDIOMS = re.compile(r"\b(?:no\s+longer|any\s*more|from\s+now\s+on|later\s+on|for\s+now)\b", re.I)
+# Words that may narrow or negate a request: a clause holding one is never set aside.
+_NARROWING = frozenset(
+    """not no n't never nothing none except but only without other others besides apart
+    excluding exclude instead rather keep keeping leave leaving all every everything each
+    any both either neither first last latest oldest newest before after until till through
+    between too also plus additionally important unimportant just maybe perhaps possibly
+    probably might unsure""".split()
+)
+_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*", re.UNICODE)
+_NUMBER = re.compile(NUM, re.IGNORECASE)
+_MIN_WORDS = 3
+_COPULAS = frozenset("is are was were be been being".split())
+
+
+def is_remark(clause: str, operation: str | None) -> bool:
+    """Whether ``clause`` is a remark that a query asking for ``operation`` may set aside.
+
+    With ``operation`` None, write words are not judged (the caller checks
+    them once it knows what the rest of the query asks for).
+    """
+    if "\u27e6" in clause or QUOTED.search(clause):
+        return False  # a quoted span is an utterance or a topic, never a remark
+    text = _LABEL.sub("", clause, count=1)
+    labelled = len(text) != len(clause)
+    reason = _REASON.match(text) is not None
+    text = _IDIOMS.sub(" ", text)
+    if any(c.isdigit() for c in text) or _NUMBER.search(text):
+        return False
+    words = [w.lower().replace("\u2019", "'") for w in _WORD.findall(text)]
+    if len(words) < _MIN_WORDS:
+        return False
+    if not (labelled or reason or any(w in _FINITE or w in _CONTRACTED for w in words)):
+        return False
+    for i, word in enumerate(words):
+        if word in _NARROWING or word.endswith("n't"):
+            return False
+        if i and words[i - 1] in _COPULAS:
+            continue  # "the boundaries are clear": an adjective, not the verb
+        write = WRITE_FORMS.get(word)
+        if write is not None and operation is not None and write != operation:
+            return False
+    return True
