@@ -23,7 +23,6 @@ def _refusal(query: str) -> NotUnderstood:
     [
         ("stats for the dashboard pls", "stats", {}),
         ("recap the weather part (turns 1-2) plz", "summarize", {"turn_from": 1, "turn_to": 2}),
-        ("Quick summary of this chat please (handover to next shift).", "summarize", {}),
         (
             "can u pull up turn 1 again, forgot what the weather was",
             "retrieve",

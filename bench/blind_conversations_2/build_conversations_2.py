@@ -14,6 +14,7 @@ Source format (one utterance per line, annotations on the lines below it):
 Lines starting with '#' and blank lines are ignored.
 The script only parses and concatenates; it does not generate any text.
 """
+
 import json
 import pathlib
 import re
@@ -22,7 +23,8 @@ import sys
 HERE = pathlib.Path(__file__).resolve().parent
 SPEAKERS = {"U": "user", "A": "assistant", "S": "system"}
 NAMED = re.compile(
-    r"^(?:(?:Dr|Mr|Ms|Mrs|Mx)\. )?[A-Z][A-Za-z'\u2019-]+(?: [A-Z][A-Za-z'\u2019-]+){1,3}: \S")
+    r"^(?:(?:Dr|Mr|Ms|Mrs|Mx)\. )?[A-Z][A-Za-z'\u2019-]+(?: [A-Z][A-Za-z'\u2019-]+){1,3}: \S"
+)
 
 
 def parse(path):
@@ -34,12 +36,20 @@ def parse(path):
             continue
         where = f"{path.name}:{n}"
         if s[:2] in ("U:", "A:", "S:"):
-            out.append({"speaker": SPEAKERS[s[0]], "text": s[2:].strip(),
-                        "facts": [], "superseded": [], "corrects": []})
+            out.append(
+                {
+                    "speaker": SPEAKERS[s[0]],
+                    "text": s[2:].strip(),
+                    "facts": [],
+                    "superseded": [],
+                    "corrects": [],
+                }
+            )
             continue
         if NAMED.match(s):
-            out.append({"speaker": "user", "text": s,
-                        "facts": [], "superseded": [], "corrects": []})
+            out.append(
+                {"speaker": "user", "text": s, "facts": [], "superseded": [], "corrects": []}
+            )
             continue
         if not out:
             sys.exit(f"{where}: annotation before any utterance")

@@ -18,6 +18,7 @@ Checks, per file:
   * multi-party file: every user line starts with a "Name: " prefix
 Exit status 0 if every check passes.
 """
+
 import json
 import pathlib
 import re
@@ -31,7 +32,8 @@ SPEAKERS = {"user", "assistant", "system"}
 KEYS = {"speaker", "text", "facts", "superseded", "corrects"}
 
 NAME_PREFIX = re.compile(
-    r"^(?:(?:Dr|Mr|Ms|Mrs|Mx)\. )?[A-Z][A-Za-z'\u2019-]+(?: [A-Z][A-Za-z'\u2019-]+){0,3}: (?=\S)")
+    r"^(?:(?:Dr|Mr|Ms|Mrs|Mx)\. )?[A-Z][A-Za-z'\u2019-]+(?: [A-Z][A-Za-z'\u2019-]+){0,3}: (?=\S)"
+)
 ABBR = re.compile(r"\b(Dr|Mr|Ms|Mrs|Mx|St|No|vs|Jr|Sr|approx|Ave|Rd)\.")
 EG = re.compile(r"\b(e)\.(g)\.|\b(i)\.(e)\.")
 
@@ -64,7 +66,7 @@ def check(path, multi):
         rows.append((n, r))
 
     all_facts = []
-    sup_at = defaultdict(list)   # value -> [line numbers]
+    sup_at = defaultdict(list)  # value -> [line numbers]
     corr_at = defaultdict(list)  # old -> [line numbers]
     with_facts = 0
     n_corr = 0
@@ -86,7 +88,7 @@ def check(path, multi):
             if not m:
                 errs.append(f"line {n}: user line lacks 'Name: ' prefix")
             else:
-                body = text[m.end():]
+                body = text[m.end() :]
         for s in sentences(body):
             f = frame(s)
             frames[f] += 1
@@ -141,11 +143,18 @@ def check(path, multi):
     for f, c in frames.items():
         if c > 3:
             ln, s = frame_example[f]
-            errs.append(f"sentence frame used {c}x: {f!r} (first at line {ln}: {s!r}; "
-                        f"lines {frame_all[f]})")
+            errs.append(
+                f"sentence frame used {c}x: {f!r} (first at line {ln}: {s!r}; lines {frame_all[f]})"
+            )
 
-    stats = dict(utterances=total, with_facts=with_facts, share=round(share, 3),
-                 facts=n_facts, corrections=n_corr, superseded=sum(map(len, sup_at.values())))
+    stats = dict(
+        utterances=total,
+        with_facts=with_facts,
+        share=round(share, 3),
+        facts=n_facts,
+        corrections=n_corr,
+        superseded=sum(map(len, sup_at.values())),
+    )
     return errs, stats
 
 

@@ -42,6 +42,7 @@ from functools import lru_cache
 from typing import Any
 
 from chd.core.errors import InvalidRequest, quote
+from chd.core.language.grammar import summary_forms
 from chd.core.language.grammar.calls import read_call, read_json
 from chd.core.language.grammar.configure import read_configure
 from chd.core.language.grammar.context import read_context
@@ -488,6 +489,10 @@ def _read_normalized(query: str) -> tuple[str, dict[str, Any], float] | None:
             return _read_rules(text)
         except InvalidRequest:
             pass
+    # As written first: the lexicon reads "recap" and "compressed" as verbs ("summarize").
+    summary = _summary_reading(query) or _summary_reading(text)
+    if summary is not None:
+        return summary
     clauses = _clauses(text)
     if len(clauses) < 2:
         return None
@@ -511,6 +516,18 @@ def _read_normalized(query: str) -> tuple[str, dict[str, Any], float] | None:
             if confidence >= 1.0 and all(is_remark(c, operation) for c in remarks):
                 return operation, fields, confidence
     return None
+
+
+def _summary_reading(text: str) -> tuple[str, dict[str, Any], float] | None:
+    """A summary asked for in the caller's words (grammar/summary_forms.py), read as one or not at all."""
+    plain = summary_forms.rewritten(text)
+    if plain is None:
+        return None
+    try:
+        operation, fields, confidence = _read_rules(plain)
+    except InvalidRequest:
+        return None
+    return (operation, fields, confidence) if operation == "summarize" else None
 
 
 def _fully_read(query: str) -> tuple[str, dict[str, Any], float] | None:
