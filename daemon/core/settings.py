@@ -20,7 +20,7 @@ class Settings:
     ``importance`` (important utterances leave last); ``query_classifier``
     lets Claude classify queries the rule parser is unsure of (needs
     ANTHROPIC_API_KEY). A conversation may override buffer_size, max_tokens,
-    summary_token_limit and eviction_policy (see daemon/core/memory/configure.py).
+    summary_token_limit, eviction_policy and eviction_batch (see daemon/core/memory/configure.py).
     ``summary_segments`` is how many
     segments (each with its own provenance) the summary is split into at most;
     ``archive_evicted`` keeps folded utterances cold in the backend

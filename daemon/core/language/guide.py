@@ -156,6 +156,7 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "max_tokens": "tokens kept in the buffer (the token budget)",
         "summary_token_limit": "token budget of the running summary",
         "eviction_policy": "fifo (oldest first, the default) or importance (important ones last)",
+        "eviction_batch": "how many utterances leave together once the buffer overflows",
         "reset": "drop this conversation's overrides first (the daemon's defaults apply again)",
     },
     "mark": {
@@ -447,6 +448,7 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Limit the buffer to 10 utterances",
             "Use the importance eviction policy",
             "Switch to FIFO eviction",
+            "Set the eviction batch to 2",
             "What is the token budget?",
             "Show the settings",
             "Reset the settings",
@@ -570,6 +572,7 @@ CALLS: tuple[CallForm, ...] = (
     CallForm("set_token_budget", "configure", ("max_tokens",)),
     CallForm("set_summary_token_limit", "configure", ("summary_token_limit",)),
     CallForm("set_eviction_policy", "configure", ("eviction_policy",)),
+    CallForm("set_eviction_batch", "configure", ("eviction_batch",)),
     CallForm("mark_important", "mark", ("seq",), {"important": True}),
     CallForm("unmark_important", "mark", ("seq",), {"important": False}),
     CallForm("mark", "mark", ("seq", "important")),

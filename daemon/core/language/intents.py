@@ -162,6 +162,7 @@ class ConfigureIntent:
     max_tokens: int | None = None
     summary_token_limit: int | None = None
     eviction_policy: str | None = None
+    eviction_batch: int | None = None
     reset: bool = False
 
     @property
@@ -375,6 +376,7 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "max_tokens": (_count, _D),
             "summary_token_limit": (_count, _D),
             "eviction_policy": (_policy, _D),
+            "eviction_batch": (_count, _D),
             "reset": (as_bool, _D),
         },
     ),

@@ -30,6 +30,7 @@ CONFIGURABLE: tuple[str, ...] = (
     "max_tokens",
     "summary_token_limit",
     "eviction_policy",
+    "eviction_batch",
 )
 
 

@@ -24,7 +24,7 @@ _NAMES: tuple[tuple[str, str], ...] = (
     ),
     (
         "max_tokens",
-        r"max(?:imum)?[\s_-]*tokens|(?:buffer(?:'s)?\s+)?token[\s_-]*(?:budget|limit|cap)"
+        r"max(?:imum)?[\s_-]*tokens|(?:max(?:imum)?\s+)?(?:buffer(?:'s)?\s+)?token[\s_-]*(?:budget|limit|cap)"
         r"|tokens?\s+(?:budget|cap)|context\s+budget|budget",
     ),
     (
@@ -32,6 +32,7 @@ _NAMES: tuple[tuple[str, str], ...] = (
         r"buffer[\s_-]*(?:size|length|capacity|limit)|(?:max(?:imum)?|number\s+of)\s+"
         r"(?:utterances|messages)(?:\s+(?:kept|in\s+the\s+buffer))?|(?:utterance|message)\s+(?:limit|cap)",
     ),
+    ("eviction_batch", r"eviction[\s_-]*batch(?:[\s_-]*size)?|batch[\s_-]*size"),
     ("eviction_policy", r"eviction[\s_-]*(?:policy|strategy|mode|order|rule)|eviction|policy"),
 )
 # Only with a value: "limit the buffer to 50 utterances", "cap the summary at 200 tokens".
@@ -49,13 +50,11 @@ _LINK = (
     r"at\s+most|max(?:imum)?|(?:of\s+)?(?:the\s+)?buffer)){0,4}"
 )
 _NUMBER_VALUE = (
-    rf"(?:{_LINK}|\s*[=:])?\s*(?P<v>{NUM})"
+    rf"(?:{_LINK}|\s*(?:[=:]|->|=>|\u2192))?\s*(?P<v>{NUM})"
     r"(?:\s*(?P<unit>tokens?|utterances?|messages?|items?|entries))?\b"
 )
 _POLICY = r"(?P<p>fifo|first[\s-]in,?[\s-]first[\s-]out|oldest[\s-]first|importance(?:[\s-]based)?|by\s+importance|important[\s-](?:ones\s+)?last)"
-_POLICY_VALUE = (
-    rf"(?:{_LINK}|\s*[=:])?\s*(?:the\s+)?{_POLICY}(?:\s+(?:policy|eviction|mode|strategy))*\b"
-)
+_POLICY_VALUE = rf"(?:{_LINK}|\s*(?:[=:]|->|=>|\u2192))?\s*['\"`]?(?:the\s+)?{_POLICY}['\"`]?(?:\s+(?:policy|eviction|mode|strategy))*(?:\b|(?<=['\"`]))"
 _POLICY_PHRASES = (
     rf"\b(?:use|switch\s+to|enable|turn\s+on|choose|pick|select|apply|adopt)\s+(?:the\s+|an?\s+)?{_POLICY}"
     r"(?:\s+(?:eviction|policy|mode|strategy))*\b",
