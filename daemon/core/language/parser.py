@@ -394,6 +394,9 @@ def _without_lead_fillers(text: str) -> str:
 
 _CLAUSE_BREAK = re.compile(
     r"\s*(?:[,;!?()\[\]]|\.(?=\s|$)|\s[-\u2013\u2014]+(?=\s)|[\u2013\u2014])\s*"
+    # A purpose after the request: "... from the buffer to free space for new context".
+    r"|\s+(?=(?:so\s+that|in\s+order\s+to|to\s+(?:free|make\s+room|make\s+space|avoid|reduce|help|allow"
+    r"|ensure|prevent|restore|reconstruct|rebuild|give|provide|catch\s+up))\b)"
 )
 _SPEAKER_WORDS = frozenset(
     "user assistant system bot human ai model agent claude customer me my i we our".split()

@@ -351,12 +351,17 @@ _LATE_REMOVE = re.compile(
 )
 
 
+def _names_a_remove(text: str) -> bool:
+    return any(WRITE_FORMS.get(w.lower()) == "remove" for w in _TOKEN.findall(text))
+
+
 def removal_idiom(text: str) -> str | None:
     """ "<what> can be deleted" / "<what> should go" / "<what>, remove it" as "delete <what>", or None."""
     head = text[:400]
     if (m := _PASSIVE.match(head)) and WRITE_FORMS.get(m.group("v").lower()) == "remove":
         obj, rest = m.group("obj"), m.group("rest") + text[400:]
-    elif m := _GONE.match(head):
+    elif (m := _GONE.match(head)) and not _names_a_remove(m.group("obj")):
+        # "Delete turn 1. It is no longer relevant": the remove is already asked; the rest says why.
         obj, rest = m.group("obj"), m.group("rest") + text[400:]
     elif (m := _LATE_REMOVE.match(head)) and len(text) <= 400 and len(m.group("obj").split()) >= 2:
         # Two words at least: "Plese delete ..." is a courtesy, not an object.

@@ -27,8 +27,10 @@ __all__ = ["is_remark"]
 _LABEL = re.compile(r"^\s*(?:rationale|reason|context|note|background|why)\s*[:\u2014-]\s*", re.I)
 # Reason words that open a clause with a subject of its own: "as I need", "since the user asked".
 _REASON = re.compile(
-    r"^\s*(?:as|since|because|so\s+that|so|for|given\s+that|now\s+that|in\s+order\s+to|to\s+(?=make|let|help|keep|free|avoid))"
-    r"\s+(?:i|we|you|it|they|he|she|this|that|these|those|the|a|an|our|my|their|its|there|make|let|help|keep|free|avoid)\b",
+    r"^\s*(?:(?:as|since|because|so\s+that|so|for|given\s+that|now\s+that)"
+    r"\s+(?:i|we|you|it|they|he|she|this|that|these|those|the|a|an|our|my|their|its|there)\b"
+    r"|(?:in\s+order\s+)?to\s+(?:free|make|let|help|avoid|reduce|restore|reconstruct|rebuild|give|provide"
+    r"|catch|ensure|prevent|allow)\b)",
     re.IGNORECASE,
 )
 # A verb of its own: the clause is a statement about something, not a filter.

@@ -1,0 +1,139 @@
+"""Issue 25, this round: forms the blind tuning corpora showed, and the safety rules around them.
+
+Each case is a class of phrasing (self-corrections, remarks that say why,
+summaries in the caller's words, unlisted function names, several settings at
+once), with a counter-case that must stay refused or read otherwise: what a
+rule sets aside must never be what narrows, negates or changes the request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chd.core.errors import InvalidRequest
+from chd.core.history import ConversationHistory
+from chd.core.language.grammar.remarks import is_remark
+from chd.core.language.grammar.repairs import repaired
+from chd.core.language.parser import parse
+from chd.core.settings import Settings
+from tests.demo_conversation import seed_demo
+
+
+@pytest.mark.parametrize(
+    ("query", "operation", "fields"),
+    [
+        # Spoken self-corrections: what follows the marker replaces what it repeats.
+        ("show me the last two no wait the last three messages", "retrieve", {"last_n": 3}),
+        ("read me turn two sorry turn three", "retrieve", {"turn_from": 3, "turn_to": 3}),
+        (
+            "set the max tokens to four thousand no sorry six thousand",
+            "configure",
+            {"max_tokens": 6000},
+        ),
+        (
+            "get rid of the first four messages actually no just the first two",
+            "remove",
+            {"oldest": 2},
+        ),
+        # Remarks that say why are set aside; the request is read in full.
+        (
+            "Delete all utterances before turn 3. The earlier weather discussion is no longer relevant.",
+            "remove",
+            {"before_turn": 3},
+        ),
+        (
+            "Remove the most recent entry produced by the AI, as it contained an error.",
+            "remove",
+            {"speaker": "assistant", "newest": 1},
+        ),
+        (
+            "Could you remove lines 5 and 6? They were logged by mistake.",
+            "remove",
+            {"seqs": [5, 6]},
+        ),
+        # Summaries in the caller's words.
+        ("Summarize the dialogue between the user and the assistant.", "summarize", {}),
+        (
+            "Generate a compressed summary of the conversation so far (max 300 tokens) for context injection.",
+            "summarize",
+            {"token_limit": 300},
+        ),
+        ("gen summary --limit 256", "summarize", {"token_limit": 256}),
+        ("Summary please, not more than 50 tokens.", "summarize", {"token_limit": 50}),
+        # Function and action names nobody listed.
+        (
+            'memory.add(role="user", content="Is breakfast included?")',
+            "store",
+            {"speaker": "user", "text": "Is breakfast included?"},
+        ),
+        ("delete_utterances(turn=2)", "remove", {"turn_from": 2, "turn_to": 2}),
+        (
+            '{"task": "summarize_conversation", "limit_tokens": 120}',
+            "summarize",
+            {"token_limit": 120},
+        ),
+        ("df.tail(3)", "retrieve", {"last_n": 3}),
+        # Several settings at once, eviction_batch among them.
+        (
+            "set eviction_batch=2 max_tokens=2000",
+            "configure",
+            {"eviction_batch": 2, "max_tokens": 2000},
+        ),
+        # Stores explained by their caller.
+        (
+            'Store the system prompt so that it remains available for later turns: "You are a helpful travel assistant."',
+            "store",
+            {"text": "You are a helpful travel assistant.", "speaker": "system"},
+        ),
+        ("Which lines mention the budget? Thanks.", "retrieve", {"topic": "the budget"}),
+    ],
+)
+def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> None:
+    parsed = parse(query)
+    assert (parsed.operation, parsed.fields) == (operation, fields)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        # A clause that narrows, negates or hedges is never set aside.
+        "Delete turn 1. Only the user's ones.",
+        "Delete turn 1, but not the assistant's reply.",
+        "Save this for later, maybe",
+        # A clause describing the content introduces it: refused, not stored as 'delete'.
+        "Store the following assistant utterance. It contains the word 'delete', but it is ordinary content: \"You can delete it\"",
+        # A name that says more than its verb, or two operations.
+        "forget_everything()",
+        "get_and_delete(3)",
+    ],
+)
+def test_still_refused(query: str) -> None:
+    with pytest.raises(InvalidRequest):
+        parse(query)
+
+
+def test_a_remark_with_a_scope_word_or_another_write_is_not_a_remark() -> None:
+    assert is_remark("they were logged by mistake", "remove")
+    assert not is_remark("keep only the first one", "remove")
+    assert not is_remark("the user asked to delete it", "retrieve")
+    assert not is_remark("the user ones", "remove")  # no verb of its own: it may narrow
+
+
+def test_a_correction_needs_the_phrase_it_repeats() -> None:
+    assert repaired("delete turn 2, sorry") is None
+    assert repaired("Sorry, delete turn 2") is None
+
+
+def test_eviction_batch_set_per_conversation_changes_how_many_leave() -> None:
+    """Through the history: the override is kept with the conversation and used by the next eviction."""
+    history = ConversationHistory(settings=Settings(buffer_size=8, eviction_batch=5))
+    try:
+        seed_demo(history)
+        outcome = history.query("set eviction_batch=2", {}, {})
+        assert outcome.result["settings"]["eviction_batch"] == 2
+        stored = history.query("Add user utterance: one more", {}, {})
+        assert stored.result["evicted"] == [1, 2]  # two leave, not five
+    finally:
+        history.close()
