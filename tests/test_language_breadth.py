@@ -137,3 +137,24 @@ def test_eviction_batch_set_per_conversation_changes_how_many_leave() -> None:
         assert stored.result["evicted"] == [1, 2]  # two leave, not five
     finally:
         history.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "removed"),
+    [
+        ("Delete every utterance stored more than one hour ago.", [1, 2, 3, 4]),
+        ("Delete the entries created within the last five minutes.", [5, 6, 7, 8]),
+    ],
+)
+def test_a_remove_by_age_deletes_by_the_stored_time(query: str, removed: list[int]) -> None:
+    """The demo's turns 1-2 were stored two hours ago, turns 3-4 a minute ago."""
+    history = ConversationHistory(settings=Settings())
+    try:
+        seed_demo(history)
+        outcome = history.query(query, {}, {})
+        assert outcome.result["removed"] == removed
+        assert [u.seq for u in history.backend.read("default").utterances] == sorted(
+            set(range(1, 9)) - set(removed)
+        )
+    finally:
+        history.close()

@@ -252,7 +252,7 @@ class TestAmbiguousRemoves:
             ("Remove messages", "say which"),
             ("remove the oldest messages", "how many"),
             ("Forget what I said about Paris", "by topic"),
-            ("remove messages from the last hour", "by time"),
+            ("remove messages since 2026-01-31", "by date"),
         ],
     )
     def test_ambiguous_remove_is_refused_with_what_to_write(self, phrasing: str, hint: str) -> None:

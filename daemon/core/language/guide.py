@@ -142,6 +142,8 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "speaker": "only this speaker's utterances",
         "all": "everything: buffer, summary and queue (takes no other selector)",
         "at_most": "refuse, removing nothing, if more than this many would go",
+        "within_seconds": "utterances stored in the last N seconds",
+        "older_than_seconds": "utterances stored more than N seconds ago",
     },
     "summarize": {
         "token_limit": "the summary's token budget (default: the conversation's summary_token_limit)",
@@ -357,6 +359,7 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Remove before turn 4",
             "Remove everything after turn 6",
             "Remove turns 3 to 5",
+            "Delete the utterances older than an hour",
             "Remove the last turn",
             "Scrap the first two turns",
             "Delete every turn before turn 3",

@@ -122,6 +122,9 @@ class RemoveIntent:
     speaker: Speaker | None = None
     all: bool = False
     at_most: int | None = None
+    # Issue 25: "Delete every utterance stored more than one hour ago".
+    within_seconds: int | None = None
+    older_than_seconds: int | None = None
 
     @property
     def turn_bounds(self) -> tuple[int | None, int | None]:
@@ -356,6 +359,8 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "speaker": (as_speaker, _D),
             "all": (as_bool, _D),
             "at_most": (_count, _D),
+            "within_seconds": (_count, _D),
+            "older_than_seconds": (_count, _D),
         },
     ),
     "summarize": (
@@ -512,6 +517,7 @@ def _check_consistent(intent: Intent) -> None:
 _REMOVE_SELECTORS = (
     "oldest", "newest", "before_turn", "after_turn", "turn_from", "turn_to",
     "last_turns", "first_turns", "seq", "seqs", "speaker", "all",
+    "within_seconds", "older_than_seconds",
 )  # fmt: skip
 
 
@@ -525,7 +531,8 @@ def _check_remove(intent: RemoveIntent) -> None:
     if not chosen:
         raise InvalidRequest(
             "remove needs to know what to delete: oldest (n), newest (n), before_turn (N), "
-            "after_turn (N), turn_from/turn_to, seq (N), speaker, or all (true)"
+            "after_turn (N), turn_from/turn_to, seq (N), speaker, within_seconds, "
+            "older_than_seconds, or all (true)"
         )
     others = [name for name in chosen if name != "all"]
     if intent.all and others:

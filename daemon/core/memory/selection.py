@@ -8,6 +8,7 @@ same utterances.
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -194,7 +195,12 @@ def _remove_filters(state: ConversationState, intent: RemoveIntent) -> Filters:
         low, high = _narrow(low, high, state.last_turn + 1 if first is None else first)
     if intent.first_turns is not None:
         high = _cap(high, last_of_first_turns(state.utterances, intent.first_turns))
-    return Filters(intent.speaker, low, high, _seq_set(intent.seq, intent.seqs))
+    now = time.time()
+    after = None if intent.within_seconds is None else now - intent.within_seconds
+    before = None if intent.older_than_seconds is None else now - intent.older_than_seconds
+    return Filters(
+        intent.speaker, low, high, _seq_set(intent.seq, intent.seqs), after, before=before
+    )
 
 
 def _summarized(state: ConversationState, seq: int) -> bool:

@@ -73,8 +73,16 @@ def read_remove(text: str) -> Reading | None:
             f"remove by topic is not supported (it could delete more than meant): find the "
             f"utterances first (Find utterances about {quote(topic, 40)}), then remove them by seq"
         )
-    if take_time(q):
-        reading.refusal = "remove by time is not supported; remove by turn or by seq instead"
+    if time := take_time(q):
+        # "older than an hour", "in the last 5 minutes" select by age; a calendar
+        # window ("since 2026-01-31") is a read's filter, not yet a remove's.
+        if set(time) <= {"within_seconds", "older_than_seconds"}:
+            fields.update(time)
+        else:
+            reading.refusal = (
+                "remove by date is not supported; remove by age ('older than an hour'), by turn "
+                "or by seq instead"
+            )
     seqs = take_seqs(q)
     fields.update(seq_fields(seqs))
     span = take_turns(q)
