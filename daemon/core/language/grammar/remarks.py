@@ -51,6 +51,21 @@ _NARROWING = frozenset(
     between too also plus additionally important unimportant just maybe perhaps possibly
     probably might unsure""".split()
 )
+# Words that may carry the request itself: who (a remark naming a speaker may
+# narrow a read: "the assistant's ones are what I need"), what is wanted (a
+# summary, the settings), or a verb that asks ("make a new one", "include the
+# summary"). A clause holding one is never set aside.
+_ASKING = frozenset(
+    """user users assistant assistants system bot ai human model agent claude customer client caller
+    patient operator person requester end me my mine our ours ones one those these
+    summary summaries recap overview gist digest context settings setting buffer limit budget
+    tokens token seq seqs regenerate regenerated fresh new
+    show display get fetch return give send include make create generate produce write add store
+    save record set change configure update mark flag pin search find list retrieve read tell
+    summarize summarise keep put remove delete""".split()
+)
+_READS = frozenset({"retrieve", "summarize", "stats"})
+_PRONOUNS = frozenset("it it's they they're this that that's i i'm we we're there there's".split())
 _WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*", re.UNICODE)
 _NUMBER = re.compile(NUM, re.IGNORECASE)
 _MIN_WORDS = 3
@@ -76,8 +91,11 @@ def is_remark(clause: str, operation: str | None) -> bool:
         return False
     if not (labelled or reason or any(w in _FINITE or w in _CONTRACTED for w in words)):
         return False
+    if operation in _READS and not (labelled or reason) and words[0] not in _PRONOUNS:
+        # A read's remark about "the X" may be naming what to read ("the weather ones matter").
+        return False
     for i, word in enumerate(words):
-        if word in _NARROWING or word.endswith("n't"):
+        if word in _NARROWING or word in _ASKING or word.endswith("n't"):
             return False
         if i and words[i - 1] in _COPULAS:
             continue  # "the boundaries are clear": an adjective, not the verb
