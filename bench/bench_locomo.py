@@ -1,6 +1,7 @@
 """LoCoMo recall of topic search: chd against bm25s and recency in the same run.
 
     python bench/bench_locomo.py PATH [--mode buffer|archive] [--conversations 1-5]
+                                      [--against REV [--rounds 3]]
     CHD_LOCOMO=PATH python bench/bench_locomo.py
 
 PATH is the public LoCoMo data (snap-research/locomo, never committed here):
@@ -16,6 +17,10 @@ search; recall@k is the share of the question's evidence turns among the
 top k hits, averaged over questions. Questions whose evidence names no turn
 of the conversation are skipped (4 of 1,540: ids
 of turns that do not exist).
+
+``--against REV`` runs chd from git revision REV too, in child processes
+alternating with this checkout's: recall of both in the same run, and store
+time and topic search p50 as the median of each round's ratio (this / REV).
 
 ``--embedder wordllama`` runs chd with hybrid search (daemon/core/memory/
 hybrid.py) on the static model the wordllama package ships.
@@ -36,7 +41,9 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from collections import defaultdict
@@ -240,27 +247,48 @@ def _parse_range(text: str, count: int) -> list[int]:
     return [i for i in sorted(chosen) if 1 <= i <= count]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "path", nargs="?", default=os.environ.get("CHD_LOCOMO"), help="LoCoMo data (or CHD_LOCOMO)"
+Row = list[float | None]  # R@1, R@5, R@10, then R@10 per category (None: no question)
+
+
+def _rows(
+    results: dict[str, dict[int, dict[int, list[tuple[int, float]]]]],
+    systems: list[str],
+    groups: dict[str, list[int]],
+) -> dict[str, dict[str, Row]]:
+    """system -> group of conversations -> its row of averages."""
+    out: dict[str, dict[str, Row]] = {}
+    for system in systems:
+        for label, numbers in groups.items():
+            if not numbers:
+                continue
+            row: Row = []
+            for k in KS:
+                row.append(statistics.fmean(r for n in numbers for _, r in results[system][n][k]))
+            for category in CATEGORIES:
+                values = [r for n in numbers for c, r in results[system][n][10] if c == category]
+                row.append(statistics.fmean(values) if values else None)
+            out.setdefault(system, {})[label] = row
+    return out
+
+
+def _print_rows(rows: dict[str, dict[str, Row]]) -> None:
+    print(
+        f"{'system':<12} {'convs':<6} "
+        + " ".join(f"{'R@' + str(k):>6}" for k in KS)
+        + "   "
+        + " ".join(f"{name[:11]:>11}" for name in CATEGORIES.values())
+        + "  (R@10)"
     )
-    parser.add_argument("--mode", choices=("buffer", "archive"), default="buffer")
-    parser.add_argument(
-        "--conversations", default="1-10", help="which of the ten, e.g. 1-5 or 6-10"
-    )
-    parser.add_argument(
-        "--no-baselines", action="store_true", help="chd only (faster while tuning)"
-    )
-    parser.add_argument(
-        "--embedder",
-        choices=("none", "wordllama"),
-        default="none",
-        help="hybrid search with the wordllama package's shipped model (pip install wordllama)",
-    )
-    args = parser.parse_args(argv)
-    if not args.path:
-        parser.error("give the LoCoMo data's path (or set CHD_LOCOMO); see docs/search.md")
+    for system, by_group in rows.items():
+        for label, row in by_group.items():
+            cells = [f"{v:>6.3f}" for v in row[: len(KS)]]
+            cells.append("  ")
+            cells += [f"{v:>11.3f}" if v is not None else f"{'-':>11}" for v in row[len(KS) :]]
+            print(f"{system:<12} {label:<6} " + " ".join(cells))
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Every chosen conversation stored and asked; the rows, store seconds and search p50."""
     conversations = load(Path(args.path))
     chosen = _parse_range(args.conversations, len(conversations))
     groups = {
@@ -296,36 +324,136 @@ def main(argv: Sequence[str] | None = None) -> None:
                 results["bm25s"][number] = recall(ranker, conversation)
         if "recency" in systems:
             results["recency"][number] = recall(recency_ranker(conversation), conversation)
-    questions = sum(len(results["chd"][n][1]) for n in chosen)
-    turns = sum(len(conversations[n - 1].turns) for n in chosen)
+    return {
+        "rows": _rows(results, systems, groups),
+        "questions": sum(len(results["chd"][n][1]) for n in chosen),
+        "turns": sum(len(conversations[n - 1].turns) for n in chosen),
+        "store_seconds": stores,
+        "search_p50": statistics.median(timings),
+    }
+
+
+def _export(revision: str, into: Path) -> Path:
+    """Revision ``revision``'s package laid out as installed (chd = daemon/, chd.backends = backends/)."""
+    root = Path(__file__).resolve().parent.parent
+    tree = into / "tree"
+    tree.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", revision, "daemon", "backends"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    package = into / "pkg"
+    package.mkdir()
+    (tree / "daemon").rename(package / "chd")
+    (tree / "backends").rename(package / "chd" / "backends")
+    return package
+
+
+def against(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    """This checkout and ``args.against`` in alternating child processes, ``args.rounds`` rounds each.
+
+    Recall is deterministic, so it is shown once per side; store time and
+    search p50 vary with the machine's load, so each round pairs the two
+    and the median of the rounds' ratios is printed.
+    """
+    child = [sys.executable, str(Path(__file__).resolve()), *_without_against(argv), "--json"]
+    runs: dict[str, list[dict[str, Any]]] = {"this": [], "old": []}
+    with tempfile.TemporaryDirectory() as folder:
+        package = _export(args.against, Path(folder))
+        for round_number in range(args.rounds):
+            order = ("this", "old") if round_number % 2 == 0 else ("old", "this")
+            for side in order:
+                env = dict(os.environ)
+                if side == "old":
+                    # Ahead of the editable install of this checkout.
+                    env["PYTHONPATH"] = str(package)
+                done = subprocess.run(child, env=env, check=True, capture_output=True, text=True)
+                runs[side].append(json.loads(done.stdout))
+    this, old = runs["this"][0], runs["old"][0]
+    rows = {f"chd@{args.against}"[:12]: old["rows"]["chd"], "chd": this["rows"]["chd"]}
+    rows |= {name: by_group for name, by_group in this["rows"].items() if name != "chd"}
     print(
-        f"LoCoMo: conversations {args.conversations}, {turns} turns, {questions} questions (categories 1-4), "
-        f"mode {args.mode}, embedder {args.embedder}"
+        f"LoCoMo: conversations {args.conversations}, {this['turns']} turns, {this['questions']} questions "
+        f"(categories 1-4), mode {args.mode}, embedder {args.embedder}; this checkout against "
+        f"{args.against}, {args.rounds} rounds"
+    )
+    stores = [t["store_seconds"] / o["store_seconds"] for t, o in zip(runs["this"], runs["old"])]
+    searches = [t["search_p50"] / o["search_p50"] for t, o in zip(runs["this"], runs["old"])]
+    print(
+        f"store time, this / {args.against}: median {statistics.median(stores):.3f} "
+        f"(rounds {', '.join(f'{r:.3f}' for r in stores)})"
     )
     print(
-        f"chd: {turns} stores in {stores:.1f} s; topic search p50 {statistics.median(timings) * 1e3:.2f} ms"
+        f"topic search p50, this / {args.against}: median {statistics.median(searches):.3f} "
+        f"(rounds {', '.join(f'{r:.3f}' for r in searches)}; this "
+        f"{statistics.median(t['search_p50'] for t in runs['this']) * 1e3:.2f} ms)"
     )
     print()
-    print(
-        f"{'system':<8} {'convs':<6} "
-        + " ".join(f"{'R@' + str(k):>6}" for k in KS)
-        + "   "
-        + " ".join(f"{name[:11]:>11}" for name in CATEGORIES.values())
-        + "  (R@10)"
+    _print_rows(rows)
+
+
+def _without_against(argv: Sequence[str]) -> list[str]:
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item in ("--against", "--rounds"):
+            skip = True
+        elif not item.startswith(("--against=", "--rounds=")):
+            out.append(item)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "path", nargs="?", default=os.environ.get("CHD_LOCOMO"), help="LoCoMo data (or CHD_LOCOMO)"
     )
-    for system in systems:
-        for label, numbers in groups.items():
-            if not numbers:
-                continue
-            row = []
-            for k in KS:
-                values = [r for n in numbers for _, r in results[system][n][k]]
-                row.append(f"{statistics.fmean(values):>6.3f}")
-            by_category = []
-            for category in CATEGORIES:
-                values = [r for n in numbers for c, r in results[system][n][10] if c == category]
-                by_category.append(f"{statistics.fmean(values):>11.3f}" if values else f"{'-':>11}")
-            print(f"{system:<8} {label:<6} " + " ".join(row) + "   " + " ".join(by_category))
+    parser.add_argument("--mode", choices=("buffer", "archive"), default="buffer")
+    parser.add_argument(
+        "--conversations", default="1-10", help="which of the ten, e.g. 1-5 or 6-10"
+    )
+    parser.add_argument(
+        "--no-baselines", action="store_true", help="chd only (faster while tuning)"
+    )
+    parser.add_argument(
+        "--embedder",
+        choices=("none", "wordllama"),
+        default="none",
+        help="hybrid search with the wordllama package's shipped model (pip install wordllama)",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="also run chd from git revision REV in alternating processes: its recall, and "
+        "store time and search p50 as ratios of this checkout's to its",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="with --against: rounds per side")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    if not args.path:
+        parser.error("give the LoCoMo data's path (or set CHD_LOCOMO); see docs/search.md")
+    if args.against:
+        against(args, argv)
+        return
+    measured = measure(args)
+    if args.json:
+        print(json.dumps(measured))
+        return
+    print(
+        f"LoCoMo: conversations {args.conversations}, {measured['turns']} turns, "
+        f"{measured['questions']} questions (categories 1-4), mode {args.mode}, embedder {args.embedder}"
+    )
+    print(
+        f"chd: {measured['turns']} stores in {measured['store_seconds']:.1f} s; "
+        f"topic search p50 {measured['search_p50'] * 1e3:.2f} ms"
+    )
+    print()
+    _print_rows(measured["rows"])
 
 
 if __name__ == "__main__":

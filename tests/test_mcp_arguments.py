@@ -13,6 +13,7 @@ import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
 from chd.core.history import ConversationHistory
+from chd.core.settings import Settings
 from chd.mcp.answerer import LocalAnswerer
 from chd.mcp.tools import build_server
 
@@ -82,3 +83,28 @@ def test_a_newline_in_an_utterance_cannot_forge_a_line_of_the_recent_resource(se
     (content,) = asyncio.run(server.read_resource("chd://conversations/inj/recent"))
     lines = content.content.splitlines()
     assert len(lines) == 1 and lines[0].startswith("#1 [turn 1] user: ")
+
+
+def test_recall_by_topic_returns_archive_and_summary_hits_and_where_narrows() -> None:
+    # The tool's description promises hits from wherever the conversation keeps them (issue 27).
+    history = ConversationHistory(
+        settings=Settings(buffer_size=4, eviction_batch=2, archive_evicted=True), background=False
+    )
+    server = build_server(LocalAnswerer(history))
+    texts = ["I planted tomatoes in the garden", "nice", "the weather is cold", "ok"]
+    texts += ["we fixed the garden fence", "fine", "more", "words", "here", "end"]
+    try:
+        for i, text in enumerate(texts):
+            speaker = "user" if i % 2 == 0 else "assistant"
+            _call(server, "remember", {"text": text, "conversation_id": "g", "speaker": speaker})
+        hits = _call(server, "recall", {"conversation_id": "g", "topic": "garden"})
+        places = [hit["where"] for hit in hits.structured_content["result"]["utterances"]]
+        assert "archive" in places and "summary" in places
+        narrowed = _call(
+            server, "recall", {"conversation_id": "g", "topic": "garden", "where": ["summary"]}
+        )
+        assert {hit["where"] for hit in narrowed.structured_content["result"]["utterances"]} == {
+            "summary"
+        }
+    finally:
+        history.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from chd.core.history import ConversationHistory
 from chd.core.memory.embedder import Embedder
 from chd.core.settings import Settings
+from chd.service.config import ConfigError
+from tests.ops_support import ask, channel_to, running
 
 # Words that mean the same share an axis; any other word gets none.
 _AXES = {"car": 0, "automobile": 0, "vehicle": 0, "dog": 1, "puppy": 1, "rain": 2, "drizzle": 2}
@@ -99,3 +102,42 @@ class TestShippedModel:
         from chd.core.memory.embedder import WordLlamaEmbedder
 
         assert _seqs(_history(WordLlamaEmbedder()), "vehicle")[0] == 1
+
+
+class NoEmbedMethod:
+    """A class that loads but is no Embedder."""
+
+
+class TestServeFlag:
+    """``chd serve --embedder module:Class`` (the ``--backend`` convention) turns hybrid search on."""
+
+    def test_the_named_class_ranks_a_search_through_grpc(self) -> None:
+        """'automobile' shares no word with 'my car broke down again' and is found by its vector."""
+        with running(embedder="tests.test_search_hybrid:AxisEmbedder") as server:
+            with channel_to(server) as channel:
+                for text in ("my car broke down again", "the puppy chewed a shoe"):
+                    ask(channel, f"Add utterance: {text}", {"conversation_id": "e"})
+                found = ask(
+                    channel,
+                    "",
+                    {"conversation_id": "e"},
+                    {"operation": "retrieve", "topic": "automobile"},
+                )
+        hits = found.result["utterances"]
+        assert [hit["text"] for hit in hits][:1] == ["my car broke down again"]
+
+    @pytest.mark.parametrize(
+        "name, problem",
+        [
+            ("tests.no_such_module:Thing", "cannot load embedder"),
+            ("wordllamma", "unknown embedder"),
+            ("tests.test_search_hybrid:NoEmbedMethod", "no embed(texts) method"),
+        ],
+    )
+    def test_a_name_that_does_not_give_an_embedder_is_refused_naming_the_key(
+        self, name: str, problem: str
+    ) -> None:
+        with pytest.raises(ConfigError, match=re.escape(problem)) as refused:
+            with running(embedder=name):
+                pass
+        assert refused.value.key == "embedder"

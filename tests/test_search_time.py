@@ -9,8 +9,10 @@ from typing import Any
 import grpc
 import pytest
 
+from chd.core.days import day_bounds, parse_zone
 from chd.core.errors import InvalidRequest
 from chd.core.history import ConversationHistory
+from chd.core.language.parser import parse
 from chd.core.settings import Settings
 from tests.conftest import query
 
@@ -154,6 +156,7 @@ class TestThroughTheServer:
             ),
             ({"timestamp": "May 2023"}, {"operation": "store", "text": "x"}, "metadata.timestamp"),
             ({}, {"operation": "retrieve", "topic": "x", "where": "attic"}, "data.where"),
+            ({}, {"operation": "retrieve", "day": "the day after"}, "data.day"),
         ],
     )
     def test_bad_input_is_invalid_argument(self, stub, metadata, data, fragment) -> None:
@@ -203,3 +206,106 @@ class TestTimeInTheQueryLanguage:
         assert [
             u["seq"] for u in history.query("Get utterances in December 2023").result["utterances"]
         ] == [1]
+
+
+# A Wednesday, 10:00 UTC: the daemon's clock in the day unit tests.
+_WEDNESDAY = datetime(2026, 11, 25, 10, 0, tzinfo=UTC).timestamp()
+
+
+def _days(spec: str, now: float = _WEDNESDAY, zone: Any = UTC) -> tuple[str, str]:
+    first, end = day_bounds(spec, now, zone)
+    shown = (datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M") for t in (first, end))
+    return tuple(shown)  # type: ignore[return-value]
+
+
+class TestDays:
+    """Days and relative days (daemon/core/days.py): resolved against a clock, in a zone."""
+
+    @pytest.mark.parametrize(
+        ("spec", "bounds"),
+        [
+            ("today", ("2026-11-25T00:00", "2026-11-26T00:00")),
+            ("yesterday", ("2026-11-24T00:00", "2026-11-25T00:00")),
+            ("monday", ("2026-11-23T00:00", "2026-11-24T00:00")),
+            ("wednesday", ("2026-11-18T00:00", "2026-11-19T00:00")),  # the latest before today
+            ("last week", ("2026-11-16T00:00", "2026-11-23T00:00")),
+            ("this week", ("2026-11-23T00:00", "2026-11-26T00:00")),
+            ("2023-05-03", ("2023-05-03T00:00", "2023-05-04T00:00")),
+            ("--05-03", ("2026-05-03T00:00", "2026-05-04T00:00")),
+            ("--12-25", ("2025-12-25T00:00", "2025-12-26T00:00")),  # not yet this year
+            ("--02-29", ("2024-02-29T00:00", "2024-03-01T00:00")),
+        ],
+    )
+    def test_each_day_in_utc(self, spec: str, bounds: tuple[str, str]) -> None:
+        assert _days(spec) == bounds
+
+    def test_a_zone_moves_where_days_begin(self) -> None:
+        """23:30 UTC is already Thursday at +02:00, so yesterday is Wednesday there."""
+        late = datetime(2026, 11, 25, 23, 30, tzinfo=UTC).timestamp()
+        assert _days("yesterday", late) == ("2026-11-24T00:00", "2026-11-25T00:00")
+        assert _days("yesterday", late, parse_zone("+02:00")) == (
+            "2026-11-24T22:00",
+            "2026-11-25T22:00",
+        )
+        # A named zone follows its summer time: Paris is +02:00 on 3 May.
+        assert _days("2023-05-03", zone=parse_zone("Europe/Paris"))[0] == "2023-05-02T22:00"
+
+    @pytest.mark.parametrize(
+        ("text", "day"),
+        [
+            ("What did we discuss yesterday?", "yesterday"),
+            ("What did the user say about the garden today?", "today"),
+            ("What did we talk about on Monday?", "monday"),
+            ("What did the assistant say last Friday", "friday"),
+            ("Get messages from last week", "last week"),
+            ("What did we discuss this week?", "this week"),
+            ("What did we discuss on 3 May?", "--05-03"),
+            ("Find utterances about the garden on May 3rd, 2023", "2023-05-03"),
+            ("Find utterances about the fence on the 3rd of May 2023", "2023-05-03"),
+            ("Get messages on 2023-05-03", "2023-05-03"),
+        ],
+    )
+    def test_phrases_read_as_a_day(self, text: str, day: str) -> None:
+        assert parse(text).fields["day"] == day
+
+    @pytest.mark.parametrize(
+        ("text", "fields"),
+        [
+            ("What was said in the last week?", {"within_seconds": 604800}),  # a window, as before
+            ("Find utterances about Mondays", {"topic": "Mondays"}),
+            ("Find utterances about today's weather", {"topic": "today's weather"}),
+        ],
+    )
+    def test_phrases_that_are_no_day_stay_as_they_were(self, text: str, fields: dict) -> None:
+        assert parse(text).fields == fields
+
+    def test_yesterday_against_the_daemons_clock(self) -> None:
+        """Stored a day ago, three days ago and now: 'yesterday' finds the first alone."""
+        history = ConversationHistory(background=False)
+        now = datetime.now(UTC)
+        for text, when in (
+            ("we fixed the garden fence", now - timedelta(days=3)),
+            ("the garden fence fell again", now - timedelta(days=1)),
+            ("garden fence is fine now", None),
+        ):
+            _store(history, text, None if when is None else when.isoformat())
+        found = history.query("What did we say about the garden fence yesterday?").result
+        assert [u["text"] for u in found["utterances"]] == ["the garden fence fell again"]
+
+    @pytest.mark.parametrize(
+        ("data", "fragment"),
+        [
+            ({"day": "someday"}, "data.day"),
+            ({"day": "2023-02-30"}, "not a day of the calendar"),
+            ({"day": "today", "timezone": "Mars/Olympus"}, "data.timezone"),
+            ({"day": "today", "timezone": "+25:00"}, "not a UTC offset"),
+        ],
+    )
+    def test_a_bad_day_or_zone_is_refused_naming_it(self, data: dict, fragment: str) -> None:
+        history = ConversationHistory(background=False)
+        with pytest.raises(InvalidRequest, match=fragment):
+            history.query("", {}, {"operation": "retrieve", **data})
+
+    def test_an_impossible_date_in_words_is_refused(self) -> None:
+        with pytest.raises(InvalidRequest, match="not a day of the calendar"):
+            parse("What did we discuss on 31 February?")

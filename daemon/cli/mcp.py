@@ -114,7 +114,11 @@ def run_mcp(args: argparse.Namespace) -> int:
     # First: storage logs as it opens, and the SDK's own logging.basicConfig
     # then leaves chd's handler (stderr, chd's format and level) alone.
     configure_logging(effective.log_level, effective.log_format)
-    answerer = _answerer(args, effective)
+    try:
+        answerer = _answerer(args, effective)
+    except config.ConfigError as exc:  # an embedder that would not build
+        print(f"chd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if answerer is None:
         return 1
     try:
@@ -169,4 +173,8 @@ def _answerer(args: argparse.Namespace, effective: config.Config) -> object | No
     )
     if backend is None:
         return None
-    return serve.open_local(effective, backend)
+    try:
+        return serve.open_local(effective, backend)
+    except config.ConfigError:
+        backend.close()
+        raise

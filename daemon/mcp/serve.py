@@ -25,7 +25,7 @@ from chd.core.language.classifier import classifier_from_environment
 from chd.core.memory.index import index_bytes
 from chd.mcp.answerer import LocalAnswerer, RemoteAnswerer
 from chd.mcp.http_auth import BearerTokenApp
-from chd.service.app import limits_from, summary_writer
+from chd.service.app import embedder_from, limits_from, summary_writer
 from chd.service.config import Config, to_settings
 from chd.service.limits import LimitedBackend
 
@@ -46,6 +46,7 @@ def open_local(config: Config, backend: Backend) -> LocalAnswerer:
         settings=to_settings(config),
         classifier=classifier_from_environment(config.query_classifier, config.classifier_model),
         writer=summary_writer(config),
+        embedder=embedder_from(config),
     )
     history.indexes.max_bytes = index_bytes(config.max_memory_bytes)
     return LocalAnswerer(history, limits.request_timeout)

@@ -129,9 +129,15 @@ def build_server(answerer: Answerer) -> MCPServer:
         topic: Annotated[
             str | None,
             Field(
-                description="Find utterances about this (words or a phrase); "
-                "best match first, each with a score."
+                description="Find what the conversation said about this (words or a phrase), "
+                "wherever it is kept: the buffer, utterances waiting to be summarized, the archive "
+                "(when the daemon keeps one) and the summary's segments; one list, best match "
+                "first, each hit with its score and where it lives."
             ),
+        ] = None,
+        where: Annotated[
+            list[Literal["buffer", "pending", "archive", "summary"]] | None,
+            Field(description="With topic: search only these places (default: all of them)."),
         ] = None,
         last_n: Annotated[
             int | None, Field(description="The newest n utterances, oldest first.", ge=0)
@@ -145,12 +151,14 @@ def build_server(answerer: Answerer) -> MCPServer:
             int | None, Field(description="At most this many topic matches.", ge=1)
         ] = None,
     ) -> Result:
-        """Read utterances back from a conversation's buffer; the filters combine with AND.
+        """Read utterances back from a conversation; the filters combine with AND.
 
-        With no argument but conversation_id: the newest 10. turn_from/turn_to select whole turns
-        (give both equal for one turn). Utterances already folded into the summary are not listed;
-        read the summary with `summarize` or `context`, or the resource
-        chd://conversations/{conversation_id}/summary.
+        With topic: one ranked search over everything the conversation still holds: buffer
+        hits (with utterance_index), pending and archived utterances (archived: true), and
+        summary segments (where "summary", with seq_from/seq_to and turn_from/turn_to), each
+        with "where" and "score", best first; result.summary_hit scores the whole summary.
+        Without topic: the buffer's utterances in order; with no argument but conversation_id,
+        the newest 10. turn_from/turn_to select whole turns (give both equal for one turn).
         """
         data: dict[str, Any] = {
             "operation": "retrieve",
@@ -160,6 +168,7 @@ def build_server(answerer: Answerer) -> MCPServer:
             "turn_to": turn_to,
             "speaker": speaker,
             "limit": limit,
+            "where": where,
         }
         if all(value is None for key, value in data.items() if key not in ("operation", "speaker")):
             data["last_n"] = RECALL_DEFAULT

@@ -14,6 +14,7 @@ from chd.backends.base import Backend
 from chd.backends.memory import MemoryBackend
 from chd.core.history import ConversationHistory
 from chd.core.language.classifier import classifier_from_environment
+from chd.core.memory.embedder import Embedder, load_embedder
 from chd.core.memory.index import index_bytes
 from chd.core.summaries.extractive import ExtractiveSummarizer
 from chd.core.summaries.summarizer import Summarizer
@@ -30,7 +31,7 @@ from chd.service.server import ListenError, Server, build_server, check_port_fre
 from chd.service.tls import server_credentials
 from chd.service.tracelog import TraceLog
 
-__all__ = ["start", "limits_from"]
+__all__ = ["start", "limits_from", "embedder_from"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,16 @@ def summary_writer(config: Config, summarizer: Summarizer | None = None) -> Summ
         )
     except ValueError as exc:
         raise ConfigError("summarizer", config.sources["summarizer"], str(exc)) from None
+
+
+def embedder_from(config: Config) -> Embedder | None:
+    """The embedder ``config.embedder`` names, built once (None: lexical search only)."""
+    if config.embedder is None:
+        return None
+    try:
+        return load_embedder(config.embedder)
+    except ValueError as exc:
+        raise ConfigError("embedder", config.sources["embedder"], str(exc)) from None
 
 
 def start(
@@ -126,6 +137,7 @@ def start(
         classifier=classifier,
         writer=writer,
         tracer=traces,
+        embedder=embedder_from(config),
     )
     history.indexes.max_bytes = index_bytes(config.max_memory_bytes)
     # Interceptors only note, per call, what the polling thread knows (arrival,

@@ -34,6 +34,7 @@ from typing import Any
 
 from chd.backends import ALIASES, backend_factory
 from chd.core.errors import DaemonError
+from chd.core.memory.embedder import embedder_class
 from chd.core.settings import Settings
 from chd.core.summaries.summarizer import DEFAULT_CLAUDE_MODEL, SUMMARIZER_CHOICES
 
@@ -410,6 +411,13 @@ KEYS: tuple[Key, ...] = (
         _DEFAULTS.archive_evicted,
         "keep folded utterances in the backend, searchable and exportable",
     ),
+    Key(
+        "embedder",
+        Text(),
+        None,
+        "hybrid topic search: wordllama (pip install wordllama) or module:Class, an Embedder "
+        "built with no arguments (docs/search.md); unset: lexical ranking only",
+    ),
     # --- limits (daemon.limits)
     Key(
         "max_request_bytes",
@@ -740,6 +748,11 @@ def _check_together(config: Config) -> None:
             "or pass --insecure to serve it unauthenticated",
         )
     _check_storage(config)
+    if v["embedder"] is not None:
+        try:
+            embedder_class(v["embedder"])
+        except ValueError as exc:
+            raise ConfigError("embedder", src["embedder"], str(exc)) from None
     try:
         to_settings(config)
     except ValueError as exc:

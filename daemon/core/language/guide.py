@@ -120,6 +120,11 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "until": "only utterances before this RFC 3339 time (with since: 'in May 2023' is since 2023-05-01, until 2023-06-01)",
         "within_seconds": "only utterances of the last n seconds",
         "older_than_seconds": "only utterances older than n seconds",
+        "day": "only utterances of this calendar day or week, resolved when the retrieve runs against the "
+        "daemon's clock: today, yesterday, monday ... sunday (the latest before today), last week, "
+        "this week (weeks start on Monday), YYYY-MM-DD, or --MM-DD (the latest such date)",
+        "timezone": "where days begin for day: a UTC offset (+02:00) or a zone name (Europe/Paris); "
+        "default UTC (metadata.timezone works too)",
         "include_summary": "also return the running summary",
         "summary_only": "return only the running summary",
         "context": "the running summary plus the newest utterances that fit token_limit, as one "
@@ -178,6 +183,7 @@ NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset(
         ("store", "idempotency_key"),
         ("remove", "at_most"),
         ("retrieve", "where"),
+        ("retrieve", "timezone"),
     }
 )
 
@@ -282,6 +288,8 @@ GUIDE: tuple[OperationGuide, ...] = (
             "Show the messages older than an hour",
             "Get messages since 2026-01-31T14:00:00Z",
             "What did the user say about the garden in May 2023?",
+            "What was said yesterday?",
+            "Find utterances about the garden on 3 May 2023",
             "Get messages until 2026-01-31T14:00:00Z",
             "Get the last 3 utterances with the summary",
             "Get summary",

@@ -16,6 +16,7 @@ from dataclasses import MISSING, dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
+from chd.core.days import check_day, parse_zone
 from chd.core.errors import InvalidRequest, quote
 from chd.core.language.fields import as_bool, as_int, as_speaker, as_str, describe
 from chd.core.memory.eviction import POLICIES
@@ -89,6 +90,8 @@ class RetrieveIntent:
     until: datetime | None = None
     within_seconds: int | None = None
     older_than_seconds: int | None = None
+    day: str | None = None
+    timezone: str | None = None
     include_summary: bool = False
     summary_only: bool = False
     archived: bool = False
@@ -293,6 +296,22 @@ def _since(name: str, value: Any) -> datetime:
     return moment.astimezone(UTC)
 
 
+def _day(name: str, value: Any) -> str:
+    try:
+        return check_day(as_str(name, value))
+    except ValueError as error:
+        raise InvalidRequest(f"{name}: {error}") from None
+
+
+def _timezone(name: str, value: Any) -> str:
+    text = as_str(name, value).strip()
+    try:
+        parse_zone(text)
+    except ValueError as error:
+        raise InvalidRequest(f"{name}: {error}") from None
+    return text
+
+
 def _policy(name: str, value: Any) -> str:
     text = as_str(name, value).strip().lower()
     if text not in EVICTION_POLICIES:
@@ -335,6 +354,8 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "until": (_since, _D),
             "within_seconds": (_count, _D),
             "older_than_seconds": (_count, _D),
+            "day": (_day, _D),
+            "timezone": (_timezone, ("data", "metadata")),
             "include_summary": (as_bool, _D),
             "summary_only": (as_bool, _D),
             "archived": (as_bool, _D),

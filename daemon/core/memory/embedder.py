@@ -14,13 +14,14 @@ package folder with downloads disabled; install ``wordllama`` to use it.
 
 from __future__ import annotations
 
+import importlib
 import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Embedder", "WordLlamaEmbedder", "normalized"]
+__all__ = ["Embedder", "WordLlamaEmbedder", "embedder_class", "load_embedder", "normalized"]
 
 
 @runtime_checkable
@@ -68,3 +69,57 @@ class WordLlamaEmbedder:
     def embed(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
         with self._lock:  # the tokenizer is not documented as thread-safe
             return self._model.embed(list(texts)).tolist()
+
+
+# Embedders ``chd serve --embedder`` knows by name; anything else is module:Class.
+EMBEDDERS: dict[str, type] = {"wordllama": WordLlamaEmbedder}
+
+
+def embedder_class(name: str) -> type:
+    """The class ``name`` stands for: a known name or ``module:Class`` (the ``--backend`` convention).
+
+    Imports the module but builds nothing, so ``chd config`` can refuse a
+    name that does not load without loading a model.
+
+    Raises:
+        ValueError: an unknown name, or a module or class that does not load.
+    """
+    spec = name.strip()
+    known = EMBEDDERS.get(spec.lower())
+    if known is not None:
+        return known
+    module_name, colon, class_name = spec.partition(":")
+    if not colon or not module_name or not class_name:
+        raise ValueError(
+            f"unknown embedder {spec!r}; use {', '.join(sorted(EMBEDDERS))} "
+            "or module:Class for your own (docs/search.md)"
+        )
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"cannot load embedder {spec!r}: {exc}") from None
+    if not isinstance(found, type):
+        raise ValueError(f"embedder {spec!r} is not a class")
+    return found
+
+
+def load_embedder(name: str) -> Embedder:
+    """An embedder built from ``name`` (see ``embedder_class``) with no arguments.
+
+    A class that needs arguments (a model name, a client) is wrapped in a
+    subclass of your own whose ``__init__`` takes none (docs/search.md).
+
+    Raises:
+        ValueError: it does not load, cannot be built without arguments,
+            fails while being built, or has no ``embed`` method.
+    """
+    cls = embedder_class(name)
+    try:
+        embedder = cls()
+    except Exception as exc:  # its own failure, whatever it is, told in one line
+        raise ValueError(f"embedder {name.strip()!r} could not be built: {exc}") from None
+    if not isinstance(embedder, Embedder):
+        raise ValueError(
+            f"embedder {name.strip()!r} has no embed(texts) method (the Embedder protocol)"
+        )
+    return embedder

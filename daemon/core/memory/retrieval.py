@@ -21,7 +21,7 @@ from chd.core.memory.hybrid import fuse
 from chd.core.memory.index import WHERE, ConversationIndex, IndexedDoc, held_parts
 from chd.core.memory.search import rank, recency_factor, score_text
 from chd.core.memory.selection import Filters, position_of, retrieve_filters
-from chd.core.memory.terms import terms
+from chd.core.memory.terms import query_terms
 from chd.core.utterance import Summary, Utterance
 
 __all__ = ["DEFAULT_TOPIC_LIMIT", "find_utterances"]
@@ -140,7 +140,7 @@ def _segment_hits(
         return []  # no segments, or a filter a summary cannot be checked against
     low = filters.turn_from if filters.turn_from is not None else -1
     high = filters.turn_to if filters.turn_to is not None else float("inf")
-    query = sorted(set(terms(topic)))
+    query = query_terms(topic)
     hits = []
     for segment in state.summary.segments:
         if segment.turn_to < low or segment.turn_from > high:

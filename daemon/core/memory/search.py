@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from chd.core.memory.terms import term_counts, terms
+from chd.core.memory.terms import query_terms, term_counts
 
 if TYPE_CHECKING:
     from chd.core.memory.index import ConversationIndex, IndexedDoc
@@ -36,11 +36,12 @@ RECENCY_WEIGHT = 0.2
 # Neighbouring-turn context (issue 27): a question and the turn that answers
 # it often sit side by side, so an utterance also gets this share of the
 # relevance of the one before it (what it answers) and of the one after it.
-# LoCoMo 1-5 R@1/5/10 0.358/0.553/0.618 -> 0.367/0.574/0.656, held-out 6-10
-# 0.319/0.525/0.604 -> 0.324/0.558/0.639; 0.3/0.15 found more at 10 but
-# fewer at 1 (docs/search.md).
-PREVIOUS_WEIGHT = 0.2
-NEXT_WEIGHT = 0.1
+# LoCoMo 1-5 R@1/5/10 0.358/0.553/0.618 -> 0.367/0.574/0.656 at 0.2/0.1;
+# with coordination (COORD_POWER) 0.3/0.15 does better on all three:
+# 0.382/0.607/0.676 -> 0.386/0.621/0.684 (0.4/0.2: 0.372/0.615/0.691);
+# docs/search.md.
+PREVIOUS_WEIGHT = 0.3
+NEXT_WEIGHT = 0.15
 # Query expansion from the best hits (pseudo-relevance feedback, issue 27):
 # the rarest words of the best EXPANSION_DOCS hits (at most
 # EXPANSION_TERMS, each in 2 utterances at least) add EXPANSION_WEIGHT of
@@ -51,6 +52,12 @@ NEXT_WEIGHT = 0.1
 EXPANSION_DOCS = 3
 EXPANSION_TERMS = 5
 EXPANSION_WEIGHT = 0.2
+# Coordination (issue 27): a hit's relevance is scaled by the share of the
+# topic's terms it contains, to this power, so an utterance that matches
+# three words of a question beats one that repeats the rarest. LoCoMo 1-5
+# R@1/5/10 0.373/0.599/0.675 -> 0.382/0.607/0.676 at 0.5 (1.0: 0.382/0.611/
+# 0.670, 0.25: 0.379/0.604/0.673); docs/search.md.
+COORD_POWER = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +96,7 @@ def rank(
     postings of the query's terms are visited, so the cost follows how many
     utterances mention the topic, not the buffer's size.
     """
-    # Sorted: scores are float sums over the terms, and set order (which
-    # follows PYTHONHASHSEED) would let equal scores tie differently per process.
-    query = sorted(set(terms(topic)))
+    query = query_terms(topic)
     docs = index.docs
     n = len(docs)
     average = (index.total_length / n if n else 1.0) or 1.0
@@ -99,6 +104,8 @@ def rank(
     # the whole cost of a search, and a function call per posting doubles it.
     norm_a, norm_b = K1 * (1 - B), K1 * B / average
     scores: dict[int, float] = {}
+    # How many of the topic's terms each utterance holding two or more holds (coordination).
+    matched: dict[int, int] = {}
     rejected: set[int] = set()
     for term in query:
         posting = index.postings.get(term)
@@ -111,9 +118,22 @@ def rank(
             ):
                 rejected.add(seq)
                 continue
-            scores[seq] = scores.get(seq, 0.0) + weight * tf / (
-                tf + norm_a + norm_b * docs[seq].length
-            )
+            relevance = weight * tf / (tf + norm_a + norm_b * docs[seq].length)
+            if seq in scores:
+                scores[seq] += relevance
+                matched[seq] = matched.get(seq, 1) + 1
+            else:
+                scores[seq] = relevance
+    if COORD_POWER and scores:
+        # Terms no utterance holds (a typo, a word never said) do not count against any.
+        present = sum(1 for t in query if t in index.postings)
+        if present > 1:
+            # Most hits hold one term (not in ``matched``): one factor for them all.
+            single = (1 / present) ** COORD_POWER
+            scores = {
+                seq: score * ((matched[seq] / present) ** COORD_POWER if seq in matched else single)
+                for seq, score in scores.items()
+            }
     if scores and (PREVIOUS_WEIGHT or NEXT_WEIGHT):
         weights = [
             (index.postings[t], _idf(n, len(index.postings[t])) * (K1 + 1))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from chd.backends.base import ConversationState
+from chd.core.days import day_bounds, parse_zone
 from chd.core.errors import InvalidRequest, NotFound
 from chd.core.language.intents import RemoveIntent, RetrieveIntent, SummarizeIntent
 from chd.core.utterance import SummarySegment, Utterance
@@ -160,6 +161,12 @@ def retrieve_filters(state: ConversationState, intent: RetrieveIntent, now: floa
     if intent.until is not None:
         until = intent.until.timestamp()
         before = until if before is None else min(before, until)
+    if intent.day is not None:
+        # Resolved now, not when read: see daemon/core/days.py.
+        zone = parse_zone(intent.timezone) if intent.timezone is not None else UTC
+        first, end = day_bounds(intent.day, now, zone)
+        after = first if after is None else max(after, first)
+        before = end if before is None else min(before, end)
     return Filters(intent.speaker, low, high, seqs, after, before=before)
 
 

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from chd.core.days import check_day
 from chd.core.errors import InvalidRequest
 from chd.core.language.grammar.query import Query
 from chd.core.language.grammar.vocab import FLAGS, NOUN, SINGULAR, SPEAKER, speaker_of
@@ -279,7 +280,58 @@ _TIME_MONTH = (
 )
 
 
-_ANY_TIME = re.compile(r"sec|min|hour|hr|day|week|\d{4}", FLAGS)
+# Days (issue 27): "yesterday", "today", "on Monday", "last week", "on 3 May
+# (2023)", "on May 3rd", "on 2023-05-03". Written as data.day and resolved
+# when the retrieve runs (daemon/core/days.py), never when read: readings
+# are cached. "in the last week" stays a 7-day window (_TIME_WINDOW, tried first).
+_WEEKDAY = r"(?P<w>monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?"
+_MONTH_NAME = rf"(?:{'|'.join(_MONTHS)}|{'|'.join(m[:3] for m in _MONTHS)}|sept)\.?"
+_DAY_NUMBER = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
+_TIME_DAY = (
+    r"\b(?:(?:from|on|during)\s+)?(?P<r>yesterday|today)\b",
+    rf"\b(?:(?:on|from|during)\s+(?:last\s+)?|last\s+){_WEEKDAY}\b",
+    r"\b(?:(?:from|during|in|over)\s+)?(?<!the\s)(?P<k>last|this)\s+week\b",
+    rf"\bon\s+(?:the\s+)?(?:(?P<d>{_DAY_NUMBER})\s+(?:of\s+)?(?P<m>{_MONTH_NAME})"
+    rf"|(?P<m2>{_MONTH_NAME})\s+(?:the\s+)?(?P<d2>{_DAY_NUMBER}))(?:,?\s+(?P<y>\d{{4}}))?(?![\w-])",
+    r"\bon\s+(?P<iso>\d{4}-\d{2}-\d{2})(?![\w:-])",
+)
+
+
+# What follows "on" when it names a day, not a topic ("messages on 3 May"):
+# the topic marker "on" looks ahead for it (no named groups: it is spliced in).
+_ON_DAY = (
+    rf"(?:{_WEEKDAY.replace('?P<w>', '')}|{_DAY_NUMBER}\s+(?:of\s+)?{_MONTH_NAME}"
+    rf"|{_MONTH_NAME}\s+(?:the\s+)?{_DAY_NUMBER}|\d{{4}}-\d{{2}}-\d{{2}})(?![\w:-])"
+)
+
+
+def _day_of(m: re.Match[str]) -> str:
+    """The data.day a _TIME_DAY match names (see daemon/core/days.py)."""
+    found = m.groupdict()
+    if found.get("r"):
+        return found["r"].lower()
+    if found.get("w"):
+        return found["w"].lower()
+    if found.get("k"):
+        return f"{found['k'].lower()} week"
+    if found.get("iso"):
+        day = found["iso"]
+    else:
+        month = [n[:3] for n in _MONTHS].index((found["m"] or found["m2"]).lower()[:3]) + 1
+        number = int(re.match(r"\d+", found["d"] or found["d2"])[0])  # type: ignore[index]
+        day = f"{found['y'] or '-'}-{month:02d}-{number:02d}"
+    try:
+        return check_day(day)
+    except ValueError as error:
+        raise InvalidRequest(str(error)) from None
+
+
+_ANY_TIME = re.compile(
+    r"sec|min|hour|hr|day|week|\d{4}|\bon\s+(?:the\s+)?\d|\bon\s+(?:"
+    + "|".join(m[:3] for m in _MONTHS)
+    + ")",
+    FLAGS,
+)
 
 
 def _unit_seconds(unit: str) -> int:
@@ -298,6 +350,9 @@ def take_time(q: Query) -> dict[str, object]:
         if m := q.take(pattern):
             count = parse_number(m.group("n")) if m.group("n") else 1
             return {"older_than_seconds": count * _unit_seconds(m.group("u"))}
+    for pattern in _TIME_DAY:
+        if m := q.take(pattern):
+            return {"day": _day_of(m)}
     if m := q.take(_TIME_MONTH):
         number = [n[:3] for n in _MONTHS].index(m.group("m").lower()[:3]) + 1
         year = int(m.group("y"))
@@ -446,7 +501,7 @@ _STRONG_TOPIC = (
     r"|(?:that|which)\s+refers?\s+to|talking\s+about|discussing|(?:that|which)\s+discuss(?:es|ed)?"
     r"|on\s+the\s+subject|(?:that|which)\s+touch(?:es)?\s+(?:on|upon)|touching\s+(?:on|upon)"
     r"|(?:that|which)\s+(?:deal|deals|dealt)\s+with|dealing\s+with|(?:that|which)\s+(?:cover|covers|covered)"
-    r"|covering|to\s+do\s+with|mentions?\s+of|references?\s+to|(?:any|anything)\s+(?:said\s+)?(?:on|about)|(?:that|which)\s+(?:concern|concerns|concerned)|on(?!\s+(?:the\s+)?turn))\s+"
+    rf"|covering|to\s+do\s+with|mentions?\s+of|references?\s+to|(?:any|anything)\s+(?:said\s+)?(?:on|about)|(?:that|which)\s+(?:concern|concerns|concerned)|on(?!\s+(?:the\s+)?(?:turn|{_ON_DAY})))\s+"
 )
 # "messages where the budget was mentioned": the topic sits between two
 # markers, so it is bounded (80 characters) to keep the search linear.
@@ -537,6 +592,7 @@ _TRAILING = (
     r"\s*,?\s*(?:with|and|plus|including)\s+(?:the\s+)?(?:running\s+)?summary",
     # Times end a topic too (issue 27): "about the garden in May 2023", "... since 2023-05-01".
     rf"\s*,?\s*{_TIME_MONTH}",
+    *(rf"\s*,?\s*{pattern}" for pattern in _TIME_DAY),
     rf"\s*,?\s*{_TIME_SINCE}",
     rf"\s*,?\s*{_TIME_UNTIL}",
 )
