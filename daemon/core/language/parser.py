@@ -401,7 +401,7 @@ _CLAUSE_BREAK = re.compile(
 _SPEAKER_WORDS = frozenset(
     "user assistant system bot human ai model agent claude customer me my i we our".split()
 )
-_MAX_DROPPED = 3
+_MAX_DROPPED = 5
 
 
 def _commentary_free(segment: str) -> bool:

@@ -64,6 +64,16 @@ _ASKING = frozenset(
     save record set change configure update mark flag pin search find list retrieve read tell
     summarize summarise keep put remove delete""".split()
 )
+_UNNEEDED = re.compile(
+    r"\b(?:(?:i|we)\s+)?(?:don't|dont|do\s+not|no\s+longer)\s+need(?:\s+(?:it|them|this|that|these|those))?\b"
+    r"|\b(?:not|no\s+longer)\s+(?:needed|relevant|necessary|useful|wanted|required)\b",
+    re.IGNORECASE,
+)
+# Words that say what became of something: "booking cancelled", "wrong number", "a duplicate".
+_STATE = frozenset(
+    """cancelled canceled done finished resolved fixed handled closed obsolete outdated wrong
+    incorrect mistake duplicate duplicated test testing typo unneeded irrelevant stale old""".split()
+)
 _READS = frozenset({"retrieve", "summarize", "stats"})
 _PRONOUNS = frozenset("it it's they they're this that that's i i'm we we're there there's".split())
 _WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*", re.UNICODE)
@@ -84,12 +94,16 @@ def is_remark(clause: str, operation: str | None) -> bool:
     labelled = len(text) != len(clause)
     reason = _REASON.match(text) is not None
     text = _IDIOMS.sub(" ", text)
+    if operation in (None, "remove"):
+        # "not needed anymore", "don't need the weather stuff": a remove's reason agrees with it.
+        text = _UNNEEDED.sub(" unneeded ", text)
     if any(c.isdigit() for c in text) or _NUMBER.search(text):
         return False
     words = [w.lower().replace("\u2019", "'") for w in _WORD.findall(text)]
-    if len(words) < _MIN_WORDS:
+    stated = any(w in _STATE for w in words)
+    if len(words) < _MIN_WORDS and not stated:
         return False
-    if not (labelled or reason or any(w in _FINITE or w in _CONTRACTED for w in words)):
+    if not (labelled or reason or stated or any(w in _FINITE or w in _CONTRACTED for w in words)):
         return False
     if operation in _READS and not (labelled or reason) and words[0] not in _PRONOUNS:
         # A read's remark about "the X" may be naming what to read ("the weather ones matter").

@@ -44,6 +44,10 @@ _WORDS = frozenset(
     "everything all every entire whole complete out away whatever came come happened".split()
 )
 # "every turn before turn 3": the turns named by the turn filter itself.
+_WITH_SUMMARY = (
+    r"(?:\b(?:including|incl\.?|with|and|plus|as\s+well\s+as)\s+)(?:the\s+|its\s+|their\s+)?"
+    r"(?:running\s+|stored\s+)?summary\b(?:\s+(?:too|as\s+well))?"
+)
 _TURN_NOUN = re.compile(r"\b(?:every|each|all(?:\s+the)?|any|the)\s+turns?\b|\bturns?\b", FLAGS)
 _HOW = (
     "say which utterances: 'the oldest 3', 'the newest 2', 'utterance 12', 'before turn 4', "
@@ -119,6 +123,9 @@ def read_remove(text: str) -> Reading | None:
         and not nouns
     ):
         fields["all"] = True
+        # "Clear the entire conversation, including its summary": all is buffer, summary and queue.
+        q.take(_WITH_SUMMARY)
+        reading.unexplained = q.unexplained(_WORDS)
         return reading
     if len(reading.unexplained) == 1 and reading.unexplained[0].isdigit():
         n = reading.unexplained[0]
