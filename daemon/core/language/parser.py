@@ -70,7 +70,7 @@ from chd.core.language.grammar.stats import read_stats
 from chd.core.language.grammar.store import UnclearStore, read_store
 from chd.core.language.grammar.summarize import read_summarize
 from chd.core.language.guide import GUIDE, MAX_INSTRUCTION_CHARS
-from chd.core.language.numbers import parse_number
+from chd.core.language.numbers import NUM, parse_number
 
 __all__ = [
     "ParsedQuery",
@@ -355,6 +355,7 @@ def normalized(query: str) -> str:
     text = developer_syntax(query)
     text = repaired(text) or text
     text = _without_lead_fillers(text)
+    text = _LIKE_BEFORE_NUMBER.sub("", text)
     text = removal_idiom(text) or text
     out: list[str] = []
     position = 0
@@ -383,6 +384,10 @@ _LEAD_FILLERS = re.compile(
     r"^(?:(?:um+|uh+|er+m?|uhm|hmm+|so|yeah|yep|yup|ok(?:ay)?|alright|right|well|oh|hey|hi|hello)\b[\s,.!]*)+",
     re.IGNORECASE,
 )
+
+
+# "set the buffer to like fifty messages": a spoken hedge before a number, not a comparison.
+_LIKE_BEFORE_NUMBER = re.compile(rf"\blike\s+(?=(?:about\s+)?{NUM})", re.IGNORECASE)
 
 
 def _without_lead_fillers(text: str) -> str:

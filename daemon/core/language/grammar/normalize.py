@@ -30,6 +30,7 @@ import tomllib
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "LEXICON",
@@ -213,7 +214,16 @@ def phrases(text: str) -> str:
 
 _SPEAKER_NAMES = r"(?:user|assistant|system)"
 _Q = r"[\"'`]?"
-_SYNTAX: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+_BELOW_MOST = 100  # "seq < N" lists seqs 1..N-1: kept short
+
+
+def _below(m: re.Match[str]) -> str:
+    """ "seq < 3" is utterances 1 to 2; "seq < 1" holds none, left for the rules to refuse."""
+    n = int(m.group(1)) if len(m.group(1)) <= 3 else 0
+    return f" utterances 1 to {n - 1} " if 1 < n <= _BELOW_MOST else m.group(0)
+
+
+_SYNTAX: tuple[tuple[re.Pattern[str], Any], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), replacement)
     for pattern, replacement in (
         (r"[{}]", " "),
@@ -231,6 +241,10 @@ _SYNTAX: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             r" utterances \1 to \2 ",
         ),
         (rf"{_Q}\b(?:seqs?|ids?)\b{_Q}\s*(?:==?|:)\s*{_Q}(\d+){_Q}", r" utterance \1 "),
+        # "seq between 3 and 5", "seq <= 4", "seq < 3" (issue 25: SQL-minded developers).
+        (r"\b(?:seqs?|ids?)\s+between\s+(\d+)\s+and\s+(\d+)\b", r" utterances \1 to \2 "),
+        (rf"{_Q}\b(?:seqs?|ids?)\b{_Q}\s*<=\s*{_Q}(\d+){_Q}", r" utterances 1 to \1 "),
+        (rf"{_Q}\b(?:seqs?|ids?)\b{_Q}\s*<\s*{_Q}(\d+){_Q}", _below),
         (r"\b(?:seqs?|ids?)\s+in\s*[(\[]\s*(\d+(?:\s*,\s*\d+)*)\s*[)\]]", r" utterances \1 "),
         (
             rf"{_Q}\b(?:speaker|role|from|by|who)\b{_Q}\s*(?:==?|:)\s*{_Q}({_SPEAKER_NAMES}){_Q}",
@@ -247,6 +261,7 @@ _SYNTAX: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         ),
         (r"^\s*delete\s+from\s+(?=utterances|messages|history|conversation)", " delete "),
         (r"\bwhere\s+(?=(?:from|turns?|utterances?|after|before|up)\b)", " "),
+        (r"^\s*(?:messages|rows|utterances|entries)\s+(?=utterances?\b)", " get "),
         (r"\s\*\s", " "),
     )
 )
@@ -307,6 +322,7 @@ def developer_syntax(text: str) -> str:
         not any(c in text for c in "=<>{-.*")
         and "select" not in text.lower()
         and " in " not in text.lower()
+        and " between " not in text.lower()
     ):
         return text
     for pattern, replacement in _SYNTAX:
