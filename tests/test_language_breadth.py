@@ -158,3 +158,49 @@ def test_a_remove_by_age_deletes_by_the_stored_time(query: str, removed: list[in
         )
     finally:
         history.close()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        # An outside review (issue 25) found each of these run as something else.
+        "How do I delete turn 2?",
+        "Tell me how to remove turn 2",
+        "How do I set the buffer size to 5?",
+        "Is the buffer size 5?",
+        "Should the buffer size be 5?",
+        "Check that the buffer size is 5",
+        "Show the settings with buffer size 5",
+        "get_settings(buffer_size=5)",
+        "get_settings(reset=true)",
+        "Does the buffer hold 5 utterances?",
+        "Delete turn 1 and the last message",
+        "Remove everything before turn 3 and the last message",
+        "Set the buffer size and the eviction batch to 4",
+        "Set buffer size to 10 and max tokens",
+        "Delete turn 2, the reply can stay",
+        "Delete turn 2, it should be kept",
+        "Delete turn 2, please disregard this request",
+        "Delete turn 2. Oops, that was the wrong conversation",
+        "Delete the last message, it was the user's",
+        "Get the last 3 messages, they are the user's",
+        "Remove utterance 4, no wait, utterance 4 is important",
+        "Find utterances about Paris but not in turn 1",
+        "The user said I want 2 tickets",
+        "Summarize the conversation, limit 5",
+        "Summarize what was said about Paris",
+    ],
+)
+def test_what_the_review_found_is_refused(query: str) -> None:
+    with pytest.raises(InvalidRequest):
+        parse(query)
+
+
+def test_a_correction_keeps_what_followed_the_phrase_it_replaces() -> None:
+    parsed = parse("Delete the assistant's replies before turn 3, sorry, the user's replies")
+    assert (parsed.operation, parsed.fields) == ("remove", {"before_turn": 3, "speaker": "user"})
+
+
+def test_a_summary_of_a_range_is_a_new_summary() -> None:
+    parsed = parse("Show me a summary of turns 1 to 2")
+    assert (parsed.operation, parsed.fields) == ("summarize", {"turn_from": 1, "turn_to": 2})

@@ -46,6 +46,7 @@ from chd.core.language.grammar import summary_forms
 from chd.core.language.grammar.calls import read_call, read_json
 from chd.core.language.grammar.configure import read_configure
 from chd.core.language.grammar.context import read_context
+from chd.core.language.grammar.guards import refusal_for
 from chd.core.language.grammar.mark import read_mark
 from chd.core.language.grammar.normalize import (
     SCOPE,
@@ -62,7 +63,7 @@ from chd.core.language.grammar.normalize import (
 )
 from chd.core.language.grammar.query import ANY_QUOTE, QUOTED
 from chd.core.language.grammar.reading import Reading
-from chd.core.language.grammar.remarks import is_remark
+from chd.core.language.grammar.remarks import COUNTERMAND, is_remark
 from chd.core.language.grammar.remove import read_remove
 from chd.core.language.grammar.repairs import repaired
 from chd.core.language.grammar.retrieve import read_retrieve
@@ -163,6 +164,9 @@ _NARROWING = frozenset(
 )
 
 
+_TOPIC_WORDS = frozenset("about regarding concerning mentioning re limit limited excluding".split())
+
+
 def threshold_for(reading: Reading) -> float:
     """A configure that only reads the settings is a read."""
     if reading.strict or any(
@@ -170,6 +174,10 @@ def threshold_for(reading: Reading) -> float:
         or w.lower() in _NARROWING
         or w.lower().endswith("n't")
         or w.lower() in WORDS
+        # A number or a topic left unread would be dropped: "Summarize, limit 5",
+        # "Summarize what was said about Paris" (issue 25 review).
+        or any(c.isdigit() for c in w)
+        or w.lower() in _TOPIC_WORDS
         for w in reading.unexplained
     ):
         # A word the lexicon would rewrite ("the client's messages") is no
@@ -243,6 +251,12 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
         alternative = _read_normalized(query)
         if alternative is None:
             raise
+        # The guards look at the query as sent: normalizing may have dropped
+        # the words that make it a question ("how do I ...").
+        if why := refusal_for(query, alternative[0], alternative[1]):
+            refused = Ambiguous(f"{why}. Nothing was changed.")
+            refused.operation = alternative[0]
+            raise refused from None
         return alternative
 
 
@@ -282,6 +296,10 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
             meant,
         )
     needed = threshold_for(best)
+    if best.confidence >= needed and (why := refusal_for(query, best.operation, best.fields)):
+        refused = Ambiguous(f"{why}. Nothing was changed.")
+        refused.operation = best.operation
+        raise refused
     if best.confidence < needed:
         words = ", ".join(quote(w, 30) for w in best.unexplained[:5])
         reason = (
@@ -375,7 +393,9 @@ def normalized(query: str) -> str:
     # "messages of user": "of" and a bare speaker name the speaker (non-native, issue 25).
     text = _OF_SPEAKER.sub(lambda m: f"from the {m.group('s')}", text)
     # A typo'd passive ("can be delted") is fixed only now.
-    return removal_idiom(text) or text
+    text = removal_idiom(text) or text
+    # "ugh, delete turn 2": the interjection is gone, its comma must go too.
+    return text.lstrip(" ,;:.!\u2014\u2013-")
 
 
 # Spoken fillers before the instruction ("um", "so yeah"): set aside before the
@@ -416,6 +436,9 @@ def _commentary_free(segment: str) -> bool:
         return False
     for word in words:
         bare = word.strip("'")
+        bare = bare[:-2] if bare.endswith("'s") else bare  # "it was the user's"
+        if bare in COUNTERMAND:
+            return False  # "the reply can stay", "please disregard this", "wrong conversation"
         if (
             any(c.isdigit() for c in bare)
             or bare in SCOPE

@@ -292,6 +292,10 @@ def read_call(text: str) -> tuple[str, dict[str, Any]] | None:
     most = _STORE_ARGUMENTS if call.operation == "store" else MAX_INSTRUCTION_CHARS
     scanner = _Scanner(query, head.end(), len(query) - 1, call.name, most)
     positional, keywords = scanner.arguments()
+    if call.name == "get_settings" and (positional or keywords):
+        raise InvalidRequest(
+            "get_settings() takes no arguments: it only reads; set values with configure(buffer_size=...)"
+        )
     if generic is not None:
         keywords = _canonical(keywords, call.operation)
     return call.operation, _fields(call, positional, keywords)

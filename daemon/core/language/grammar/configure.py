@@ -106,6 +106,9 @@ def read_configure(text: str) -> Reading | None:
         if m := q.take(pattern):
             fields["eviction_policy"] = _policy(m.group("p"))
     named = False
+    unset: list[
+        str
+    ] = []  # named without a value: "Set the buffer size and the eviction batch to 4"
     for name, alias in _NAMES:
         pattern = rf"\b(?:the\s+)?(?:{alias})\b" + (
             _POLICY_VALUE if name == "eviction_policy" else _NUMBER_VALUE
@@ -123,6 +126,8 @@ def read_configure(text: str) -> Reading | None:
             named = True
         if q.take(rf"\b(?:the\s+)?(?:{alias})\b"):
             named = True
+            if name not in fields:
+                unset.append(name)
     if setting:
         for name, alias in _VALUE_ONLY_NAMES:
             if m := q.take(rf"\b(?:the\s+)?(?:{alias})\b{_NUMBER_VALUE}"):
@@ -142,4 +147,15 @@ def read_configure(text: str) -> Reading | None:
     if not changes and not fields.get("reset") and not reads:
         return None
     q.take(_SET_VERB if setting else _READ_VERB)
-    return Reading("configure", fields, q.unexplained(_WORDS), q.total_words)
+    reading = Reading("configure", fields, q.unexplained(_WORDS), q.total_words)
+    if changes and unset:
+        reading.refusal = (
+            f"{', '.join(unset)} is named without a value; give each setting its own value "
+            "('Set the buffer size to 4 and the eviction batch to 4')"
+        )
+    elif changes and not setting and re.match(_READ_VERB, text.strip(), FLAGS):
+        # "Show the settings with buffer size 5" asks to see, not to change.
+        reading.refusal = (
+            "this reads the settings but names a value; to change it say 'Set the buffer size to 5'"
+        )
+    return reading

@@ -21,7 +21,7 @@ from chd.core.language.grammar.normalize import WRITE_FORMS
 from chd.core.language.grammar.query import QUOTED
 from chd.core.language.numbers import NUM
 
-__all__ = ["is_remark"]
+__all__ = ["is_remark", "COUNTERMAND"]
 
 # Labels that open a remark: "Rationale: larger batches reduce summarizer calls."
 _LABEL = re.compile(r"^\s*(?:rationale|reason|context|note|background|why)\s*[:\u2014-]\s*", re.I)
@@ -42,7 +42,10 @@ _FINITE = frozenset(
 )
 _CONTRACTED = frozenset("it's that's there's they're we're i'm i've we've you're i'd we'd".split())
 # Idioms of time that hold a scope word but narrow nothing.
-_IDIOMS = re.compile(r"\b(?:no\s+longer|any\s*more|from\s+now\s+on|later\s+on|for\s+now)\b", re.I)
+_IDIOMS = re.compile(
+    r"\b(?:no\s+longer|any\s*more|from\s+now\s+on|later\s+on|for\s+now|by\s+mistake|in\s+error)\b",
+    re.I,
+)
 # Words that may narrow or negate a request: a clause holding one is never set aside.
 _NARROWING = frozenset(
     """not no n't never nothing none except but only without other others besides apart
@@ -71,8 +74,14 @@ _UNNEEDED = re.compile(
 )
 # Words that say what became of something: "booking cancelled", "wrong number", "a duplicate".
 _STATE = frozenset(
-    """cancelled canceled done finished resolved fixed handled closed obsolete outdated wrong
-    incorrect mistake duplicate duplicated test testing typo unneeded irrelevant stale old""".split()
+    """done finished resolved fixed handled closed obsolete outdated
+    duplicate duplicated test testing typo unneeded irrelevant stale old""".split()
+)
+# Words that take the request back or spare part of it: "the reply can stay", "please
+# disregard this request", "that was the wrong conversation".
+COUNTERMAND = frozenset(
+    """stay stays remain remains kept spare spared disregard ignore cancel cancelled canceled undo
+    wrong oops instead actually wait hold stop kept keep keeping leave leaving""".split()
 )
 _READS = frozenset({"retrieve", "summarize", "stats"})
 _PRONOUNS = frozenset("it it's they they're this that that's i i'm we we're there there's".split())
@@ -109,7 +118,10 @@ def is_remark(clause: str, operation: str | None) -> bool:
         # A read's remark about "the X" may be naming what to read ("the weather ones matter").
         return False
     for i, word in enumerate(words):
-        if word in _NARROWING or word in _ASKING or word.endswith("n't"):
+        base = word[:-2] if word.endswith("'s") else word  # "it was the user's"
+        if base in _NARROWING or base in _ASKING or word.endswith("n't"):
+            return False
+        if base in COUNTERMAND and operation != "store":  # a store's "so that it remains available"
             return False
         if i and words[i - 1] in _COPULAS:
             continue  # "the boundaries are clear": an adjective, not the verb

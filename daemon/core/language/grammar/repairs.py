@@ -30,6 +30,12 @@ _MARKER = re.compile(
 _OPENERS = frozenset("just only".split())
 _TRAILING_NUMBER = re.compile(rf"(?:\b{NUM})\s*$", re.IGNORECASE)
 _LEADING_NUMBER = re.compile(rf"^{NUM}\b", re.IGNORECASE)
+# A verb in the correction makes it a sentence of its own, which is not read as a repair.
+_SENTENCE_WORDS = frozenset(
+    """is are was were be been being has have had do does did will would can could should must may
+    might shall keep keeps kept stay stays remain remains mark marked important delete remove
+    show get set add store""".split()
+)
 # Bounded: corrections are short, and the marker is looked for in the first few hundred characters.
 _LIMIT = 400
 
@@ -47,6 +53,9 @@ def repaired(text: str) -> str | None:
         words.pop(0)
     if not words or not left.split():
         return None
+    if any(w.lower().strip(",.!?") in _SENTENCE_WORDS for w in words):
+        # "Remove utterance 4, no wait, utterance 4 is important": a new sentence, not a phrase.
+        return None
     right = " ".join(words)
     if _LEADING_NUMBER.match(right):
         number = _TRAILING_NUMBER.search(left)
@@ -60,4 +69,9 @@ def repaired(text: str) -> str | None:
         at = 0
     if at < 0:
         return None
-    return f"{left[:at]} {right}".strip()
+    # The correction replaces as many words as it has; what followed the
+    # replaced phrase stays ("the assistant's replies before turn 3, sorry, the
+    # user's replies" keeps "before turn 3").
+    replaced = left[at:].split()
+    kept = replaced[len(words) :]
+    return " ".join([left[:at].strip(), right, *kept]).strip()

@@ -88,7 +88,16 @@ _FIRST_WORD = re.compile(r"[\w']+", re.UNICODE)
 _FILTER_WORD = re.compile(rf"(?:{SPEAKER})(?:'s|s')?|turns?|\#?\d+\w*|archived?|summary", FLAGS)
 
 
+# "a summary of turns 1 to 2" is a new summary of that range, not the running one beside them.
+_NEW_SUMMARY = re.compile(
+    r"\b(?:a|an|new|fresh)\s+(?:(?:short|brief|quick|concise|new|fresh)\s+)?summary\s+of\b",
+    re.IGNORECASE,
+)
+
+
 def read_retrieve(text: str) -> Reading | None:
+    if _NEW_SUMMARY.search(text):
+        return None  # "Show me a summary of turns 1 to 2" asks for a new one: summarize reads it
     q = Query(text)
     first = _FIRST_WORD.match(q.text)
     # The topic first: "who said X" needs its "who" to know "said" marks a topic.

@@ -106,7 +106,21 @@ def read_summarize(text: str) -> Reading | None:
             "to read what one speaker said or what was said in a time window, retrieve it instead"
         )
     reading.unexplained = q.unexplained(_WORDS)
+    topic = _ABOUT.search(text)
+    if topic is not None and topic.group("t").lower() not in _WORDS | _NOT_TOPICS:
+        # "Summarize what was said about Paris": a summary has no topic filter;
+        # read without it, the summary would be of everything.
+        reading.refusal = (
+            "summarize works on the whole conversation, a turn range or the newest utterances, "
+            "not on a topic: find the utterances about it first ('Find utterances about Paris')"
+        )
     return reading
+
+
+_ABOUT = re.compile(
+    r"\b(?:about|regarding|concerning|on\s+the\s+subject\s+of)\s+(?:the\s+)?(?P<t>[\w'-]+)", re.I
+)
+_NOT_TOPICS = frozenset("it this that everything what so far now".split())
 
 
 def _read_scope(reading: Reading, count: Count) -> None:

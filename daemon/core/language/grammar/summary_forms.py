@@ -100,6 +100,7 @@ _PLAIN = (
     (re.compile(r"\b(?:compressed|condensed|succinct|summarized|crisp|tidy)\s+", re.I), "short "),
 )
 _LIMIT = 600
+_FEWEST_TOKENS = 20
 _BARE_NOUN = re.compile(
     r"(?:the|a|an)\s+(?:\w+\s+){0,2}(?:gist|recap|overview|summary|rundown|synopsis)", re.I
 )
@@ -112,8 +113,15 @@ def rewritten(text: str) -> str | None:
     out = _WHAT_PARTICIPANTS.sub("what we discussed", text)
     out = _PARTICIPANTS.sub(" ", out)
     out = _POINTER.sub(" ", out)
-    for pattern in _LIMITS:
-        out = pattern.sub(lambda m: f" in {m.group('n')} tokens ", out, count=1)
+    out = _LIMITS[0].sub(lambda m: f" in {m.group('n')} tokens ", out, count=1)
+    # A bare "limit 5" may count messages: only a size a summary can have is read as tokens.
+    out = _LIMITS[1].sub(
+        lambda m: (
+            f" in {m.group('n')} tokens " if int(m.group("n")[:6]) >= _FEWEST_TOKENS else m.group(0)
+        ),
+        out,
+        count=1,
+    )
     for pattern, plain in _PLAIN:
         out = pattern.sub(plain, out)
     for _ in range(2):

@@ -63,7 +63,7 @@ FILLERS = frozenset(
     conversation history buffer chat dialog dialogue transcript context memory log thread session
     so far please me us i you we my our your is are was were be been being there here
     do does did have has had what which who whom when where how
-    stored saved kept said say says tell told mention mentioned ask asked write wrote written
+    stored saved said say says tell told mention mentioned ask asked write wrote written
     just currently current right now ok okay and or to for with at by up out
     anything everything something stuff whole entire full complete again also
     exactly currently yet ever would like want need can could will shall should
