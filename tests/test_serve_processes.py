@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
+import grpc
 import pytest
 
 from chd.client import Client
-from tests.conftest import DaemonProcess, run_chd
+from chd.v1 import daemon_pb2_grpc
+from tests.conftest import DaemonProcess, query, run_chd
 
 
 def _children(pid: int) -> list[int]:
@@ -90,33 +94,52 @@ def test_two_processes_serve_every_store_and_stop_together(tmp_path: Path) -> No
         str(tmp_path / "data"),
         "--buffer-size",
         "100",  # every store stays in the buffer, where last() reads it
+        "--metrics-port",
+        "0",
     )
     try:
+        assert group.proc.stdout is not None
+        metrics = re.search(r"(http://\S+/metrics)", group.proc.stdout.readline())
+        assert metrics, "no metrics line"
         children = _children(group.proc.pid)
         assert len(children) == 2
         acknowledged: dict[str, dict[int, str]] = {f"c{i}": {} for i in range(3)}
+        # The kernel spreads connections, not calls, over the processes: each
+        # client has a connection of its own (grpc shares one between the
+        # channels of a process by default).
         lock = threading.Lock()
         failures: list[BaseException] = []
 
         def client(number: int) -> None:
             try:
-                with Client(group.target) as chd:
-                    for i in range(30):
+                with grpc.insecure_channel(
+                    group.target, options=[("grpc.use_local_subchannel_pool", 1)]
+                ) as channel:
+                    stub = daemon_pb2_grpc.DaemonStub(channel)
+                    for i in range(15):
                         cid = f"c{(number + i) % 3}"
                         text = f"client {number} store {i} \u2713 "
-                        stored = chd.store(text, conversation=cid)
+                        answer = query(
+                            stub, "", {"conversation_id": cid}, {"operation": "store", "text": text}
+                        )
+                        seq = int(answer.result["utterance"]["seq"])
                         with lock:
-                            assert stored.utterance.seq not in acknowledged[cid]
-                            acknowledged[cid][stored.utterance.seq] = text
+                            assert seq not in acknowledged[cid]
+                            acknowledged[cid][seq] = text
             except BaseException as exc:  # reported below, not lost in the thread
                 failures.append(exc)
 
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(6)]
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(12)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         assert not failures, failures
+        # Both processes served (all 12 connections on one: odds of 1 in 2,048).
+        with urllib.request.urlopen(metrics.group(1), timeout=10) as page:
+            text = page.read().decode()
+        served = set(re.findall(r'chd_requests_total\{[^}]*process="(\d)"[^}]*\} [1-9]', text))
+        assert served == {"0", "1"}, text[:2000]
 
         os.kill(children[0], signal.SIGKILL)
         _wait(
