@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the daemon", description=SERVE_DESCRIPTION)
     config.add_arguments(serve)
+    # Set by chd serve --processes N on the processes it starts (daemon/service/group.py): the
+    # parent's pid, which the child checks before it shares the port with SO_REUSEPORT.
+    serve.add_argument("--group-member", type=int, default=None, help=argparse.SUPPRESS)
     show = commands.add_parser(
         "config",
         help="check and print the effective serve configuration (secrets masked)",
@@ -110,7 +113,8 @@ def _run(argv: Sequence[str] | None) -> int:
         if args.command == "config":
             print(config.render(effective))
             return 0
-        return _serve(effective)
+        given = list(sys.argv[1:] if argv is None else argv)
+        return _serve(effective, given[given.index("serve") + 1 :], args.group_member)
     if args.command in ("export", "import"):
         return run_transfer(args)
     if args.command == "mcp":
@@ -118,13 +122,23 @@ def _run(argv: Sequence[str] | None) -> int:
     return run_client(args)
 
 
-def _serve(effective: config.Config) -> int:
+def _serve(
+    effective: config.Config, argv: Sequence[str] = (), group_member: int | None = None
+) -> int:
+    """Serve until SIGTERM; ``argv`` (what followed ``serve``) is passed on to a group's processes."""
     from chd.service.app import start
+    from chd.service.group import check_parent, run_group
     from chd.service.server import ListenError, serve_forever, stop_signals
     from chd.service.tracelog import configure_logging
 
     configure_logging(effective.log_level, effective.log_format)
     stopping = stop_signals()
+    if group_member is not None:
+        try:
+            check_parent(group_member)
+        except RuntimeError as exc:
+            print(f"chd: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     # Storage opens before the port does: a bad data dir fails fast, in one line.
     backend = open_storage(
         effective.backend,
@@ -135,8 +149,13 @@ def _serve(effective: config.Config) -> int:
     )
     if backend is None:
         return 1
+    if effective.processes > 1:
+        # Opened once above so a bad data dir or Redis URL fails here in one
+        # line; each serving process opens its own.
+        backend.close()
+        return run_group(effective, argv, stopping)
     try:
-        server = start(effective, backend=backend)
+        server = start(effective, backend=backend, reuse_port=group_member is not None)
     except config.ConfigError as exc:
         backend.close()
         print(f"chd: {exc}", file=sys.stderr)

@@ -25,7 +25,16 @@ from chd.client.errors import (
     Unauthenticated,
     Unavailable,
 )
-from chd.client.results import Answer, Context, Removed, SearchHit, Stored, Summary, Utterance
+from chd.client.results import (
+    Answer,
+    Context,
+    Removed,
+    SearchHit,
+    Stored,
+    StoredMany,
+    Summary,
+    Utterance,
+)
 from chd.client.sync import DEFAULT_TARGET, DEFAULT_TIMEOUT, Client
 
 __all__ = [
@@ -39,6 +48,7 @@ __all__ = [
     "Utterance",
     "SearchHit",
     "Stored",
+    "StoredMany",
     "Removed",
     "Summary",
     "Context",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -13,7 +13,16 @@ from chd.client import calls
 from chd.client.calls import DEFAULT_CONVERSATION, Call
 from chd.client.channel import TLS, auth_metadata, open_aio_channel
 from chd.client.errors import error_for
-from chd.client.results import Answer, Context, Removed, SearchHit, Stored, Summary, Utterance
+from chd.client.results import (
+    Answer,
+    Context,
+    Removed,
+    SearchHit,
+    Stored,
+    StoredMany,
+    Summary,
+    Utterance,
+)
 from chd.client.retry import again, backoff
 from chd.client.sync import DEFAULT_TARGET, DEFAULT_TIMEOUT
 from chd.client.wire import request, struct_to_plain
@@ -106,6 +115,21 @@ class AsyncClient:
     ) -> Stored:
         """Store ``text`` verbatim; ``turn`` None lets the daemon track turns."""
         return await self._run(calls.store(text, speaker, turn, conversation), timeout)
+
+    async def store_many(
+        self,
+        utterances: Sequence[Mapping[str, Any]],
+        *,
+        conversation: str = DEFAULT_CONVERSATION,
+        timeout: float | None = None,
+    ) -> StoredMany:
+        """Store several utterances in one commit, all or none, in order.
+
+        Each is a mapping with ``text`` and optionally ``speaker``,
+        ``turn_number`` and ``timestamp`` (RFC 3339), as for ``store``. One
+        idempotency key covers the batch, so a retried batch is stored once.
+        """
+        return await self._run(calls.store_many(utterances, conversation), timeout)
 
     async def last(
         self,

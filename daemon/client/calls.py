@@ -9,7 +9,7 @@ query's (a misspelt field is refused, never ignored).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -107,6 +107,22 @@ def store(text: str, speaker: str, turn: int | None, conversation: str) -> Call[
     if turn is not None:
         metadata["turn_number"] = turn
     call = _op("store", conversation, results.stored_of, metadata, text=text)
+    return Call(call.text, call.metadata, call.data, True, call.read)
+
+
+def store_many(
+    utterances: Sequence[Mapping[str, Any]], conversation: str
+) -> Call[results.StoredMany]:
+    # One key for the batch, kept across its retries: a batch whose reply
+    # was lost is stored once (docs/protocol.md, "Idempotent stores").
+    items = [dict(u) for u in utterances]
+    call = _op(
+        "store",
+        conversation,
+        results.stored_many_of,
+        {IDEMPOTENCY_KEY: new_key()},
+        utterances=items,
+    )
     return Call(call.text, call.metadata, call.data, True, call.read)
 
 

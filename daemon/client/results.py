@@ -16,6 +16,7 @@ __all__ = [
     "Utterance",
     "SearchHit",
     "Stored",
+    "StoredMany",
     "Removed",
     "Summary",
     "Context",
@@ -104,6 +105,20 @@ class Stored:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredMany:
+    """A store-many's answer: the utterances as stored, in order, and every seq evicted toward the summary.
+
+    ``replayed`` is True when the daemon answered a batch it already held
+    under the call's idempotency key (its oldest utterances may be folded
+    away by then, so there may be fewer than were sent).
+    """
+
+    utterances: tuple[Utterance, ...]
+    evicted: tuple[int, ...] = ()
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Removed:
     """A remove's answer: the seqs deleted (buffer, queue and archive) and the summary segments it touched."""
 
@@ -155,6 +170,15 @@ def stored_of(answer: Answer) -> Stored:
     result = answer.result
     return Stored(
         Utterance.from_wire(result["utterance"]), tuple(int(s) for s in result.get("evicted", []))
+    )
+
+
+def stored_many_of(answer: Answer) -> StoredMany:
+    result = answer.result
+    return StoredMany(
+        tuple(Utterance.from_wire(u) for u in result["utterances"]),
+        tuple(int(s) for s in result.get("evicted", [])),
+        bool(answer.metadata.get("replayed", False)),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -12,7 +12,16 @@ from chd.client import calls
 from chd.client.calls import DEFAULT_CONVERSATION, Call
 from chd.client.channel import TLS, auth_metadata, open_channel
 from chd.client.errors import error_for
-from chd.client.results import Answer, Context, Removed, SearchHit, Stored, Summary, Utterance
+from chd.client.results import (
+    Answer,
+    Context,
+    Removed,
+    SearchHit,
+    Stored,
+    StoredMany,
+    Summary,
+    Utterance,
+)
 from chd.client.retry import again, backoff
 from chd.client.wire import request, struct_to_plain
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
@@ -117,6 +126,21 @@ class Client:
     ) -> Stored:
         """Store ``text`` verbatim; ``turn`` None lets the daemon track turns."""
         return self._run(calls.store(text, speaker, turn, conversation), timeout)
+
+    def store_many(
+        self,
+        utterances: Sequence[Mapping[str, Any]],
+        *,
+        conversation: str = DEFAULT_CONVERSATION,
+        timeout: float | None = None,
+    ) -> StoredMany:
+        """Store several utterances in one commit, all or none, in order.
+
+        Each is a mapping with ``text`` and optionally ``speaker``,
+        ``turn_number`` and ``timestamp`` (RFC 3339), as for ``store``. One
+        idempotency key covers the batch, so a retried batch is stored once.
+        """
+        return self._run(calls.store_many(utterances, conversation), timeout)
 
     def last(
         self,

@@ -29,10 +29,12 @@ from chd.core.language.intents import (
     RetrieveIntent,
     StatsIntent,
     StoreIntent,
+    StoreManyIntent,
     SummarizeIntent,
     build_intent,
 )
 from chd.core.language.understanding import understand
+from chd.core.memory.batch import ITEMS, BatchItem, decide_batch
 from chd.core.memory.configure import configure, effective_settings
 from chd.core.memory.context import build_context
 from chd.core.memory.embedder import Embedder
@@ -72,6 +74,7 @@ READ_WAIT = 10.0
 
 _OPERATION_OF: dict[type, str] = {
     StoreIntent: "store",
+    StoreManyIntent: "store",
     RetrieveIntent: "retrieve",
     RemoveIntent: "remove",
     SummarizeIntent: "summarize",
@@ -233,6 +236,8 @@ class ConversationHistory:
     ) -> QueryResult:
         if isinstance(intent, StoreIntent):
             return self._store(intent, conversation_id, deadline)
+        if isinstance(intent, StoreManyIntent):
+            return self._store_many(intent, conversation_id, deadline)
         if isinstance(intent, RetrieveIntent):
             return self._retrieve(intent, conversation_id, deadline)
         if isinstance(intent, RemoveIntent):
@@ -387,6 +392,57 @@ class ConversationHistory:
                 "summary_pending": pending,
             },
         )
+
+    def _store_many(
+        self, intent: StoreManyIntent, conversation_id: str, deadline: float | None = None
+    ) -> QueryResult:
+        """Store ``intent.utterances`` in one commit, all or none (daemon/core/memory/batch.py)."""
+        settings = self.settings
+        items = []
+        for i, one in enumerate(intent.utterances):
+            if len(one.text) > settings.max_utterance_chars:
+                raise TooLarge(
+                    f"{ITEMS}[{i}] has {len(one.text)} characters, more than the limit of "
+                    f"{settings.max_utterance_chars}; nothing of the batch was stored"
+                )
+        stamp = now_rfc3339()
+        for one in intent.utterances:
+            items.append(
+                BatchItem(
+                    text=one.text,
+                    speaker=one.speaker,
+                    turn_number=one.turn_number,
+                    timestamp=stamp if one.timestamp is None else rfc3339(one.timestamp),
+                    tokens=_count_tokens(self.counter, one.text, deadline),
+                )
+            )
+        queue, archive = settings.summarization_enabled, settings.archive_evicted
+
+        def decide(state: ConversationState) -> tuple[Change, Any]:
+            _check_deadline(deadline, "before the store was decided")
+            limits = effective_settings(settings, state.settings)
+            return decide_batch(state, items, intent.idempotency_key, limits, queue, archive)
+
+        with self.tracer.span(COMMIT, conversation_id):
+            batch = self.backend.transact(conversation_id, decide)
+        wire = [u.to_dict(p) for u, p in zip(batch.utterances, batch.positions, strict=True)]
+        metadata: dict[str, Any] = {
+            "conversation_id": conversation_id,
+            "items_affected": 0 if batch.replayed else len(wire),
+            "tokens_used": 0 if batch.replayed else sum(u.tokens for u in batch.utterances),
+            "summary_pending": batch.pending,
+        }
+        if batch.replayed:
+            metadata["replayed"] = True
+            return QueryResult("store", {"utterances": wire, "evicted": []}, metadata)
+        for utterance, evicted in zip(batch.utterances, batch.evicted_by, strict=True):
+            self._note_store(conversation_id, utterance, evicted)
+        if batch.evicted and queue:
+            if self.worker is not None:
+                self.worker.submit(conversation_id)
+            else:
+                self.fold(conversation_id)
+        return QueryResult("store", {"utterances": wire, "evicted": batch.evicted}, metadata)
 
     def _retrieve(
         self, intent: RetrieveIntent, conversation_id: str, deadline: float | None = None

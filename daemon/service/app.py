@@ -95,11 +95,13 @@ def start(
     backend: Backend | None = None,
     summarizer: Summarizer | None = None,
     tracing: OtelTracing | None | bool = True,
+    reuse_port: bool = False,
 ) -> Server:
     """A started server as ``config`` says, over ``backend`` (memory if None).
 
     ``tracing`` True traces as the OTEL_* variables say (off when they say
     nothing, or without ``chd[otel]``); False never; or the given tracing.
+    ``reuse_port``: this is one serving process of a group (daemon/service/group.py).
 
     The backend and summarizer are wrapped (limits, sizes, failure counts)
     before the core is built over them, so every part of the core that holds
@@ -159,6 +161,7 @@ def start(
         credentials=credentials,
         options=[("grpc.max_receive_message_length", limits.max_request_bytes)],
         maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
+        reuse_port=reuse_port,
     )
     if traces is not None:
         server.on_stop.append(traces.shutdown)

@@ -254,6 +254,13 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("port", _PORT, 50051, "port to listen on; 0 picks a free one (printed at start)"),
     Key("workers", Integer(1, 1024), 16, "threads answering calls"),
+    Key(
+        "processes",
+        Integer(1, 64),
+        1,
+        "serving processes on the one port (disk and redis backends): each its own gRPC server, "
+        "sharing the port only with each other (docs/operations.md)",
+    ),
     # --- the core (daemon.settings.Settings fields, same names)
     # --- storage (docs/backends.md)
     Key(
@@ -514,6 +521,10 @@ KEYS: tuple[Key, ...] = (
 
 _BY_NAME = {key.name: key for key in KEYS}
 
+# Backends whose state lives outside the daemon's process, so several
+# serving processes see one store (``processes``).
+GROUP_BACKENDS = ("disk", "redis")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -753,6 +764,17 @@ def _check_together(config: Config) -> None:
             embedder_class(v["embedder"])
         except ValueError as exc:
             raise ConfigError("embedder", src["embedder"], str(exc)) from None
+    if v["processes"] > 1 and ALIASES.get(v["backend"], v["backend"]) not in GROUP_BACKENDS:
+        raise ConfigError(
+            "processes",
+            src["processes"],
+            f"{v['processes']} serving processes need a backend they share (disk or redis); "
+            + (
+                "the memory backend's state lives in one process"
+                if v["backend"] == "memory"
+                else f"{v['backend']} is not one chd knows to be shared"
+            ),
+        )
     try:
         to_settings(config)
     except ValueError as exc:

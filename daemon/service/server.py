@@ -258,8 +258,13 @@ def build_server(
     credentials: grpc.ServerCredentials | None = None,
     options: Sequence[tuple[str, Any]] = (),
     maximum_concurrent_rpcs: int | None = None,
+    reuse_port: bool = False,
 ) -> Server:
     """Create and start the server; ``port=0`` picks a free port (see ``Server.port``).
+
+    ``reuse_port`` is for a serving process of ``chd serve --processes N``
+    only (daemon/service/group.py): the group's parent holds the port and
+    made sure no other process did; the children share it by SO_REUSEPORT.
 
     The Daemon service's behaviours are wrapped once, outermost first, in
     ``observers`` (they see every outcome, refusals included), the refusal
@@ -275,8 +280,9 @@ def build_server(
         interceptors=tuple(interceptors),
         # grpcio sets SO_REUSEPORT by default: a second daemon on the same
         # port would start without complaint and the kernel would split the
-        # calls between two independent stores.
-        options=(*options, ("grpc.so_reuseport", 0)),
+        # calls between two independent stores. Only a group's own children
+        # turn it on, on a port their parent reserved.
+        options=(*options, ("grpc.so_reuseport", 1 if reuse_port else 0)),
         maximum_concurrent_rpcs=maximum_concurrent_rpcs,
     )
     running_calls = _Running()
@@ -305,7 +311,8 @@ def build_server(
     )
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        check_port_free(host, port)
+        if not reuse_port:  # the group's parent checked, and holds it now
+            check_port_free(host, port)
     except OSError as exc:
         for pool in (workers, health_pool):
             pool.shutdown(wait=False)

@@ -103,6 +103,11 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "idempotency_key": "a string of 1-128 characters, e.g. a UUID per store; a store sent again with a key "
         "the conversation still holds answers that utterance instead of storing it twice (a different text, "
         "speaker or turn with the same key is refused)",
+        "utterances": "store-many: a list of {text, speaker, turn_number, timestamp} objects (text required, "
+        "the others as for one store), stored in order in one commit, all or none, with one response "
+        "(result.utterances, result.evicted); instead of text, speaker, turn_number and timestamp. At most "
+        "1000 utterances and 4,000,000 characters of text per request (INVALID_ARGUMENT naming the limit); "
+        "one idempotency_key stands for the whole batch (docs/protocol.md)",
     },
     "retrieve": {
         "topic": "rank by relevance to these words (BM25 blended with recency); each hit has a score",
@@ -181,6 +186,7 @@ NOT_IN_TEXT: frozenset[tuple[str, str]] = frozenset(
         ("store", "turn_number"),
         ("store", "timestamp"),
         ("store", "idempotency_key"),
+        ("store", "utterances"),
         ("remove", "at_most"),
         ("retrieve", "where"),
         ("retrieve", "timezone"),
@@ -255,9 +261,32 @@ GUIDE: tuple[OperationGuide, ...] = (
                 {"error": "INVALID_ARGUMENT", "left": [1, 2, 3, 4, 5, 6, 7, 8]},
                 note="'boss' is not understood, so where the utterance starts would be a guess",
             ),
+            Example(
+                "",
+                {"operation": "store", "left": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]},
+                data={
+                    "operation": "store",
+                    "utterances": [
+                        {"text": "Any news on the trip?", "speaker": "user"},
+                        {"text": "The train leaves at 9:15.", "speaker": "assistant"},
+                    ],
+                },
+                note="store-many: seqs 9 and 10 (turn 5) in one commit; a bad item refuses both",
+            ),
+            Example(
+                "",
+                {"error": "INVALID_ARGUMENT", "left": [1, 2, 3, 4, 5, 6, 7, 8]},
+                data={
+                    "operation": "store",
+                    "utterances": [{"text": "Fine."}, {"text": "And you?", "speaker": "bot"}],
+                },
+                note="speaker 'bot' of data.utterances[1] is refused, so 'Fine.' is not stored either",
+            ),
         ),
         "result.utterance {seq, speaker, text, turn_number, utterance_index, timestamp, tokens, "
-        "important, conversation_id}; result.evicted [seq...]",
+        "important, conversation_id}; result.evicted [seq...]; a store of data.utterances: "
+        "result.utterances [utterance...] in the batch's order (utterance_index absent for one that "
+        "went straight to the summary queue)",
     ),
     OperationGuide(
         "retrieve",

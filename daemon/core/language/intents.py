@@ -26,6 +26,9 @@ __all__ = [
     "OPERATIONS",
     "EVICTION_POLICIES",
     "StoreIntent",
+    "StoreManyIntent",
+    "MAX_STORE_MANY",
+    "MAX_STORE_MANY_CHARS",
     "RetrieveIntent",
     "WHERE_PLACES",
     "RemoveIntent",
@@ -57,6 +60,21 @@ class StoreIntent:
     speaker: Speaker = "user"
     turn_number: int | None = None
     timestamp: datetime | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreManyIntent:
+    """Append several utterances in one commit, all or none (issue 31's store-many).
+
+    Each item is checked as a single store's fields are; the items are
+    stored in order, as that many single stores would be, but the batch is
+    one decision and one commit. ``idempotency_key`` is one key for the
+    whole batch: every utterance of it carries the key, and a batch sent
+    again with it answers the utterances it stored.
+    """
+
+    utterances: tuple[StoreIntent, ...]
     idempotency_key: str | None = None
 
 
@@ -195,6 +213,7 @@ class StatsIntent:
 
 Intent = (
     StoreIntent
+    | StoreManyIntent
     | RetrieveIntent
     | RemoveIntent
     | SummarizeIntent
@@ -268,7 +287,68 @@ def _idempotency_key(name: str, value: Any) -> str:
         raise InvalidRequest(
             f"{name} is {len(key)} characters long; the limit is {MAX_IDEMPOTENCY_KEY}"
         )
+    if "\x1f" in key:
+        # The separator of a store-many's per-utterance keys (daemon/core/memory/batch.py).
+        raise InvalidRequest(f"{name} must not contain the control character U+001F")
     return key
+
+
+# A store-many's limits (docs/protocol.md): enough for a long imported
+# history in a few requests, small enough that one request's decision and
+# commit stay short for the other callers of the conversation. Over them the
+# batch is refused (INVALID_ARGUMENT) before anything is counted.
+MAX_STORE_MANY = 1000
+MAX_STORE_MANY_CHARS = 4_000_000
+_ITEM_FIELDS = ("text", "speaker", "turn_number", "timestamp")
+
+
+def _utterances(name: str, value: Any) -> tuple[StoreIntent, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise InvalidRequest(
+            f"{name} must be a non-empty list of {{text, speaker, turn_number, timestamp}} objects, "
+            f"got {describe(value)}"
+        )
+    if len(value) > MAX_STORE_MANY:
+        raise InvalidRequest(
+            f"{name} has {len(value)} utterances; the limit is {MAX_STORE_MANY} per request "
+            "(send the rest in another store)"
+        )
+    items = []
+    chars = 0
+    for i, item in enumerate(value):
+        where = f"{name}[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"{where} must be an object with text, got {describe(item)}")
+        unknown = sorted(k for k in item if k not in _ITEM_FIELDS)
+        if unknown:
+            raise InvalidRequest(
+                f"{where}.{unknown[0] if len(unknown[0]) <= 40 else quote(unknown[0], 40)} is not a field of an utterance; "
+                f"it accepts {', '.join(_ITEM_FIELDS)}"
+            )
+        if "text" not in item:
+            raise InvalidRequest(f"{where} needs text")
+        text = _text(f"{where}.text", item["text"])
+        chars += len(text)
+        if chars > MAX_STORE_MANY_CHARS:
+            raise InvalidRequest(
+                f"{name} holds more than {MAX_STORE_MANY_CHARS:,} characters of text by {where}; "
+                f"the limit is {MAX_STORE_MANY_CHARS:,} per request (send the rest in another store)"
+            )
+        items.append(
+            StoreIntent(
+                text=text,
+                speaker=as_speaker(f"{where}.speaker", item["speaker"])
+                if "speaker" in item
+                else "user",
+                turn_number=_index(f"{where}.turn_number", item["turn_number"])
+                if "turn_number" in item
+                else None,
+                timestamp=_said_at(f"{where}.timestamp", item["timestamp"])
+                if "timestamp" in item
+                else None,
+            )
+        )
+    return tuple(items)
 
 
 def _said_at(name: str, value: Any) -> datetime:
@@ -334,6 +414,7 @@ _FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
             "turn_number": (_index, ("metadata",)),
             "timestamp": (_said_at, ("metadata",)),
             "idempotency_key": (_idempotency_key, ("metadata",)),
+            "utterances": (_utterances, _D),
         },
     ),
     "retrieve": (
@@ -486,6 +567,8 @@ def build_intent(
                     f"{_shown(first)} in {first_source} and {_shown(other)} in {source}"
                 )
         values[name] = first
+    if operation == "store" and "utterances" in values:
+        return _store_many(values)
     missing = [name for name in required if name not in values]
     if missing:
         hint = {
@@ -496,6 +579,18 @@ def build_intent(
     intent = cls(**values)
     _check_consistent(intent)
     return intent
+
+
+def _store_many(values: dict[str, Any]) -> StoreManyIntent:
+    # Each item says its own speaker, turn and time: a batch-wide one next to
+    # them would leave which one wins to a guess.
+    given = [name for name in ("text", *_ITEM_FIELDS[1:]) if name in values]
+    if given:
+        raise InvalidRequest(
+            f"a store of data.utterances takes {given[0]} in each utterance, not beside them; "
+            "store one utterance with text, or several with utterances"
+        )
+    return StoreManyIntent(values["utterances"], values.get("idempotency_key"))
 
 
 def _shown(value: Any) -> str:
