@@ -33,6 +33,7 @@ from chd.core.errors import (
 from chd.core.history import ConversationHistory, QueryResult
 from chd.service.admission import call_deadline, refuse_noted
 from chd.service.decoding import refuse_undecodable, tolerant
+from chd.service.fairness import FairExecutor
 from chd.service.handlers import Behavior, Guard, daemon_handlers, in_own_pool
 from chd.service.observe import note_operation
 from chd.service.repeats import ALWAYS
@@ -187,12 +188,14 @@ class Server:
         port: int,
         health_servicer: health.HealthServicer,
         history: ConversationHistory,
-        pools: Sequence[futures.ThreadPoolExecutor] = (),
+        pools: Sequence[futures.Executor] = (),
         running: _Running | None = None,
     ) -> None:
         self.grpc_server = server
         self._running = running or _Running()
         self.pools = tuple(pools)
+        # The Daemon calls' executor, which admits callers fairly (daemon.fairness).
+        self.admission: FairExecutor | None = None
         self.port = port
         self.health = health_servicer
         self.history = history
@@ -269,7 +272,7 @@ def build_server(
     Health answers NOT_SERVING until the backend has answered a read, then
     SERVING; ``Server.stop`` turns it back to NOT_SERVING for good.
     """
-    workers = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chd-worker")
+    workers = FairExecutor(max_workers, "chd-worker")
     server = grpc.server(
         workers,
         interceptors=tuple(interceptors),
@@ -330,6 +333,7 @@ def build_server(
         raise ListenError("", address, why)
     server.start()
     running = Server(server, bound, health_servicer, history, (workers, health_pool), running_calls)
+    running.admission = workers
     try:
         history.backend.read(_PROBE_CONVERSATION)
     except Exception:
