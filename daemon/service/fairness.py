@@ -43,9 +43,12 @@ class FairShare:
     """The rule's constants; see the module docstring."""
 
     window: float = 1.0  # seconds: the time constant charges decay with
-    busy: float = 0.5  # share of one core the charges must add up to before anyone is held
+    busy: float = 0.2  # share of one core the charges must add up to before anyone is held
     share: float = 1.25  # times the others' average charge a caller may have
-    max_hold: float = 0.05  # seconds one call may be held
+    max_hold: float = 2.0  # seconds one call may be held
+    # Seconds after its last call arrived or ended that a caller still
+    # competes: a closed-loop client's next call comes within a few ms.
+    recent: float = 0.1
 
 
 def grpc_caller(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
@@ -83,6 +86,7 @@ class _Caller:
     charge: float = 0.0  # CPU seconds, decayed, as of ``stamp``
     stamp: float = 0.0
     served: float = 0.0  # when a call of this caller last started; 0 never
+    active: float = 0.0  # when a call of this caller last arrived or ended
 
 
 class FairExecutor(Executor):
@@ -113,25 +117,8 @@ class FairExecutor(Executor):
         self._running = 0
         self._total = 0.0  # the sum of the charges, decayed alike, as of ``_total_stamp``
         self._total_stamp = clock()
+        self._swept = self._total_stamp
         self._shutdown = False
-        import os  # DEBUG
-
-        if os.environ.get("CHD_FAIR_DEBUG"):
-            threading.Thread(target=self._debug, daemon=True).start()
-
-    def _debug(self) -> None:  # DEBUG
-        import sys
-
-        while True:
-            time.sleep(1)
-            with self._lock:
-                now = self._clock()
-                tot = self._total * self._decay(now - self._total_stamp)
-                ch = sorted(
-                    ((round(self._decayed(c, now) * 1000, 1), k[-6:]) for k, c in self._callers.items()),
-                    reverse=True,
-                )
-            print("held", self.held, "total", round(tot, 3), ch[:10], file=sys.stderr, flush=True)
 
     # Executor
 
@@ -144,7 +131,8 @@ class FairExecutor(Executor):
             caller = self._callers.get(key)
             if caller is None:
                 caller = self._callers[key] = _Caller(stamp=self._clock())
-            caller.queue.append(_Work(future, fn, args, kwargs, self._clock()))
+            caller.active = self._clock()
+            caller.queue.append(_Work(future, fn, args, kwargs, caller.active))
             self._queued += 1
             if self._idle == 0 and len(self._threads) < self._max_workers:
                 thread = threading.Thread(
@@ -179,6 +167,11 @@ class FairExecutor(Executor):
             now = self._clock()
             return {key: self._decayed(c, now) for key, c in self._callers.items()}
 
+    def waiting(self) -> int:
+        """Calls queued, not yet started (held ones among them)."""
+        with self._lock:
+            return self._queued
+
     # The rule
 
     def _decay(self, age: float) -> float:
@@ -187,39 +180,58 @@ class FairExecutor(Executor):
     def _decayed(self, caller: _Caller, now: float) -> float:
         return caller.charge * self._decay(now - caller.stamp)
 
-    def _charge(self, key: str, caller: _Caller, seconds: float, now: float) -> None:
+    def _charge(self, caller: _Caller, seconds: float, now: float) -> None:
         caller.charge = self._decayed(caller, now) + seconds
         caller.stamp = now
         self._total = self._total * self._decay(now - self._total_stamp) + seconds
         self._total_stamp = now
-        if not caller.queue and not caller.running and caller.charge < 1e-6:
-            del self._callers[key]
+        if now - self._swept > self.rule.window:
+            # Forget callers idle for ten windows (their charge is e**-10 of
+            # what it was): every connection leaves an entry otherwise.
+            self._swept = now
+            for key in [
+                key
+                for key, c in self._callers.items()
+                if not c.queue and not c.running and now - c.active > 10 * self.rule.window
+            ]:
+                del self._callers[key]
 
-    def _over_share(self, key: str, caller: _Caller, now: float) -> bool:
-        others = len(self._callers) - 1
+    def _competing(self, now: float) -> tuple[int, float]:
+        """How many callers compete for the daemon now, and their charges' sum.
+
+        A caller competes while it has a call queued, or one arrived or ended
+        within ``recent`` seconds: one with a call in flight for longer is
+        waiting on something else (a summary, a lock), not on the CPU.
+        """
+        count, charges = 0, 0.0
+        for caller in self._callers.values():
+            if caller.queue or now - caller.active <= self.rule.recent:
+                count += 1
+                charges += self._decayed(caller, now)
+        return count, charges
+
+    def _held(self, caller: _Caller, now: float, competing: tuple[int, float]) -> bool:
+        if now - caller.queue[0].queued >= self.rule.max_hold:
+            return False
+        others = competing[0] - 1  # this caller competes: it has a call queued
         if others < 1:
             return False
-        total = self._total * self._decay(now - self._total_stamp)
-        if total < self.rule.busy * self.rule.window:
-            return False  # the daemon is not busy: nobody waits for anybody
         mine = self._decayed(caller, now)
-        return mine > self.rule.share * (total - mine) / others
+        return mine > self.rule.share * (competing[1] - mine) / others
 
-    def _held(self, key: str, caller: _Caller, now: float) -> bool:
-        work = caller.queue[0]
-        if now - work.queued >= self.rule.max_hold:
-            return False
-        others_waiting = (self._running + self._queued) - (caller.running + len(caller.queue))
-        return others_waiting > 0 and self._over_share(key, caller, now)
+    def _busy(self, now: float) -> bool:
+        total = self._total * self._decay(now - self._total_stamp)
+        return total >= self.rule.busy * self.rule.window
 
     def _next(self, now: float) -> tuple[str, _Caller, _Work] | float | None:
         """The call to start now; else when a held one may start; None if nothing is queued."""
         best: tuple[float, str, _Caller] | None = None
         release: float | None = None
+        competing = self._competing(now) if self._busy(now) else (0, 0.0)
         for key, caller in self._callers.items():
             if not caller.queue:
                 continue
-            if self._held(key, caller, now):
+            if self._held(caller, now, competing):
                 caller.queue[0].held = True
                 until = caller.queue[0].queued + self.rule.max_hold
                 release = until if release is None else min(release, until)
@@ -227,7 +239,9 @@ class FairExecutor(Executor):
             if best is None or caller.served < best[0]:
                 best = (caller.served, key, caller)
         if best is None:
-            return release
+            # A held caller's charge also falls below its share as it decays:
+            # look again within a tenth of the window.
+            return None if release is None else min(release, now + self.rule.window / 10)
         _, key, caller = best
         work = caller.queue.popleft()
         self.held += work.held
@@ -267,6 +281,7 @@ class FairExecutor(Executor):
             with self._lock:
                 self._running -= 1
                 caller.running -= 1
-                self._charge(key, caller, spent, self._clock())
+                caller.active = self._clock()
+                self._charge(caller, spent, caller.active)
                 if self._queued:
                     self._wake.notify()

@@ -261,6 +261,7 @@ def build_server(
     credentials: grpc.ServerCredentials | None = None,
     options: Sequence[tuple[str, Any]] = (),
     maximum_concurrent_rpcs: int | None = None,
+    admission: FairExecutor | None = None,
 ) -> Server:
     """Create and start the server; ``port=0`` picks a free port (see ``Server.port``).
 
@@ -271,8 +272,11 @@ def build_server(
 
     Health answers NOT_SERVING until the backend has answered a read, then
     SERVING; ``Server.stop`` turns it back to NOT_SERVING for good.
+
+    Calls run on ``admission`` (a ``FairExecutor`` of ``max_workers``
+    threads by default), which takes callers in turn (daemon.fairness).
     """
-    workers = FairExecutor(max_workers, "chd-worker")
+    workers = admission if admission is not None else FairExecutor(max_workers, "chd-worker")
     server = grpc.server(
         workers,
         interceptors=tuple(interceptors),
