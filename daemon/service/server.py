@@ -387,14 +387,16 @@ def check_port_free(host: str, port: int) -> None:
     the kernel first gives the caller the reason: another daemon holds the
     port, or the address is not this machine's.
     """
-    if port == 0:
-        return
     try:
         family, kind, proto, _, where = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM
         )[0]
     except socket.gaierror as exc:
+        # Also for port 0: grpc would log its own lookup error and then
+        # fail with "could not bind", blaming the port.
         raise OSError(f"cannot resolve {host!r}: {exc.strerror}") from None
+    if port == 0:
+        return  # any free port: nothing to probe
     with socket.socket(family, kind, proto) as probe:
         # As grpc does: a port whose old connections linger in TIME_WAIT is
         # free; one with a listener is not (no SO_REUSEPORT, see build_server).
