@@ -221,7 +221,7 @@ def main() -> None:
         # Best of three different texts: none of them answered from the cache.
         costs = sorted(
             (
-                (min(daemon.ask(*shapes[name](SIZE - k), 60) for k in range(3)), name)
+                (min(daemon.ask(*_variant(shapes[name](SIZE), k), 60) for k in range(1, 4)), name)
                 for name in shapes
             ),
             reverse=True,
