@@ -272,9 +272,8 @@ class FairExecutor(Executor):
                 began = time.thread_time()
                 try:
                     work.future.set_result(work.fn(*work.args, **work.kwargs))
-                except (
-                    BaseException
-                ) as error:  # the future carries it, as ThreadPoolExecutor's does
+                # The future carries any error, as ThreadPoolExecutor's does.
+                except BaseException as error:
                     work.future.set_exception(error)
                 spent = time.thread_time() - began
             del work
