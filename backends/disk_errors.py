@@ -30,6 +30,11 @@ def describe_open_error(exc: BaseException, path: Path) -> str:
     message = str(exc)
     if path.exists() and not path.is_dir():
         return "it is a file, not a directory"
+    if (path / diskcache.core.DBNAME).is_dir():
+        return (
+            f"{diskcache.core.DBNAME} in it is a directory, not chd's database file; "
+            "move it away (or restore the file from a backup)"
+        )
     if isinstance(exc, sqlite3.DatabaseError) and "not a database" in message:
         return (
             "cache.db is not a SQLite database (corrupted or not chd's); "

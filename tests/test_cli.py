@@ -482,6 +482,10 @@ class TestConnectionProblems:
         ("flags", "message"),
         [
             (("--tls-ca", "/no/such/ca.pem"), "chd: --tls-ca /no/such/ca.pem: no such file"),
+            (
+                ("--tls-ca", "tests"),
+                "chd: --tls-ca tests: is a directory; give the path of a file in it",
+            ),
             (("--tls-key", "key.pem"), "chd: --tls-key needs --tls-cert"),
         ],
     )

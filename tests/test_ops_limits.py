@@ -171,6 +171,35 @@ class TestDeadlines:
             assert _texts(channel, "q") == []
             _unharmed(channel)
 
+    def test_a_store_with_too_little_time_left_to_be_written_is_refused_not_kept(self):
+        """Decided just before its deadline, a 28 MB store was kept and answered OK after it (issue 28 review).
+
+        The store's decision asks for the time left to cover writing and
+        answering it at the daemon's pace; here a pace of 1 s a character
+        makes a 100-character store need 150 s of a 60 s request_timeout.
+        """
+        with running(request_timeout=60.0) as server, channel_to(server) as channel:
+            server.history.store_pace.seconds_per_char = 1.0
+            with pytest.raises(grpc.RpcError) as refused:
+                ask(
+                    channel,
+                    "",
+                    metadata={"conversation_id": "p"},
+                    data={"operation": "store", "text": "x" * 100},
+                )
+            assert refused.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert "would pass before the store was written and answered" in refused.value.details()
+            assert "nothing was stored" in refused.value.details()
+            assert _texts(channel, "p") == []
+            # Time enough for 2 characters (3 s of the call's 10): stored.
+            ask(
+                channel,
+                "",
+                metadata={"conversation_id": "p"},
+                data={"operation": "store", "text": "yy"},
+            )
+            assert _texts(channel, "p") == ["yy"]
+
     def test_calls_over_max_concurrent_rpcs_are_resource_exhausted(self):
         """With one call allowed at a time, a second one is refused at once."""
         cfg, backend = self._blocked(max_concurrent_rpcs=1)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import urllib.request
 
 import grpc
+import pytest
 from conftest import DaemonProcess, run_chd
 from ops_support import DownSummarizer, ask, channel_to, code_of, config, running
 from prometheus_client.parser import text_string_to_metric_families
@@ -147,6 +149,22 @@ def test_operations_doc_carries_the_metrics_table_built_from_the_definitions() -
 
 class TestBusyMetricsPort:
     """A metrics port in use is named as the metrics port, not as the gRPC one (issue 28, item 8)."""
+
+    @pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6")
+    def test_an_ipv6_metrics_address_is_printed_in_brackets(self):
+        """``http://::1:P/metrics`` is no URL (issue 28 review)."""
+        try:
+            with socket.socket(socket.AF_INET6) as probe:
+                probe.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback")
+        process = DaemonProcess("--metrics-host", "::1", "--metrics-port", "0")
+        try:
+            line = process.proc.stdout.readline().strip()
+            assert line.startswith("chd metrics on http://[::1]:")
+            assert urllib.request.urlopen(line.rsplit(" ", 1)[1], timeout=10).status == 200
+        finally:
+            process.kill()
 
     def test_chd_serve_names_the_busy_metrics_port_in_one_line(self):
         import socket

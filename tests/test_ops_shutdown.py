@@ -179,6 +179,25 @@ class TestStartingInKubernetes:
         errors = [line for line in second.stderr.splitlines() if not line.startswith("{")]
         assert len(errors) == 1 and str(daemon.port) in errors[0] and "in use" in errors[0]
 
+    def test_a_host_that_does_not_resolve_is_named_in_one_line_also_on_port_0(self):
+        """grpc logged its own lookup error, then chd blamed the port (issue 28 review)."""
+        done = run_chd(
+            "serve",
+            "--host",
+            "nosuch.invalid",
+            "--insecure",
+            "--port",
+            "0",
+            "--log-level",
+            "warning",
+        )
+        assert done.returncode == 1 and "listening" not in done.stdout
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1, done.stderr
+        assert lines[0].startswith(
+            "chd: cannot listen on nosuch.invalid:0: cannot resolve 'nosuch.invalid': "
+        )
+
     def test_a_service_link_value_is_never_taken_for_a_port(self):
         from chd.service.config import load
 

@@ -184,6 +184,15 @@ class TestTlsConfiguration:
             config(tls_cert=str(tmp_path / "absent.pem"), tls_key=str(tmp_path / "absent.key"))
         assert refused.value.key == "tls_cert"
 
+    @pytest.mark.parametrize("key", ["tls_cert", "tls_key", "tls_client_ca"])
+    def test_a_path_that_is_a_directory_is_refused_as_one(self, pki, tmp_path, key):
+        """It said "no such file" of a path that exists (issue 28 review)."""
+        files = {"tls_cert": pki.server_cert, "tls_key": pki.server_key, key: str(tmp_path)}
+        with pytest.raises(ConfigError) as refused:
+            config(**files)
+        assert refused.value.key == key
+        assert f"{tmp_path} is a directory; give the path of a file in it" in str(refused.value)
+
 
 class TestBadTlsFilesAreNamed:
     """A garbage certificate, a key of another certificate or a garbage client CA is refused naming it (issue 28, item 8).

@@ -207,6 +207,8 @@ def _security(args: argparse.Namespace) -> TLS | None:
         if not path:
             continue
         file = Path(path).expanduser()
+        if file.is_dir():
+            raise UsageError(f"{flag} {path}: is a directory; give the path of a file in it")
         if not file.is_file():
             raise UsageError(f"{flag} {path}: no such file")
         try:

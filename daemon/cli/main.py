@@ -173,12 +173,17 @@ def _serve(
     print(f"chd listening on {effective.host}:{server.port}", flush=True)
     if server.metrics_port is not None:
         print(
-            f"chd metrics on http://{effective.metrics_host}:{server.metrics_port}/metrics",
+            f"chd metrics on http://{_url_host(effective.metrics_host)}:{server.metrics_port}/metrics",
             flush=True,
         )
     _log_summarizer(server.history.writer)
     serve_forever(server, effective.shutdown_grace, effective.shutdown_drain, stopping)
     return 0
+
+
+def _url_host(host: str) -> str:
+    """``host`` as a URL's host part: an IPv6 address goes in brackets (RFC 3986)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def settle_heap() -> None:

@@ -51,6 +51,7 @@ from chd.core.memory.selection import (
     summarize_scope,
 )
 from chd.core.memory.stats import conversation_stats
+from chd.core.pace import StorePace
 from chd.core.settings import Settings
 from chd.core.summaries.extractive import ExtractiveSummarizer
 from chd.core.summaries.folding import Folder, FoldReport, with_pending
@@ -125,6 +126,8 @@ class ConversationHistory:
         self.classifier = classifier
         # Search indexes: a cache derived from the backend (daemon/core/memory/index.py).
         self.indexes = IndexCache()
+        # What a store's decision leaves time for (daemon/core/pace.py).
+        self.store_pace = StorePace()
         self.offline = ExtractiveSummarizer(self.counter)
         if writer is None:
             primary = summarizer or self.offline
@@ -302,6 +305,7 @@ class ConversationHistory:
         timestamp = now_rfc3339() if intent.timestamp is None else rfc3339(intent.timestamp)
 
         key = intent.idempotency_key
+        decided = [0.0]
 
         def decide(
             state: ConversationState,
@@ -320,6 +324,9 @@ class ConversationHistory:
                         len(state.pending),
                         True,
                     )
+            # A replay above writes nothing; this store is written and answered.
+            _check_time_to_store(deadline, self.store_pace, len(intent.text))
+            decided[0] = time.monotonic()
             limits = effective_settings(settings, state.settings)
             if tokens > limits.max_tokens:
                 raise TooLarge(
@@ -375,6 +382,7 @@ class ConversationHistory:
                 },
             )
         self._note_store(conversation_id, utterance, evicted)
+        self.store_pace.observe(len(intent.text), time.monotonic() - decided[0])
         if evicted and settings.summarization_enabled:
             # Summarizing is the worker's job: the store has already returned
             # by the time a slow model answers.
@@ -746,6 +754,25 @@ def _check_deadline(deadline: float | None, stage: str) -> None:
     """Raise DeadlineExceeded when ``deadline`` (``time.monotonic``) has passed."""
     if deadline is not None and time.monotonic() >= deadline:
         raise DeadlineExceeded(f"the call's deadline passed {stage}; the query was not carried out")
+
+
+def _check_time_to_store(deadline: float | None, pace: StorePace, chars: int) -> None:
+    """Raise DeadlineExceeded when the time left would not cover writing and answering ``chars`` characters.
+
+    A decided store is kept: decided too late, it is answered after the
+    deadline, and a caller whose own deadline passed was told
+    DEADLINE_EXCEEDED of a store that was kept.
+    """
+    if deadline is None:
+        return
+    needed = pace.needed(chars)
+    left = deadline - time.monotonic()
+    if left < needed:
+        raise DeadlineExceeded(
+            f"the call's deadline would pass before the store was written and answered: "
+            f"{chars:,} characters take about {needed:.2f}s at this daemon's pace and "
+            f"{max(left, 0.0):.2f}s were left; nothing was stored"
+        )
 
 
 def _summary_fields(state: ConversationState) -> dict[str, Any]:

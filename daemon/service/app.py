@@ -171,7 +171,12 @@ def start(
             endpoint = metrics.serve(config.metrics_host, config.metrics_port)
         except OSError as exc:
             server.stop(grace=0)
-            where = f"{config.metrics_host}:{config.metrics_port}"
+            host = config.metrics_host
+            where = (
+                f"[{host}]:{config.metrics_port}"
+                if ":" in host
+                else f"{host}:{config.metrics_port}"
+            )
             raise ListenError(" (metrics_port)", where, exc.strerror or str(exc)) from None
         server.on_stop.append(endpoint.close)
         server.metrics_port = endpoint.port

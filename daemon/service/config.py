@@ -211,6 +211,8 @@ class FilePath:
         if not isinstance(value, str) or not value:
             raise ValueError(f"must be a file path, got {value!r}")
         path = Path(value).expanduser()
+        if path.is_dir():
+            raise ValueError(f"{value} is a directory; give the path of a file in it")
         if not path.is_file():
             raise ValueError(f"no such file: {value}")
         try:

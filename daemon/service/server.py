@@ -33,6 +33,7 @@ from chd.core.errors import (
 from chd.core.history import ConversationHistory, QueryResult
 from chd.service.admission import call_deadline, refuse_noted
 from chd.service.decoding import refuse_undecodable, tolerant
+from chd.service.fairness import FairExecutor
 from chd.service.handlers import Behavior, Guard, daemon_handlers, in_own_pool
 from chd.service.observe import note_operation
 from chd.service.repeats import ALWAYS
@@ -187,12 +188,14 @@ class Server:
         port: int,
         health_servicer: health.HealthServicer,
         history: ConversationHistory,
-        pools: Sequence[futures.ThreadPoolExecutor] = (),
+        pools: Sequence[futures.Executor] = (),
         running: _Running | None = None,
     ) -> None:
         self.grpc_server = server
         self._running = running or _Running()
         self.pools = tuple(pools)
+        # The Daemon calls' executor, which admits callers fairly (daemon.fairness).
+        self.admission: FairExecutor | None = None
         self.port = port
         self.health = health_servicer
         self.history = history
@@ -259,6 +262,7 @@ def build_server(
     options: Sequence[tuple[str, Any]] = (),
     maximum_concurrent_rpcs: int | None = None,
     reuse_port: bool = False,
+    admission: FairExecutor | None = None,
 ) -> Server:
     """Create and start the server; ``port=0`` picks a free port (see ``Server.port``).
 
@@ -273,8 +277,11 @@ def build_server(
 
     Health answers NOT_SERVING until the backend has answered a read, then
     SERVING; ``Server.stop`` turns it back to NOT_SERVING for good.
+
+    Calls run on ``admission`` (a ``FairExecutor`` of ``max_workers``
+    threads by default), which takes callers in turn (daemon.fairness).
     """
-    workers = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chd-worker")
+    workers = admission if admission is not None else FairExecutor(max_workers, "chd-worker")
     server = grpc.server(
         workers,
         interceptors=tuple(interceptors),
@@ -337,6 +344,7 @@ def build_server(
         raise ListenError("", address, why)
     server.start()
     running = Server(server, bound, health_servicer, history, (workers, health_pool), running_calls)
+    running.admission = workers
     try:
         history.backend.read(_PROBE_CONVERSATION)
     except Exception:
@@ -386,14 +394,16 @@ def check_port_free(host: str, port: int) -> None:
     the kernel first gives the caller the reason: another daemon holds the
     port, or the address is not this machine's.
     """
-    if port == 0:
-        return
     try:
         family, kind, proto, _, where = socket.getaddrinfo(
             host or None, port, type=socket.SOCK_STREAM
         )[0]
     except socket.gaierror as exc:
+        # Also for port 0: grpc would log its own lookup error and then
+        # fail with "could not bind", blaming the port.
         raise OSError(f"cannot resolve {host!r}: {exc.strerror}") from None
+    if port == 0:
+        return  # any free port: nothing to probe
     with socket.socket(family, kind, proto) as probe:
         # As grpc does: a port whose old connections linger in TIME_WAIT is
         # free; one with a listener is not (no SO_REUSEPORT, see build_server).

@@ -203,6 +203,15 @@ class TestBadDataDir:
             == f"chd: cannot open data dir {tmp_path / 'file' / 'data'}: cannot create it: not a directory"
         )
 
+    def test_a_cache_db_that_is_a_directory_is_refused_naming_it(self, tmp_path: Path) -> None:
+        """SQLite only said "unable to open database file" (issue 28 review)."""
+        (tmp_path / "cache.db").mkdir()
+        line = serve_fails("--backend", "disk", "--data-dir", str(tmp_path))
+        assert line == (
+            f"chd: cannot open data dir {tmp_path}: cache.db in it is a directory, not chd's "
+            "database file; move it away (or restore the file from a backup)"
+        )
+
     @needs_namespaces
     def test_read_only_data_dir_is_refused(self, tmp_path: Path) -> None:
         data = populated(tmp_path / "data")

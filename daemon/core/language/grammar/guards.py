@@ -33,7 +33,7 @@ _YES_NO = re.compile(
 )
 _REPORTED = re.compile(
     r"^\s*(?:the\s+)?(?:user|assistant|system|bot|customer|client|ai)\s+(?:just\s+)?"
-    r"(?:said|says|wrote|writes|asked|asks|replied|replies|answered|answers|typed|told\s+(?:me|us))\b"
+    r"(?:said|wrote|asked|replied|answered|typed|told\s+(?:me|us))\b"
     r"(?!\s+(?:about|anything|something|regarding)\b)(?:\s*:)?\s+\S",
     re.IGNORECASE,
 )

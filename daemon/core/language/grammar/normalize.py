@@ -339,11 +339,11 @@ _MODAL = (
     r"\s+(?:now\s+|safely\s+|just\s+|also\s+|all\s+)?(?:be|get)|(?:is|are)(?:\s+now)?(?:\s+to\s+be)?|needs?\s+to\s+be)"
 )
 _PASSIVE = re.compile(
-    rf"^(?P<obj>[^\"\u201c]{{1,300}}?)\s+{_MODAL}\s+(?P<v>[a-z]+)(?P<rest>\b.*)$",
+    rf"^(?P<obj>[^\"\u201c]{{1,300}}?)\s++{_MODAL}\s+(?P<v>[a-z]+)(?P<rest>\b.*)$",
     re.IGNORECASE | re.DOTALL,
 )
 _GONE = re.compile(
-    r"^(?P<obj>[^\"\u201c]{1,300}?)\s+(?:(?:can|could|should|must|may)(?:\s+now|\s+safely|\s+just|\s+all)?\s+go"
+    r"^(?P<obj>[^\"\u201c]{1,300}?)\s++(?:(?:can|could|should|must|may)(?:\s+now|\s+safely|\s+just|\s+all)?\s+go"
     r"|(?:is|are)\s+no\s+longer\s+(?:needed|relevant|necessary|required|wanted|useful)"
     r"|(?:is|are)\s+not\s+needed\s+any\s*more)\b(?P<rest>.*)$",
     re.IGNORECASE | re.DOTALL,
@@ -361,7 +361,7 @@ _NOT_NEEDED = re.compile(
 # oldest utterance, remove please": a remove verb said after what it removes
 # (issue 25, non-native order). Read as "<verb> <what> <rest>".
 _LATE_REMOVE = re.compile(
-    r"^(?P<obj>[^\"\u201c]{1,200}?)[\s,;\u2014\u2013-]+(?:(?:you|we|i)\s+)?(?:(?:must|should|can|could|shall|will|please|pls|plz)\s+)*"
+    r"^(?P<obj>[^\"\u201c]{1,200}?)[\s,;\u2014\u2013-]++(?:(?:you|we|i)\s+)?(?:(?:must|should|can|could|shall|will|please|pls|plz)\s+)*"
     r"(?P<v>remove|delete|erase|drop|discard|wipe|del)(?:\s+(?:it|them|this|that|these|those|em))?\b(?P<rest>.{0,200})$",
     re.IGNORECASE | re.DOTALL,
 )

@@ -21,7 +21,7 @@ from chd.core.language.grammar.normalize import WRITE_FORMS
 from chd.core.language.grammar.query import QUOTED
 from chd.core.language.numbers import NUM
 
-__all__ = ["is_remark", "COUNTERMAND"]
+__all__ = ["is_remark", "COUNTERMAND", "WRONG_TARGET"]
 
 # Labels that open a remark: "Rationale: larger batches reduce summarizer calls."
 _LABEL = re.compile(r"^\s*(?:rationale|reason|context|note|background|why)\s*[:\u2014-]\s*", re.I)
@@ -81,7 +81,13 @@ _STATE = frozenset(
 # disregard this request", "that was the wrong conversation".
 COUNTERMAND = frozenset(
     """stay stays remain remains kept spare spared disregard ignore cancel cancelled canceled undo
-    wrong oops instead actually wait hold stop kept keep keeping leave leaving""".split()
+    oops instead actually wait hold stop kept keep keeping leave leaving""".split()
+)
+# "that was the wrong conversation" takes the request back; "it was wrong" says why it goes.
+WRONG_TARGET = re.compile(
+    r"\bwrong\s+(?:conversation|convo|chat|ticket|thread|session|one|request|turn|message|utterance|seq"
+    r"|number|id|entry|line|customer|user)\b",
+    re.IGNORECASE,
 )
 _READS = frozenset({"retrieve", "summarize", "stats"})
 _PRONOUNS = frozenset("it it's they they're this that that's i i'm we we're there there's".split())
@@ -97,7 +103,7 @@ def is_remark(clause: str, operation: str | None) -> bool:
     With ``operation`` None, write words are not judged (the caller checks
     them once it knows what the rest of the query asks for).
     """
-    if "\u27e6" in clause or QUOTED.search(clause):
+    if "\u27e6" in clause or QUOTED.search(clause) or WRONG_TARGET.search(clause):
         return False  # a quoted span is an utterance or a topic, never a remark
     text = _LABEL.sub("", clause, count=1)
     labelled = len(text) != len(clause)
