@@ -250,9 +250,15 @@ def _bare_label(rest: str, header: Header, instruction: str) -> _Split | None:
     if sep is None or sep.group(0) == "\n":
         return None
     part = rest[: sep.start()]
-    if len(part.split()) > _LABEL_WORDS:
-        return None
     more = read_header(part)
+    if len(part.split()) > _LABEL_WORDS:
+        if more.speakers and more.speech and len(part) <= _REPORT_LIMIT + 20 and not header.speakers:
+            # "Store this - the assistant said it, not the user: hello there" (issue 25
+            # review): who said it is told before a second separator; storing
+            # from the first one would keep that report as said.
+            unclear = Header(unclear=(f"{part.strip()} (who said it, or part of the utterance?)",))
+            return _Split("", header.joined(unclear), f"{instruction} {part}")
+        return None
     if not (more.understood and more.speakers) or more.verb or header.speakers:
         # After "what the user told me was:", "user: ..." is what was said.
         return None
