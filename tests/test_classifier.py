@@ -285,3 +285,29 @@ class TestClassifierThroughTheDaemon:
             assert api.requests == []
         finally:
             daemon.terminate()
+
+
+class TestCheckableClassifiedRemoves:
+    """Issue 25: a classified remove naming exact seqs or a turn range the query holds deletes what it names."""
+
+    def test_named_seqs_are_all_removed(
+        self, history: ConversationHistory, api: FakeAnthropic
+    ) -> None:
+        api.script(_tool_call("remove", {"seqs": [3, 4], "confidence": 0.95}))
+        outcome = history.query("Expunge entries 3 and 4, pretty please with sugar")
+        assert outcome.result["removed"] == [3, 4]
+
+    def test_a_turn_range_written_in_words_is_removed(
+        self, history: ConversationHistory, api: FakeAnthropic
+    ) -> None:
+        api.script(_tool_call("remove", {"turn_from": 1, "turn_to": 2, "confidence": 0.95}))
+        outcome = history.query("Expunge exchanges one through two, pretty please with sugar")
+        assert outcome.result["removed"] == [1, 2, 3, 4]
+
+    def test_seqs_the_query_does_not_hold_keep_the_one_utterance_limit(
+        self, history: ConversationHistory, api: FakeAnthropic
+    ) -> None:
+        api.script(_tool_call("remove", {"seqs": [3, 4], "confidence": 0.95}))
+        with pytest.raises(InvalidRequest, match="at most 1"):
+            history.query("Expunge entry 3 and the next, pretty please with sugar")
+        assert len(history.backend.read("default").utterances) == 8
