@@ -241,6 +241,8 @@ class ExtractiveSummarizer:
                     fact.weight *= 0.2
         for fact in facts:
             fact.cost = self._count(fact.text) + 1
+            rarity = self._count.rarity
+            fact.weight *= max(_shape_prior(t, rarity) for t in fact.facts or (fact.text,))
         plan = self._plan(blocks, sentences, facts, token_limit)
         text = _render(blocks, plan, with_topics=True, weights=weights)
         if self._count_text(text) > token_limit:
@@ -337,7 +339,7 @@ def _read(
     """
     blocks: list[_Block] = []
     raw: list[tuple[int, str, str]] = []  # block, speaker, sentence
-    listed: list[tuple[int, str, str]] = []  # block, named speaker, item
+    listed: list[tuple[int, str, str, int]] = []  # block, named speaker, item, its group
     for line in previous.splitlines():
         line = line.strip()
         if not line:
@@ -350,7 +352,9 @@ def _read(
         first, last, phrases, facts = parsed
         blocks.append(_Block(first, last))
         raw.extend((len(blocks) - 1, speaker, quote) for speaker, quote in phrases)
-        listed.extend((len(blocks) - 1, speaker, fact) for speaker, fact in facts)
+        for speaker, item in facts:
+            group = len(listed)
+            listed.extend((len(blocks) - 1, speaker, piece, group) for piece in _pieces_of(item))
     if utterances:
         blocks.append(
             _Block(min(u.turn_number for u in utterances), max(u.turn_number for u in utterances))
@@ -382,14 +386,43 @@ def _read(
         _Fact(
             text,
             block,
-            offset + i,
+            offset + group,
             0.0,
             facts=_listed_facts(text, names, rare, uncommon),
             speaker=speaker,
         )
-        for i, (block, speaker, text) in enumerate(listed)
+        for block, speaker, text, group in listed
     ]
     return blocks, sentences, facts
+
+
+# Facts stated in one sentence share an item, joined by this (issue 26: "Oakhurst
+# USD 9,800" reads as what the number is about; the bare list split them apart).
+_GROUP_JOIN = ", "
+
+
+def _pieces_of(item: str) -> list[str]:
+    """The facts of one listed item, each a piece a later fold can keep or drop (a group: see _GROUP_JOIN)."""
+    if _GROUP_JOIN not in item:
+        return [item]
+    pieces = [piece for piece in item.split(_GROUP_JOIN) if piece]
+    # A comma inside brackets or quotes is part of one fact ("(a, b)"): not a group's joint.
+    if any(_balanced(piece) != piece or piece.count("'") % 2 for piece in pieces):
+        return [item]
+    return pieces
+
+
+def _grouped(facts: Iterable[_Fact]) -> list[str]:
+    """The texts of ``facts`` (in order), those of one sentence joined into one item."""
+    out: list[str] = []
+    last = None
+    for fact in facts:
+        if out and fact.order == last:
+            out[-1] += _GROUP_JOIN + fact.text
+        else:
+            out.append(fact.text)
+        last = fact.order
+    return out
 
 
 def _name_prefix(text: str) -> str:
@@ -770,6 +803,39 @@ def _fact_weight(text: str, weights: dict[str, float]) -> float:
     return weight
 
 
+# A candidate that reads as a word of talk rather than a thing (issue 26: "workable",
+# "saved sanity", "picturing", "fussy" filled the lists of the conversations written
+# blind; their writers marked names, numbers and nouns). Weighed at this share.
+_TALK_WEIGHT = 0.4
+# Endings of adjectives, adverbs and verb forms; a "-y" after t, r or c is a noun ("party").
+_NOT_NOUN = ("ing", "ed", "able", "ible", "ous", "ful", "ive", "ly", "less", "ish")
+_LETTER_RUN = re.compile(r"(\w)\1\1")  # "noooo"
+
+
+def _shape_prior(text: str, rarity: Callable[[str], int]) -> float:
+    """``_TALK_WEIGHT`` for a lower-case candidate that ends like an adjective or a verb, else 1.
+
+    Numbers, codes, quoted literals, names and identifiers the tokenizer
+    splits ("release-prep", "mypy") keep their weight, and so do nouns
+    ("engineered oak", "walk-in shower"), which the tuning set's writers marked.
+    """
+    if any(c.isdigit() or c in "@/_#'\"`" for c in text):
+        return 1.0
+    words = text.split(" ")
+    if any(w[:1].isupper() for w in words):
+        return 1.0
+    if text.islower() and any(rarity(w) == 2 for w in words if w.isalpha() or "-" in w):
+        return 1.0
+    last = words[-1].lower()
+    if (
+        last.endswith(_NOT_NOUN)
+        or (last.endswith("y") and last[-2:-1] not in "trc")
+        or _LETTER_RUN.search(last)
+    ):
+        return _TALK_WEIGHT
+    return 1.0
+
+
 def _runs(words: list[str], whole: str, most: int | None = None) -> set[str]:
     """The runs of ``words`` shorter than all of them (``whole``), of at most ``most`` words."""
     longest = len(words) if most is None else most
@@ -1121,8 +1187,10 @@ def _render(
     if any(fact.speaker for fact in plan.listed):
         listed_in = _by_speaker(plan.listed)
     else:
+        by_block: dict[int, list[_Fact]] = {}
         for fact in sorted(plan.listed, key=lambda f: f.order):
-            listed_in.setdefault(fact.block, []).append(fact.text)
+            by_block.setdefault(fact.block, []).append(fact)
+        listed_in = {b: _grouped(fs) for b, fs in by_block.items()}
     for b in sorted(quoted_in.keys() | listed_in.keys()):
         sentences = quoted_in.get(b, [])
         facts = listed_in.get(b, [])
@@ -1153,17 +1221,18 @@ def _render(
 
 def _by_speaker(listed: Sequence[_Fact]) -> dict[int, list[str]]:
     """Each block's items: the roles' first, then each named speaker's under one label (issue 26)."""
-    groups: dict[int, dict[str, list[str]]] = {}
+    facts_by: dict[int, dict[str, list[_Fact]]] = {}
     for fact in sorted(listed, key=lambda f: f.order):
-        groups.setdefault(fact.block, {"": []}).setdefault(fact.speaker, []).append(fact.text)
+        facts_by.setdefault(fact.block, {"": []}).setdefault(fact.speaker, []).append(fact)
+    groups = {b: {who: _grouped(fs) for who, fs in by.items()} for b, by in facts_by.items()}
     out: dict[int, list[str]] = {}
     for b, by in groups.items():
         unnamed = list(by.pop(""))
         labelled: list[str] = []
         for speaker, said in by.items():
-            if len(said) < 2:
-                # A label costs about five tokens: worth it for a group, not for one
-                # item (LoCoMo: labels were a tenth of a 2,048-token summary).
+            if len(facts_by[b][speaker]) < 2:
+                # A label costs about five tokens: worth it for two facts, not for one
+                # (LoCoMo: labels were a tenth of a 2,048-token summary).
                 unnamed.append(said[0])
                 continue
             labelled.append(f"{speaker} (user): {said[0]}")
