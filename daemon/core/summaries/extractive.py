@@ -763,8 +763,13 @@ def _facts(
     for s in sentences:
         for value in superseded_by(s.items):
             old[value] = max(old.get(value, -1), s.order)
+    listed_ids = {id(f) for f in listed}
     for fact in sorted(candidates, key=lambda f: f.order):
-        if fact.facts and all(old.get(t, -1) > fact.order for t in fact.facts):
+        # An item of the previous summary predates every sentence that marks it
+        # superseded (its order only numbers it after them).
+        if fact.facts and all(
+            t in old if id(fact) in listed_ids else old.get(t, -1) > fact.order for t in fact.facts
+        ):
             continue  # a later sentence says it changed: the state is the new value (was this)
         where.pop(fact.text, None)
         where[fact.text] = fact
@@ -785,6 +790,9 @@ def _facts(
             fact.covers = tuple(
                 sorted(t for t in _runs(words, fact.text, _COVERED_WORDS) if t in where)
             )
+        if " (was " in fact.text:
+            # The marked value replaces its bare copy when chosen after it (issue 26).
+            fact.covers = tuple(sorted({*fact.covers, *(t for t in fact.facts if t in where)}))
     for fact in where.values():
         fact.weight = sum(_fact_weight(t, weights) for t in fact.facts or (fact.text,))
         if "(was " in fact.text:
@@ -854,7 +862,9 @@ def _choose(facts: Sequence[_Fact], budget: int) -> tuple[list[_Fact], int]:
     stated: set[str] = set()  # the facts the chosen items state
     used = 0
     for fact in sorted(facts, key=lambda f: (-f.weight / f.cost, f.order)):
-        if fact.text in held or (fact.facts and stated.issuperset(fact.facts)):
+        if fact.text in held or (
+            fact.facts and stated.issuperset(fact.facts) and " (was " not in fact.text
+        ):
             continue
         inner = [chosen[t] for t in fact.covers if t in chosen]
         extra = fact.cost - sum(f.cost for f in inner)
@@ -1016,7 +1026,9 @@ def _items_of(
                 if fact in was.values():
                     i = max(end, i + 1)
                     continue  # said as the old value of another: "(was …)" after the new one
-                words.append(fact + (f" (was {was[fact]})" if fact in was else ""))
+                words.append(
+                    fact + (f" (was {_old_shown(fact, was[fact])})" if fact in was else "")
+                )
                 i = max(end, i + 1)
                 continue
             core = cores[i].strip("-–—")  # "awesome--", "- vibes": a dash is no word
@@ -1045,9 +1057,13 @@ def _corrected(cores: list[str], spans: list[tuple[int, int, str]]) -> dict[str,
         before = tuple(c.lower() for c in cores[max(0, a - 2) : a])
         if not any(before[-len(cue) :] == cue for cue in _NOT_BEFORE):
             continue
-        new = located[k - 1][2]
-        if new not in was and _same_shape(new, old):
-            was[new] = old
+        # The value it replaces is the nearest one of its shape before it: in
+        # "2 µg DNA per well instead of 2.5 µg", "2 µg", not "DNA".
+        for j in range(k - 1, max(-1, k - 4), -1):
+            new = located[j][2]
+            if new not in was and _same_shape(new, old):
+                was[new] = old
+                break
     return was
 
 
@@ -1060,6 +1076,8 @@ def _same_shape(new: str, old: str) -> bool:
         return True
     unit = [w for w in new.split(" ") if not any(c.isdigit() for c in w)]
     old_unit = [w for w in old.split(" ") if not any(c.isdigit() for c in w)]
+    if unit and old_unit and unit[-1].lower() in _DAY_WORDS and old_unit[-1].lower() in _DAY_WORDS:
+        return True  # "15 July, not 30 June": two dates
     return not old_unit or not unit or unit[-1:] == old_unit[-1:]
 
 
@@ -1118,10 +1136,32 @@ def _mark_corrections(sentences: list[_Sentence]) -> None:
             recent.append(sentence)
 
 
+def _old_shown(new: str, old: str) -> str:
+    """The old value as the reader needs it: a bare number takes the new value's unit and label.
+
+    "They're 24 pallets, not 26" -> "24 pallets (was 26 pallets)"; "USD 3,800,
+    not 2,800" -> "USD 3,800 (was USD 2,800)": "(was 26)" said 26 of what only
+    to someone who read the sentence.
+    """
+    if " " in old or any(c.isalpha() for c in old) or not any(c.isdigit() for c in old):
+        return old
+    words = new.split(" ")
+    digits = [i for i, w in enumerate(words) if any(c.isdigit() for c in w)]
+    if len(digits) != 1 or old[:1] in "€$£":
+        return old
+    at = digits[0]
+    value = old
+    if words[at][:1] in "€$£" and old[:1].isdigit():
+        value = words[at][0] + old
+    if words[at].endswith("%") and not old.endswith("%"):
+        value += "%"
+    return " ".join([*words[:at], value, *words[at + 1 :]])
+
+
 def _with_was(text: str, facts: tuple[str, ...], was: dict[str, str]) -> str:
     for new in facts:
         if new in was and f"{new} (was " not in text:
-            text = text.replace(new, f"{new} (was {was[new]})", 1)
+            text = text.replace(new, f"{new} (was {_old_shown(new, was[new])})", 1)
     return text
 
 
