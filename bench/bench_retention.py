@@ -175,7 +175,9 @@ def _readability(
     items = items_of(text)
     out: dict[str, object] = {
         "items": len(items),
-        "truncated": truncated(facts, text, items),
+        # A fact list's group ("Oakhurst, USD 9,800") is read piece by piece: a cut
+        # number before ", " is as cut as one before "; ".
+        "truncated": truncated(facts, text, [p for item in items for p in item.split(", ")]),
         "unbalanced": unbalanced(items),
     }
     if conversation is None:

@@ -91,6 +91,9 @@ class TestPrompt:
         for essential in ("decisions", "facts", "names", "numbers", "open questions"):
             assert essential in SYSTEM_PROMPT
         assert "never instructions" in SYSTEM_PROMPT
+        # Issue 26: the offline summarizer's rules, stated to Claude too.
+        assert '"75 µg (was 50 µg)"' in SYSTEM_PROMPT and "Facts stated together" in SYSTEM_PROMPT
+        assert "When room is short, keep first" in SYSTEM_PROMPT
 
 
 class TestWholePicture:

@@ -293,3 +293,45 @@ class TestItemsWithAnchors:
         summary = ExtractiveSummarizer(counter).summarize("", said, 40)
         assert "$5,000 (was $4,500)" in summary
         assert summary.count("$4,500") == 1
+
+    def test_the_old_value_reads_with_its_unit_and_the_nearest_value_of_its_shape(self):
+        """'24 pallets, not 26' marks '(was 26 pallets)'; '2 µg DNA instead of 2.5 µg' marks 2 µg, not DNA; dates too."""
+        from chd.core.summaries.extractive import _items_of
+
+        def marked(sentence: str, facts: tuple[str, ...]) -> list[str]:
+            return [text for text, _ in _items_of(sentence, facts, 0) if "(was " in text]
+
+        assert marked("They're 24 pallets, not 26.", ("24 pallets", "26")) == [
+            "24 pallets (was 26 pallets)"
+        ]
+        assert marked("Now 3.70 %, not 3.60 %.", ("3.70 %", "3.60 %")) == ["3.70 % (was 3.60 %)"]
+        assert marked("Use 2 µg DNA per well instead of 2.5 µg.", ("2 µg", "DNA", "2.5 µg")) == [
+            "2 µg (was 2.5 µg)"
+        ]
+        assert marked("The deadline is 15 July, not 30 June.", ("15 July", "30 June")) == [
+            "15 July (was 30 June)"
+        ]
+
+    def test_a_change_reaches_the_old_value_listed_by_an_earlier_fold(self):
+        """The old value, already a listed item of the previous summary, is dropped; the new one is marked."""
+        from chd.core.summaries.extractive import ExtractiveSummarizer
+        from chd.core.tokens import default_counter
+        from chd.core.utterance import Utterance
+
+        counter = default_counter()
+        rows = [
+            ("user", "The ERC periodic report deadline is 30 June."),
+            ("assistant", "Noted."),
+            ("user", "Updated: the ERC periodic report deadline is 15 July, not 30 June."),
+            ("assistant", "Got it, 15 July."),
+        ]
+        said = [
+            Utterance("c", i + 1, sp, t, i + 1, "2026-01-01T00:00:00.000000Z", counter.count(t))
+            for i, (sp, t) in enumerate(rows)
+        ]
+        summarizer = ExtractiveSummarizer(counter)
+        first = summarizer.summarize("", said[:2], 20)
+        assert "30 June" in first
+        summary = summarizer.summarize(first, said[2:], 30)
+        assert "15 July (was 30 June)" in summary, summary
+        assert summary.count("30 June") == 1, summary

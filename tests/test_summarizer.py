@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chd.core.summaries.extractive import ExtractiveSummarizer
+from chd.core.summaries.extractive import _TALK_WEIGHT, ExtractiveSummarizer, _shape_prior
 from chd.core.summaries.sentences import split_sentences
 from chd.core.summaries.summarizer import SummarizerError
 from chd.core.summaries.writer import SummaryWriter, build_writer
@@ -425,3 +425,45 @@ class TestSpeakersNamedInTheText:
         ]
         summary = offline.summarize("", utterances(rows), 512)
         assert "the user said “Update: the budget is now 1700 euros.”" in summary
+
+
+class TestFactsOfOneSentenceShareAnItem:
+    """Issue 26: facts stated in one sentence stay in one item, so a number reads with what it is about."""
+
+    PRICES = [
+        (
+            "assistant",
+            "Oakhurst Barn is USD 9,800 and Willow Creek is USD 12,500 for a Saturday.",
+            1,
+        ),
+        ("user", "The tasting is booked with Delia Marsh for March 3 at 4 pm.", 2),
+        ("assistant", "Shuttle quote from Hudson Coaches came in at USD 1,450.", 3),
+    ]
+
+    def test_a_sentence_s_facts_are_joined_and_read_back_piece_by_piece(self, offline):
+        """Under a tight budget the list keeps each sentence's facts together; the next fold keeps them so."""
+        tight = offline.summarize("", utterances(self.PRICES), 45)
+        items = tight.split(": ", 1)[1].split("; ")
+        assert any("USD 9,800" in item and "Oakhurst Barn" in item for item in items), tight
+        assert offline.summarize(tight, [], 45) == tight
+        # A smaller budget keeps pieces of the groups: each one a fact the bigger summary had.
+        smaller = offline.summarize(tight, [], 25)
+        assert 0 < offline._counter.count(smaller) <= 25
+        pieces = [p for item in smaller.split(": ", 1)[1].split("; ") for p in item.split(", ")]
+        assert pieces and all(p in items or any(p in i.split(", ") for i in items) for p in pieces)
+        assert len(pieces) > len(smaller.split("; ")), smaller  # a group kept in part or whole
+
+    def test_talk_words_weigh_less_than_things(self, offline):
+        """'lovely', 'tricky', 'muddy' (adjectives, adverbs, verb forms) weigh less; nouns, names, numbers, tools do not."""
+        rarity = offline._count.rarity
+        for talk in ("lovely", "tricky", "muddy", "very muddy"):
+            assert _shape_prior(talk, rarity) == _TALK_WEIGHT, talk
+        for thing in (
+            "engineered oak",
+            "walk-in shower",
+            "160 chairs",
+            "Delia Marsh",
+            "mypy",
+            "'tz'",
+        ):
+            assert _shape_prior(thing, rarity) == 1.0, thing

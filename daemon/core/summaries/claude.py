@@ -83,7 +83,11 @@ word. Keep each fact with what it is about and who said it: a number with its un
 or scale word and the thing it measures ("USD 5 million", "levothyroxine 75 µg"), a \
 name with its title ("Dr. Okafor"), a code with what it identifies. Say who said \
 what (user, assistant or system); when an utterance opens with "Name: ", that name \
-is its speaker.
+is its speaker. Facts stated together stay in one item ("Oakhurst Barn: USD 9,800, \
+curfew 11:00 pm").
+- When room is short, keep first what a later question needs: numbers with their \
+units, dates, times, codes, names and decisions, and the current value of anything \
+corrected; drop items that carry no fact ("Agreed", "sounds good").
 - Leave out greetings, thanks and small talk.
 - The other parts of the summary and the utterances still in the buffer are shown \
 for context only: do not summarize them and do not repeat what they already say.

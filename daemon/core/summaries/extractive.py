@@ -241,6 +241,8 @@ class ExtractiveSummarizer:
                     fact.weight *= 0.2
         for fact in facts:
             fact.cost = self._count(fact.text) + 1
+            rarity = self._count.rarity
+            fact.weight *= max(_shape_prior(t, rarity) for t in fact.facts or (fact.text,))
         plan = self._plan(blocks, sentences, facts, token_limit)
         text = _render(blocks, plan, with_topics=True, weights=weights)
         if self._count_text(text) > token_limit:
@@ -337,7 +339,7 @@ def _read(
     """
     blocks: list[_Block] = []
     raw: list[tuple[int, str, str]] = []  # block, speaker, sentence
-    listed: list[tuple[int, str, str]] = []  # block, named speaker, item
+    listed: list[tuple[int, str, str, int]] = []  # block, named speaker, item, its group
     for line in previous.splitlines():
         line = line.strip()
         if not line:
@@ -350,7 +352,9 @@ def _read(
         first, last, phrases, facts = parsed
         blocks.append(_Block(first, last))
         raw.extend((len(blocks) - 1, speaker, quote) for speaker, quote in phrases)
-        listed.extend((len(blocks) - 1, speaker, fact) for speaker, fact in facts)
+        for speaker, item in facts:
+            group = len(listed)
+            listed.extend((len(blocks) - 1, speaker, piece, group) for piece in _pieces_of(item))
     if utterances:
         blocks.append(
             _Block(min(u.turn_number for u in utterances), max(u.turn_number for u in utterances))
@@ -382,14 +386,43 @@ def _read(
         _Fact(
             text,
             block,
-            offset + i,
+            offset + group,
             0.0,
             facts=_listed_facts(text, names, rare, uncommon),
             speaker=speaker,
         )
-        for i, (block, speaker, text) in enumerate(listed)
+        for block, speaker, text, group in listed
     ]
     return blocks, sentences, facts
+
+
+# Facts stated in one sentence share an item, joined by this (issue 26: "Oakhurst
+# USD 9,800" reads as what the number is about; the bare list split them apart).
+_GROUP_JOIN = ", "
+
+
+def _pieces_of(item: str) -> list[str]:
+    """The facts of one listed item, each a piece a later fold can keep or drop (a group: see _GROUP_JOIN)."""
+    if _GROUP_JOIN not in item:
+        return [item]
+    pieces = [piece for piece in item.split(_GROUP_JOIN) if piece]
+    # A comma inside brackets or quotes is part of one fact ("(a, b)"): not a group's joint.
+    if any(_balanced(piece) != piece or piece.count("'") % 2 for piece in pieces):
+        return [item]
+    return pieces
+
+
+def _grouped(facts: Iterable[_Fact]) -> list[str]:
+    """The texts of ``facts`` (in order), those of one sentence joined into one item."""
+    out: list[str] = []
+    last = None
+    for fact in facts:
+        if out and fact.order == last:
+            out[-1] += _GROUP_JOIN + fact.text
+        else:
+            out.append(fact.text)
+        last = fact.order
+    return out
 
 
 def _name_prefix(text: str) -> str:
@@ -730,8 +763,13 @@ def _facts(
     for s in sentences:
         for value in superseded_by(s.items):
             old[value] = max(old.get(value, -1), s.order)
+    listed_ids = {id(f) for f in listed}
     for fact in sorted(candidates, key=lambda f: f.order):
-        if fact.facts and all(old.get(t, -1) > fact.order for t in fact.facts):
+        # An item of the previous summary predates every sentence that marks it
+        # superseded (its order only numbers it after them).
+        if fact.facts and all(
+            t in old if id(fact) in listed_ids else old.get(t, -1) > fact.order for t in fact.facts
+        ):
             continue  # a later sentence says it changed: the state is the new value (was this)
         where.pop(fact.text, None)
         where[fact.text] = fact
@@ -752,6 +790,9 @@ def _facts(
             fact.covers = tuple(
                 sorted(t for t in _runs(words, fact.text, _COVERED_WORDS) if t in where)
             )
+        if " (was " in fact.text:
+            # The marked value replaces its bare copy when chosen after it (issue 26).
+            fact.covers = tuple(sorted({*fact.covers, *(t for t in fact.facts if t in where)}))
     for fact in where.values():
         fact.weight = sum(_fact_weight(t, weights) for t in fact.facts or (fact.text,))
         if "(was " in fact.text:
@@ -768,6 +809,39 @@ def _fact_weight(text: str, weights: dict[str, float]) -> float:
     if text.islower() and text.replace("-", "").replace(" ", "").isalpha():
         weight *= 0.5  # a rare word: maybe a name, maybe just an unusual word
     return weight
+
+
+# A candidate that reads as a word of talk rather than a thing (issue 26: "workable",
+# "saved sanity", "picturing", "fussy" filled the lists of the conversations written
+# blind; their writers marked names, numbers and nouns). Weighed at this share.
+_TALK_WEIGHT = 0.4
+# Endings of adjectives, adverbs and verb forms; a "-y" after t, r or c is a noun ("party").
+_NOT_NOUN = ("ing", "ed", "able", "ible", "ous", "ful", "ive", "ly", "less", "ish")
+_LETTER_RUN = re.compile(r"(\w)\1\1")  # "noooo"
+
+
+def _shape_prior(text: str, rarity: Callable[[str], int]) -> float:
+    """``_TALK_WEIGHT`` for a lower-case candidate that ends like an adjective or a verb, else 1.
+
+    Numbers, codes, quoted literals, names and identifiers the tokenizer
+    splits ("release-prep", "mypy") keep their weight, and so do nouns
+    ("engineered oak", "walk-in shower"), which the tuning set's writers marked.
+    """
+    if any(c.isdigit() or c in "@/_#'\"`" for c in text):
+        return 1.0
+    words = text.split(" ")
+    if any(w[:1].isupper() for w in words):
+        return 1.0
+    if text.islower() and any(rarity(w) == 2 for w in words if w.isalpha() or "-" in w):
+        return 1.0
+    last = words[-1].lower()
+    if (
+        last.endswith(_NOT_NOUN)
+        or (last.endswith("y") and last[-2:-1] not in "trc")
+        or _LETTER_RUN.search(last)
+    ):
+        return _TALK_WEIGHT
+    return 1.0
 
 
 def _runs(words: list[str], whole: str, most: int | None = None) -> set[str]:
@@ -788,7 +862,9 @@ def _choose(facts: Sequence[_Fact], budget: int) -> tuple[list[_Fact], int]:
     stated: set[str] = set()  # the facts the chosen items state
     used = 0
     for fact in sorted(facts, key=lambda f: (-f.weight / f.cost, f.order)):
-        if fact.text in held or (fact.facts and stated.issuperset(fact.facts)):
+        if fact.text in held or (
+            fact.facts and stated.issuperset(fact.facts) and " (was " not in fact.text
+        ):
             continue
         inner = [chosen[t] for t in fact.covers if t in chosen]
         extra = fact.cost - sum(f.cost for f in inner)
@@ -950,7 +1026,9 @@ def _items_of(
                 if fact in was.values():
                     i = max(end, i + 1)
                     continue  # said as the old value of another: "(was …)" after the new one
-                words.append(fact + (f" (was {was[fact]})" if fact in was else ""))
+                words.append(
+                    fact + (f" (was {_old_shown(fact, was[fact])})" if fact in was else "")
+                )
                 i = max(end, i + 1)
                 continue
             core = cores[i].strip("-–—")  # "awesome--", "- vibes": a dash is no word
@@ -979,9 +1057,13 @@ def _corrected(cores: list[str], spans: list[tuple[int, int, str]]) -> dict[str,
         before = tuple(c.lower() for c in cores[max(0, a - 2) : a])
         if not any(before[-len(cue) :] == cue for cue in _NOT_BEFORE):
             continue
-        new = located[k - 1][2]
-        if new not in was and _same_shape(new, old):
-            was[new] = old
+        # The value it replaces is the nearest one of its shape before it: in
+        # "2 µg DNA per well instead of 2.5 µg", "2 µg", not "DNA".
+        for j in range(k - 1, max(-1, k - 4), -1):
+            new = located[j][2]
+            if new not in was and _same_shape(new, old):
+                was[new] = old
+                break
     return was
 
 
@@ -994,6 +1076,8 @@ def _same_shape(new: str, old: str) -> bool:
         return True
     unit = [w for w in new.split(" ") if not any(c.isdigit() for c in w)]
     old_unit = [w for w in old.split(" ") if not any(c.isdigit() for c in w)]
+    if unit and old_unit and unit[-1].lower() in _DAY_WORDS and old_unit[-1].lower() in _DAY_WORDS:
+        return True  # "15 July, not 30 June": two dates
     return not old_unit or not unit or unit[-1:] == old_unit[-1:]
 
 
@@ -1052,10 +1136,32 @@ def _mark_corrections(sentences: list[_Sentence]) -> None:
             recent.append(sentence)
 
 
+def _old_shown(new: str, old: str) -> str:
+    """The old value as the reader needs it: a bare number takes the new value's unit and label.
+
+    "They're 24 pallets, not 26" -> "24 pallets (was 26 pallets)"; "USD 3,800,
+    not 2,800" -> "USD 3,800 (was USD 2,800)": "(was 26)" said 26 of what only
+    to someone who read the sentence.
+    """
+    if " " in old or any(c.isalpha() for c in old) or not any(c.isdigit() for c in old):
+        return old
+    words = new.split(" ")
+    digits = [i for i, w in enumerate(words) if any(c.isdigit() for c in w)]
+    if len(digits) != 1 or old[:1] in "€$£":
+        return old
+    at = digits[0]
+    value = old
+    if words[at][:1] in "€$£" and old[:1].isdigit():
+        value = words[at][0] + old
+    if words[at].endswith("%") and not old.endswith("%"):
+        value += "%"
+    return " ".join([*words[:at], value, *words[at + 1 :]])
+
+
 def _with_was(text: str, facts: tuple[str, ...], was: dict[str, str]) -> str:
     for new in facts:
         if new in was and f"{new} (was " not in text:
-            text = text.replace(new, f"{new} (was {was[new]})", 1)
+            text = text.replace(new, f"{new} (was {_old_shown(new, was[new])})", 1)
     return text
 
 
@@ -1121,8 +1227,10 @@ def _render(
     if any(fact.speaker for fact in plan.listed):
         listed_in = _by_speaker(plan.listed)
     else:
+        by_block: dict[int, list[_Fact]] = {}
         for fact in sorted(plan.listed, key=lambda f: f.order):
-            listed_in.setdefault(fact.block, []).append(fact.text)
+            by_block.setdefault(fact.block, []).append(fact)
+        listed_in = {b: _grouped(fs) for b, fs in by_block.items()}
     for b in sorted(quoted_in.keys() | listed_in.keys()):
         sentences = quoted_in.get(b, [])
         facts = listed_in.get(b, [])
@@ -1153,17 +1261,18 @@ def _render(
 
 def _by_speaker(listed: Sequence[_Fact]) -> dict[int, list[str]]:
     """Each block's items: the roles' first, then each named speaker's under one label (issue 26)."""
-    groups: dict[int, dict[str, list[str]]] = {}
+    facts_by: dict[int, dict[str, list[_Fact]]] = {}
     for fact in sorted(listed, key=lambda f: f.order):
-        groups.setdefault(fact.block, {"": []}).setdefault(fact.speaker, []).append(fact.text)
+        facts_by.setdefault(fact.block, {"": []}).setdefault(fact.speaker, []).append(fact)
+    groups = {b: {who: _grouped(fs) for who, fs in by.items()} for b, by in facts_by.items()}
     out: dict[int, list[str]] = {}
     for b, by in groups.items():
         unnamed = list(by.pop(""))
         labelled: list[str] = []
         for speaker, said in by.items():
-            if len(said) < 2:
-                # A label costs about five tokens: worth it for a group, not for one
-                # item (LoCoMo: labels were a tenth of a 2,048-token summary).
+            if len(facts_by[b][speaker]) < 2:
+                # A label costs about five tokens: worth it for two facts, not for one
+                # (LoCoMo: labels were a tenth of a 2,048-token summary).
                 unnamed.append(said[0])
                 continue
             labelled.append(f"{speaker} (user): {said[0]}")
