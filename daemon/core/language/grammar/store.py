@@ -252,7 +252,12 @@ def _bare_label(rest: str, header: Header, instruction: str) -> _Split | None:
     part = rest[: sep.start()]
     more = read_header(part)
     if len(part.split()) > _LABEL_WORDS:
-        if more.speakers and more.speech and len(part) <= _REPORT_LIMIT + 20 and not header.speakers:
+        if (
+            more.speakers
+            and more.speech
+            and len(part) <= _REPORT_LIMIT + 20
+            and not header.speakers
+        ):
             # "Store this - the assistant said it, not the user: hello there" (issue 25
             # review): who said it is told before a second separator; storing
             # from the first one would keep that report as said.
