@@ -205,3 +205,50 @@ def test_a_correction_keeps_what_followed_the_phrase_it_replaces() -> None:
 def test_a_summary_of_a_range_is_a_new_summary() -> None:
     parsed = parse("Show me a summary of turns 1 to 2")
     assert (parsed.operation, parsed.fields) == ("summarize", {"turn_from": 1, "turn_to": 2})
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        # The second review's findings.
+        "Delete messages from 2 hours ago",
+        "Delete utterance 5, sorry, the last message",
+        "Delete the last 3 turns sorry messages",
+        "Is buffer_size = 5?",
+        "Buffer size is 5?",
+        "Delete utterance 3?",
+        "Delete turn 2? Just asking",
+        "Can the buffer size be 5?",
+        "Delete turn 1, also the last message",
+        "Get turn 1 and the last message",
+        "Delete the last message, it was mine",
+        "Delete the last turn, it was about the weather",
+        "Set the buffer size to 5. Just kidding.",
+        "Set the buffer size to 5 for all conversations",
+        "Find utterances about Paris minus turn 1",
+        "Add user utterance (no wait, assistant): hello",
+    ],
+)
+def test_what_the_second_review_found_is_refused(query: str) -> None:
+    with pytest.raises(InvalidRequest):
+        parse(query)
+
+
+@pytest.mark.parametrize(
+    ("query", "operation", "fields"),
+    [
+        ("Can you delete turn 2?", "remove", {"turn_from": 2, "turn_to": 2}),
+        ("Delete turn 2, it was a mistake", "remove", {"turn_from": 2, "turn_to": 2}),
+        (
+            "Add utterance (from the assistant): hello",
+            "store",
+            {"text": "hello", "speaker": "assistant"},
+        ),
+        ("Add utterance (turn 2): hello", "store", {"text": "hello", "turn_number": 2}),
+    ],
+)
+def test_requests_and_bracketed_speakers_still_read(
+    query: str, operation: str, fields: dict[str, Any]
+) -> None:
+    parsed = parse(query)
+    assert (parsed.operation, parsed.fields) == (operation, fields)

@@ -63,7 +63,12 @@ from chd.core.language.grammar.normalize import (
 )
 from chd.core.language.grammar.query import ANY_QUOTE, QUOTED
 from chd.core.language.grammar.reading import Reading
-from chd.core.language.grammar.remarks import COUNTERMAND, WRONG_TARGET, is_remark
+from chd.core.language.grammar.remarks import (
+    COUNTERMAND,
+    DESCRIBES_TARGET,
+    WRONG_TARGET,
+    is_remark,
+)
 from chd.core.language.grammar.remove import read_remove
 from chd.core.language.grammar.repairs import repaired
 from chd.core.language.grammar.retrieve import read_retrieve
@@ -432,7 +437,13 @@ _MAX_DROPPED = 5
 def _commentary_free(segment: str) -> bool:
     """Whether ``segment`` may be set aside as commentary: docs/query-language.md states the rule."""
     words = re.findall(r"[\w']+", segment.lower())
-    if not words or "\u27e6" in segment or '"' in segment or WRONG_TARGET.search(segment):
+    if (
+        not words
+        or "\u27e6" in segment
+        or '"' in segment
+        or WRONG_TARGET.search(segment)
+        or DESCRIBES_TARGET.search(segment)
+    ):
         return False
     for word in words:
         bare = word.strip("'")

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from chd.core.language.grammar.repairs import repaired
+
 __all__ = ["refusal_for"]
 
 _HOW_TO = re.compile(
@@ -25,9 +27,9 @@ _HOW_TO = re.compile(
 )
 # A question that asks whether something is so: never an instruction to make it so.
 _YES_NO = re.compile(
-    r"^\s*(?:does|do|did|is|are|was|were|has|have|had|should|shall|must)\s+"
+    r"^\s*(?:does|do|did|is|are|was|were|has|have|had|should|shall|must|can|could|may|might)\s+"
     r"(?:the|a|an|i|we|it|they|this|that|these|those|there|my|our|its|their|any|all|every|utterances?"
-    r"|messages?|turns?|seqs?|buffer|settings|summary|eviction|max|token|[a-z]+'s)\b"
+    r"|messages?|turns?|seqs?|buffer|settings|summary|eviction|max|token|[a-z]+_[a-z_]+|[a-z]+'s)\b"
     r"|^\s*(?:check|verify|confirm|see)\s+(?:that|whether|if)\b",
     re.IGNORECASE,
 )
@@ -39,17 +41,35 @@ _REPORTED = re.compile(
 )
 # Words that would exclude or narrow: a topic holding one is not a plain topic.
 _EXCLUDING = re.compile(
-    r"\b(?:but|not|except|excluding|without|only|apart\s+from|other\s+than)\b", re.I
+    r"\b(?:but|not|except|excluding|without|only|apart\s+from|other\s+than|minus|skip(?:ping)?|ignor(?:e|ing)"
+    r"|sans|instead|just|irrelevant)\b",
+    re.I,
 )
 # Number lists ("turns 1 and 2", "utterances 3, 4 and 5") are one selector, not two.
 _NUMBER_LIST = re.compile(r"\d+(?:\s*(?:,|and|&|or)\s*\d+)+", re.IGNORECASE)
 _UNION = re.compile(
-    r"\b(?:and|plus|as\s+well\s+as|along\s+with|together\s+with)\b|&", re.IGNORECASE
+    r"\b(?:and|plus|also|as\s+well\s+as|along\s+with|together\s+with)\b|&|\+", re.IGNORECASE
+)
+_CORRECTION = re.compile(
+    r"\S[\s,;.!\u2014\u2013-]+(?:no\s*,?\s*wait|wait\s*,?\s*no|sorry|oops|actually|i\s+mean|or\s+rather|rather"
+    r"|make\s+(?:that|it)|correction)[\s,;:.!\u2014\u2013-]+\S",
+    re.IGNORECASE,
+)
+_AGO = re.compile(r"\bago\b", re.IGNORECASE)
+_EVERY_CONVERSATION = re.compile(
+    r"\b(?:all|every|each|other)\s+conversations?\b|\bglobal(?:ly)?\b|\bfor\s+everyone\b|\bdaemon[- ]wide\b",
+    re.IGNORECASE,
+)
+# A request may be asked ("Can you delete turn 2?"); any other sentence ending in "?" is a question.
+_QUESTION_SENTENCE = re.compile(r"(?:^|[.!?]\s+)(?P<s>[^.!?]*)\?", re.IGNORECASE)
+_REQUEST = re.compile(
+    r"^\s*(?:(?:ok(?:ay)?|so|hey|hi|please|pls|um+|uh+)[\s,]+)*(?:(?:can|could|would|will)\s+(?:you|u|ya)\b|please\b|pls\b|kindly\b)",
+    re.IGNORECASE,
 )
 _SELECTOR_GROUPS = (
     frozenset({"turn_from", "turn_to", "before_turn", "after_turn", "last_turns", "first_turns"}),
     frozenset({"seq", "seqs"}),
-    frozenset({"oldest", "newest"}),
+    frozenset({"oldest", "newest", "last_n", "first_n"}),
     frozenset({"speaker"}),
     frozenset({"within_seconds", "older_than_seconds"}),
 )
@@ -66,18 +86,38 @@ def refusal_for(query: str, operation: str, fields: dict[str, Any]) -> str | Non
             "itself to run it"
         )
     writes = operation in _WRITES and (operation != "configure" or _changes(fields))
-    if _YES_NO.search(query) and (writes or _COUNTS & fields.keys()):
+    if (_YES_NO.search(query) or (writes and _unrequested_question(query))) and (
+        writes or _COUNTS & fields.keys()
+    ):
         return (
             "this is a question, not an instruction, so nothing was run or changed; to read the "
             "settings ask 'Show the settings', to change them say 'Set the buffer size to 5'"
         )
-    if operation == "remove" and _joined_selectors(query, fields):
+    if writes and _CORRECTION.search(query) and repaired(query) is None:
+        # "Delete utterance 5, sorry, the last message": a correction the rules
+        # could not place; applying both parts would delete what was taken back.
         return (
-            "this names two selections joined by 'and'; a remove deletes what matches all of its "
-            "filters, which is not what 'and' asks for here. Send one remove for each"
+            "this corrects itself ('sorry', 'no wait', 'I mean') in a way the rules cannot place; "
+            "send the corrected instruction alone"
+        )
+    if operation == "remove" and "within_seconds" in fields and _AGO.search(query):
+        return (
+            "'... ago' does not say whether newer or older messages go; say 'older than 2 hours' "
+            "or 'in the last 2 hours'"
+        )
+    if operation == "configure" and _EVERY_CONVERSATION.search(query):
+        return (
+            "configure sets this conversation's limits only; the daemon's defaults for every "
+            "conversation are set when it starts (chd serve --buffer-size ...)"
+        )
+    if operation in ("remove", "retrieve") and _joined_selectors(query, fields):
+        return (
+            f"this names two selections joined by 'and'; a {operation} takes what matches all of its "
+            f"filters at once, which is not what 'and' asks for here. Send one {operation} for each"
         )
     topic = fields.get("topic")
-    if isinstance(topic, str) and _EXCLUDING.search(topic):
+    quoted = isinstance(topic, str) and any(f"{q}{topic}" in query for q in "\"'\u201c\u2018")
+    if isinstance(topic, str) and not quoted and _EXCLUDING.search(topic):
         return (
             f"a topic search does not take exclusions ({topic!r}); search for the topic alone "
             "and narrow it with filters ('Find utterances about Paris in turns 2 to 4')"
@@ -88,6 +128,17 @@ def refusal_for(query: str, operation: str, fields: dict[str, Any]) -> str | Non
             'Add user utterance: "..."'
         )
     return None
+
+
+def _unrequested_question(query: str) -> bool:
+    """Whether a sentence of ``query`` ends in "?" without being a request ("Delete utterance 3?")."""
+    return any(
+        not _REQUEST.match(m.group("s"))
+        for m in _QUESTION_SENTENCE.finditer(query[:_QUESTION_LIMIT])
+    )
+
+
+_QUESTION_LIMIT = 2_000
 
 
 def _changes(fields: dict[str, Any]) -> bool:

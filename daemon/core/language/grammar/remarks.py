@@ -21,7 +21,7 @@ from chd.core.language.grammar.normalize import WRITE_FORMS
 from chd.core.language.grammar.query import QUOTED
 from chd.core.language.numbers import NUM
 
-__all__ = ["is_remark", "COUNTERMAND", "WRONG_TARGET"]
+__all__ = ["is_remark", "COUNTERMAND", "DESCRIBES_TARGET", "WRONG_TARGET"]
 
 # Labels that open a remark: "Rationale: larger batches reduce summarizer calls."
 _LABEL = re.compile(r"^\s*(?:rationale|reason|context|note|background|why)\s*[:\u2014-]\s*", re.I)
@@ -81,9 +81,18 @@ _STATE = frozenset(
 # disregard this request", "that was the wrong conversation".
 COUNTERMAND = frozenset(
     """stay stays remain remains kept spare spared disregard ignore cancel cancelled canceled undo
-    oops instead actually wait hold stop kept keep keeping leave leaving""".split()
+    oops instead actually wait hold stop kept keep keeping leave leaving still fine preserve
+    preserved spare sparing kidding joking jk jking maybe perhaps unsure""".split()
 )
 # "that was the wrong conversation" takes the request back; "it was wrong" says why it goes.
+# "it was mine", "it was a question", "it was about the weather": what the target is, which may
+# not be what the rest selected; "it was a mistake" says why it goes.
+DESCRIBES_TARGET = re.compile(
+    r"^\s*(?:it|they|that|this|these|those)\s*(?:'s|'re|\s+(?:is|was|are|were))\s+(?:just\s+|only\s+|all\s+)?"
+    r"(?!(?:a|an)\s+(?:mistake|test|typo|duplicate|error)\b)"
+    r"(?:a|an|the|about|from|by|mine|yours|ours|his|hers|theirs|my|your|our|their|her)\b",
+    re.IGNORECASE,
+)
 WRONG_TARGET = re.compile(
     r"\bwrong\s+(?:conversation|convo|chat|ticket|thread|session|one|request|turn|message|utterance|seq"
     r"|number|id|entry|line|customer|user)\b",
@@ -103,7 +112,12 @@ def is_remark(clause: str, operation: str | None) -> bool:
     With ``operation`` None, write words are not judged (the caller checks
     them once it knows what the rest of the query asks for).
     """
-    if "\u27e6" in clause or QUOTED.search(clause) or WRONG_TARGET.search(clause):
+    if (
+        "\u27e6" in clause
+        or QUOTED.search(clause)
+        or WRONG_TARGET.search(clause)
+        or (operation != "store" and DESCRIBES_TARGET.search(clause))
+    ):
         return False  # a quoted span is an utterance or a topic, never a remark
     text = _LABEL.sub("", clause, count=1)
     labelled = len(text) != len(clause)

@@ -122,7 +122,11 @@ _LABEL = re.compile(
 )
 # "Content (between the quotes): ..." (issue 25): a short note in brackets may follow the label.
 _CONTENT_LABEL = re.compile(
-    r"(?:^|(?<=[\s.;,(]))(?:content|text|utterance|body)(?:\s*\([^()]{1,40}\))?\s*(?::|=(?=\s*[\"'\u201c]))\s*",
+    # The note says how the content is given, never who said it or which turn
+    # ("Add utterance (from the assistant): ..." is a speaker, not a note).
+    r"(?:^|(?<=[\s.;,(]))(?:content|text|utterance|body)"
+    r"(?:\s*\((?![^()]*\b(?:user|assistant|system|bot|ai|customer|client|from|by|turn|speaker|role|no|not|wait"
+    r"|sorry|actually)\b)[^()\d]{1,40}\))?\s*(?::|=(?=\s*[\"'\u201c]))\s*",
     re.IGNORECASE,
 )
 
