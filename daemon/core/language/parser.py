@@ -259,9 +259,7 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
         # The guards look at the query as sent: normalizing may have dropped
         # the words that make it a question ("how do I ...").
         if why := refusal_for(query, alternative[0], alternative[1]):
-            refused = Ambiguous(f"{why}. Nothing was changed.")
-            refused.operation = alternative[0]
-            raise refused from None
+            raise _refused(why, alternative[0]) from None
         return alternative
 
 
@@ -280,9 +278,7 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
         # read here would answer as if something had been deleted.
         best = removal
     if best.refusal is not None:
-        refused = Ambiguous(f"{best.refusal}. Nothing was changed.")
-        refused.operation = best.operation  # traced and counted as the remove it was, not "unknown"
-        raise refused
+        raise _refused(best.refusal, best.operation)
     if best.operation not in _WRITE_OPERATIONS and (writes := write_operations(_unquoted(query))):
         # Issue 25: "The utterance with seq 6 can be removed" was read as a
         # retrieve with one stray word, and answered OK. A write word anywhere
@@ -302,9 +298,7 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
         )
     needed = threshold_for(best)
     if best.confidence >= needed and (why := refusal_for(query, best.operation, best.fields)):
-        refused = Ambiguous(f"{why}. Nothing was changed.")
-        refused.operation = best.operation
-        raise refused
+        raise _refused(why, best.operation)
     if best.confidence < needed:
         words = ", ".join(quote(w, 30) for w in best.unexplained[:5])
         reason = (
@@ -317,6 +311,13 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
             _with_forms(reason, query, best.operation, meant), best.confidence, best, meant
         )
     return best.operation, best.fields, best.confidence
+
+
+def _refused(why: str, operation: str) -> Ambiguous:
+    """A refusal of a reading the rules made: traced and counted as its operation, not "unknown"."""
+    refused = Ambiguous(f"{why}. Nothing was changed.")
+    refused.operation = operation
+    return refused
 
 
 _OTHER_READING_LIMIT = 1_000
