@@ -227,6 +227,14 @@ def test_a_summary_of_a_range_is_a_new_summary() -> None:
         "Set the buffer size to 5 for all conversations",
         "Find utterances about Paris minus turn 1",
         "Add user utterance (no wait, assistant): hello",
+        # A write's remark must agree with it; these take it back or spare part of it.
+        "Delete turn 2. The answer is still needed.",
+        "Delete turn 2, the question was fine",
+        "Delete turn 2, sparing the reply",
+        "Delete turn 2. Just kidding.",
+        "Remove turn 2, jk",
+        "Delete utterance 2 oops",
+        "Set the buffer size to 5. Just kidding.",
     ],
 )
 def test_what_the_second_review_found_is_refused(query: str) -> None:

@@ -66,7 +66,9 @@ from chd.core.language.grammar.reading import Reading
 from chd.core.language.grammar.remarks import (
     COUNTERMAND,
     DESCRIBES_TARGET,
+    SAFE_INTERJECTIONS,
     WRONG_TARGET,
+    agrees,
     is_remark,
 )
 from chd.core.language.grammar.remove import read_remove
@@ -556,7 +558,11 @@ def _read_normalized(query: str) -> tuple[str, dict[str, Any], float] | None:
                 operation, fields, confidence = _read_rules(" ".join(c for c in kept if c.strip()))
             except InvalidRequest:
                 continue
-            if confidence >= 1.0 and all(is_remark(c, operation) for c in remarks):
+            if (
+                confidence >= 1.0
+                and all(is_remark(c, operation) for c in remarks)
+                and all(_may_set_aside(c, operation) for c in dropped)
+            ):
                 return operation, fields, confidence
     return None
 
@@ -571,6 +577,14 @@ def _summary_reading(text: str) -> tuple[str, dict[str, Any], float] | None:
     except InvalidRequest:
         return None
     return (operation, fields, confidence) if operation == "summarize" else None
+
+
+def _may_set_aside(clause: str, operation: str) -> bool:
+    """A write sets aside only interjections and remarks that agree with it (issue 25 review)."""
+    if operation not in _WRITE_OPERATIONS or operation == "mark":
+        return True  # a read changes nothing; a mark is undone by unmarking
+    words = [w.lower() for w in re.findall(r"[\w']+", clause)]
+    return all(w in SAFE_INTERJECTIONS for w in words) or agrees(clause, operation)
 
 
 def _fully_read(query: str) -> tuple[str, dict[str, Any], float] | None:

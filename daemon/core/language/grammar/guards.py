@@ -27,7 +27,7 @@ _HOW_TO = re.compile(
 )
 # A question that asks whether something is so: never an instruction to make it so.
 _YES_NO = re.compile(
-    r"^\s*(?:does|do|did|is|are|was|were|has|have|had|should|shall|must|can|could|may|might)\s+"
+    r"^\s*(?:does|do|did|is|are|was|were|has|have|had|should|shall|must|(?:can|could|may|might)(?!\s+(?:we|i|you|u)\b))\s+"
     r"(?:the|a|an|i|we|it|they|this|that|these|those|there|my|our|its|their|any|all|every|utterances?"
     r"|messages?|turns?|seqs?|buffer|settings|summary|eviction|max|token|[a-z]+_[a-z_]+|[a-z]+'s)\b"
     r"|^\s*(?:check|verify|confirm|see)\s+(?:that|whether|if)\b",
@@ -63,7 +63,7 @@ _EVERY_CONVERSATION = re.compile(
 # A request may be asked ("Can you delete turn 2?"); any other sentence ending in "?" is a question.
 _QUESTION_SENTENCE = re.compile(r"(?:^|[.!?]\s+)(?P<s>[^.!?]*)\?", re.IGNORECASE)
 _REQUEST = re.compile(
-    r"^\s*(?:(?:ok(?:ay)?|so|hey|hi|please|pls|um+|uh+)[\s,]+)*(?:(?:can|could|would|will)\s+(?:you|u|ya)\b|please\b|pls\b|kindly\b)",
+    r"^\s*(?:(?:ok(?:ay)?|so|hey|hi|please|pls|um+|uh+)[\s,]+)*(?:(?:can|could|would|will)\s+(?:you|u|ya|we|i)\b|please\b|pls\b|kindly\b)",
     re.IGNORECASE,
 )
 _SELECTOR_GROUPS = (

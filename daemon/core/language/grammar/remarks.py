@@ -21,7 +21,14 @@ from chd.core.language.grammar.normalize import WRITE_FORMS
 from chd.core.language.grammar.query import QUOTED
 from chd.core.language.numbers import NUM
 
-__all__ = ["is_remark", "COUNTERMAND", "DESCRIBES_TARGET", "WRONG_TARGET"]
+__all__ = [
+    "is_remark",
+    "agrees",
+    "COUNTERMAND",
+    "DESCRIBES_TARGET",
+    "WRONG_TARGET",
+    "SAFE_INTERJECTIONS",
+]
 
 # Labels that open a remark: "Rationale: larger batches reduce summarizer calls."
 _LABEL = re.compile(r"^\s*(?:rationale|reason|context|note|background|why)\s*[:\u2014-]\s*", re.I)
@@ -80,7 +87,7 @@ _STATE = frozenset(
 # Words that take the request back or spare part of it: "the reply can stay", "please
 # disregard this request", "that was the wrong conversation".
 COUNTERMAND = frozenset(
-    """stay stays remain remains kept spare spared disregard ignore cancel cancelled canceled undo
+    """stay stays remain remains kept spare spared disregard ignore cancel undo
     oops instead actually wait hold stop kept keep keeping leave leaving still fine preserve
     preserved spare sparing kidding joking jk jking maybe perhaps unsure""".split()
 )
@@ -97,6 +104,48 @@ WRONG_TARGET = re.compile(
     r"\bwrong\s+(?:conversation|convo|chat|ticket|thread|session|one|request|turn|message|utterance|seq"
     r"|number|id|entry|line|customer|user)\b",
     re.IGNORECASE,
+)
+# Why something should go, said in a way that agrees with removing it: a write's
+# remark is set aside only when it says so (issue 25 review: "it is still needed",
+# "just kidding", "sparing the reply" are not on any list of words to refuse,
+# so a write asks for agreement instead).
+_AGREES = {
+    "remove": re.compile(
+        r"\b(?:mistakes?|mistaken(?:ly)?|wrong|errors?|erroneous|typos?|typed|duplicat\w*|unneeded|irrelevant"
+        r"|obsolete|outdated|stale|old|cancel+ed|test(?:ing)?|spam|junk|garbage|off[\s-](?:track|topic)"
+        r"|sensitive|private|personal|confidential|privacy|gdpr|deletion|erased|deleted|removed|forgotten"
+        r"|space|room|clean(?:\s*up)?|start(?:ing)?\s+over|fresh\s+start|new\s+(?:session|customer|patient)"
+        r"|relevant|needed|necessary|ended|over|finished|closed|resolved|fresh|history|ancient)\b",
+        re.IGNORECASE,
+    ),
+    "mark": re.compile(
+        r"\b(?:important|key|matters?|critical|essential|vital|crucial|needed|keep)\b", re.I
+    ),
+    "configure": re.compile(
+        r"\b(?:hit(?:ting|s)?|reduce[sd]?|fewer|save[sd]?|saving|costs?|memory|performance|faster|slower|calls"
+        r"|room|space|budget|longer|shorter|fits?|overflow\w*|larger|smaller|more|less)\b",
+        re.IGNORECASE,
+    ),
+}
+# Interjections that never change a write ("ugh", "thanks"); "oops", "sorry" and
+# "actually" may take it back, so they are not among them.
+SAFE_INTERJECTIONS = frozenset(
+    "lol lmao haha ugh hmm hm thx thanks thank you cheers please pls plz ty k kk ok okay btw fyi asap "
+    "quick quickly real honestly sure".split()
+)
+
+
+def agrees(clause: str, operation: str) -> bool:
+    """Whether a write's remark says why in a way that agrees with that write."""
+    pattern = _AGREES.get(operation)
+    return pattern is not None and pattern.search(_UNNEEDED.sub(" unneeded ", clause)) is not None
+
+
+# A labelled rationale ("Rationale: larger batches reduce summarizer calls") may
+# name what the request is about; it may still not name whose messages.
+_SPEAKER_NAMES = frozenset(
+    "user users assistant assistants system bot ai human model agent claude customer client caller "
+    "patient operator person requester me my mine our ours".split()
 )
 _READS = frozenset({"retrieve", "summarize", "stats"})
 _PRONOUNS = frozenset("it it's they they're this that that's i i'm we we're there there's".split())
@@ -139,7 +188,8 @@ def is_remark(clause: str, operation: str | None) -> bool:
         return False
     for i, word in enumerate(words):
         base = word[:-2] if word.endswith("'s") else word  # "it was the user's"
-        if base in _NARROWING or base in _ASKING or word.endswith("n't"):
+        asking = base in _SPEAKER_NAMES if labelled else base in _ASKING
+        if base in _NARROWING or asking or word.endswith("n't"):
             return False
         if base in COUNTERMAND and operation != "store":  # a store's "so that it remains available"
             return False
