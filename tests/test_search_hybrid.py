@@ -139,9 +139,12 @@ class TestBadEmbedderReplies:
         embedder.spoil = spoil
         history = _history(embedder)
         for _ in range(2):  # the second search meets whatever the first cached
+            embedder.calls.clear()
             result = history.query("", {}, {"operation": "retrieve", "topic": "puppy"}).result
             assert [u["seq"] for u in result["utterances"]] == [2]
             assert all(math.isfinite(u["score"]) for u in result["utterances"])
+        # A text whose vector was refused is not sent again: the second search embeds its topic only.
+        assert embedder.calls == [1]
         index = history.indexes.peek("default")
         assert index is not None
         assert all(all(math.isfinite(x) for x in v) for v in index.vectors.values())
