@@ -108,3 +108,11 @@ def test_recall_by_topic_returns_archive_and_summary_hits_and_where_narrows() ->
         }
     finally:
         history.close()
+
+
+def test_recall_where_without_a_topic_is_refused(served: Any) -> None:
+    """It used to return the whole buffer, the where and the default last_n ignored."""
+    server, _ = served
+    _call(server, "remember", {"text": "hello", "conversation_id": "w"})
+    refused = _call(server, "recall", {"conversation_id": "w", "where": ["archive"]})
+    assert refused.is_error and "narrows a topic search" in refused.content[0].text

@@ -525,6 +525,7 @@ def _check_consistent(intent: Intent) -> None:
             raise InvalidRequest(
                 "summary_only returns the summary alone; drop topic/include_summary"
             )
+        _check_where(intent)
         if intent.since is not None and intent.until is not None and intent.until <= intent.since:
             raise InvalidRequest(
                 f"until ({intent.until.isoformat()}) must be after since ({intent.since.isoformat()})"
@@ -565,6 +566,37 @@ def _check_remove(intent: RemoveIntent) -> None:
     low, high = intent.turn_bounds
     if low is not None and high is not None and low > high:
         raise InvalidRequest(f"the turn selectors leave no turns (from {low} to {high})")
+
+
+# Fields that choose among the buffer's utterances (its window or its seqs).
+_BUFFER_SELECTORS = ("last_n", "first_n", "last_turns", "first_turns", "seq", "seqs")
+
+
+def _check_where(intent: RetrieveIntent) -> None:
+    """``where`` narrows a topic search; refuse it where it would be ignored or leave nothing.
+
+    Applied silently before, it answered "where: archive" without a topic
+    with the buffer, and "where: buffer" with ``archived`` with nothing
+    (outside review of issue 27).
+    """
+    if not intent.where:
+        return
+    places = ", ".join(intent.where)
+    if intent.topic is None:
+        raise InvalidRequest(
+            f"where ({places}) narrows a topic search; give a topic, or without one use "
+            "archived (true) to read the archive"
+        )
+    if intent.archived and intent.where != ("archive",):
+        raise InvalidRequest(
+            f"archived searches the archive alone and where names {places}; drop one of them"
+        )
+    chosen = [name for name in _BUFFER_SELECTORS if _given(getattr(intent, name))]
+    if chosen and not intent.archived and intent.where != ("buffer",):
+        raise InvalidRequest(
+            f"{chosen[0]} chooses among the buffer's utterances and where names {places}; "
+            "drop one of them (where may only be buffer with it)"
+        )
 
 
 def _check_context(intent: RetrieveIntent) -> None:
