@@ -441,6 +441,14 @@ class TestQuestionWords:
         hits = _find(history, "", operation="retrieve", topic="kind")
         assert [h["seq"] for h in hits["utterances"]] == [1]
 
+    @pytest.mark.parametrize("topic", ["will", "Will", "can", "how", "The Who", "IT"])
+    def test_a_topic_of_only_unindexed_words_is_refused_saying_so(self, topic: str) -> None:
+        """They are not indexed: the search came back empty, nothing said why (review of issue 27)."""
+        history = ConversationHistory(background=False)
+        history.query("Add utterance: Will said he would bring the cake")
+        with pytest.raises(InvalidRequest, match="only words too common to search by"):
+            _find(history, "", operation="retrieve", topic=topic)
+
     def test_an_utterance_with_more_of_the_topic_outranks_one_repeating_a_rare_word(
         self,
     ) -> None:

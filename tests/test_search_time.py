@@ -381,6 +381,7 @@ class TestDaySpans:
             assert texts("", {"operation": "retrieve", "day": "9999-12-31"}) == []
             for question, data, fragment in (
                 ("Get messages from yesterday and today", None, "two days"),
+                ("", {"operation": "retrieve", "topic": "will"}, "too common"),
                 (
                     "",
                     {"operation": "retrieve", "day": "2011-12-30", "timezone": "Pacific/Apia"},

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from chd.backends.base import ConversationState
+from chd.core.errors import InvalidRequest, quote
 from chd.core.language.intents import WHERE_PLACES, RetrieveIntent
 from chd.core.memory.hybrid import HybridSearch, fuse
 from chd.core.memory.index import WHERE, ConversationIndex, IndexedDoc, held_parts
@@ -210,6 +211,15 @@ def find_utterances(
                 del u["utterance_index"]  # an archived utterance has no place in the buffer
                 u["archived"] = True
         return {"utterances": found}
+    if not query_terms(intent.topic):
+        # Such words are not indexed (terms.py): the search would come back
+        # empty with nothing saying why (outside review of issue 27: "will",
+        # "can", "The Who").
+        raise InvalidRequest(
+            f"the topic {quote(intent.topic, 60)} has only words too common to search by "
+            "(like will, can, how, the); name something the utterances would say, or use "
+            "last_n or a speaker instead"
+        )
     places = _places(intent)
     # Filters are the buffer's (seqs, windows) or, for ``archived``, the archive's.
     scope = _as_buffer(state, state.archive) if intent.archived else state
