@@ -7,6 +7,7 @@ import math
 import re
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
 import pytest
@@ -252,6 +253,20 @@ class TestServeFlag:
                 )
         hits = found.result["utterances"]
         assert [hit["text"] for hit in hits][:1] == ["my car broke down again"]
+
+    @pytest.mark.parametrize(
+        "source", ["raise RuntimeError('no GPU here')\n", "def broken(:\n", "import no_such_mod\n"]
+    )
+    def test_a_module_failing_at_import_is_refused_in_one_line(
+        self, source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Its RuntimeError or SyntaxError was a traceback and exit 1 (review of issue 27)."""
+        (tmp_path / "chd_failing_embedder.py").write_text(source)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        with pytest.raises(ConfigError, match="cannot load embedder") as refused:
+            with running(embedder="chd_failing_embedder:Thing"):
+                pass
+        assert refused.value.key == "embedder" and "\n" not in str(refused.value)
 
     @pytest.mark.parametrize(
         "name, problem",

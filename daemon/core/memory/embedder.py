@@ -152,8 +152,10 @@ def embedder_class(name: str) -> type:
         )
     try:
         found = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"cannot load embedder {spec!r}: {exc}") from None
+    except Exception as exc:  # importing runs the module's code: whatever it raises, one line
+        raise ValueError(
+            f"cannot load embedder {spec!r}: {type(exc).__name__}: {exc}".splitlines()[0]
+        ) from None
     if not isinstance(found, type):
         raise ValueError(f"embedder {spec!r} is not a class")
     return found
