@@ -397,3 +397,24 @@ class TestDaySpans:
                     ask(channel, question, {}, data)
                 assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
                 assert fragment in refused.value.details()
+
+
+class TestZoneNames:
+    """Zone names in any case; metadata.timezone checked only where a day reads it (review of issue 27)."""
+
+    def test_a_zone_name_in_any_case(self) -> None:
+        assert (
+            parse_zone("europe/paris") == parse_zone("EUROPE/PARIS") == parse_zone("Europe/Paris")
+        )
+
+    def test_a_bad_metadata_zone_matters_only_to_a_day(self) -> None:
+        history = ConversationHistory(background=False)
+        _store(history, "hello")
+        assert _seqs_with(history, {"timezone": "Mars/Olympus"}, {}) == [1]
+        with pytest.raises(InvalidRequest, match="metadata.timezone"):
+            _seqs_with(history, {"timezone": "Mars/Olympus"}, {"day": "today"})
+
+
+def _seqs_with(history: ConversationHistory, metadata: dict, data: dict) -> list[int]:
+    found = history.query("", metadata, {"operation": "retrieve", **data}).result["utterances"]
+    return [u["seq"] for u in found]

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from functools import cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 __all__ = ["WEEKDAYS", "check_day", "day_bounds", "parse_zone"]
 
@@ -84,8 +85,18 @@ def _date(year: int, month: int, day: int) -> date:
         raise ValueError(f"{year:04d}-{month:02d}-{day:02d} is not a day of the calendar") from None
 
 
+@cache
+def _ZONE_NAMES() -> dict[str, str]:  # noqa: N802 (a constant, read once when first needed)
+    """Every zone name the machine knows, by its lower case: "europe/paris" is Europe/Paris.
+
+    Read once (scanning the zone database takes ~10 ms); from the system's
+    database or, where it has none, the tzdata package (a dependency).
+    """
+    return {name.lower(): name for name in available_timezones()}
+
+
 def parse_zone(name: str) -> tzinfo:
-    """``UTC``/``Z``, an offset (``+02:00``, ``-0530``) or an IANA name; ValueError otherwise."""
+    """``UTC``/``Z``, an offset (``+02:00``, ``-0530``) or an IANA name in any case; ValueError otherwise."""
     text = name.strip()
     if text.upper() in ("Z", "UTC", "GMT"):
         return UTC
@@ -96,7 +107,7 @@ def parse_zone(name: str) -> tzinfo:
         sign = 1 if m[1] == "+" else -1
         return timezone(sign * timedelta(hours=hours, minutes=minutes))
     try:
-        return ZoneInfo(text)
+        return ZoneInfo(_ZONE_NAMES().get(text.lower(), text))
     except (ZoneInfoNotFoundError, ValueError):
         raise ValueError(
             f"{text[:40]!r} is neither a UTC offset like +02:00 nor a time zone name "

@@ -305,11 +305,26 @@ def _day(name: str, value: Any) -> str:
 
 def _timezone(name: str, value: Any) -> str:
     text = as_str(name, value).strip()
+    if name.startswith("metadata."):
+        # A client sets metadata.timezone on every call (docs/search.md); it
+        # matters only to a retrieve that reads a day, where it is checked
+        # (_check_zone). Refused everywhere, one bad zone failed every read.
+        return text
     try:
         parse_zone(text)
     except ValueError as error:
         raise InvalidRequest(f"{name}: {error}") from None
     return text
+
+
+def _check_zone(intent: RetrieveIntent) -> None:
+    """A timezone that only metadata gave is checked once a day needs it."""
+    if intent.day is None or intent.timezone is None:
+        return
+    try:
+        parse_zone(intent.timezone)
+    except ValueError as error:
+        raise InvalidRequest(f"metadata.timezone: {error}") from None
 
 
 def _policy(name: str, value: Any) -> str:
@@ -526,6 +541,7 @@ def _check_consistent(intent: Intent) -> None:
                 "summary_only returns the summary alone; drop topic/include_summary"
             )
         _check_where(intent)
+        _check_zone(intent)
         if intent.since is not None and intent.until is not None and intent.until <= intent.since:
             raise InvalidRequest(
                 f"until ({intent.until.isoformat()}) must be after since ({intent.since.isoformat()})"
