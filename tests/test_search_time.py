@@ -339,6 +339,19 @@ class TestDaySpans:
             parse(text)
 
     @pytest.mark.parametrize(
+        ("text", "fragment"),
+        [
+            ("Get messages from next Monday", "a day to come"),
+            ("What did we discuss on the 32nd of May?", "not a day of the calendar"),
+            ("What did we discuss on 0 May?", "not a day of the calendar"),
+        ],
+    )
+    def test_days_that_cannot_hold_anything_are_refused(self, text: str, fragment: str) -> None:
+        """They became topics and answered empty (review of issue 27)."""
+        with pytest.raises(InvalidRequest, match=fragment):
+            parse(text)
+
+    @pytest.mark.parametrize(
         ("spec", "bounds"),
         [
             ("since yesterday", ("2026-11-26", None)),
