@@ -152,18 +152,19 @@ class HybridSearch:
                 return None
             batch = missing[start : start + _BATCH]
             reply = self.embedder.embed([text for _, text in batch])
+            # Checked outside the lock (~10 ms for 256 vectors of 256 numbers).
+            vectors, why = usable_vectors(reply, len(batch), index.vector_dimensions)
             with index.lock:
                 if index.generation != generation:
                     return None  # rebuilt meanwhile: these seqs may name other utterances now
-                vectors, why = usable_vectors(reply, len(batch), index.vector_dimensions)
                 _install(index, [seq for seq, _ in batch], vectors)
             if why:
                 problems.append(why)
         if stop.is_set():
             return None
         reply = self.embedder.embed([topic, *extras])
+        vectors, why = usable_vectors(reply, 1 + len(extras), index.vector_dimensions)
         with index.lock:
-            vectors, why = usable_vectors(reply, 1 + len(extras), index.vector_dimensions)
             if vectors[0] is not None and not index.vector_dimensions:
                 index.vector_dimensions = len(vectors[0])
         if why:
@@ -187,6 +188,8 @@ def _install(
     for seq, vector in zip(seqs, vectors):
         if seq not in docs:
             continue  # removed while the model worked
+        if vector is not None and index.vector_dimensions not in (0, len(vector)):
+            vector = None  # another search's first batch set another length meanwhile
         if vector is None:
             index.unembeddable.add(seq)
         else:
