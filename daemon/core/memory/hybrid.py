@@ -27,8 +27,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -89,15 +87,22 @@ class Fused:
 
 
 class HybridSearch:
-    """An embedder and the threads that call it, so no search holds a lock across a model call."""
+    """An embedder and the threads that call it, so no search holds a lock across a model call.
+
+    Daemon threads, at most ``threads`` at once, not an executor's: a hung
+    model would keep an executor's thread, and with it the process, from
+    ever exiting. A search that finds every thread busy waits for one
+    within its share of the deadline, like for the model.
+    """
 
     def __init__(self, embedder: Embedder, threads: int = EMBED_THREADS) -> None:
         self.embedder = embedder
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="chd-embed")
+        self._slots = threading.BoundedSemaphore(threads)
+        self._closed = False
 
     def close(self) -> None:
-        """Stop taking work; calls in progress are abandoned (their threads end with them)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Start no more model calls; calls in progress are abandoned (their threads end with them)."""
+        self._closed = True
 
     def missing(self, index: ConversationIndex) -> tuple[int, list[int]]:
         """Under the index's lock: its generation and the seqs that need a vector."""
@@ -121,20 +126,39 @@ class HybridSearch:
         wait = EMBED_WAIT
         if deadline is not None:
             wait = min(wait, max(0.0, (deadline - time.monotonic()) * EMBED_SHARE))
-        stop = threading.Event()
-        future = self._pool.submit(self._work, index, generation, missing, topic, extras, stop)
-        try:
-            return future.result(timeout=wait)
-        except FutureTimeout:
-            stop.set()
-            future.cancel()
+        until = time.monotonic() + wait
+        if self._closed:
+            return None
+        if not self._slots.acquire(timeout=wait):
             log.warning(
-                "the embedder did not answer within %.3gs (its share of the call's deadline); "
+                "every embedder thread was busy for %.3gs (its share of the call's deadline); "
                 "this search is lexical only",
                 wait,
             )
-        except Exception:
-            log.exception("the embedder failed; this search is lexical only")
+            return None
+        stop = threading.Event()
+        done = threading.Event()
+        outcome: list[Embedded | None] = [None]
+
+        def run() -> None:
+            try:
+                outcome[0] = self._work(index, generation, missing, topic, extras, stop)
+            except Exception:
+                if not stop.is_set():
+                    log.exception("the embedder failed; this search is lexical only")
+            finally:
+                self._slots.release()
+                done.set()
+
+        threading.Thread(target=run, name="chd-embed", daemon=True).start()
+        if done.wait(max(0.0, until - time.monotonic())):
+            return outcome[0]
+        stop.set()
+        log.warning(
+            "the embedder did not answer within %.3gs (its share of the call's deadline); "
+            "this search is lexical only",
+            wait,
+        )
         return None
 
     def _work(
