@@ -108,3 +108,20 @@ def test_recall_by_topic_returns_archive_and_summary_hits_and_where_narrows() ->
         }
     finally:
         history.close()
+
+
+def test_recall_where_without_a_topic_is_refused(served: Any) -> None:
+    """It used to return the whole buffer, the where and the default last_n ignored."""
+    server, _ = served
+    _call(server, "remember", {"text": "hello", "conversation_id": "w"})
+    refused = _call(server, "recall", {"conversation_id": "w", "where": ["archive"]})
+    assert refused.is_error and "narrows a topic search" in refused.content[0].text
+
+
+def test_recall_takes_a_day_and_a_single_place(served: Any) -> None:
+    """recall had no day or timezone, and its where had to be a list (review of issue 27)."""
+    server, _ = served
+    today = _call(server, "recall", {"conversation_id": "f", "day": "today", "timezone": "+02:00"})
+    assert len(today.structured_content["result"]["utterances"]) == 6
+    one = _call(server, "recall", {"conversation_id": "f", "topic": "u1", "where": "buffer"})
+    assert [u["text"] for u in one.structured_content["result"]["utterances"]] == ["u1"]

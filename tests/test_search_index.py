@@ -356,6 +356,23 @@ class TestOneSearchOverEverything:
         with pytest.raises(InvalidRequest, match="buffer, pending, archive, summary"):
             _find(history, "", operation="retrieve", topic="ferry", where=where)
 
+    @pytest.mark.parametrize(
+        ("data", "fragment"),
+        [
+            ({"where": "archive"}, "narrows a topic search"),
+            ({"where": "summary", "seqs": [10]}, "narrows a topic search"),
+            ({"topic": "ferry", "where": "buffer", "archived": True}, "archived searches"),
+            ({"topic": "ferry", "where": "archive", "last_n": 3}, "last_n chooses"),
+            ({"topic": "ferry", "where": ["buffer", "archive"], "seqs": [1]}, "seqs chooses"),
+        ],
+    )
+    def test_where_that_would_be_ignored_or_leave_nothing_is_refused(
+        self, history: ConversationHistory, data: dict, fragment: str
+    ) -> None:
+        """Applied silently, these answered with the buffer or with nothing (review of issue 27)."""
+        with pytest.raises(InvalidRequest, match=fragment):
+            _find(history, "", operation="retrieve", **data)
+
     def test_index_cache_is_bounded_by_documents(self) -> None:
         """Past max_documents the least recently searched conversations' indexes are dropped."""
         history = ConversationHistory(background=False, settings=Settings(buffer_size=100))
@@ -423,6 +440,14 @@ class TestQuestionWords:
         history.query("Add utterance: that was kind of you")
         hits = _find(history, "", operation="retrieve", topic="kind")
         assert [h["seq"] for h in hits["utterances"]] == [1]
+
+    @pytest.mark.parametrize("topic", ["will", "Will", "can", "how", "The Who", "IT"])
+    def test_a_topic_of_only_unindexed_words_is_refused_saying_so(self, topic: str) -> None:
+        """They are not indexed: the search came back empty, nothing said why (review of issue 27)."""
+        history = ConversationHistory(background=False)
+        history.query("Add utterance: Will said he would bring the cake")
+        with pytest.raises(InvalidRequest, match="only words too common to search by"):
+            _find(history, "", operation="retrieve", topic=topic)
 
     def test_an_utterance_with_more_of_the_topic_outranks_one_repeating_a_rare_word(
         self,

@@ -15,6 +15,7 @@ from chd.core.history import ConversationHistory
 from chd.core.language.parser import parse
 from chd.core.settings import Settings
 from tests.conftest import query
+from tests.ops_support import ask, channel_to, running
 
 
 def _store(history: ConversationHistory, text: str, when: str | None = None) -> dict[str, Any]:
@@ -309,3 +310,124 @@ class TestDays:
     def test_an_impossible_date_in_words_is_refused(self) -> None:
         with pytest.raises(InvalidRequest, match="not a day of the calendar"):
             parse("What did we discuss on 31 February?")
+
+
+class TestDaySpans:
+    """'since / before / until / after <day>', 'the day before yesterday', two days refused (review of issue 27)."""
+
+    @pytest.mark.parametrize(
+        ("text", "day"),
+        [
+            ("What was said before yesterday?", "before yesterday"),
+            ("Find garden since yesterday", "since yesterday"),
+            ("Find utterances about garden since last week", "since last week"),
+            ("What did we discuss the day before yesterday?", "day before yesterday"),
+            ("Get messages until Friday", "until friday"),
+            ("What was said after last week?", "after last week"),
+            ("Find garden since May 3rd", "since --05-03"),
+        ],
+    )
+    def test_a_relation_is_part_of_the_day(self, text: str, day: str) -> None:
+        fields = parse(text).fields
+        assert fields["day"] == day and "since" not in fields.get("topic", "")
+
+    @pytest.mark.parametrize(
+        "text", ["Get messages from yesterday and today", "Find garden on Monday on Tuesday"]
+    )
+    def test_two_days_are_refused(self, text: str) -> None:
+        with pytest.raises(InvalidRequest, match="two days in one question"):
+            parse(text)
+
+    @pytest.mark.parametrize(
+        ("text", "fragment"),
+        [
+            ("Get messages from next Monday", "a day to come"),
+            ("What did we discuss on the 32nd of May?", "not a day of the calendar"),
+            ("What did we discuss on 0 May?", "not a day of the calendar"),
+        ],
+    )
+    def test_days_that_cannot_hold_anything_are_refused(self, text: str, fragment: str) -> None:
+        """They became topics and answered empty (review of issue 27)."""
+        with pytest.raises(InvalidRequest, match=fragment):
+            parse(text)
+
+    @pytest.mark.parametrize(
+        ("spec", "bounds"),
+        [
+            ("since yesterday", ("2026-11-26", None)),
+            ("after yesterday", ("2026-11-27", None)),
+            ("before yesterday", (None, "2026-11-26")),
+            ("until yesterday", (None, "2026-11-27")),
+            ("day before yesterday", ("2026-11-25", "2026-11-26")),
+            ("9999-12-31", ("9999-12-31", "+86400")),
+        ],
+    )
+    def test_day_spans(self, spec: str, bounds: tuple[str | None, str | None]) -> None:
+        now = datetime(2026, 11, 27, 21, 10, tzinfo=UTC).timestamp()
+        first, end = day_bounds(spec, now)
+
+        def at(day: str) -> float:
+            return datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp()
+
+        assert first == (None if bounds[0] is None else at(bounds[0]))
+        if bounds[1] == "+86400":  # the calendar's last day: no next date to begin at
+            assert first is not None and end == first + 86400
+        else:
+            assert end == (None if bounds[1] is None else at(bounds[1]))
+
+    def test_through_grpc(self) -> None:
+        """Spans answer by the daemon's clock; bad days get INVALID_ARGUMENT, never INTERNAL."""
+        today = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
+        with running() as server, channel_to(server) as channel:
+            for text, back in (("garden three", 3), ("garden two", 2), ("garden one", 1)):
+                when = (today - timedelta(days=back)).isoformat()
+                ask(channel, f"Add utterance: {text}", {"timestamp": when})
+            ask(channel, "Add utterance: garden now")
+
+            def texts(question: str, data: dict | None = None) -> list[str]:
+                found = ask(channel, question, {}, data).result["utterances"]
+                return sorted(u["text"] for u in found)
+
+            assert texts("What was said before yesterday?") == ["garden three", "garden two"]
+            assert texts("Find garden since yesterday") == ["garden now", "garden one"]
+            assert texts("What did we discuss the day before yesterday?") == ["garden two"]
+            assert texts("", {"operation": "retrieve", "day": "9999-12-31"}) == []
+            for question, data, fragment in (
+                ("Get messages from yesterday and today", None, "two days"),
+                ("", {"operation": "retrieve", "topic": "will"}, "too common"),
+                (
+                    "",
+                    {"operation": "retrieve", "day": "2011-12-30", "timezone": "Pacific/Apia"},
+                    "data.day",
+                ),
+                (
+                    "",
+                    {"operation": "retrieve", "day": "\u0661\u0669\u0669\u0669-01-01"},
+                    "data.day",
+                ),
+            ):
+                with pytest.raises(grpc.RpcError) as refused:
+                    ask(channel, question, {}, data)
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert fragment in refused.value.details()
+
+
+class TestZoneNames:
+    """Zone names in any case; metadata.timezone checked only where a day reads it (review of issue 27)."""
+
+    def test_a_zone_name_in_any_case(self) -> None:
+        assert (
+            parse_zone("europe/paris") == parse_zone("EUROPE/PARIS") == parse_zone("Europe/Paris")
+        )
+
+    def test_a_bad_metadata_zone_matters_only_to_a_day(self) -> None:
+        history = ConversationHistory(background=False)
+        _store(history, "hello")
+        assert _seqs_with(history, {"timezone": "Mars/Olympus"}, {}) == [1]
+        with pytest.raises(InvalidRequest, match="metadata.timezone"):
+            _seqs_with(history, {"timezone": "Mars/Olympus"}, {"day": "today"})
+
+
+def _seqs_with(history: ConversationHistory, metadata: dict, data: dict) -> list[int]:
+    found = history.query("", metadata, {"operation": "retrieve", **data}).result["utterances"]
+    return [u["seq"] for u in found]

@@ -39,6 +39,7 @@ from chd.core.memory.configure import configure, effective_settings
 from chd.core.memory.context import build_context
 from chd.core.memory.embedder import Embedder
 from chd.core.memory.eviction import evictions_for_store
+from chd.core.memory.hybrid import HybridSearch
 from chd.core.memory.index import IndexCache
 from chd.core.memory.marking import mark
 from chd.core.memory.retrieval import find_utterances
@@ -119,6 +120,7 @@ class ConversationHistory:
         ``tracer`` (None: none) opens spans around the parse, storage
         commits and folds (daemon/core/tracing.py)."""
         self.embedder = embedder
+        self.hybrid = HybridSearch(embedder) if embedder is not None else None
         self.tracer: Tracer = tracer or NO_TRACER
         self.backend: Backend = backend if backend is not None else MemoryBackend()
         self.settings = settings or Settings()
@@ -160,6 +162,8 @@ class ConversationHistory:
         if self.worker is not None:
             self.worker.stop(timeout=max(0.0, until - time.monotonic()))
         self._report_queued()
+        if self.hybrid is not None:
+            self.hybrid.close()
         self.backend.close()
 
     def _report_queued(self) -> None:
@@ -467,7 +471,7 @@ class ConversationHistory:
             # A topic search ranks buffer, queue, archive and summary in one
             # list from one index (issue 27); ``archived`` and ``where`` narrow it.
             index = self.indexes.get(conversation_id) if intent.topic is not None else None
-            result = find_utterances(state, intent, index, time.time(), self.embedder)
+            result = find_utterances(state, intent, index, time.time(), self.hybrid, deadline)
             if index is not None:
                 self.indexes.trim()
             utterances = result["utterances"]

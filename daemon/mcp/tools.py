@@ -136,8 +136,13 @@ def build_server(answerer: Answerer) -> MCPServer:
             ),
         ] = None,
         where: Annotated[
-            list[Literal["buffer", "pending", "archive", "summary"]] | None,
-            Field(description="With topic: search only these places (default: all of them)."),
+            list[Literal["buffer", "pending", "archive", "summary"]]
+            | Literal["buffer", "pending", "archive", "summary"]
+            | None,
+            Field(
+                description="With topic: search only these places, one or a list "
+                "(default: all of them)."
+            ),
         ] = None,
         last_n: Annotated[
             int | None, Field(description="The newest n utterances, oldest first.", ge=0)
@@ -149,6 +154,18 @@ def build_server(answerer: Answerer) -> MCPServer:
         ] = None,
         limit: Annotated[
             int | None, Field(description="At most this many topic matches.", ge=1)
+        ] = None,
+        day: Annotated[
+            str | None,
+            Field(
+                description="Only this calendar day or week, by the daemon's clock: today, "
+                "yesterday, monday ... sunday (the latest before today), last week, this week, "
+                "YYYY-MM-DD; after since/after/before/until it is a span ('since yesterday')."
+            ),
+        ] = None,
+        timezone: Annotated[
+            str | None,
+            Field(description="Where days begin for day: +02:00 or Europe/Paris (default UTC)."),
         ] = None,
     ) -> Result:
         """Read utterances back from a conversation; the filters combine with AND.
@@ -169,6 +186,8 @@ def build_server(answerer: Answerer) -> MCPServer:
             "speaker": speaker,
             "limit": limit,
             "where": where,
+            "day": day,
+            "timezone": timezone,
         }
         if all(value is None for key, value in data.items() if key not in ("operation", "speaker")):
             data["last_n"] = RECALL_DEFAULT

@@ -127,16 +127,20 @@ PARAMETERS: dict[str, dict[str, str]] = {
         "older_than_seconds": "only utterances older than n seconds",
         "day": "only utterances of this calendar day or week, resolved when the retrieve runs against the "
         "daemon's clock: today, yesterday, monday ... sunday (the latest before today), last week, "
-        "this week (weeks start on Monday), YYYY-MM-DD, or --MM-DD (the latest such date)",
+        "this week (weeks start on Monday), day before yesterday, YYYY-MM-DD, or --MM-DD (the latest "
+        "such date); after since, after, before or until it is a span ('since yesterday': yesterday "
+        "on; 'until friday' includes Friday)",
         "timezone": "where days begin for day: a UTC offset (+02:00) or a zone name (Europe/Paris); "
-        "default UTC (metadata.timezone works too)",
+        "default UTC (metadata.timezone works too, read only when day is given); names in any case",
         "include_summary": "also return the running summary",
         "summary_only": "return only the running summary",
         "context": "the running summary plus the newest utterances that fit token_limit, as one "
         "text to paste into a prompt (takes no other filter)",
         "token_limit": "with context: the token budget of that text (default summary_token_limit + max_tokens)",
         "archived": "read the archive of folded utterances (chd serve --archive-evicted) instead of the buffer",
-        "where": "with topic: search only these of buffer, pending, archive, summary (default: all, one ranked list)",
+        "where": "with topic: search only these of buffer, pending, archive, summary (default: all, one "
+        "ranked list); refused without a topic, with archived naming another place, or with a window or "
+        "seqs naming another than buffer",
     },
     "remove": {
         "oldest": "the oldest n (of the filtered) utterances in the buffer",

@@ -385,11 +385,26 @@ def _day(name: str, value: Any) -> str:
 
 def _timezone(name: str, value: Any) -> str:
     text = as_str(name, value).strip()
+    if name.startswith("metadata."):
+        # A client sets metadata.timezone on every call (docs/search.md); it
+        # matters only to a retrieve that reads a day, where it is checked
+        # (_check_zone). Refused everywhere, one bad zone failed every read.
+        return text
     try:
         parse_zone(text)
     except ValueError as error:
         raise InvalidRequest(f"{name}: {error}") from None
     return text
+
+
+def _check_zone(intent: RetrieveIntent) -> None:
+    """A timezone that only metadata gave is checked once a day needs it."""
+    if intent.day is None or intent.timezone is None:
+        return
+    try:
+        parse_zone(intent.timezone)
+    except ValueError as error:
+        raise InvalidRequest(f"metadata.timezone: {error}") from None
 
 
 def _policy(name: str, value: Any) -> str:
@@ -620,6 +635,8 @@ def _check_consistent(intent: Intent) -> None:
             raise InvalidRequest(
                 "summary_only returns the summary alone; drop topic/include_summary"
             )
+        _check_where(intent)
+        _check_zone(intent)
         if intent.since is not None and intent.until is not None and intent.until <= intent.since:
             raise InvalidRequest(
                 f"until ({intent.until.isoformat()}) must be after since ({intent.since.isoformat()})"
@@ -660,6 +677,37 @@ def _check_remove(intent: RemoveIntent) -> None:
     low, high = intent.turn_bounds
     if low is not None and high is not None and low > high:
         raise InvalidRequest(f"the turn selectors leave no turns (from {low} to {high})")
+
+
+# Fields that choose among the buffer's utterances (its window or its seqs).
+_BUFFER_SELECTORS = ("last_n", "first_n", "last_turns", "first_turns", "seq", "seqs")
+
+
+def _check_where(intent: RetrieveIntent) -> None:
+    """``where`` narrows a topic search; refuse it where it would be ignored or leave nothing.
+
+    Applied silently before, it answered "where: archive" without a topic
+    with the buffer, and "where: buffer" with ``archived`` with nothing
+    (outside review of issue 27).
+    """
+    if not intent.where:
+        return
+    places = ", ".join(intent.where)
+    if intent.topic is None:
+        raise InvalidRequest(
+            f"where ({places}) narrows a topic search; give a topic, or without one use "
+            "archived (true) to read the archive"
+        )
+    if intent.archived and intent.where != ("archive",):
+        raise InvalidRequest(
+            f"archived searches the archive alone and where names {places}; drop one of them"
+        )
+    chosen = [name for name in _BUFFER_SELECTORS if _given(getattr(intent, name))]
+    if chosen and not intent.archived and intent.where != ("buffer",):
+        raise InvalidRequest(
+            f"{chosen[0]} chooses among the buffer's utterances and where names {places}; "
+            "drop one of them (where may only be buffer with it)"
+        )
 
 
 def _check_context(intent: RetrieveIntent) -> None:

@@ -17,11 +17,19 @@ from __future__ import annotations
 import importlib
 import math
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Embedder", "WordLlamaEmbedder", "embedder_class", "load_embedder", "normalized"]
+__all__ = [
+    "Embedder",
+    "WordLlamaEmbedder",
+    "embedder_class",
+    "load_embedder",
+    "normalized",
+    "usable_vectors",
+]
 
 
 @runtime_checkable
@@ -36,7 +44,15 @@ class Embedder(Protocol):
     * The same text always gives the same vector (the cache relies on it).
     * It may be called from several threads at once.
     * Anything it raises makes that search fall back to the lexical ranking
-      (logged once per search); it never fails a retrieve.
+      (logged once per search); it never fails a retrieve. So does a call
+      that outlasts its share of the search's deadline (hybrid.py): the
+      search answers without it and the call is abandoned, never waited for
+      under a lock a store needs.
+    * What it returns is checked (``usable_vectors``): a reply with another
+      count of vectors than texts is dropped whole; a vector of another
+      length than the others, or holding NaN or infinity, is dropped alone.
+      Dropped vectors are never cached and the utterance is ranked by its
+      words only (logged once per search).
     """
 
     def embed(self, texts: Sequence[str]) -> Sequence[Sequence[float]]: ...
@@ -46,6 +62,46 @@ def normalized(vector: Sequence[float]) -> tuple[float, ...]:
     """``vector`` scaled to length 1 (the zero vector stays zero), so a dot product is the cosine."""
     length = math.sqrt(sum(x * x for x in vector))
     return tuple(float(x) / length for x in vector) if length else tuple(0.0 for _ in vector)
+
+
+def usable_vectors(
+    reply: object, count: int, dimensions: int
+) -> tuple[list[tuple[float, ...] | None], str]:
+    """``reply`` (an ``embed`` result for ``count`` texts) as unit vectors, None where unusable.
+
+    ``dimensions`` is the length earlier vectors had (0: none yet; then the
+    commonest length in the reply). Also returns why vectors were dropped
+    ("" when none were), for the log line.
+    """
+    try:
+        rows = list(reply)  # type: ignore[call-overload]
+    except TypeError:
+        return [None] * count, f"it returned {type(reply).__name__}, not a list of vectors"
+    if len(rows) != count:
+        return [None] * count, f"it returned {len(rows)} vector(s) for {count} text(s)"
+    floats: list[tuple[float, ...] | None] = []
+    for row in rows:
+        try:
+            floats.append(tuple(float(x) for x in row))
+        except (TypeError, ValueError):
+            floats.append(None)
+    if not dimensions:
+        lengths = Counter(len(v) for v in floats if v)
+        dimensions = lengths.most_common(1)[0][0] if lengths else 0
+    out: list[tuple[float, ...] | None] = []
+    problems: set[str] = set()
+    for vector in floats:
+        if vector is None or not vector:
+            problems.add("not a list of numbers")
+        elif len(vector) != dimensions:
+            problems.add(f"{len(vector)} numbers where the others have {dimensions}")
+        elif not all(math.isfinite(x) for x in vector):
+            problems.add("NaN or infinity")
+        else:
+            out.append(normalized(vector))
+            continue
+        out.append(None)
+    return out, "; ".join(sorted(problems))
 
 
 class WordLlamaEmbedder:
@@ -96,8 +152,10 @@ def embedder_class(name: str) -> type:
         )
     try:
         found = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ValueError(f"cannot load embedder {spec!r}: {exc}") from None
+    except Exception as exc:  # importing runs the module's code: whatever it raises, one line
+        raise ValueError(
+            f"cannot load embedder {spec!r}: {type(exc).__name__}: {exc}".splitlines()[0]
+        ) from None
     if not isinstance(found, type):
         raise ValueError(f"embedder {spec!r} is not a class")
     return found

@@ -86,6 +86,12 @@ class ConversationIndex:
         self.vector_changes = 0
         self.vector_matrix: tuple[Any, ...] | None = None
         self.vector_dimensions = 0
+        # Seqs whose vector the embedder gave unusable (hybrid.py): not asked again.
+        self.unembeddable: set[int] = set()
+        # Counts rebuilds: a seq may name another utterance after one (an
+        # import over a newer conversation), so vectors made for the seqs
+        # of an earlier generation are not installed (hybrid.py).
+        self.generation = 0
 
     @property
     def bytes(self) -> int:
@@ -122,6 +128,7 @@ class ConversationIndex:
             return
         if self.vectors.pop(seq, None) is not None:
             self.vector_changes += 1
+        self.unembeddable.discard(seq)
         for term in doc.terms:
             posting = self.postings[term]
             del posting[seq]
@@ -227,7 +234,9 @@ class ConversationIndex:
     def _rebuild(self, state: ConversationState) -> None:
         self.postings.clear()
         self.vectors.clear()
+        self.unembeddable.clear()
         self.vector_changes += 1
+        self.generation += 1
         self.docs.clear()
         self._order.clear()
         self.total_length = 0

@@ -15,9 +15,9 @@ from dataclasses import replace
 from typing import Any
 
 from chd.backends.base import ConversationState
+from chd.core.errors import InvalidRequest, quote
 from chd.core.language.intents import WHERE_PLACES, RetrieveIntent
-from chd.core.memory.embedder import Embedder
-from chd.core.memory.hybrid import fuse
+from chd.core.memory.hybrid import HybridSearch, fuse
 from chd.core.memory.index import WHERE, ConversationIndex, IndexedDoc, held_parts
 from chd.core.memory.search import rank, recency_factor, score_text
 from chd.core.memory.selection import Filters, position_of, retrieve_filters
@@ -124,12 +124,28 @@ def _place_of(state: ConversationState, seq: int) -> tuple[str, int]:
     Tested in that order with a range check before each bisection, so an
     archived hit costs two comparisons and one bisection of the archive.
     """
+    found = _find(state, seq)
+    if found is None:
+        raise AssertionError(f"seq {seq} was indexed but is in none of buffer, pending, archive")
+    return found
+
+
+def _find(state: ConversationState, seq: int) -> tuple[str, int] | None:
     for place, part in zip(WHERE, held_parts(state)):
         if part and part[0].seq <= seq <= part[-1].seq:
             position = position_of(part, seq)
             if position is not None:
                 return place, position
-    raise AssertionError(f"seq {seq} was indexed but is in none of buffer, pending, archive")
+    return None
+
+
+def _held(state: ConversationState, seq: int) -> bool:
+    return _find(state, seq) is not None
+
+
+def _text_of(state: ConversationState, seq: int) -> str:
+    place, position = _place_of(state, seq)
+    return held_parts(state)[WHERE.index(place)][position].text
 
 
 def _segment_hits(
@@ -170,7 +186,8 @@ def find_utterances(
     intent: RetrieveIntent,
     index: ConversationIndex | None,
     now: float,
-    embedder: Embedder | None = None,
+    search: HybridSearch | None = None,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """The ``result`` of a retrieve (without the summary fields the core adds).
 
@@ -178,6 +195,8 @@ def find_utterances(
     here, under its lock, so it always answers for exactly this snapshot.
     A topic search ranks buffer, queue, archive and summary segments in one
     list (issue 27), each hit with ``where`` it lives and its ``score``.
+    With ``search`` (an embedder), vector similarity is fused in, waiting
+    for the model at most its share of ``deadline`` (``time.monotonic``).
     """
     if intent.topic is None:
         if intent.archived:
@@ -192,6 +211,15 @@ def find_utterances(
                 del u["utterance_index"]  # an archived utterance has no place in the buffer
                 u["archived"] = True
         return {"utterances": found}
+    if not query_terms(intent.topic):
+        # Such words are not indexed (terms.py): the search would come back
+        # empty with nothing saying why (outside review of issue 27: "will",
+        # "can", "The Who").
+        raise InvalidRequest(
+            f"the topic {quote(intent.topic, 60)} has only words too common to search by "
+            "(like will, can, how, the); name something the utterances would say, or use "
+            "last_n or a speaker instead"
+        )
     places = _places(intent)
     # Filters are the buffer's (seqs, windows) or, for ``archived``, the archive's.
     scope = _as_buffer(state, state.archive) if intent.archived else state
@@ -208,37 +236,49 @@ def find_utterances(
     limit = intent.limit or DEFAULT_TOPIC_LIMIT
     searched = any(p in places for p in WHERE)
     filtering = None if filters.is_open and everywhere else admits
+    hybrid = searched and search is not None
     with index.lock:
         index.sync(state)
         ranking = rank(
             index,
             intent.topic if searched else "",
             filtering,
-            max(limit, HYBRID_POOL) if embedder is not None else limit,
+            max(limit, HYBRID_POOL) if hybrid else limit,
             state.summary.text,
         )
         segments = _segment_hits(state, index, intent.topic, filters) if "summary" in places else []
-        if embedder is not None and searched:
-
-            def text_of(seq: int) -> str:
-                place, position = _place_of(state, seq)
-                return held_parts(state)[WHERE.index(place)][position].text
-
-            fused, segment_scores = fuse(
-                index,
-                embedder,
-                intent.topic,
-                ranking.hits,
-                filtering,
-                limit,
-                text_of,
-                [(found["text"], score) for score, found in segments],
-            )
-            ranking = replace(ranking, hits=fused)
+        if hybrid:
+            assert search is not None
+            generation, missing = search.missing(index)
+    if hybrid:
+        assert search is not None
+        # The model is called without the index's lock: stores take it (hybrid.py).
+        embedded = search.embed(
+            index,
+            generation,
+            [(seq, _text_of(state, seq)) for seq in missing],
+            intent.topic,
+            [found["text"] for _, found in segments],
+            deadline,
+        )
+        if embedded is not None:
+            with index.lock:
+                fused = fuse(
+                    index,
+                    embedded,
+                    ranking.hits,
+                    filtering,
+                    lambda seq: _held(state, seq),
+                    limit,
+                    [score for score, _ in segments],
+                )
+            ranking = replace(ranking, hits=fused.hits, matches=ranking.matches + fused.added)
             segments = [
                 (s, found | {"score": round(s, 4)})
-                for s, (_, found) in zip(segment_scores, segments)
+                for s, (_, found) in zip(fused.extra_scores, segments)
             ]
+        else:
+            ranking = replace(ranking, hits=ranking.hits[:limit])
     hits: list[tuple[float, dict[str, Any]]] = []
     for hit in ranking.hits:
         place, position = _place_of(state, hit.seq)

@@ -164,9 +164,14 @@ def retrieve_filters(state: ConversationState, intent: RetrieveIntent, now: floa
     if intent.day is not None:
         # Resolved now, not when read: see daemon/core/days.py.
         zone = parse_zone(intent.timezone) if intent.timezone is not None else UTC
-        first, end = day_bounds(intent.day, now, zone)
-        after = first if after is None else max(after, first)
-        before = end if before is None else min(before, end)
+        try:
+            first, end = day_bounds(intent.day, now, zone)
+        except ValueError as error:
+            raise InvalidRequest(f"data.day: {error}") from None
+        if first is not None:
+            after = first if after is None else max(after, first)
+        if end is not None:
+            before = end if before is None else min(before, end)
     return Filters(intent.speaker, low, high, seqs, after, before=before)
 
 

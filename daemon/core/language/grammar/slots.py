@@ -284,16 +284,30 @@ _TIME_MONTH = (
 # (2023)", "on May 3rd", "on 2023-05-03". Written as data.day and resolved
 # when the retrieve runs (daemon/core/days.py), never when read: readings
 # are cached. "in the last week" stays a 7-day window (_TIME_WINDOW, tried first).
+# A day may follow since / after / before / until (_DAY_RELATION): "since
+# yesterday" is from yesterday's start on, never the day alone with "since"
+# left in the topic (outside review of issue 27).
+_DAY_RELATION = (
+    r"(?P<rel>since|after|later\s+than|before|prior\s+to|earlier\s+than|until|till|up\s+to)"
+)
+_RELATION_OF = {"since": "since", "after": "after", "later": "after", "before": "before"}
+_RELATION_OF |= {"prior": "before", "earlier": "before", "until": "until", "till": "until"}
+_RELATION_OF |= {"up": "until"}
 _WEEKDAY = r"(?P<w>monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?"
 _MONTH_NAME = rf"(?:{'|'.join(_MONTHS)}|{'|'.join(m[:3] for m in _MONTHS)}|sept)\.?"
-_DAY_NUMBER = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
+# Any one or two digits, so "on the 32nd of May" is refused as no day of the
+# calendar (like "on 31 February") instead of becoming a topic.
+_DAY_NUMBER = r"(?:[0-9]{1,2})(?:st|nd|rd|th)?"
 _TIME_DAY = (
-    r"\b(?:(?:from|on|during)\s+)?(?P<r>yesterday|today)\b",
-    rf"\b(?:(?:on|from|during)\s+(?:last\s+)?|last\s+){_WEEKDAY}\b",
-    r"\b(?:(?:from|during|in|over)\s+)?(?<!the\s)(?P<k>last|this)\s+week\b",
-    rf"\bon\s+(?:the\s+)?(?:(?P<d>{_DAY_NUMBER})\s+(?:of\s+)?(?P<m>{_MONTH_NAME})"
-    rf"|(?P<m2>{_MONTH_NAME})\s+(?:the\s+)?(?P<d2>{_DAY_NUMBER}))(?:,?\s+(?P<y>\d{{4}}))?(?![\w-])",
-    r"\bon\s+(?P<iso>\d{4}-\d{2}-\d{2})(?![\w:-])",
+    rf"\b(?:{_DAY_RELATION}\s+|(?:from|on|during)\s+)?"
+    r"(?P<r>(?:the\s+)?day\s+before\s+yesterday|yesterday|today)\b",
+    rf"\b(?:{_DAY_RELATION}\s+(?:(?:on|last)\s+)?|(?:on|from|during)\s+(?:last\s+)?|last\s+)"
+    rf"{_WEEKDAY}\b",
+    rf"\b(?:{_DAY_RELATION}\s+|(?:from|during|in|over)\s+)?(?<!the\s)(?P<k>last|this)\s+week\b",
+    rf"\b(?:{_DAY_RELATION}\s+(?:on\s+)?|on\s+)(?:the\s+)?"
+    rf"(?:(?P<d>{_DAY_NUMBER})\s+(?:of\s+)?(?P<m>{_MONTH_NAME})"
+    rf"|(?P<m2>{_MONTH_NAME})\s+(?:the\s+)?(?P<d2>{_DAY_NUMBER}))(?:,?\s+(?P<y>[0-9]{{4}}))?(?![\w-])",
+    r"\bon\s+(?P<iso>[0-9]{4}-[0-9]{2}-[0-9]{2})(?![\w:-])",
 )
 
 
@@ -301,33 +315,70 @@ _TIME_DAY = (
 # the topic marker "on" looks ahead for it (no named groups: it is spliced in).
 _ON_DAY = (
     rf"(?:{_WEEKDAY.replace('?P<w>', '')}|{_DAY_NUMBER}\s+(?:of\s+)?{_MONTH_NAME}"
-    rf"|{_MONTH_NAME}\s+(?:the\s+)?{_DAY_NUMBER}|\d{{4}}-\d{{2}}-\d{{2}})(?![\w:-])"
+    rf"|{_MONTH_NAME}\s+(?:the\s+)?{_DAY_NUMBER}|[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}})(?![\w:-])"
 )
 
 
 def _day_of(m: re.Match[str]) -> str:
     """The data.day a _TIME_DAY match names (see daemon/core/days.py)."""
     found = m.groupdict()
+    relation = found.get("rel")
+    prefix = f"{_RELATION_OF[relation.split()[0].lower()]} " if relation else ""
     if found.get("r"):
-        return found["r"].lower()
+        said = " ".join(found["r"].lower().split())
+        return prefix + ("day before yesterday" if said.endswith("before yesterday") else said)
     if found.get("w"):
-        return found["w"].lower()
+        return prefix + found["w"].lower()
     if found.get("k"):
-        return f"{found['k'].lower()} week"
+        return f"{prefix}{found['k'].lower()} week"
     if found.get("iso"):
         day = found["iso"]
     else:
         month = [n[:3] for n in _MONTHS].index((found["m"] or found["m2"]).lower()[:3]) + 1
-        number = int(re.match(r"\d+", found["d"] or found["d2"])[0])  # type: ignore[index]
+        number = int(re.match(r"[0-9]+", found["d"] or found["d2"])[0])  # type: ignore[index]
         day = f"{found['y'] or '-'}-{month:02d}-{number:02d}"
     try:
-        return check_day(day)
+        return check_day(prefix + day)
     except ValueError as error:
         raise InvalidRequest(str(error)) from None
 
 
+# Days to come: nothing said is stored there yet, so such a read is a
+# mistake to say, not a topic to search ("tomorrow" searched the word).
+_FUTURE_DAY = re.compile(
+    rf"\b(?:(?:{_DAY_RELATION}|on|from|during|for)\s+)?(?P<f>tomorrow|next\s+(?:week|{_WEEKDAY}))\b",
+    FLAGS,
+)
+
+
+def _take_day(q: Query) -> str | None:
+    """The one day the query names, cut out; refused when it names two.
+
+    "yesterday and today", "on Monday on Tuesday": one ``day`` cannot hold
+    two, and reading the first alone answered for it with full confidence
+    while the second was dropped (outside review of issue 27).
+    """
+    if future := q.search(_FUTURE_DAY):
+        raise InvalidRequest(
+            f"{future.group('f')!r} is a day to come and nothing is stored there yet; "
+            "ask about today or a day before it"
+        )
+    for pattern in _TIME_DAY:
+        if m := q.take(pattern):
+            day = _day_of(m)
+            for other in _TIME_DAY:
+                if second := q.search(other):
+                    raise InvalidRequest(
+                        f"two days in one question ({m.group(0).strip()!r} and "
+                        f"{second.group(0).strip()!r}); ask for one, or for a span with "
+                        "since and until ('since yesterday', 'before Monday')"
+                    )
+            return day
+    return None
+
+
 _ANY_TIME = re.compile(
-    r"sec|min|hour|hr|day|week|\d{4}|\bon\s+(?:the\s+)?\d|\bon\s+(?:"
+    r"sec|min|hour|hr|day|week|tomorrow|[0-9]{4}|\bon\s+(?:the\s+)?[0-9]|\b(?:on|since|after|before|until|till|to|than)\s+(?:the\s+)?(?:[0-9]|"
     + "|".join(m[:3] for m in _MONTHS)
     + ")",
     FLAGS,
@@ -350,9 +401,8 @@ def take_time(q: Query) -> dict[str, object]:
         if m := q.take(pattern):
             count = parse_number(m.group("n")) if m.group("n") else 1
             return {"older_than_seconds": count * _unit_seconds(m.group("u"))}
-    for pattern in _TIME_DAY:
-        if m := q.take(pattern):
-            return {"day": _day_of(m)}
+    if day := _take_day(q):
+        return {"day": day}
     if m := q.take(_TIME_MONTH):
         number = [n[:3] for n in _MONTHS].index(m.group("m").lower()[:3]) + 1
         year = int(m.group("y"))
