@@ -205,7 +205,7 @@ def read_json(text: str) -> tuple[str, dict[str, Any]] | None:
     operation = _JSON_OPERATION.get(word.lower())
     if operation is None:
         return None
-    keywords = [(_JSON_KEYS.get(key.lower(), key), value) for key, value in body.items()]
+    keywords = [(_JSON_KEYS.get(key.lower()) or key, value) for key, value in body.items()]
     if (
         operation == "store"
         and named is None
