@@ -85,9 +85,11 @@ def backend_factory(name: str) -> Callable[..., Backend]:
         )
     module_name, _, class_name = name.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), class_name)
+        # Whatever the user named is trusted to build a Backend; the daemon's first use says if not.
+        loaded: Callable[..., Backend] = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError, ValueError) as exc:
         raise InvalidRequest(f"cannot load backend {name!r}: {exc}") from None
+    return loaded
 
 
 def open_backend(name: str, **options: Any) -> Backend:

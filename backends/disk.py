@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import diskcache
 import diskcache.core
@@ -664,7 +664,9 @@ class DiskBackend:
         start = len(prefix)
         return (key[start:] for (key,) in self._rows(prefix, after, "key", where))
 
-    def _rows(self, prefix: str, after: str, columns: str, where: str = "") -> Iterator[tuple]:
+    def _rows(
+        self, prefix: str, after: str, columns: str, where: str = ""
+    ) -> Iterator[tuple[Any, ...]]:
         """``columns`` of the rows whose keys start with ``prefix`` and sort above ``prefix + after``.
 
         Keyset pages in key order: each page is one seek in the key index.

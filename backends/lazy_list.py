@@ -103,7 +103,7 @@ def _radd(self: LazyList[Any], other: Any) -> Any:
 
 
 LazyList.__radd__ = _radd  # type: ignore[attr-defined]
-LazyList.__hash__ = None  # type: ignore[assignment]
+LazyList.__hash__ = None
 
 
 def is_unloaded(items: list[Any]) -> bool:

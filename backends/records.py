@@ -235,6 +235,7 @@ def decode_meta(text: Any, conversation_id: str) -> Meta:
 
 def _meta(record: dict[str, Any]) -> Meta:
     next_seq = int(record["next_seq"])
+    opened: tuple[Utterance, ...]
     if record["schema"] == 1:
         # Schema 1 stored every utterance under its own key.
         own_below, opened = next_seq, ()

@@ -293,10 +293,10 @@ class RedisBackend:
                 self._direct = ThreadConnections(client, _retry())
                 return client
             client.close()
-        client = redis.cluster.RedisCluster.from_url(url, **options)
-        client.ping()
+        nodes = redis.cluster.RedisCluster.from_url(url, **options)
+        nodes.ping()
         self.cluster = True
-        return client
+        return nodes
 
     # --- the protocol -----------------------------------------------------------
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -42,7 +42,7 @@ class ThreadConnections:
     def __init__(self, client: redis.Redis, retry: Retry) -> None:
         pool = client.connection_pool
         # The pool's class and settings: TLS, password, db and timeouts as the client has them.
-        self._new = lambda: pool.connection_class(**pool.connection_kwargs)
+        self._new: Callable[[], Any] = lambda: pool.connection_class(**pool.connection_kwargs)
         self._retry = retry
         self._local = threading.local()
         self._opened: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -56,7 +56,7 @@ class ThreadConnections:
             redis.ConnectionError, redis.TimeoutError: Redis did not answer, retries included.
         """
         connection = self._connection()
-        return self._retry.call_with_retry(  # type: ignore[no-any-return]
+        return self._retry.call_with_retry(
             lambda: _exchange(connection, commands), lambda _error: connection.disconnect()
         )
 

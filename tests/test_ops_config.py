@@ -269,31 +269,3 @@ class TestRedisTimeout:
     def test_an_empty_redis_url_is_refused_by_chd_config_as_by_chd_serve(self, url: str) -> None:
         with pytest.raises(ConfigError, match="needs a server"):
             load({"backend": "redis", "redis_url": url}, {})
-
-
-def test_the_start_up_refusals_of_operations_md_print_what_it_shows(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """docs/operations.md's refusal transcript, replayed command by command in an empty directory."""
-    import os
-
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
-    start = doc.index("```\n$ CHD_BUFER_SIZE=3 chd serve")
-    block = doc[start + 4 : doc.index("\n```", start + 4)].splitlines()
-    pairs: list[tuple[str, list[str]]] = []
-    for line in block:
-        if line.startswith("$ "):
-            pairs.append((line[2:], []))
-        else:
-            pairs[-1][1].append(line)
-    assert len(pairs) == 3
-    env = chd_env()
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    for command, shown in pairs:
-        done = subprocess.run(
-            ["bash", "-c", command],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-            cwd=tmp_path,
-        )
-        assert done.stderr.strip().splitlines() == shown, command

@@ -275,7 +275,10 @@ class ConversationHistory:
         self, n: int, conversation_id: str = DEFAULT_CONVERSATION
     ) -> list[dict[str, Any]]:
         """The newest ``n`` utterances, oldest first."""
-        return self._retrieve(RetrieveIntent(last_n=n), conversation_id).result["utterances"]
+        found: list[dict[str, Any]] = self._retrieve(
+            RetrieveIntent(last_n=n), conversation_id
+        ).result["utterances"]
+        return found
 
     def get_summary(self, conversation_id: str = DEFAULT_CONVERSATION) -> dict[str, Any]:
         """The running summary and what it covers."""

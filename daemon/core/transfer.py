@@ -343,6 +343,7 @@ def _json(chunk: list[tuple[int, str]]) -> list[Any]:
     if not chunk:
         return []
     joined = "[" + ",".join(line for _, line in chunk) + "]"
+    records: list[Any] | None
     try:
         records = json.loads(joined)
     except json.JSONDecodeError:

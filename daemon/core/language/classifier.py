@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from chd.core.language.guide import GUIDE, PARAMETERS
 from chd.core.language.intents import EVICTION_POLICIES, field_sources
 from chd.core.language.parser import NotUnderstood, ParsedQuery
 from chd.core.utterance import SPEAKERS
+
+if TYPE_CHECKING:  # the SDK is imported when a classifier is made, not with the parser
+    import anthropic
+    from anthropic.types import MessageParam, ToolChoiceAnyParam, ToolParam
 
 __all__ = [
     "QueryClassifier",
@@ -109,7 +113,7 @@ class ClaudeClassifier:
 
     def __init__(
         self,
-        client: Any | None = None,
+        client: anthropic.Anthropic | None = None,
         model: str = DEFAULT_MODEL,
         timeout: float = 10.0,
         max_retries: int = 1,
@@ -129,18 +133,21 @@ class ClaudeClassifier:
         import anthropic
 
         try:
+            choice: ToolChoiceAnyParam = {"type": "any", "disable_parallel_tool_use": True}
+            asked: list[MessageParam] = [{"role": "user", "content": text}]
             message = self._client.messages.create(
                 model=self.model,
                 max_tokens=512,
                 system=_SYSTEM,
-                tools=self._tools,
-                tool_choice={"type": "any", "disable_parallel_tool_use": True},
-                messages=[{"role": "user", "content": text}],
+                # Plain JSON dicts (tests and docs read them as such) of ToolParam's shape.
+                tools=cast("list[ToolParam]", self._tools),
+                tool_choice=choice,
+                messages=asked,
             )
         except anthropic.AnthropicError as error:
             log.warning("query classifier unavailable (%s); the rules' refusal stands", error)
             raise refusal from None
-        calls = [block for block in message.content if getattr(block, "type", None) == "tool_use"]
+        calls = [block for block in message.content if block.type == "tool_use"]
         if not calls or calls[0].name == _REFUSE_TOOL or calls[0].name not in self._operations:
             raise refusal
         call = calls[0]
@@ -152,9 +159,8 @@ class ClaudeClassifier:
         if set(fields) - set(allowed):
             log.warning("classifier sent unknown parameters %s", sorted(set(fields) - set(allowed)))
             raise refusal
-        if call.name == "store" and (
-            not isinstance(fields.get("text"), str) or fields["text"] not in text
-        ):
+        said = fields.get("text")
+        if call.name == "store" and (not isinstance(said, str) or said not in text):
             # A classified store must keep the caller's words; a paraphrase is refused.
             raise refusal
         return ParsedQuery(call.name, fields, round(float(confidence), 2))

@@ -44,12 +44,12 @@ def as_int(name: str, value: Any, *, minimum: int = 0, maximum: int = 2**53) -> 
     if isinstance(value, float):
         if not math.isfinite(value) or not value.is_integer():
             raise InvalidRequest(f"{name} must be a whole number, got {describe(value)}")
-        value = int(value)
-    if value < minimum:
-        raise InvalidRequest(f"{name} must be at least {minimum}, got {describe(value)}")
-    if value > maximum:
-        raise InvalidRequest(f"{name} must be at most {maximum}, got {describe(value)}")
-    return value
+    whole = int(value)
+    if whole < minimum:
+        raise InvalidRequest(f"{name} must be at least {minimum}, got {describe(whole)}")
+    if whole > maximum:
+        raise InvalidRequest(f"{name} must be at most {maximum}, got {describe(whole)}")
+    return whole
 
 
 def as_bool(name: str, value: Any) -> bool:
@@ -70,4 +70,4 @@ def as_speaker(name: str, value: Any) -> Speaker:
     text = as_str(name, value).strip().lower()
     if text not in SPEAKERS:
         raise InvalidRequest(f"{name} must be one of {', '.join(SPEAKERS)}, got {describe(value)}")
-    return text  # type: ignore[return-value]
+    return text

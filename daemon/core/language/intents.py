@@ -420,7 +420,7 @@ _D = ("data",)
 _RETRIEVE_SPEAKER = ("data", "metadata")  # the spec filters retrieves by metadata.speaker
 
 # operation -> field -> (checker, sources it may come from besides the query text)
-_FIELDS: dict[str, tuple[type, dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
+_FIELDS: dict[str, tuple[type[Intent], dict[str, tuple[_Coerce, tuple[str, ...]]]]] = {
     "store": (
         StoreIntent,
         {

@@ -124,7 +124,8 @@ class WordLlamaEmbedder:
 
     def embed(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
         with self._lock:  # the tokenizer is not documented as thread-safe
-            return self._model.embed(list(texts)).tolist()
+            vectors: list[list[float]] = self._model.embed(list(texts)).tolist()
+        return vectors
 
 
 # Embedders ``chd serve --embedder`` knows by name; anything else is module:Class.

@@ -283,13 +283,13 @@ def find_utterances(
     for hit in ranking.hits:
         place, position = _place_of(state, hit.seq)
         if place == "buffer":
-            found = state.utterances[position].to_dict(position)
+            row = state.utterances[position].to_dict(position)
         else:
-            found = held_parts(state)[WHERE.index(place)][position].to_dict()
+            row = held_parts(state)[WHERE.index(place)][position].to_dict()
             if place == "archive":
-                found["archived"] = True
-        found |= {"score": round(hit.score, 4), "where": place}
-        hits.append((hit.score, found))
+                row["archived"] = True
+        row |= {"score": round(hit.score, 4), "where": place}
+        hits.append((hit.score, row))
     if segments:
         hits = heapq.nlargest(limit, [*hits, *segments], key=lambda h: h[0])
     result: dict[str, Any] = {
@@ -297,9 +297,9 @@ def find_utterances(
         "ranked": True,
         "matches": ranking.matches + len(segments),
     }
-    hit = _summary_hit(state.summary, filters, ranking.summary_score)
-    if hit is not None:
-        result["summary_hit"] = hit
+    summary_hit = _summary_hit(state.summary, filters, ranking.summary_score)
+    if summary_hit is not None:
+        result["summary_hit"] = summary_hit
     return result
 
 

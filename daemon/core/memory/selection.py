@@ -235,7 +235,10 @@ def _chosen(state: ConversationState, intent: RemoveIntent) -> list[Utterance]:
     if intent.oldest is not None or intent.newest is not None:
         # "the oldest 3" counts what is in the buffer, not what already left it.
         chosen = [u for u in state.utterances if filters.admits(u)]
-        chosen = chosen[: intent.oldest] if intent.oldest is not None else chosen[-intent.newest :]
+        if intent.oldest is not None:
+            chosen = chosen[: intent.oldest]
+        elif intent.newest is not None:
+            chosen = chosen[-intent.newest :]
     else:
         pool = sorted([*state.pending, *state.utterances], key=lambda u: u.seq)
         chosen = [u for u in pool if filters.admits(u)]

@@ -294,9 +294,7 @@ class ClaudeSummarizer:
                 f"HTTP {exc.status_code} {_error_type(exc.body)}: {_error_message(exc)}",
                 retryable=exc.status_code in _RETRYABLE_STATUS or exc.status_code >= 500,
             ) from None
-        text = "".join(
-            block.text for block in message.content if getattr(block, "type", "") == "text"
-        ).strip()
+        text = "".join(block.text for block in message.content if block.type == "text").strip()
         if not text:
             raise SummarizerError(f"empty reply (stop_reason {message.stop_reason})")
         return text, message.stop_reason == "max_tokens"

@@ -349,10 +349,10 @@ def _read(
             blocks.append(_Block(None, None))
             raw.extend((len(blocks) - 1, "", s) for s in split_sentences(line))
             continue
-        first, last, phrases, facts = parsed
+        first, last, phrases, items = parsed
         blocks.append(_Block(first, last))
         raw.extend((len(blocks) - 1, speaker, quote) for speaker, quote in phrases)
-        for speaker, item in facts:
+        for speaker, item in items:
             group = len(listed)
             listed.extend((len(blocks) - 1, speaker, piece, group) for piece in _pieces_of(item))
     if utterances:
@@ -589,7 +589,8 @@ def _join_blocks(
     if count <= most:
         return
     size = [0] * len(blocks)
-    for item in [*sentences, *facts]:
+    items: list[_Sentence | _Fact] = [*sentences, *facts]
+    for item in items:
         size[item.block] += 1
     after = list(range(1, len(blocks) + 1))  # the next block still there (len: none)
     before = list(range(-1, len(blocks) - 1))
@@ -621,7 +622,7 @@ def _join_blocks(
     # A block is only ever joined into one on its left: resolved left to right.
     for b in range(len(blocks)):
         into[b] = into[into[b]]
-    for item in [*sentences, *facts]:
+    for item in items:
         item.block = into[item.block]
 
 
@@ -967,10 +968,10 @@ def _items_of(
             continue
         spans.append((at, at + len(words), fact))
         start = at + len(words)
-    windows: list[list] = []
+    windows: list[tuple[int, int, list[str]]] = []  # first token, end, the facts inside
     for a, b, fact in sorted(spans, key=lambda s: s[0]):
         if a < 0 or width == 0:
-            windows.append([a, b, [fact]])
+            windows.append((a, b, [fact]))
             continue
         lo, taken = a, 0
         j = a - 1
@@ -997,10 +998,11 @@ def _items_of(
                     break
                 k += 1
         if windows and windows[-1][0] >= 0 and lo < windows[-1][1]:
-            windows[-1][1] = max(windows[-1][1], hi)
-            windows[-1][2].append(fact)
+            begins, ends, inside = windows[-1]
+            windows[-1] = (begins, max(ends, hi), inside)
+            inside.append(fact)
         else:
-            windows.append([lo, hi, [fact]])
+            windows.append((lo, hi, [fact]))
     fact_at = {a: (b, fact) for a, b, fact in spans if a >= 0}
     was = _corrected(cores, spans)
     old = set(was.values())
@@ -1018,7 +1020,7 @@ def _items_of(
         if lo < 0:
             items.append((_balanced(inner[0]), tuple(inner)))
             continue
-        words: list[str] = []
+        words = []
         i = lo
         while i < hi:
             if i in fact_at:

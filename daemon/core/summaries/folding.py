@@ -29,6 +29,7 @@ configured summarizer:
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -438,9 +439,7 @@ class Folder:
             with self._landing_guard:
                 self._landing.setdefault(conversation_id, set()).add(key)
             late.future.add_done_callback(
-                lambda future, target=target, late=late: self._land(
-                    conversation_id, target, late, future
-                )
+                functools.partial(self._land, conversation_id, target, late)
             )
 
     def _landing_for(self, conversation_id: str) -> frozenset[tuple[int, int, str]]:
@@ -504,7 +503,9 @@ class Folder:
                     if not keys:
                         del self._landing[conversation_id]
 
-    def _replacing(self, target: SummarySegment, late: Late, text: str):
+    def _replacing(
+        self, target: SummarySegment, late: Late, text: str
+    ) -> Callable[[ConversationState], tuple[Change, bool]]:
         """The transaction putting ``text`` in place of ``target``; False when it is gone or it cannot fit."""
 
         def decide(current: ConversationState) -> tuple[Change, bool]:
@@ -641,7 +642,7 @@ def _batch(pending: Sequence[Utterance], max_tokens: int) -> list[Utterance]:
 
 def _commit(
     state: ConversationState, batch: Sequence[Utterance], summary: Summary, settings: Settings
-):
+) -> Callable[[ConversationState], tuple[Change, tuple[bool, bool]]]:
     """The fold's commit: (committed, and whether that left nothing to fold, as ``_fold``'s next read would see)."""
     seqs = {u.seq for u in batch}
     archive = settings.archive_evicted

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 from chd.core.summaries.extractive import ExtractiveSummarizer
 from chd.core.summaries.summarizer import (
@@ -69,19 +70,28 @@ def offline_summarizer() -> Summarizer:
 # dataclasses ran their Python ``__getstate__`` per utterance, 0.1 ms of the
 # daemon's interpreter lock per fold (issue 17), against 0.01 ms for tuples.
 _FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Utterance)))
+# An utterance's fields in declaration order (what Utterance(*row) takes back).
+_Row = tuple[Any, ...]
+# previous summary, utterances, token limit, and the context's (summary, buffered, parts).
+_Message = tuple[
+    str,
+    tuple[_Row, ...],
+    int,
+    tuple[str, tuple[_Row, ...], tuple[tuple[int, int, str], ...]] | None,
+]
 
 
-def _flat(utterances: Sequence[Utterance]) -> tuple[tuple, ...]:
+def _flat(utterances: Sequence[Utterance]) -> tuple[_Row, ...]:
     return tuple(map(_FIELDS, utterances))
 
 
-def _built(rows: Sequence[tuple]) -> tuple[Utterance, ...]:
+def _built(rows: Sequence[_Row]) -> tuple[Utterance, ...]:
     return tuple(Utterance(*row) for row in rows)
 
 
 def _message(
     previous: str, utterances: Sequence[Utterance], limit: int, context: SummaryContext | None
-) -> tuple:
+) -> _Message:
     """What the daemon sends for one summary (``_call`` reads it back in the child)."""
     flat_context = (
         None if context is None else (context.summary, _flat(context.buffered), context.parts)
@@ -89,7 +99,7 @@ def _message(
     return previous, _flat(utterances), limit, flat_context
 
 
-def _call(summarizer: Summarizer, message: tuple) -> str:
+def _call(summarizer: Summarizer, message: _Message) -> str:
     previous, rows, limit, flat_context = message
     context = None
     if flat_context is not None:  # for a summarizer that reads one (conversation-wide weights)

@@ -727,9 +727,9 @@ def said_elsewhere(facts: Iterable[str], text: str) -> set[str]:
     for i in [i for i, core in enumerate(cores) if core in wanted]:
         group = wanted[cores[i]]
         for n in lengths[cores[i]]:
-            fact = group.get(cores[i : i + n])
-            if fact is not None:
-                found.add(fact)
+            said = group.get(cores[i : i + n])
+            if said is not None:
+                found.add(said)
     return found
 
 

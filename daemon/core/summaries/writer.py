@@ -349,7 +349,7 @@ def build_writer(
     # Imported here: the SDK takes a while to import and offline daemons never need it.
     from chd.core.summaries.claude import ClaudeConfig, ClaudeSummarizer
 
-    config = ClaudeConfig.from_env(env, **claude_options)  # type: ignore[arg-type]
+    config = ClaudeConfig.from_env(env, **claude_options)
     if config is None:
         raise ValueError("the claude summarizer needs ANTHROPIC_API_KEY in the environment")
     return SummaryWriter(

@@ -230,7 +230,7 @@ def read_json(text: str) -> tuple[str, dict[str, Any]] | None:
         (
             canonical_key(key, operation)
             if generic is not None
-            else _JSON_KEYS.get(key.lower(), key),
+            else (_JSON_KEYS.get(key.lower()) or key),
             value,
         )
         for key, value in body.items()

@@ -7,6 +7,7 @@ switching" stays a topic search and nothing here guesses.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from chd.core.language.grammar.query import normalize, strip_politeness
 from chd.core.language.grammar.reading import Reading
@@ -39,7 +40,7 @@ def read_context(text: str) -> Reading | None:
     # (the politeness strip also drops a final "?", "." or "!").
     text = strip_politeness(normalize(text))
     if m := _CONTEXT.match(text):
-        fields: dict = {"context": True}
+        fields: dict[str, Any] = {"context": True}
         if m.group("n"):
             fields["token_limit"] = parse_number(m.group("n"))
         return Reading("retrieve", fields, [], words)

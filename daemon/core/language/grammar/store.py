@@ -219,7 +219,8 @@ def _after_separator(q: str, sep: re.Match[str]) -> _Split | None:
         quoted = _quoted(rest, 0, header, instruction)
         if quoted.header.understood:
             return replace(quoted, label=True)
-        after = rest[_closing(rest, 0) + 1 :] if _closing(rest, 0) is not None else ""
+        closing = _closing(rest, 0)
+        after = rest[closing + 1 :] if closing is not None else ""
         if _holds_quote(after):
             # "Add: 'hi' and 'bye'": quotes inside the utterance, not around
             # it; after the colon all of it is what was said, unless its end reads as instruction.
@@ -341,7 +342,7 @@ def _second_label(rest: str, header: Header, instruction: str) -> _Split | None:
     sep = _first_separator(head)
     opening = _OPEN.search(head)
     labelled = sep is not None and (opening is None or sep.start() < opening.start())
-    if labelled:
+    if labelled and sep is not None:  # labelled implies a separator; said for the type checker
         after = rest[sep.end() :].lstrip()
         part = rest[: sep.start()]
     elif opening is not None and opening.start() <= _REPORT_LIMIT:
