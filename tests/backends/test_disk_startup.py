@@ -240,7 +240,7 @@ class TestLockedDataDir:
         self, tmp_path: Path
     ) -> None:
         daemon = DaemonProcess(
-            "--backend", "disk", "--data-dir", str(tmp_path), "--request-timeout", "1"
+            "--backend", "disk", "--data-dir", str(tmp_path), "--request-timeout", "2"
         )
         other = sqlite3.connect(tmp_path / "cache.db", isolation_level=None)
         try:
