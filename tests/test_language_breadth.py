@@ -260,3 +260,27 @@ def test_requests_and_bracketed_speakers_still_read(
 ) -> None:
     parsed = parse(query)
     assert (parsed.operation, parsed.fields) == (operation, fields)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Summarize the conversation, at least 50 tokens",
+        "The user mentioned I want 2 tickets",
+        "Set the token budget to 4000 tokens and the buffer size to 4000 tokens",
+        "add_message('user', 'system')",
+    ],
+)
+def test_more_of_the_second_review_is_refused(query: str) -> None:
+    with pytest.raises(InvalidRequest):
+        parse(query)
+
+
+def test_the_summary_of_a_range_is_never_the_running_summary_beside_raw_utterances() -> None:
+    """Refused or summarized, never answered with the stored summary plus the range's utterances."""
+    for query in ("Get the summary of the last 2 turns", "Give me the summary for turn 3"):
+        try:
+            parsed = parse(query)
+        except InvalidRequest:
+            continue
+        assert parsed.operation == "summarize", (query, parsed)

@@ -297,6 +297,11 @@ def read_call(text: str) -> tuple[str, dict[str, Any]] | None:
             "get_settings() takes no arguments: it only reads; set values with configure(buffer_size=...)"
         )
     if generic is not None:
+        if positional and call.name not in ("get_last_n", "get_first_n"):
+            raise InvalidRequest(
+                f"{quote(name, 40)}() is not one of chd's functions, so the order of its arguments "
+                "is not known; name them (store(text=..., speaker=...)) or use a listed function"
+            )
         keywords = _canonical(keywords, call.operation)
     return call.operation, _fields(call, positional, keywords)
 

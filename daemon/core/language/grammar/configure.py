@@ -106,9 +106,9 @@ def read_configure(text: str) -> Reading | None:
         if m := q.take(pattern):
             fields["eviction_policy"] = _policy(m.group("p"))
     named = False
-    unset: list[
-        str
-    ] = []  # named without a value: "Set the buffer size and the eviction batch to 4"
+    # Named without a value: "Set the buffer size and the eviction batch to 4".
+    unset: list[str] = []
+    conflict = False
     for name, alias in _NAMES:
         pattern = rf"\b(?:the\s+)?(?:{alias})\b" + (
             _POLICY_VALUE if name == "eviction_policy" else _NUMBER_VALUE
@@ -122,6 +122,9 @@ def read_configure(text: str) -> Reading | None:
                 _policy(m.group("p")) if name == "eviction_policy" else parse_number(m.group("v"))
             )
             if name == "buffer_size" and (m.group("unit") or "").lower().startswith("token"):
+                if "max_tokens" in fields:
+                    # "the token budget to 4000 tokens and the buffer size to 4000 tokens"
+                    conflict = True
                 fields["max_tokens"] = fields.pop("buffer_size")
             named = True
         if q.take(rf"\b(?:the\s+)?(?:{alias})\b"):
@@ -148,7 +151,12 @@ def read_configure(text: str) -> Reading | None:
         return None
     q.take(_SET_VERB if setting else _READ_VERB)
     reading = Reading("configure", fields, q.unexplained(_WORDS), q.total_words)
-    if changes and unset:
+    if conflict:
+        reading.refusal = (
+            "two settings are given a value in tokens; the buffer's size counts utterances "
+            "('Set the buffer size to 50' or 'Set the token budget to 4000')"
+        )
+    elif changes and unset:
         reading.refusal = (
             f"{', '.join(unset)} is named without a value; give each setting its own value "
             "('Set the buffer size to 4 and the eviction batch to 4')"

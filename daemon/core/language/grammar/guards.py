@@ -35,7 +35,7 @@ _YES_NO = re.compile(
 )
 _REPORTED = re.compile(
     r"^\s*(?:the\s+)?(?:user|assistant|system|bot|customer|client|ai)\s+(?:just\s+)?"
-    r"(?:said|wrote|asked|replied|answered|typed|told\s+(?:me|us))\b"
+    r"(?:said|wrote|asked|replied|answered|typed|mentioned|noted|stated|explained|told\s+(?:me|us))\b"
     r"(?!\s+(?:about|anything|something|regarding)\b)(?:\s*:)?\s+\S",
     re.IGNORECASE,
 )
@@ -55,6 +55,7 @@ _CORRECTION = re.compile(
     r"|make\s+(?:that|it)|correction)[\s,;:.!\u2014\u2013-]+\S",
     re.IGNORECASE,
 )
+_AT_LEAST = re.compile(r"\bat\s+least\b|\bor\s+more\b|\bminimum\b|\bno\s+less\s+than\b", re.I)
 _AGO = re.compile(r"\bago\b", re.IGNORECASE)
 _EVERY_CONVERSATION = re.compile(
     r"\b(?:all|every|each|other)\s+conversations?\b|\bglobal(?:ly)?\b|\bfor\s+everyone\b|\bdaemon[- ]wide\b",
@@ -114,6 +115,10 @@ def refusal_for(query: str, operation: str, fields: dict[str, Any]) -> str | Non
         return (
             f"this names two selections joined by 'and'; a {operation} takes what matches all of its "
             f"filters at once, which is not what 'and' asks for here. Send one {operation} for each"
+        )
+    if operation == "summarize" and _AT_LEAST.search(query):
+        return (
+            "a summary's limit is a most, not a least; say 'in 200 tokens' or 'within 200 tokens'"
         )
     topic = fields.get("topic")
     quoted = isinstance(topic, str) and any(f"{q}{topic}" in query for q in "\"'\u201c\u2018")

@@ -90,7 +90,10 @@ _FILTER_WORD = re.compile(rf"(?:{SPEAKER})(?:'s|s')?|turns?|\#?\d+\w*|archived?|
 
 # "a summary of turns 1 to 2" is a new summary of that range, not the running one beside them.
 _NEW_SUMMARY = re.compile(
-    r"\b(?:a|an|new|fresh)\s+(?:(?:short|brief|quick|concise|new|fresh)\s+)?summary\s+of\b",
+    r"\b(?:a|an|new|fresh)\s+(?:(?:short|brief|quick|concise|new|fresh)\s+)?summary\s+of\b"
+    # "the summary of the last 2 turns": the running summary holds no range of the buffer
+    r"|\bsummary\s+(?:of|for)\s+(?:the\s+)?(?:first|last|newest|oldest|latest|recent|previous|turns?|messages?"
+    r"|utterances?|\d)",
     re.IGNORECASE,
 )
 
