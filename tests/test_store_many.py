@@ -164,3 +164,40 @@ def test_store_many_through_grpc(server: Server) -> None:
         assert str(MAX_STORE_MANY) in (refused.value.details() or "")
     finally:
         channel.close()
+
+
+def test_a_key_names_one_kind_of_store(server: Server) -> None:
+    """A key used by a single store is refused for a batch, and the reverse: the text is never stored
+    twice under one key (outside review of issue 31, finding 2)."""
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        from chd.v1 import daemon_pb2_grpc
+
+        stub = daemon_pb2_grpc.DaemonStub(channel)
+
+        def send(cid: str, key: str, data: dict[str, Any]) -> Any:
+            return query(
+                stub,
+                "",
+                {"conversation_id": cid, "idempotency_key": key},
+                {"operation": "store", **data},
+            )
+
+        send("kinds-1", "S", {"text": "alpha"})
+        send("kinds-2", "Q", {"utterances": [{"text": "one"}]})
+        for cid, key, data in (
+            ("kinds-1", "S", {"utterances": [{"text": "alpha"}]}),
+            ("kinds-2", "Q", {"text": "one"}),
+        ):
+            with pytest.raises(grpc.RpcError) as refused:
+                send(cid, key, data)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "one kind of store" in (refused.value.details() or "")
+        # Each kind still replays itself.
+        assert send("kinds-1", "S", {"text": "alpha"}).metadata["replayed"] is True
+        assert send("kinds-2", "Q", {"utterances": [{"text": "one"}]}).metadata["replayed"] is True
+    finally:
+        channel.close()
+    with Client(f"127.0.0.1:{server.port}") as client:
+        assert [u.text for u in client.last(10, conversation="kinds-1")] == ["alpha"]
+        assert [u.text for u in client.last(10, conversation="kinds-2")] == ["one"]
