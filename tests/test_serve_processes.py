@@ -235,3 +235,15 @@ def test_a_serving_process_dies_with_its_parent(tmp_path: Path) -> None:
     finally:
         if _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_chd_mcp_refuses_processes_in_one_line(tmp_path: Path) -> None:
+    """chd mcp serves from one process: --processes is refused, not accepted and ignored (outside
+    review of issue 31, finding 5), and its help does not offer it."""
+    done = run_chd(
+        "mcp", "--processes", "2", "--backend", "disk", "--data-dir", str(tmp_path / "data")
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0
+    assert "--processes is for chd serve" in done.stderr
+    assert "--processes" not in run_chd("mcp", "--help").stdout
