@@ -201,3 +201,27 @@ def test_a_key_names_one_kind_of_store(server: Server) -> None:
     with Client(f"127.0.0.1:{server.port}") as client:
         assert [u.text for u in client.last(10, conversation="kinds-1")] == ["alpha"]
         assert [u.text for u in client.last(10, conversation="kinds-2")] == ["one"]
+
+
+def test_the_clients_store_many_names_a_bad_item_and_takes_datetimes_and_turn(
+    server: Server,
+) -> None:
+    """A string item and a naive datetime get a TypeError/ValueError naming the item, not protobuf's
+    words; an aware datetime and ``turn`` (Client.store's name) are taken (outside review of issue 31)."""
+    from datetime import datetime, timedelta, timezone
+
+    with Client(f"127.0.0.1:{server.port}") as client:
+        with pytest.raises(TypeError, match=r"utterances\[1\] must be a mapping"):
+            client.store_many([{"text": "a"}, "b"], conversation="typed")
+        with pytest.raises(ValueError, match=r"utterances\[0\]\.timestamp .* without a timezone"):
+            client.store_many([{"text": "a", "timestamp": datetime(2026, 1, 2, 3, 4, 5)}])
+        with pytest.raises(ValueError, match=r"utterances\[0\] has both turn and turn_number"):
+            client.store_many([{"text": "a", "turn": 1, "turn_number": 1}])
+        when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2)))
+        stored = client.store_many(
+            [{"text": "a", "timestamp": when, "turn": 4}, {"text": "b", "turn_number": 4}],
+            conversation="typed",
+        )
+        assert [u.turn for u in stored.utterances] == [4, 4]
+        assert [u.text for u in client.last(5, conversation="typed")] == ["a", "b"]
+        assert stored.utterances[0].timestamp.startswith("2026-01-02T01:04:05")
