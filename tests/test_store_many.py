@@ -225,3 +225,19 @@ def test_the_clients_store_many_names_a_bad_item_and_takes_datetimes_and_turn(
         assert [u.turn for u in stored.utterances] == [4, 4]
         assert [u.text for u in client.last(5, conversation="typed")] == ["a", "b"]
         assert stored.utterances[0].timestamp.startswith("2026-01-02T01:04:05")
+
+
+def test_plural_store_instructions_take_data_utterances(stub: Any) -> None:
+    """'Add utterances', 'Store the following utterances', 'Add these messages' store the batch; an
+    instruction still not understood points to data.utterances (outside review of issue 31, finding 6)."""
+    items = [{"text": "p"}, {"text": "q", "speaker": "assistant"}]
+    seqs = []
+    for text in ("Add utterances", "Store the following utterances", "Add these messages"):
+        answer = query(stub, text, {"conversation_id": "plural"}, {"utterances": items})
+        assert answer.operation == "store"
+        seqs += [int(u["seq"]) for u in answer.result["utterances"]]
+    assert seqs == [1, 2, 3, 4, 5, 6]
+    with pytest.raises(grpc.RpcError) as refused:
+        query(stub, "Add these 2 utterances", {"conversation_id": "plural"}, {"utterances": items})
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "data.utterances" in (refused.value.details() or "")
