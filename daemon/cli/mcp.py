@@ -59,7 +59,7 @@ def add_mcp_command(commands: argparse._SubParsersAction) -> None:
     )
     # chd mcp answers in one process: --processes is chd serve's.
     config.add_arguments(sub, skip=("processes",))
-    sub.add_argument("--processes", default=None, help=argparse.SUPPRESS)
+    sub.add_argument("--processes", dest="mcp_processes", default=None, help=argparse.SUPPRESS)
     sub.add_argument(
         "--http",
         type=_address,
@@ -84,7 +84,7 @@ def add_mcp_command(commands: argparse._SubParsersAction) -> None:
 
 
 def run_mcp(args: argparse.Namespace) -> int:
-    if args.processes is not None:
+    if args.mcp_processes is not None:
         print(
             "chd: --processes is for chd serve; chd mcp serves from one process "
             "(point it at a chd serve --processes N with --target)",
