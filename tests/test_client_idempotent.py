@@ -6,6 +6,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -252,3 +253,39 @@ def test_a_key_sent_again_with_another_speaker_or_turn_is_refused_not_answered_w
         )
     finally:
         history.close()
+
+
+def test_a_call_cancelled_by_a_stopping_daemon_is_retried_and_stored_once(
+    history: ConversationHistory,
+) -> None:
+    """A daemon stopping cancels the calls it took (a child of ``chd serve --processes`` under
+    SIGTERM, outside review of issue 31): the first store_many and the first store are carried out,
+    then answered CANCELLED; chd.client sends each again with its key and each is held once."""
+    import grpc
+
+    from chd.service.server import build_server
+
+    cancelled: list[str] = []
+
+    def cancel_first_of_each_kind(_method: str, behavior: Any) -> Any:
+        def guarded(request: Any, context: grpc.ServicerContext) -> Any:
+            answer = behavior(request, context)  # stored: the cancel comes after the commit
+            kind = "many" if "utterances" in str(request.data) else "one"
+            if kind not in cancelled and "store" in str(request.data):
+                cancelled.append(kind)
+                context.abort(grpc.StatusCode.CANCELLED, "Cancelled")
+            return answer
+
+        return guarded
+
+    server = build_server(history, "127.0.0.1", 0, observers=[cancel_first_of_each_kind])
+    try:
+        with Client(f"127.0.0.1:{server.port}", timeout=30) as chd:
+            many = chd.store_many([{"text": "first"}, {"text": "second"}], conversation="cx")
+            one = chd.store("third", conversation="cx")
+            assert [u.seq for u in many.utterances] == [1, 2]
+            assert one.utterance.seq == 3
+            assert [u.text for u in chd.last(10, conversation="cx")] == ["first", "second", "third"]
+        assert cancelled == ["many", "one"]
+    finally:
+        server.stop(grace=1)

@@ -6,6 +6,8 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -15,6 +17,7 @@ import grpc
 import pytest
 
 from chd.client import Client
+from chd.service.group import CRASH_LIMIT, _Child, _stop_all, _supervise
 from chd.v1 import daemon_pb2_grpc
 from tests.conftest import DaemonProcess, query, run_chd
 
@@ -140,6 +143,10 @@ def test_two_processes_serve_every_store_and_stop_together(tmp_path: Path) -> No
             text = page.read().decode()
         served = set(re.findall(r'chd_requests_total\{[^}]*process="(\d)"[^}]*\} [1-9]', text))
         assert served == {"0", "1"}, text[:2000]
+        # The storage's gauges once for the group, not once per process (a
+        # sum over process would count the 3 conversations twice).
+        assert re.findall(r"^chd_conversations(\S*) (\S+)$", text, re.M) == [("", "3.0")], text
+        assert len(re.findall(r"^chd_buffer_utterances", text, re.M)) == 1
 
         os.kill(children[0], signal.SIGKILL)
         _wait(
@@ -159,3 +166,84 @@ def test_two_processes_serve_every_store_and_stop_together(tmp_path: Path) -> No
         code = group.terminate()
     assert code == 0
     _wait(lambda: not any(_alive(p) for p in everyone), "a serving process outlived SIGTERM")
+
+
+def _fake_child(index: int, code: int) -> _Child:
+    """A real process that says it listens, then exits with ``code`` on SIGTERM (0: a clean stop)."""
+    script = (
+        "import signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, lambda *_: sys.exit({code}))\n"
+        "print('chd listening on 127.0.0.1:1', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    return _Child(index, [sys.executable, "-c", script])
+
+
+@pytest.mark.parametrize("code", [0, 3], ids=["clean", "crash"])
+def test_clean_exits_are_restarted_without_counting_as_crashes(code: int) -> None:
+    """More than CRASH_LIMIT SIGTERMs of a child within the window: clean exits (an operator's rolling
+    restart) keep the group serving, crashes stop it (outside review of issue 31, finding 4); every
+    restart starts a child again (spawned without preexec_fn, finding 8)."""
+    child = _fake_child(0, code)
+    done = threading.Event()
+    result: list[int] = []
+    child.spawn()
+    supervisor = threading.Thread(target=lambda: result.append(_supervise([child], done)))
+    supervisor.start()
+    try:
+        for _ in range(CRASH_LIMIT + 1):
+            _wait(child.ready.is_set, "the child did not start")
+            pid = child.pid
+            os.kill(pid, signal.SIGTERM)
+            _wait(lambda: child.pid != pid or result, "the child was not restarted")
+            if result:
+                break
+        if code == 0:
+            _wait(child.ready.is_set, "the child did not start")
+            assert not result and supervisor.is_alive()
+        else:
+            _wait(lambda: bool(result), "crashes did not stop the group")
+            assert result == [1]
+    finally:
+        done.set()
+        supervisor.join()
+        _stop_all([child], 10.0)
+
+
+def test_a_serving_process_dies_with_its_parent(tmp_path: Path) -> None:
+    """check_parent sets PR_SET_PDEATHSIG in the child itself (no preexec_fn): a parent killed with
+    SIGKILL takes the child with it."""
+    pid_file = tmp_path / "child"
+    parent_script = (
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', "
+        "'import os, sys, time; from chd.service.group import check_parent; "
+        'check_parent(os.getppid()); open(sys.argv[1], "w").write(str(os.getpid())); time.sleep(120)\', '
+        f"{str(pid_file)!r}])\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_script])
+    try:
+        _wait(lambda: pid_file.exists() and pid_file.read_text() != "", "the child did not start")
+        child = int(pid_file.read_text())
+        assert _alive(child)
+    finally:
+        parent.kill()
+        parent.wait()
+    try:
+        _wait(lambda: not _alive(child), "the child outlived its parent's SIGKILL")
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_chd_mcp_refuses_processes_in_one_line(tmp_path: Path) -> None:
+    """chd mcp serves from one process: --processes is refused, not accepted and ignored (outside
+    review of issue 31, finding 5), and its help does not offer it."""
+    done = run_chd(
+        "mcp", "--processes", "2", "--backend", "disk", "--data-dir", str(tmp_path / "data")
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0
+    assert "--processes is for chd serve" in done.stderr
+    assert "--processes" not in run_chd("mcp", "--help").stdout

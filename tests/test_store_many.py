@@ -164,3 +164,80 @@ def test_store_many_through_grpc(server: Server) -> None:
         assert str(MAX_STORE_MANY) in (refused.value.details() or "")
     finally:
         channel.close()
+
+
+def test_a_key_names_one_kind_of_store(server: Server) -> None:
+    """A key used by a single store is refused for a batch, and the reverse: the text is never stored
+    twice under one key (outside review of issue 31, finding 2)."""
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        from chd.v1 import daemon_pb2_grpc
+
+        stub = daemon_pb2_grpc.DaemonStub(channel)
+
+        def send(cid: str, key: str, data: dict[str, Any]) -> Any:
+            return query(
+                stub,
+                "",
+                {"conversation_id": cid, "idempotency_key": key},
+                {"operation": "store", **data},
+            )
+
+        send("kinds-1", "S", {"text": "alpha"})
+        send("kinds-2", "Q", {"utterances": [{"text": "one"}]})
+        for cid, key, data in (
+            ("kinds-1", "S", {"utterances": [{"text": "alpha"}]}),
+            ("kinds-2", "Q", {"text": "one"}),
+        ):
+            with pytest.raises(grpc.RpcError) as refused:
+                send(cid, key, data)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "one kind of store" in (refused.value.details() or "")
+        # Each kind still replays itself.
+        assert send("kinds-1", "S", {"text": "alpha"}).metadata["replayed"] is True
+        assert send("kinds-2", "Q", {"utterances": [{"text": "one"}]}).metadata["replayed"] is True
+    finally:
+        channel.close()
+    with Client(f"127.0.0.1:{server.port}") as client:
+        assert [u.text for u in client.last(10, conversation="kinds-1")] == ["alpha"]
+        assert [u.text for u in client.last(10, conversation="kinds-2")] == ["one"]
+
+
+def test_the_clients_store_many_names_a_bad_item_and_takes_datetimes_and_turn(
+    server: Server,
+) -> None:
+    """A string item and a naive datetime get a TypeError/ValueError naming the item, not protobuf's
+    words; an aware datetime and ``turn`` (Client.store's name) are taken (outside review of issue 31)."""
+    from datetime import datetime, timedelta, timezone
+
+    with Client(f"127.0.0.1:{server.port}") as client:
+        with pytest.raises(TypeError, match=r"utterances\[1\] must be a mapping"):
+            client.store_many([{"text": "a"}, "b"], conversation="typed")
+        with pytest.raises(ValueError, match=r"utterances\[0\]\.timestamp .* without a timezone"):
+            client.store_many([{"text": "a", "timestamp": datetime(2026, 1, 2, 3, 4, 5)}])
+        with pytest.raises(ValueError, match=r"utterances\[0\] has both turn and turn_number"):
+            client.store_many([{"text": "a", "turn": 1, "turn_number": 1}])
+        when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2)))
+        stored = client.store_many(
+            [{"text": "a", "timestamp": when, "turn": 4}, {"text": "b", "turn_number": 4}],
+            conversation="typed",
+        )
+        assert [u.turn for u in stored.utterances] == [4, 4]
+        assert [u.text for u in client.last(5, conversation="typed")] == ["a", "b"]
+        assert stored.utterances[0].timestamp.startswith("2026-01-02T01:04:05")
+
+
+def test_plural_store_instructions_take_data_utterances(stub: Any) -> None:
+    """'Add utterances', 'Store the following utterances', 'Add these messages' store the batch; an
+    instruction still not understood points to data.utterances (outside review of issue 31, finding 6)."""
+    items = [{"text": "p"}, {"text": "q", "speaker": "assistant"}]
+    seqs = []
+    for text in ("Add utterances", "Store the following utterances", "Add these messages"):
+        answer = query(stub, text, {"conversation_id": "plural"}, {"utterances": items})
+        assert answer.operation == "store"
+        seqs += [int(u["seq"]) for u in answer.result["utterances"]]
+    assert seqs == [1, 2, 3, 4, 5, 6]
+    with pytest.raises(grpc.RpcError) as refused:
+        query(stub, "Add these 2 utterances", {"conversation_id": "plural"}, {"utterances": items})
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "data.utterances" in (refused.value.details() or "")

@@ -57,7 +57,9 @@ def add_mcp_command(commands: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    config.add_arguments(sub)
+    # chd mcp answers in one process: --processes is chd serve's.
+    config.add_arguments(sub, skip=("processes",))
+    sub.add_argument("--processes", dest="mcp_processes", default=None, help=argparse.SUPPRESS)
     sub.add_argument(
         "--http",
         type=_address,
@@ -82,6 +84,13 @@ def add_mcp_command(commands: argparse._SubParsersAction) -> None:
 
 
 def run_mcp(args: argparse.Namespace) -> int:
+    if args.mcp_processes is not None:
+        print(
+            "chd: --processes is for chd serve; chd mcp serves from one process "
+            "(point it at a chd serve --processes N with --target)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
         effective = config.from_arguments(args, os.environ)
     except config.ConfigError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from chd.client import results
@@ -115,7 +116,7 @@ def store_many(
 ) -> Call[results.StoredMany]:
     # One key for the batch, kept across its retries: a batch whose reply
     # was lost is stored once (docs/protocol.md, "Idempotent stores").
-    items = [dict(u) for u in utterances]
+    items = [_item(i, u) for i, u in enumerate(utterances)]
     call = _op(
         "store",
         conversation,
@@ -124,6 +125,35 @@ def store_many(
         utterances=items,
     )
     return Call(call.text, call.metadata, call.data, True, call.read)
+
+
+def _item(i: int, utterance: Any) -> dict[str, Any]:
+    """One item of ``store_many`` as the wire takes it, or a TypeError/ValueError naming it.
+
+    ``turn`` is taken for ``turn_number`` (``Client.store``'s name for it),
+    and a timezone-aware ``datetime`` for its RFC 3339 text: the Struct
+    would otherwise refuse them with protobuf's own words, naming no item.
+    """
+    where = f"utterances[{i}]"
+    if not isinstance(utterance, Mapping):
+        raise TypeError(
+            f"{where} must be a mapping such as {{'text': ..., 'speaker': 'user'}}, "
+            f"got {type(utterance).__name__} {utterance!r:.60}"
+        )
+    item = dict(utterance)
+    if "turn" in item:
+        if "turn_number" in item:
+            raise ValueError(f"{where} has both turn and turn_number; give one")
+        item["turn_number"] = item.pop("turn")
+    stamp = item.get("timestamp")
+    if isinstance(stamp, datetime):
+        if stamp.tzinfo is None or stamp.utcoffset() is None:
+            raise ValueError(
+                f"{where}.timestamp is a datetime without a timezone; give it one "
+                "(datetime.now(timezone.utc), say) or an RFC 3339 string"
+            )
+        item["timestamp"] = stamp.isoformat()
+    return item
 
 
 # The metadata key of docs/protocol.md: a store sent again with it is applied once.

@@ -137,8 +137,11 @@ class Client:
         """Store several utterances in one commit, all or none, in order.
 
         Each is a mapping with ``text`` and optionally ``speaker``,
-        ``turn_number`` and ``timestamp`` (RFC 3339), as for ``store``. One
-        idempotency key covers the batch, so a retried batch is stored once.
+        ``turn_number`` (or ``turn``, as for ``store``) and ``timestamp`` (RFC
+        3339, or a timezone-aware ``datetime``). One idempotency key covers
+        the batch, so a retried batch is stored once. An item that is not a
+        mapping raises TypeError; a naive datetime, or both ``turn`` and
+        ``turn_number``, ValueError; each naming the item.
         """
         return self._run(calls.store_many(utterances, conversation), timeout)
 

@@ -34,7 +34,7 @@ from chd.core.language.intents import (
     build_intent,
 )
 from chd.core.language.understanding import understand
-from chd.core.memory.batch import ITEMS, BatchItem, decide_batch
+from chd.core.memory.batch import ITEMS, BatchItem, decide_batch, item_key, taken_by_other_kind
 from chd.core.memory.configure import configure, effective_settings
 from chd.core.memory.context import build_context
 from chd.core.memory.embedder import Embedder
@@ -331,6 +331,11 @@ class ConversationHistory:
                         len(state.pending),
                         True,
                     )
+                # A batch under this key is known by its first item's key;
+                # once that item has left, the key is forgotten as a single
+                # store's is once its utterance has left.
+                if state.keyed(item_key(key, 0)) is not None:
+                    raise InvalidRequest(taken_by_other_kind(key, single=False))
             # A replay above writes nothing; this store is written and answered.
             _check_time_to_store(deadline, self.store_pace, len(intent.text))
             decided[0] = time.monotonic()

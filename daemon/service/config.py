@@ -27,7 +27,7 @@ import ipaddress
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -547,8 +547,8 @@ class Config:
 # --- sources -------------------------------------------------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """A flag for every key, plus ``--config``; unset flags stay out of the namespace."""
+def add_arguments(parser: argparse.ArgumentParser, skip: Collection[str] = ()) -> None:
+    """A flag for every key but those named in ``skip``, plus ``--config``; unset flags stay out of the namespace."""
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -556,6 +556,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"TOML file of keys ({CONFIG_ENV})",
     )
     for key in KEYS:
+        if key.name in skip:
+            continue
         # argparse formats help with %: a literal one must be doubled.
         text = f"{key.help} ({key.env}; default {shown_default(key)})".replace("%", "%%")
         if isinstance(key.kind, Boolean):

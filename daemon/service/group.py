@@ -13,15 +13,18 @@ port (issue 31). This module is the parent. It
   ``--port P --processes 1 --group-member PARENT_PID``. Only such a child
   turns on gRPC's ``grpc.so_reuseport`` (default 0 in chd: a second daemon
   must not silently share a port); it checks that its parent is the pid it
-  was given, and dies with the parent (PR_SET_PDEATHSIG);
+  was given, and dies with the parent (PR_SET_PDEATHSIG, which it sets
+  itself: ``check_parent``);
 * answers SIGTERM/SIGINT by passing SIGTERM to every child and waiting
   for them (each drains and closes its storage as a lone daemon does);
 * restarts a child that exits on its own, logging it; more than
-  ``CRASH_LIMIT`` exits within ``CRASH_WINDOW`` seconds stop the group
+  ``CRASH_LIMIT`` crashes (any exit but a clean one, code 0, of a child
+  that was serving) within ``CRASH_WINDOW`` seconds stop the group
   (exit 1), so a child that cannot start does not loop forever;
 * serves the group's metrics: each child serves its own on a loopback port
   of its own, and the parent's endpoint (``metrics_port``) answers with
-  all of them, every sample labelled ``process``.
+  all of them, every sample labelled ``process``, except the gauges of
+  the shared storage (``STORAGE_GAUGES``), reported once for the group.
 
 The kernel puts sockets with SO_REUSEPORT into one group only when they
 belong to the same user: a process of another user can never join. A
@@ -58,7 +61,14 @@ from typing import Any, TextIO
 from chd.service.config import Config
 from chd.service.server import check_port_free
 
-__all__ = ["run_group", "reserve_port", "check_parent", "CRASH_LIMIT", "CRASH_WINDOW"]
+__all__ = [
+    "run_group",
+    "reserve_port",
+    "check_parent",
+    "CRASH_LIMIT",
+    "CRASH_WINDOW",
+    "STORAGE_GAUGES",
+]
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +104,15 @@ def reserve_port(host: str, port: int) -> socket.socket:
 
 
 def check_parent(parent: int) -> None:
-    """Raise RuntimeError unless this process is a child of ``parent`` (``--group-member``)."""
+    """Die with ``parent``; raise RuntimeError unless this process is its child (``--group-member``).
+
+    PR_SET_PDEATHSIG is set here, in the child, rather than between fork
+    and exec (``preexec_fn``, unsafe in a parent with threads: the group
+    restarts children while its reader and metrics threads run). Set
+    first, then the parent checked: a parent that died before the setting
+    has left this process another parent, so it stops here instead.
+    """
+    _die_with_parent()
     if os.getppid() != parent:
         raise RuntimeError(
             f"--group-member {parent} is for the serving processes chd serve --processes starts; "
@@ -103,8 +121,12 @@ def check_parent(parent: int) -> None:
 
 
 def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: a parent killed with SIGKILL
-    # must not leave its children serving the port on their own.
+    # A parent killed with SIGKILL must not leave its children serving the
+    # port on their own. The signal comes when the parent's thread that
+    # started this process ends: the group starts and restarts children
+    # from its main thread, which lives as long as the parent.
+    if not sys.platform.startswith("linux"):
+        return
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -129,7 +151,6 @@ class _Child:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             text=True,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
         self.reader = threading.Thread(
             target=self._read, args=(self.proc.stdout,), name=f"chd-group-{self.index}", daemon=True
@@ -247,7 +268,12 @@ def _supervise(children: list[_Child], done: threading.Event) -> int:
             if code is None:
                 continue
             now = time.monotonic()
-            exits = [t for t in exits if now - t < CRASH_WINDOW] + [now]
+            exits = [t for t in exits if now - t < CRASH_WINDOW]
+            # A clean exit of a child that served (exit 0 after SIGTERM: an
+            # operator's rolling restart) is no crash; one before it
+            # listened is, or a child that cannot start would loop forever.
+            if code != 0 or not child.ready.is_set():
+                exits.append(now)
             if len(exits) > CRASH_LIMIT:
                 log.error(
                     "serving process %d (pid %d) exited with code %s; %d exits within %g s, "
@@ -295,8 +321,27 @@ def _stop_all(children: list[_Child], timeout: float) -> None:
 # --- the group's metrics -------------------------------------------------------
 
 
+# Gauges that describe the shared storage, not the process: every child
+# reports them, so a sum over ``process`` would count the storage N times.
+# The group reports each once, unlabelled, at the largest value a child
+# reports (a child's sizes are as of its own commits and its start-up count).
+STORAGE_GAUGES = frozenset(
+    {
+        "chd_conversations",
+        "chd_buffer_utterances",
+        "chd_summary_queue_utterances",
+        "chd_summary_queue_max_utterances",
+        "chd_summary_coverage_ratio",
+        "chd_summary_offline_only_utterances",
+        "chd_summary_awaiting_rewrite_utterances",
+        "chd_summary_originals_dropped",
+    }
+)
+
+
 class _GroupCollector:
-    """Every ready child's metrics, each sample labelled with the child's ``process`` index."""
+    """Every ready child's metrics, each sample labelled with the child's ``process`` index,
+    but for ``STORAGE_GAUGES``, reported once for the group."""
 
     def __init__(self, children: list[_Child]) -> None:
         self.children = children
@@ -306,6 +351,8 @@ class _GroupCollector:
         from prometheus_client.parser import text_string_to_metric_families
 
         families: dict[str, Metric] = {}
+        # (name, sorted labels) -> the largest value any child reports.
+        storage: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
         serving = 0
         for child in self.children:
             if child.metrics_port is None or child.exited() is not None:
@@ -322,6 +369,12 @@ class _GroupCollector:
                 merged = families.setdefault(
                     family.name, Metric(family.name, family.documentation, family.type, family.unit)
                 )
+                if family.name in STORAGE_GAUGES:
+                    values = storage.setdefault(family.name, {})
+                    for sample in family.samples:
+                        at = (sample.name, tuple(sorted(sample.labels.items())))
+                        values[at] = max(values.get(at, sample.value), sample.value)
+                    continue
                 for sample in family.samples:
                     merged.add_sample(
                         sample.name,
@@ -330,6 +383,9 @@ class _GroupCollector:
                         sample.timestamp,
                         sample.exemplar,
                     )
+        for name, values in storage.items():
+            for (sample_name, labels), value in values.items():
+                families[name].add_sample(sample_name, dict(labels), value)
         yield GaugeMetricFamily(
             "chd_group_processes_serving",
             "serving processes of chd serve --processes whose metrics answered",

@@ -68,6 +68,8 @@ def decide_batch(
     they are dropped), as a single store does.
     """
     if key is not None:
+        if state.keyed(key) is not None:
+            raise InvalidRequest(taken_by_other_kind(key, single=True))
         replayed = _replayed(state, items, key)
         if replayed is not None:
             return Change(), replayed
@@ -155,6 +157,22 @@ def item_key(key: str, i: int) -> str:
 
 
 KEY_SEPARATOR = "\x1f"
+
+
+def taken_by_other_kind(key: str, single: bool) -> str:
+    """The refusal of ``key`` already used by the other kind of store (``single``: by a single one).
+
+    A single store's key and a batch's item keys never meet in the index,
+    so without this check one key could store the same text once as each
+    kind (outside review of issue 31).
+    """
+    held, sent = (
+        ("a single store", "data.utterances") if single else ("data.utterances", "a single store")
+    )
+    return (
+        f"metadata.idempotency_key {quote(key, 40)} was already used by {held}; a key stands for one "
+        f"kind of store, so it cannot be used again for {sent}: use a new key"
+    )
 
 
 def _replayed(state: ConversationState, items: Sequence[BatchItem], key: str) -> Batch | None:

@@ -544,5 +544,6 @@ def _unclear_message(split: _Split) -> str:
     return (
         f"could not fully understand the store instruction {shown} (not understood: {words}); "
         "nothing was stored. Put the utterance in quotes or after a colon "
-        "(Add user utterance: \"<text>\"), or send it in data.text with the query 'Add utterance'"
+        "(Add user utterance: \"<text>\"), or send it in data.text with the query 'Add utterance' "
+        "(several utterances: in data.utterances, with the query 'Add utterances')"
     )

@@ -57,6 +57,9 @@ _NOUNS = frozenset(
     feedback complaint greeting query concern thought observation correction confirmation
     apology objection suggestion preference info information detail details""".split()
 )
+# Several utterances ("Add these messages", "Store the following utterances"):
+# a store-many's instruction, its utterances in data.utterances (issue 31).
+_PLURAL_NOUNS = frozenset("utterances messages turns lines entries items".split())
 # Pointers ("this", "the following"), courtesy ("could you please"), glue
 # ("as", "from", "on behalf of") and words that say how to keep it ("verbatim").
 _OTHER = frozenset(
@@ -89,7 +92,7 @@ _ASSIGNED = frozenset(
 _CLAUSE = re.compile(r"[,;.!()\[\]]")
 # Known after a subject ("the user has just written"), a question at the start ("Has the user ...").
 _AUXILIARIES = frozenset("has have had".split())
-_KNOWN = STORE_VERBS | _SPEECH | _SPEAKERS | _DESTINATIONS | _INTO | _NOUNS | _OTHER
+_KNOWN = STORE_VERBS | _SPEECH | _SPEAKERS | _DESTINATIONS | _INTO | _NOUNS | _PLURAL_NOUNS | _OTHER
 # Issue 25: "stroe", "msg", "plz", "saved" read as "store", "message", "please", "save".
 # Without lemmas: "including" must not become the store verb "include".
 _NORMALIZER = Normalizer(_KNOWN, lemmas=False)
