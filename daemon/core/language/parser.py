@@ -171,7 +171,7 @@ _NARROWING = frozenset(
 )
 
 
-_TOPIC_WORDS = frozenset("about regarding concerning mentioning re limit limited excluding".split())
+_TOPIC_WORDS = frozenset("regarding concerning mentioning re limit limited excluding".split())
 
 
 def threshold_for(reading: Reading) -> float:
