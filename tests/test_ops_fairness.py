@@ -20,6 +20,7 @@ from chd.backends.memory import MemoryBackend
 from chd.core.history import ConversationHistory
 from chd.core.settings import Settings
 from chd.service.fairness import FairExecutor, FairShare
+from chd.service.metrics import Metrics
 from chd.service.server import build_server
 from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
@@ -96,6 +97,9 @@ def test_a_caller_over_its_share_goes_after_another_callers_waiting_call(clock: 
         # queue) would go first; over its share, it waits for light's call.
         assert order == ["light", "heavy"]
         assert pool.held == 1
+        metrics = Metrics()
+        metrics.watch_admission(pool)
+        assert metrics.registry.get_sample_value("chd_calls_held_total") == 1
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -192,8 +196,11 @@ def test_one_connection_of_half_open_calls_cannot_take_every_worker_through_grpc
         other = daemon_pb2_grpc.DaemonStub(channels[1])
         assert other.GetPurpose(daemon_pb2.GetPurposeRequest(), timeout=20).purpose
         assert _call(other, "Get the last 5 utterances", "c").result().operation
-        # The stalled calls still wait, 4 of them for a worker.
-        assert admission.waiting() == 4
+        # The stalled calls still wait, 4 of them for a worker, as /metrics says.
+        metrics = Metrics()
+        metrics.watch_admission(admission)
+        assert metrics.registry.get_sample_value("chd_calls_waiting") == 4
+        assert metrics.registry.get_sample_value("chd_calls_on_workers") >= admission.cap
         charges = admission.charges()
         assert len(charges) == 2 and all(key.startswith("ipv4:127.0.0.1:") for key in charges)
     finally:
