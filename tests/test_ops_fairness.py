@@ -54,8 +54,8 @@ def clock() -> Clock:
 @pytest.fixture
 def executor(clock: Clock) -> Iterator[FairExecutor]:
     # busy 0: the daemon counts as busy however little has run.
-    rule = FairShare(window=1.0, busy=0.0, share=1.25, max_hold=1.0)
-    pool = FairExecutor(2, "test-fair", rule, caller_of=_first_argument, clock=clock)
+    rule = FairShare(window=1.0, busy=0.0, share=1.25, max_hold=1.0, recent=0.1)
+    pool = FairExecutor(4, "test-fair", rule, caller_of=_first_argument, clock=clock)
     yield pool
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -79,7 +79,7 @@ def test_a_backlog_does_not_delay_another_callers_call() -> None:
 
 
 def test_a_caller_over_its_share_goes_after_another_callers_waiting_call(clock: Clock) -> None:
-    rule = FairShare(window=1.0, busy=0.0, share=1.25, max_hold=1.0)
+    rule = FairShare(window=1.0, busy=0.0, share=1.25, max_hold=1.0, recent=0.1)
     pool = FairExecutor(1, "test-fair", rule, caller_of=_first_argument, clock=clock)
     try:
         pool.submit(lambda _who: _burn(0.02), "heavy").result(10)
@@ -104,23 +104,40 @@ def test_a_caller_over_its_share_goes_after_another_callers_waiting_call(clock: 
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def test_a_caller_over_its_share_is_not_held_while_no_other_call_waits(
-    executor: FairExecutor,
+def test_a_caller_over_its_share_is_not_held_beside_an_idle_caller(executor: FairExecutor) -> None:
+    executor.submit(lambda _who: _burn(0.02), "heavy").result(10)
+    executor.submit(lambda _who: None, "light").result(10)
+    # light's call ended just now (the clock stands still) and it has
+    # nothing queued or running: heavy's call starts at once. Holding it
+    # while light was merely active left the CPU idle (issue 28 review).
+    executor.submit(lambda _who: None, "heavy").result(10)
+    assert executor.held == 0
+
+
+def test_a_caller_over_its_share_waits_only_for_a_call_that_wants_the_cpu(
+    executor: FairExecutor, clock: Clock
 ) -> None:
     executor.submit(lambda _who: _burn(0.02), "heavy").result(10)
     release = threading.Event()
     running = threading.Event()
     light = executor.submit(lambda _who: (running.set(), release.wait(10)), "light")
     assert running.wait(10)
-    # light has a call running, none waiting, and a worker is free: heavy's
-    # call starts on it (issue 28 review: holding it left the CPU idle).
+    # light's call started within ``recent``: it wants the interpreter, so
+    # heavy's waits although a worker is free...
     started = threading.Event()
     heavy = executor.submit(lambda _who: started.set(), "heavy")
+    executor.submit(lambda _who: None, "light").result(10)  # ...and light's next goes first
+    assert not started.is_set() and executor.waiting() == 1
+    # ...until light's call has run past ``recent`` (it waits on something
+    # else): heavy's starts while it still runs.
+    clock.now += 0.2
+    with executor._lock:
+        executor._wake.notify_all()  # the clock moved without the executor's knowing
     assert started.wait(10)
     release.set()
     light.result(10)
     heavy.result(10)
-    assert executor.held == 0
+    assert executor.held == 1
 
 
 def test_one_caller_cannot_run_on_every_worker() -> None:

@@ -14,11 +14,15 @@ calls in flight can take every worker while others queue behind them
 - Each call's CPU time in its handler thread is charged to its caller, and
   decays with a time constant of ``window`` seconds. While the daemon is
   busy (the charges add up to more than ``busy`` of a core), a caller whose
-  charge is above ``share`` times the average of the other callers with a
-  call waiting in the queue is held: the others' waiting calls start
-  first. It waits only while another caller has a call waiting (and at most
-  ``max_hold`` seconds per call): a free worker never stays idle while a
-  call waits, so holding decides the order, never the throughput.
+  charge is above ``share`` times the average of the other callers that
+  want the interpreter is held: it waits, in the queue, while another
+  caller has a call waiting for a worker or a call that started less than
+  ``recent`` seconds ago (on a worker, so running or waiting for the GIL),
+  and at most ``max_hold`` seconds per call. It is released as soon as no
+  other caller does: a caller that is merely connected, or whose call waits
+  on something else (a summary, a lock), holds nobody back, so holding never
+  leaves the CPU idle (issue 28 review: holding for any caller active in the
+  last 100 ms cut a bulk importer's rate by 60 to 74% beside a pinger).
 - One caller runs at most ``max_workers`` minus ``reserve`` calls at once
   (``cap``); its further calls wait in the queue. grpcio takes a worker
   for a unary call before its request message has arrived and waits for it
@@ -54,6 +58,9 @@ class FairShare:
     busy: float = 0.2  # share of one core the charges must add up to before anyone is held
     share: float = 1.25  # times the others' average charge a caller may have
     max_hold: float = 2.0  # seconds one call may be held
+    # Seconds a call on a worker counts as wanting the interpreter: a valid
+    # call's handler takes a few ms; one running longer waits on something else.
+    recent: float = 0.1
     # Workers kept from any one caller: a quarter of them, at least one
     # (none when there is only one worker).
     reserve: float = 0.25
@@ -215,6 +222,18 @@ class FairExecutor(Executor):
             ]:
                 del self._callers[key]
 
+    def _wants(self, caller: _Caller, now: float) -> bool:
+        """Whether ``caller`` wants the interpreter now.
+
+        It does with a call waiting for a worker (one it may start), or with
+        a call that started less than ``recent`` seconds ago: on a worker,
+        running or waiting for the GIL. One running longer is taken to wait on
+        something else (a summary, a lock), and holds nobody back.
+        """
+        if caller.queue and caller.running < self.cap:
+            return True
+        return caller.running > 0 and now - caller.served < self.rule.recent
+
     def _held(self, caller: _Caller, now: float, others: int, charges: float) -> bool:
         """Whether ``caller``'s first queued call waits for the ``others`` callers' (charges summed)."""
         if others < 1 or now - caller.queue[0].queued >= self.rule.max_hold:
@@ -225,13 +244,13 @@ class FairExecutor(Executor):
         total = self._total * self._decay(now - self._total_stamp)
         return total >= self.rule.busy * self.rule.window
 
-    def _next(self, now: float) -> tuple[str, _Caller, _Work] | None:
-        """The call to start now; None if no caller under its cap has one queued.
+    def _next(self, now: float) -> tuple[str, _Caller, _Work] | float | None:
+        """The call to start now; else when to look again; None to wait for a call to come or end.
 
-        Holding only reorders the callers that have a call waiting (and may
-        start one): the least charged of them is never over its share, so
-        whenever one may start, one does, and a worker never idles beside a
-        waiting call. A caller at its cap neither starts nor holds others.
+        A caller over its share is held only while another caller wants the
+        interpreter (``_wants``): never while the others are idle or waiting
+        on something else, so it never leaves the CPU idle for them. A
+        caller at its cap neither starts a call nor holds others back.
         """
         ready = [
             (key, caller)
@@ -240,21 +259,34 @@ class FairExecutor(Executor):
         ]
         if not ready:
             return None
+        wanting: dict[str, float] = {}
+        if self._busy(now):
+            wanting = {
+                key: self._decayed(caller, now)
+                for key, caller in self._callers.items()
+                if self._wants(caller, now)
+            }
+        total = sum(wanting.values())
         best: tuple[float, str, _Caller] | None = None
         passed: list[_Caller] = []
-        if len(ready) > 1 and self._busy(now):
-            charges = {key: self._decayed(caller, now) for key, caller in ready}
-            total = sum(charges.values())
-            for key, caller in ready:
-                if self._held(caller, now, len(ready) - 1, total - charges[key]):
-                    passed.append(caller)
-                elif best is None or caller.served < best[0]:
-                    best = (caller.served, key, caller)
-        if best is None:  # nobody held (or, with share < 1, everybody)
-            best = min(((c.served, k, c) for k, c in ready), key=lambda t: t[0])
-            passed = []
+        for key, caller in ready:
+            if self._held(caller, now, len(wanting) - 1, total - wanting.get(key, 0.0)):
+                passed.append(caller)
+            elif best is None or caller.served < best[0]:
+                best = (caller.served, key, caller)
         for caller in passed:
             caller.queue[0].held = True
+        if best is None:
+            # Every caller with a call to start is held, for others' calls
+            # running: a call ending wakes us; else look again when the
+            # newest of them turns ``recent`` or a held call its ``max_hold``.
+            times = [c.queue[0].queued + self.rule.max_hold for c in passed]
+            times += [
+                c.served + self.rule.recent
+                for key, c in self._callers.items()
+                if key in wanting and c.running
+            ]
+            return min(times)
         _, key, caller = best
         work = caller.queue.popleft()
         self.held += work.held
@@ -266,13 +298,13 @@ class FairExecutor(Executor):
                 while True:
                     now = self._clock()
                     picked = self._next(now)
-                    if picked is not None:
+                    if isinstance(picked, tuple):
                         break
                     if self._shutdown and self._queued == 0:
                         return
-                    # Nothing may start: a call queued or a call ending wakes us.
+                    # Nothing may start now: a call queued or ending wakes us.
                     self._idle += 1
-                    self._wake.wait()
+                    self._wake.wait(None if picked is None else max(1e-3, picked - now))
                     self._idle -= 1
                 key, caller, work = picked
                 self._queued -= 1
