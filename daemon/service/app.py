@@ -166,6 +166,8 @@ def start(
     if traces is not None:
         server.on_stop.append(traces.shutdown)
     if metrics is not None:
+        if server.admission is not None:
+            metrics.watch_admission(server.admission)
         try:
             check_port_free(config.metrics_host, config.metrics_port)
             endpoint = metrics.serve(config.metrics_host, config.metrics_port)

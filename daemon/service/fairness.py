@@ -1,4 +1,4 @@
-"""Fair admission: the handler pool serves callers in turn, and holds back one that took more than its share.
+"""Fair admission: the handler pool serves callers in turn, lets one that took more than its share go last, and keeps workers for others.
 
 grpcio hands every call to the server's executor (``submit``) on its
 polling thread. A plain ``ThreadPoolExecutor`` runs calls first come first
@@ -13,15 +13,27 @@ calls in flight can take every worker while others queue behind them
   first, so a caller's backlog does not delay another caller's call.
 - Each call's CPU time in its handler thread is charged to its caller, and
   decays with a time constant of ``window`` seconds. While the daemon is
-  busy (the charges add up to more than ``busy`` of a core) a caller whose
-  charge is above ``share`` times the average of the others waits, in the
-  queue without holding a thread, while another caller has a call running
-  or queued, for at most ``max_hold`` seconds per call.
+  busy (the charges add up to more than ``busy`` of a core), a caller whose
+  charge is above ``share`` times the average of the other callers that
+  want the interpreter is held: it waits, in the queue, while another
+  caller has a call waiting for a worker or a call that started less than
+  ``recent`` seconds ago (on a worker, so running or waiting for the GIL),
+  and at most ``max_hold`` seconds per call. It is released as soon as no
+  other caller does: a caller that is merely connected, or whose call waits
+  on something else (a summary, a lock), holds nobody back, so holding never
+  leaves the CPU idle (issue 28 review: holding for any caller active in the
+  last 100 ms cut a bulk importer's rate by 60 to 74% beside a pinger).
+- One caller runs at most ``max_workers`` minus ``reserve`` calls at once
+  (``cap``); its further calls wait in the queue. grpcio takes a worker
+  for a unary call before its request message has arrived and waits for it
+  there with no bound, so without the cap one connection that opens calls
+  and never sends them would hold every worker, at no CPU cost.
 
-So a caller alone, or on an idle daemon, is never held: the rule only
-decides who goes first when callers compete. Calls held are counted
-(``held``); a held call still answers DEADLINE_EXCEEDED if it waited past
-its deadline, like any call that waited for a worker.
+So a caller alone, or on an idle daemon, is never held (only capped).
+Calls held are counted (``held``); a held call still answers
+DEADLINE_EXCEEDED if it waited past its deadline, like any call that
+waited for a worker. The rule keys on connections: a client that opens
+many of them is many callers, and this does not stop it.
 """
 
 from __future__ import annotations
@@ -46,9 +58,17 @@ class FairShare:
     busy: float = 0.2  # share of one core the charges must add up to before anyone is held
     share: float = 1.25  # times the others' average charge a caller may have
     max_hold: float = 2.0  # seconds one call may be held
-    # Seconds after its last call arrived or ended that a caller still
-    # competes: a closed-loop client's next call comes within a few ms.
+    # Seconds a call on a worker counts as wanting the interpreter: a valid
+    # call's handler takes a few ms; one running longer waits on something else.
     recent: float = 0.1
+    # Workers kept from any one caller: a quarter of them, at least one
+    # (none when there is only one worker).
+    reserve: float = 0.25
+
+    def cap(self, max_workers: int) -> int:
+        """The calls one caller may run at once with ``max_workers`` workers."""
+        kept = max(1, int(max_workers * self.reserve)) if self.reserve > 0 else 0
+        return max(1, max_workers - kept)
 
 
 def grpc_caller(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
@@ -86,7 +106,7 @@ class _Caller:
     charge: float = 0.0  # CPU seconds, decayed, as of ``stamp``
     stamp: float = 0.0
     served: float = 0.0  # when a call of this caller last started; 0 never
-    active: float = 0.0  # when a call of this caller last arrived or ended
+    active: float = 0.0  # when a call of this caller last arrived or ended; for forgetting
 
 
 class FairExecutor(Executor):
@@ -104,6 +124,7 @@ class FairExecutor(Executor):
             raise ValueError("max_workers must be at least 1")
         self.rule = rule
         self.held = 0  # calls that waited because their caller was over its share
+        self.cap = rule.cap(max_workers)
         self._max_workers = max_workers
         self._prefix = thread_name_prefix
         self._caller_of = caller_of
@@ -172,6 +193,11 @@ class FairExecutor(Executor):
         with self._lock:
             return self._queued
 
+    def running(self) -> int:
+        """Calls on a worker, including any whose request message has not come yet."""
+        with self._lock:
+            return self._running
+
     # The rule
 
     def _decay(self, age: float) -> float:
@@ -196,52 +222,71 @@ class FairExecutor(Executor):
             ]:
                 del self._callers[key]
 
-    def _competing(self, now: float) -> tuple[int, float]:
-        """How many callers compete for the daemon now, and their charges' sum.
+    def _wants(self, caller: _Caller, now: float) -> bool:
+        """Whether ``caller`` wants the interpreter now.
 
-        A caller competes while it has a call queued, or one arrived or ended
-        within ``recent`` seconds: one with a call in flight for longer is
-        waiting on something else (a summary, a lock), not on the CPU.
+        It does with a call waiting for a worker (one it may start), or with
+        a call that started less than ``recent`` seconds ago: on a worker,
+        running or waiting for the GIL. One running longer is taken to wait on
+        something else (a summary, a lock), and holds nobody back.
         """
-        count, charges = 0, 0.0
-        for caller in self._callers.values():
-            if caller.queue or now - caller.active <= self.rule.recent:
-                count += 1
-                charges += self._decayed(caller, now)
-        return count, charges
+        if caller.queue and caller.running < self.cap:
+            return True
+        return caller.running > 0 and now - caller.served < self.rule.recent
 
-    def _held(self, caller: _Caller, now: float, competing: tuple[int, float]) -> bool:
-        if now - caller.queue[0].queued >= self.rule.max_hold:
+    def _held(self, caller: _Caller, now: float, others: int, charges: float) -> bool:
+        """Whether ``caller``'s first queued call waits for the ``others`` callers' (charges summed)."""
+        if others < 1 or now - caller.queue[0].queued >= self.rule.max_hold:
             return False
-        others = competing[0] - 1  # this caller competes: it has a call queued
-        if others < 1:
-            return False
-        mine = self._decayed(caller, now)
-        return mine > self.rule.share * (competing[1] - mine) / others
+        return self._decayed(caller, now) > self.rule.share * charges / others
 
     def _busy(self, now: float) -> bool:
         total = self._total * self._decay(now - self._total_stamp)
         return total >= self.rule.busy * self.rule.window
 
     def _next(self, now: float) -> tuple[str, _Caller, _Work] | float | None:
-        """The call to start now; else when a held one may start; None if nothing is queued."""
+        """The call to start now; else when to look again; None to wait for a call to come or end.
+
+        A caller over its share is held only while another caller wants the
+        interpreter (``_wants``): never while the others are idle or waiting
+        on something else, so it never leaves the CPU idle for them. A
+        caller at its cap neither starts a call nor holds others back.
+        """
+        ready = [
+            (key, caller)
+            for key, caller in self._callers.items()
+            if caller.queue and caller.running < self.cap
+        ]
+        if not ready:
+            return None
+        wanting: dict[str, float] = {}
+        if self._busy(now):
+            wanting = {
+                key: self._decayed(caller, now)
+                for key, caller in self._callers.items()
+                if self._wants(caller, now)
+            }
+        total = sum(wanting.values())
         best: tuple[float, str, _Caller] | None = None
-        release: float | None = None
-        competing = self._competing(now) if self._busy(now) else (0, 0.0)
-        for key, caller in self._callers.items():
-            if not caller.queue:
-                continue
-            if self._held(caller, now, competing):
-                caller.queue[0].held = True
-                until = caller.queue[0].queued + self.rule.max_hold
-                release = until if release is None else min(release, until)
-                continue
-            if best is None or caller.served < best[0]:
+        passed: list[_Caller] = []
+        for key, caller in ready:
+            if self._held(caller, now, len(wanting) - 1, total - wanting.get(key, 0.0)):
+                passed.append(caller)
+            elif best is None or caller.served < best[0]:
                 best = (caller.served, key, caller)
+        for caller in passed:
+            caller.queue[0].held = True
         if best is None:
-            # A held caller's charge also falls below its share as it decays:
-            # look again within a tenth of the window.
-            return None if release is None else min(release, now + self.rule.window / 10)
+            # Every caller with a call to start is held, for others' calls
+            # running: a call ending wakes us; else look again when the
+            # newest of them turns ``recent`` or a held call its ``max_hold``.
+            times = [c.queue[0].queued + self.rule.max_hold for c in passed]
+            times += [
+                c.served + self.rule.recent
+                for key, c in self._callers.items()
+                if key in wanting and c.running
+            ]
+            return min(times)
         _, key, caller = best
         work = caller.queue.popleft()
         self.held += work.held
@@ -257,6 +302,7 @@ class FairExecutor(Executor):
                         break
                     if self._shutdown and self._queued == 0:
                         return
+                    # Nothing may start now: a call queued or ending wakes us.
                     self._idle += 1
                     self._wake.wait(None if picked is None else max(1e-3, picked - now))
                     self._idle -= 1

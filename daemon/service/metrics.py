@@ -180,6 +180,10 @@ class Metrics:
         """Count late Claude results (summaries/late.py ``LateCalls``) as Prometheus reads them."""
         self.registry.register(_LateCollector(calls))
 
+    def watch_admission(self, admission: Any) -> None:
+        """Export the fair executor's (service/fairness.py ``FairExecutor``) held and waiting calls."""
+        self.registry.register(_AdmissionCollector(admission))
+
     def watch_summarizer(self, summarizer: Any) -> CountingSummarizer:
         return CountingSummarizer(summarizer, self.summarizer_failures.inc)
 
@@ -288,6 +292,32 @@ class _LateCollector:
         )
 
 
+class _AdmissionCollector:
+    """Fair admission's holding and queue, read from the executor as Prometheus reads them (issue 28 review)."""
+
+    def __init__(self, admission: Any) -> None:
+        self.admission = admission
+
+    def collect(self) -> Any:
+        yield CounterMetricFamily(
+            "chd_calls_held",
+            "Daemon calls that waited for other callers' waiting calls because their caller "
+            "(connection) was over its CPU share.",
+            value=self.admission.held,
+        )
+        yield GaugeMetricFamily(
+            "chd_calls_waiting",
+            "Daemon calls queued for a worker now, not started (held ones among them).",
+            value=self.admission.waiting(),
+        )
+        yield GaugeMetricFamily(
+            "chd_calls_on_workers",
+            "Daemon calls holding a worker now, including ones whose request message has not "
+            "arrived (chd_requests_in_flight counts a call only once its handler runs).",
+            value=self.admission.running(),
+        )
+
+
 class CountingSummarizer:
     """A Summarizer that counts the failures of the one it wraps (and re-raises them)."""
 
@@ -318,6 +348,7 @@ def metrics_table() -> str:
     metrics = Metrics()
     metrics.watch_backend(MemoryBackend())
     metrics.watch_late(SimpleNamespace(applied=0, dropped=0, failed=0, in_flight=0))
+    metrics.watch_admission(SimpleNamespace(held=0, waiting=lambda: 0, running=lambda: 0))
     # A labelled metric with no child yet collects no samples, so nothing says
     # its labels: give each one child (the registry's collectors are the metrics).
     for collector in list(metrics.registry._collector_to_names):
