@@ -29,8 +29,8 @@ MOST_WRONG = {
     "c": Counter(),
     "d": Counter({"wrong-effect": 1}),
     "e": Counter(),
-    "b": Counter({"wrong-text": 2, "wrong-operation": 1, "wrong-effect": 3}),
-    "f": Counter({"wrong-text": 2, "wrong-operation": 1, "wrong-effect": 2}),
+    "b": Counter({"wrong-text": 2, "wrong-operation": 1, "wrong-effect": 2}),
+    "f": Counter({"wrong-text": 2, "wrong-operation": 1, "wrong-effect": 1}),
 }
 
 
