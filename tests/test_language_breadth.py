@@ -269,6 +269,9 @@ def test_requests_and_bracketed_speakers_still_read(
         "The user mentioned I want 2 tickets",
         "Set the token budget to 4000 tokens and the buffer size to 4000 tokens",
         "add_message('user', 'system')",
+        # The running summary is not in the buffer: clearing "the buffer" would drop it too.
+        "Clear the buffer",
+        "Remove all utterances from the buffer",
     ],
 )
 def test_more_of_the_second_review_is_refused(query: str) -> None:

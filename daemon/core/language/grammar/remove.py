@@ -48,6 +48,7 @@ _WITH_SUMMARY = (
     r"(?:\b(?:including|incl\.?|with|and|plus|as\s+well\s+as)\s+)(?:the\s+|its\s+|their\s+)?"
     r"(?:running\s+|stored\s+)?summary\b(?:\s+(?:too|as\s+well))?"
 )
+_BUFFER_ONLY = re.compile(r"\bbuffer\b", re.IGNORECASE)
 _TURN_NOUN = re.compile(r"\b(?:every|each|all(?:\s+the)?|any|the)\s+turns?\b|\bturns?\b", FLAGS)
 _HOW = (
     "say which utterances: 'the oldest 3', 'the newest 2', 'utterance 12', 'before turn 4', "
@@ -123,6 +124,13 @@ def read_remove(text: str) -> Reading | None:
         and not nouns
     ):
         fields["all"] = True
+        if _BUFFER_ONLY.search(text) and not re.search(_WITH_SUMMARY, text, FLAGS):
+            # "Clear the buffer": the running summary is not in the buffer, and
+            # clearing everything would drop it (issue 25 review).
+            reading.refusal = (
+                "clearing removes the running summary too, which is not in the buffer; say 'Clear "
+                "the conversation' for everything, or name the utterances ('Remove turns 1 to 4')"
+            )
         # "Clear the entire conversation, including its summary": all is buffer, summary and queue.
         q.take(_WITH_SUMMARY)
         reading.unexplained = q.unexplained(_WORDS)
