@@ -66,6 +66,9 @@ def test_developer_variables_do_not_reach_the_daemons_tests_start(tmp_path):
                 "-q",
                 "-p",
                 "no:cacheprovider",
+                # One process: two tests need no workers of their own (xdist's start costs seconds).
+                "-n",
+                "0",
                 f"{__file__}::TestUnderTheDevelopersEnvironment",
             ],
             capture_output=True,
