@@ -742,18 +742,7 @@ def _replayed(utterance: Utterance, intent: StoreIntent, key: str) -> Utterance:
     """The held ``utterance`` a store with its idempotency key answers again, if it is the same store:
     the same text and speaker, and the same turn when the store names one (a retry that asked for
     another speaker would otherwise get back an utterance it did not ask for, unawares)."""
-    differs = [
-        name
-        for name, same in (
-            ("text", utterance.text == intent.text),
-            ("speaker", utterance.speaker == intent.speaker),
-            (
-                "turn_number",
-                intent.turn_number is None or utterance.turn_number == intent.turn_number,
-            ),
-        )
-        if not same
-    ]
+    differs = utterance.differs_from(intent.text, intent.speaker, intent.turn_number)
     if differs:
         raise InvalidRequest(
             f"metadata.idempotency_key {quote(key, 40)} was already used by the store of utterance "

@@ -69,6 +69,22 @@ class Utterance:
     important: bool = False
     key: str = ""
 
+    def differs_from(self, text: str, speaker: str, turn_number: int | None) -> list[str]:
+        """The fields in which a store sent again with this utterance's key asks for something else.
+
+        The turn counts only when the store names one: an unnamed turn is whatever the
+        store was given the first time.
+        """
+        return [
+            name
+            for name, same in (
+                ("text", self.text == text),
+                ("speaker", self.speaker == speaker),
+                ("turn_number", turn_number is None or self.turn_number == turn_number),
+            )
+            if not same
+        ]
+
     def to_dict(self, utterance_index: int | None = None) -> dict[str, Any]:
         """The wire form; ``utterance_index`` is included when known."""
         out: dict[str, Any] = {

@@ -52,6 +52,7 @@ Conversation = Annotated[
     ),
 ]
 Speaker = Literal["user", "assistant", "system"]
+SpeakerFilter = Annotated[Speaker | None, Field(description="Only what this speaker said.")]
 TurnNumber = Annotated[
     int | None, Field(description="A turn number (1 = the first user utterance's turn).")
 ]
@@ -149,9 +150,7 @@ def build_server(answerer: Answerer) -> MCPServer:
         ] = None,
         turn_from: TurnNumber = None,
         turn_to: TurnNumber = None,
-        speaker: Annotated[
-            Speaker | None, Field(description="Only what this speaker said.")
-        ] = None,
+        speaker: SpeakerFilter = None,
         limit: Annotated[
             int | None, Field(description="At most this many topic matches.", ge=1)
         ] = None,
@@ -221,9 +220,7 @@ def build_server(answerer: Answerer) -> MCPServer:
         ] = None,
         turn_from: TurnNumber = None,
         turn_to: TurnNumber = None,
-        speaker: Annotated[
-            Speaker | None, Field(description="Only what this speaker said.")
-        ] = None,
+        speaker: SpeakerFilter = None,
         all: Annotated[
             bool,
             Field(

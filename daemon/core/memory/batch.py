@@ -194,18 +194,7 @@ def _replayed(state: ConversationState, items: Sequence[BatchItem], key: str) ->
         )
     for i, (utterance, _) in found:
         item = items[i]
-        differs = [
-            name
-            for name, same in (
-                ("text", utterance.text == item.text),
-                ("speaker", utterance.speaker == item.speaker),
-                (
-                    "turn_number",
-                    item.turn_number is None or utterance.turn_number == item.turn_number,
-                ),
-            )
-            if not same
-        ]
+        differs = utterance.differs_from(item.text, item.speaker, item.turn_number)
         if differs:
             raise InvalidRequest(
                 f"metadata.idempotency_key {quote(key, 40)} was already used by a batch whose "
