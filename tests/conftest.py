@@ -30,6 +30,14 @@ from chd.v1 import daemon_pb2, daemon_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Two workers per core for ``-n auto``: most of a test's wall time is a daemon starting or a
+    server answering, so a core runs one worker's Python while another's waits (idle 2-core: 4 min
+    07 s with two workers, 3 min 21 s with four). At most 16: each worker holds its own servers."""
+    return min(16, 2 * len(os.sched_getaffinity(0)))
+
+
 # Variables of the developer's shell that change what a daemon does.
 DEVELOPER_PREFIXES = ("ANTHROPIC_", "CHD_", "OTEL_")
 

@@ -48,7 +48,7 @@ class ReplyDroppingProxy:
         return f"127.0.0.1:{self.port}"
 
     def close(self) -> None:
-        self._listener.close()
+        _close(self._listener)  # shutdown wakes the accept thread; close alone leaves it blocked
         with self._lock:
             for sock in self._sockets:
                 _close(sock)

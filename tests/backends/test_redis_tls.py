@@ -59,6 +59,12 @@ class TlsProxy:
             self._loop.run_forever()
         finally:
             server.close()
+            # Relays still pumping are cancelled and awaited, so none is left to be collected
+            # half-run (pytest reports that as an unraisable GeneratorExit).
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._loop.close()
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
