@@ -22,13 +22,16 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import chd
 from chd.cli.client import add_client_commands, run_client
 from chd.cli.mcp import add_mcp_command, run_mcp
 from chd.cli.storage import add_transfer_commands, open_storage, run_transfer
 from chd.service import config
+
+if TYPE_CHECKING:
+    from chd.core.language.reading_process import ReadingProcess
 
 __all__ = ["main"]
 
@@ -177,8 +180,22 @@ def _serve(
             flush=True,
         )
     _log_summarizer(server.history.writer)
-    serve_forever(server, effective.shutdown_grace, effective.shutdown_drain, stopping)
+    reader = _read_long_queries_in_a_child()
+    try:
+        serve_forever(server, effective.shutdown_grace, effective.shutdown_drain, stopping)
+    finally:
+        reader.close()
     return 0
+
+
+def _read_long_queries_in_a_child() -> ReadingProcess:
+    """Long queries' rules run in a child process, off this one's GIL (reading_process says why)."""
+    from chd.core.language.parser import read_queries_with, reading_of
+    from chd.core.language.reading_process import ReadingProcess
+
+    reader = ReadingProcess(reading_of)
+    read_queries_with(reader)
+    return reader
 
 
 def _url_host(host: str) -> str:

@@ -152,6 +152,12 @@ class NotUnderstood(InvalidRequest):
         self.best = best
         self.did_you_mean = did_you_mean
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled whole (reading_process sends refusals between processes);
+        # the default would rebuild it from the message alone.
+        fields = (str(self), self.confidence, self.best, self.did_you_mean)
+        return (type(self), fields, {"operation": self.operation})
+
 
 class Ambiguous(InvalidRequest):
     """The query was understood well enough to know that acting on it would be a guess."""
@@ -617,6 +623,9 @@ class _ReadingCache:
     _ENTRY_OVERHEAD = 600  # the key's slot, the tuple, a small fields dict
 
     def __init__(self, budget: int) -> None:
+        # What reads a query the cache does not know: reading_of here, or a
+        # chd.core.language.reading_process.ReadingProcess in a daemon.
+        self.reader: Callable[[str], _Outcome | InvalidRequest] = reading_of
         self.budget = budget
         self.used = 0
         self._entries: OrderedDict[str, tuple[_Outcome | InvalidRequest, int]] = OrderedDict()
@@ -635,12 +644,7 @@ class _ReadingCache:
 
     def read(self, query: str) -> _Outcome:
         """Read ``query`` (not cached: ``known`` said so) and keep the reading or the refusal."""
-        try:
-            outcome: _Outcome | InvalidRequest = _read(query)
-        except NotUnderstood as refusal:
-            outcome = _with_rewrites(query, refusal)
-        except InvalidRequest as refusal:
-            outcome = refusal
+        outcome = self.reader(query)
         self._keep(query, (outcome, self._size(query, outcome)))
         if isinstance(outcome, InvalidRequest):
             raise _fresh(outcome)
@@ -667,6 +671,21 @@ class _ReadingCache:
         with self._lock:
             self._entries.clear()
             self.used = 0
+
+
+def reading_of(query: str) -> _Outcome | InvalidRequest:
+    """The rules' reading of ``query``, or their refusal, returned: what the cache keeps."""
+    try:
+        return _read(query)
+    except NotUnderstood as refusal:
+        return _with_rewrites(query, refusal)
+    except InvalidRequest as refusal:
+        return refusal
+
+
+def read_queries_with(reader: Callable[[str], _Outcome | InvalidRequest]) -> None:
+    """Have ``reader`` read the queries no cached reading answers (``reading_of`` by default)."""
+    _READINGS.reader = reader
 
 
 def _fresh(refusal: InvalidRequest) -> InvalidRequest:

@@ -1,0 +1,169 @@
+"""Long queries are read in a child process (issue 28, item 10): the same answers, and a child that fails costs nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from chd.core.errors import InvalidRequest
+from chd.core.language.parser import NotUnderstood, reading_of
+from chd.core.language.reading_process import MIN_CHARS, ReadingProcess
+from tests.conftest import DaemonProcess
+from tests.ops_support import ask
+from tests.parser_shapes import SHAPES, build
+
+CHILD_MODULE = "chd.core.language.reading_process"
+
+
+def _same(here: object, there: object) -> bool:
+    """The same reading, or a refusal of the same kind saying the same, for the same operation."""
+    if isinstance(here, InvalidRequest):
+        return (
+            type(there) is type(here)
+            and str(there) == str(here)
+            and getattr(there, "operation", None) == here.operation
+            and getattr(there, "did_you_mean", None) == getattr(here, "did_you_mean", None)
+            and getattr(there, "confidence", None) == getattr(here, "confidence", None)
+        )
+    return there == here
+
+
+@pytest.fixture
+def reader() -> ReadingProcess:
+    process = ReadingProcess(reading_of)
+    assert process.start(30), "the reader process did not start"
+    yield process
+    process.close()
+
+
+def test_every_parser_shape_reads_the_same_in_the_child(reader: ReadingProcess) -> None:
+    """Readings and refusals (with their suggestions) come back from the child as the daemon reads them."""
+    queries = [build(name, size) for name in SHAPES for size in (MIN_CHARS, 2000)]
+    queries.append("Get the last 5 utterances " + "please " * 40)  # a reading, not a refusal
+    for query in queries:
+        assert _same(reading_of(query), reader(query)), query[:80]
+    assert reader.read_in_child == sum(len(q) >= MIN_CHARS for q in queries) > len(SHAPES)
+    assert any(not isinstance(reading_of(q), InvalidRequest) for q in queries)
+
+
+def test_short_queries_never_go_to_the_child(reader: ReadingProcess) -> None:
+    reader("Get the last 5 utterances")
+    assert reader.read_in_child == 0
+
+
+def test_a_killed_child_is_replaced_and_its_query_read_in_the_daemon(
+    reader: ReadingProcess,
+) -> None:
+    query = build("hashes", 2000)
+    assert reader._child is not None
+    reader._child.kill()
+    reader._child.wait(5)
+    # The query the dead child had is read here, with the same answer.
+    assert _same(reading_of(query), reader(query))
+    assert reader.read_in_child == 0
+    assert reader.start(30)
+    assert _same(reading_of(query), reader(query))
+    assert reader.read_in_child == 1
+
+
+def test_a_child_that_never_answers_is_given_up_after_its_timeout() -> None:
+    silent = (sys.executable, "-c", "import sys, time; time.sleep(60)")
+    process = ReadingProcess(reading_of, timeout=0.5, command=silent)
+    try:
+        assert not process.start(5)  # it never says it is ready
+        query = build("turn_ranges", 2000)
+        assert _same(reading_of(query), process(query))
+        assert process.read_in_child == 0
+    finally:
+        process.close()
+
+
+def test_a_child_that_answers_garbage_is_stopped(tmp_path: Path) -> None:
+    """Ready, then bytes that are no frame: the query is read here and the child is ended."""
+    script = tmp_path / "liar.py"
+    script.write_text(
+        "import os, pickle, struct, sys, time\n"
+        "body = pickle.dumps('ready')\n"
+        "os.write(1, struct.pack('>I', len(body)) + body)\n"
+        "sys.stdin.buffer.read(1)\n"
+        "os.write(1, struct.pack('>I', 5) + b'xxxxx')\n"
+        "time.sleep(60)\n"
+    )
+    process = ReadingProcess(reading_of, timeout=5, command=(sys.executable, str(script)))
+    try:
+        assert process.start(30)
+        child = process._child
+        query = build("hashes", 2000)
+        assert _same(reading_of(query), process(query))
+        assert process.read_in_child == 0
+        assert child is not None and child.poll() is not None  # ended, not left running
+    finally:
+        process.close()
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _gone(pid: int, within: float) -> bool:
+    until = time.monotonic() + within
+    while time.monotonic() < until:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if _zombie(pid):  # ended; whoever adopted it has not reaped it yet
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_the_daemon_reads_long_queries_in_a_child_that_ends_with_it() -> None:
+    """Through gRPC: a 2,000-character query is refused as in-process; SIGKILL of the daemon ends the child."""
+    daemon = DaemonProcess()
+    try:
+        query = build("turn_ranges", 2000)
+        with grpc.insecure_channel(daemon.target) as channel:
+            answers = []
+            for k in range(40):  # the first ones start the child and are read in the daemon
+                variant = query[:-1] + str(k % 10)
+                with pytest.raises(grpc.RpcError) as refused:
+                    ask(channel, variant, metadata={"conversation_id": "long"})
+                answers.append(refused.value)
+                if any(CHILD_MODULE in _command_line(c) for c in _children(daemon.proc.pid)):
+                    break
+                time.sleep(0.25)
+            child = [c for c in _children(daemon.proc.pid) if CHILD_MODULE in _command_line(c)]
+            assert len(child) == 1, "no reader process beside the daemon"
+            with pytest.raises(grpc.RpcError) as refused:
+                ask(channel, query, metadata={"conversation_id": "long"})
+        expected = reading_of(query)
+        assert isinstance(expected, NotUnderstood)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details().startswith(str(expected)[:60])
+        daemon.proc.send_signal(signal.SIGKILL)
+        daemon.proc.wait(10)
+        assert _gone(child[0], 10), "the reader process outlived the daemon"
+    finally:
+        daemon.kill()
