@@ -12,8 +12,9 @@ import grpc
 import pytest
 
 from chd.core.errors import InvalidRequest
-from chd.core.language.parser import NotUnderstood, reading_of
-from chd.core.language.reading_process import MIN_CHARS, ReadingProcess
+from chd.core.language import parser
+from chd.core.language.parser import NotUnderstood, read_queries_with, reading_of
+from chd.core.language.reading_process import MIN_CHARS, ReadingProcess, reading_deadline
 from tests.conftest import DaemonProcess
 from tests.ops_support import ask
 from tests.parser_shapes import SHAPES, build
@@ -36,8 +37,10 @@ def _same(here: object, there: object) -> bool:
 
 @pytest.fixture
 def reader() -> ReadingProcess:
-    process = ReadingProcess(reading_of)
-    assert process.start(30), "the reader process did not start"
+    # A long timeout: on a machine at a load average of 20 a nice-5 child may take
+    # seconds for a 2,000-character query, and a late answer would be read here.
+    process = ReadingProcess(reading_of, timeout=60)
+    assert process.start(60), "the reader process did not start"
     yield process
     process.close()
 
@@ -89,7 +92,7 @@ def test_a_child_that_answers_garbage_is_stopped(tmp_path: Path) -> None:
     script = tmp_path / "liar.py"
     script.write_text(
         "import os, pickle, struct, sys, time\n"
-        "body = pickle.dumps('ready')\n"
+        "body = pickle.dumps(('ready', {}))\n"
         "os.write(1, struct.pack('>I', len(body)) + body)\n"
         "sys.stdin.buffer.read(1)\n"
         "os.write(1, struct.pack('>I', 5) + b'xxxxx')\n"
@@ -107,9 +110,68 @@ def test_a_child_that_answers_garbage_is_stopped(tmp_path: Path) -> None:
         process.close()
 
 
+def test_a_child_of_other_code_is_never_used(tmp_path: Path) -> None:
+    """A child whose chd.core files are not the daemon's (installed since it started) is ended for good."""
+    script = tmp_path / "upgraded.py"
+    script.write_text(
+        "import os, pickle, struct, sys, time\n"
+        "body = pickle.dumps(('ready', {'chd.core.language.parser': 1}))\n"
+        "os.write(1, struct.pack('>I', len(body)) + body)\n"
+        "time.sleep(60)\n"
+    )
+    process = ReadingProcess(reading_of, command=(sys.executable, str(script)))
+    try:
+        assert not process.start(30)
+        query = build("hashes", 2000)
+        assert _same(reading_of(query), process(query))
+        assert not process.start(1)  # not tried again
+        assert process.read_in_child == 0
+    finally:
+        process.close()
+
+
+def test_a_call_waits_on_the_child_only_half_its_time_left(reader: ReadingProcess) -> None:
+    """A stopped child: the call is read in the daemon, the child is kept, and its late answer is dropped."""
+    child = reader._child
+    assert child is not None
+    first, second = build("hashes", 2000), build("turn_ranges", 2000)
+    os.kill(child.pid, signal.SIGSTOP)
+    try:
+        with reading_deadline(time.monotonic() + 0.4):
+            assert _same(reading_of(first), reader(first))
+        assert child.poll() is None and reader._child is child  # kept: only this call ran out
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+    # The late answer to ``first`` is not taken for ``second``'s.
+    assert _same(reading_of(second), reader(second))
+    assert reader.read_in_child == 1
+
+
+def test_a_long_query_with_a_store_verb_is_read_in_the_child_too(reader: ReadingProcess) -> None:
+    """The other-operation reading of an unclear store went around the child (review of issue 28)."""
+    query = ("Save " + build("call_unclosed_strings", 1000))[:1000]
+    read_queries_with(reader)
+    try:
+        with pytest.raises(InvalidRequest) as here:
+            parser.parse(query + " ")  # not cached: a store's refusal never is
+    finally:
+        read_queries_with(reading_of)
+    assert reader.read_in_child >= 1
+    read_queries_with(reading_of)
+    with pytest.raises(InvalidRequest) as there:
+        parser.parse(query + "  ")
+    assert str(here.value) == str(there.value)
+
+
 def _children(pid: int) -> list[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    return [int(p) for p in path.read_text().split()] if path.exists() else []
+    """Children of every thread of ``pid`` (the reader is started from a thread of its own)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:  # the thread ended
+            pass
+    return found
 
 
 def _command_line(pid: int) -> str:
@@ -145,16 +207,14 @@ def test_the_daemon_reads_long_queries_in_a_child_that_ends_with_it() -> None:
     try:
         query = build("turn_ranges", 2000)
         with grpc.insecure_channel(daemon.target) as channel:
-            answers = []
-            for k in range(40):  # the first ones start the child and are read in the daemon
-                variant = query[:-1] + str(k % 10)
-                with pytest.raises(grpc.RpcError) as refused:
-                    ask(channel, variant, metadata={"conversation_id": "long"})
-                answers.append(refused.value)
-                if any(CHILD_MODULE in _command_line(c) for c in _children(daemon.proc.pid)):
+            with pytest.raises(grpc.RpcError):  # starts the child; read in the daemon
+                ask(channel, query[:-1] + "x", metadata={"conversation_id": "long"})
+            until = time.monotonic() + 60
+            while time.monotonic() < until:
+                child = [c for c in _children(daemon.proc.pid) if CHILD_MODULE in _command_line(c)]
+                if child:
                     break
-                time.sleep(0.25)
-            child = [c for c in _children(daemon.proc.pid) if CHILD_MODULE in _command_line(c)]
+                time.sleep(0.1)
             assert len(child) == 1, "no reader process beside the daemon"
             with pytest.raises(grpc.RpcError) as refused:
                 ask(channel, query, metadata={"conversation_id": "long"})
@@ -162,6 +222,7 @@ def test_the_daemon_reads_long_queries_in_a_child_that_ends_with_it() -> None:
         assert isinstance(expected, NotUnderstood)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert refused.value.details().startswith(str(expected)[:60])
+        os.kill(child[0], signal.SIGSTOP)  # a stopped child reads no EOF: the kernel ends it
         daemon.proc.send_signal(signal.SIGKILL)
         daemon.proc.wait(10)
         assert _gone(child[0], 10), "the reader process outlived the daemon"

@@ -33,6 +33,7 @@ from chd.core.language.intents import (
     SummarizeIntent,
     build_intent,
 )
+from chd.core.language.reading_process import reading_deadline
 from chd.core.language.understanding import understand
 from chd.core.memory.batch import ITEMS, BatchItem, decide_batch, item_key, taken_by_other_kind
 from chd.core.memory.configure import configure, effective_settings
@@ -225,7 +226,8 @@ class ConversationHistory:
             operation = _named_operation(data)
             conversation_id = self._conversation_id(metadata)
             with self.tracer.span(PARSE, conversation_id):
-                understood = understand(text, metadata, data, self.classifier)
+                with reading_deadline(deadline):
+                    understood = understand(text, metadata, data, self.classifier)
             operation = _OPERATION_OF.get(type(understood.intent), operation)
             _check_deadline(deadline, "once the query was read")
             outcome = self.execute(understood.intent, conversation_id, deadline)

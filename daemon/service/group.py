@@ -179,7 +179,7 @@ class _Child:
 
 
 def _child_command(argv: Sequence[str], port: int, metrics: bool) -> list[str]:
-    command = [sys.executable, "-m", "chd", "serve", *argv]
+    command = [sys.executable, "-P", "-m", "chd", "serve", *argv]  # -P: not the cwd's modules
     command += ["--port", str(port), "--processes", "1", "--group-member", str(os.getpid())]
     if metrics:
         command += ["--metrics-port", "0", "--metrics-host", "127.0.0.1"]

@@ -227,9 +227,11 @@ def parse(text: str) -> ParsedQuery:
         # A store verb in words the store rules cannot place ("Keep only the
         # last 5 messages"): another operation may run only if its rules
         # explain every word; otherwise the store's refusal stands.
-        if len(query) > _OTHER_READING_LIMIT or _fully_read(query) is None:
+        other = _fully_read(query) if len(query) <= _OTHER_READING_LIMIT else None
+        if other is None:
             raise
-        stored = None
+        # Read once: the next time the cache answers it, as it would once read below.
+        return _fresh_parse(_READINGS.kept(query, other))
     if stored is not None:
         return ParsedQuery("store", stored, 1.0)
     if len(query) > MAX_INSTRUCTION_CHARS:
@@ -595,10 +597,10 @@ def _may_set_aside(clause: str, operation: str) -> bool:
 
 def _fully_read(query: str) -> tuple[str, dict[str, Any], float] | None:
     # Not through the cache: a cached reading means "not a store", and this
-    # query is one the store rules could not place.
-    try:
-        reading = _read(query)
-    except InvalidRequest:
+    # query is one the store rules could not place. Through the reader, though:
+    # a long one is read in the child process like any other (review of issue 28).
+    reading = _READINGS.reader(query, False)
+    if isinstance(reading, InvalidRequest):
         return None
     return reading if reading[2] >= 1.0 else None
 
@@ -625,7 +627,7 @@ class _ReadingCache:
     def __init__(self, budget: int) -> None:
         # What reads a query the cache does not know: reading_of here, or a
         # chd.core.language.reading_process.ReadingProcess in a daemon.
-        self.reader: Callable[[str], _Outcome | InvalidRequest] = reading_of
+        self.reader: Callable[[str, bool], _Outcome | InvalidRequest] = reading_of
         self.budget = budget
         self.used = 0
         self._entries: OrderedDict[str, tuple[_Outcome | InvalidRequest, int]] = OrderedDict()
@@ -644,10 +646,15 @@ class _ReadingCache:
 
     def read(self, query: str) -> _Outcome:
         """Read ``query`` (not cached: ``known`` said so) and keep the reading or the refusal."""
-        outcome = self.reader(query)
+        outcome = self.reader(query, True)
         self._keep(query, (outcome, self._size(query, outcome)))
         if isinstance(outcome, InvalidRequest):
             raise _fresh(outcome)
+        return outcome
+
+    def kept(self, query: str, outcome: _Outcome) -> _Outcome:
+        """``outcome``, kept as the reading of ``query``."""
+        self._keep(query, (outcome, self._size(query, outcome)))
         return outcome
 
     def _keep(self, query: str, entry: tuple[_Outcome | InvalidRequest, int]) -> None:
@@ -673,17 +680,17 @@ class _ReadingCache:
             self.used = 0
 
 
-def reading_of(query: str) -> _Outcome | InvalidRequest:
-    """The rules' reading of ``query``, or their refusal, returned: what the cache keeps."""
+def reading_of(query: str, rewrites: bool = True) -> _Outcome | InvalidRequest:
+    """The rules' reading of ``query``, or their refusal (with did_you_mean from ``rewrites``), returned."""
     try:
         return _read(query)
     except NotUnderstood as refusal:
-        return _with_rewrites(query, refusal)
+        return _with_rewrites(query, refusal) if rewrites else refusal
     except InvalidRequest as refusal:
         return refusal
 
 
-def read_queries_with(reader: Callable[[str], _Outcome | InvalidRequest]) -> None:
+def read_queries_with(reader: Callable[[str, bool], _Outcome | InvalidRequest]) -> None:
     """Have ``reader`` read the queries no cached reading answers (``reading_of`` by default)."""
     _READINGS.reader = reader
 

@@ -295,7 +295,7 @@ class ProcessSummarizer:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, sys.path)]))
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(theirs.fileno())],
+                [sys.executable, "-P", "-m", __name__, str(theirs.fileno())],  # -P: not the cwd
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
