@@ -25,8 +25,10 @@ also writes the block it closes. Reading a whole 10,000-utterance
 buffer on every operation would cost more than the operation, so states are
 cached in memory beside the meta record they were read with; every commit
 writes a new token into that record, and a cached state is used only while
-the stored record is unchanged (one ``get`` per call). The cache is only a
-cache, and several processes can share one directory.
+the stored record is unchanged: the usual store checks it in its own write
+(an UPDATE of the record only where it is still the cached text), any
+other change reads the record first. The cache is only a cache, and
+several processes can share one directory.
 
 Concurrent ``transact`` calls of one process are group-committed: the thread
 holding the commit lock decides and writes every queued call in one SQLite
