@@ -25,8 +25,10 @@ also writes the block it closes. Reading a whole 10,000-utterance
 buffer on every operation would cost more than the operation, so states are
 cached in memory beside the meta record they were read with; every commit
 writes a new token into that record, and a cached state is used only while
-the stored record is unchanged (one ``get`` per call). The cache is only a
-cache, and several processes can share one directory.
+the stored record is unchanged: the usual store checks it in its own write
+(an UPDATE of the record only where it is still the cached text), any
+other change reads the record first. The cache is only a cache, and
+several processes can share one directory.
 
 Concurrent ``transact`` calls of one process are group-committed: the thread
 holding the commit lock decides and writes every queued call in one SQLite
@@ -170,6 +172,17 @@ _UPSERT = (
 
 # _meta_text's statement: a text value by key.
 _GET = "SELECT value FROM Cache WHERE key = ? AND raw = 1"
+
+# _append's statement when the state it decided on came from the cache
+# unchecked: the meta record is replaced only if it is still the text cached
+# (no other process or connection wrote it since), leaving the row as _UPSERT
+# would. One statement instead of _GET and _UPSERT, and expire_time, always
+# NULL in chd's rows, is left alone, so its index is not written on every store.
+_REPLACE = (
+    "UPDATE Cache SET store_time = ?, access_time = ?, access_count = 0, tag = NULL, size = 0,"
+    f" mode = {diskcache.core.MODE_RAW}, filename = NULL, value = ?"
+    " WHERE key = ? AND raw = 1 AND value = ? AND expire_time IS NULL"
+)
 
 # What one cached utterance costs in memory besides its text's characters:
 # the Utterance object and its other strings (measured with tracemalloc on
@@ -945,12 +958,23 @@ class DiskBackend:
             with self._cache.transact():
                 for request in batch:
                     cid = request.conversation_id
-                    current = staged.get(cid) or self._current(cid, self._meta_text(cid))
-                    try:
-                        change, request.value = request.decide(current.state)
-                    except Exception as exc:  # the caller's to see; the others go on
-                        request.error = exc
+                    current = staged.get(cid)
+                    guess: tuple[_Cached, _Decided] | None = None
+                    if current is None:
+                        guess = self._guess(cid, request)
+                        if guess is not None and self._append_guessed(cid, request, guess, staged):
+                            continue
+                        current = self._current(cid, self._meta_text(cid))
+                    if guess is not None and guess[0] is current:
+                        # The cached state was current after all: its decision stands.
+                        decided = guess[1]
+                    else:
+                        decided = _decide(request, current.state)
+                    change = decided.change
+                    if change is None:  # decide raised: the caller's to see; the others go on
+                        request.error = decided.error
                         continue
+                    request.value = decided.value
                     if change.is_empty:
                         continue
                     new_state = apply_change(current.state, change)
@@ -974,6 +998,52 @@ class DiskBackend:
         self._checkpointer.note_commit()
         for cid, entry in staged.items():
             self._remember(cid, entry)
+
+    def _guess(self, conversation_id: str, request: Request) -> tuple[_Cached, _Decided] | None:
+        """``request`` decided on the cached state, before the meta record is read to check it.
+
+        None when nothing is cached. ``_commit`` writes the usual store
+        straight away (``_append_guessed``); any other decision stands once
+        the record read shows the cache was current, and only a state changed
+        under the cache (by another process) is decided again, as a decide
+        may be (backends/base.py).
+        """
+        with self._states_lock:
+            cached = self._states.get(conversation_id)
+        if cached is None or cached.text is None or cached.meta is None:
+            return None
+        return cached, _decide(request, cached.state)
+
+    def _append_guessed(
+        self,
+        conversation_id: str,
+        request: Request,
+        guess: tuple[_Cached, _Decided],
+        staged: dict[str, _Cached],
+    ) -> bool:
+        """Write a guessed decision that is the usual store (``_plain_append``) with ``_REPLACE``.
+
+        True when the meta record was still the cached one, and the store
+        is written; False, with nothing written, for anything else.
+        """
+        cached, decided = guess
+        change = decided.change
+        if change is None or cached.meta is None or change.is_empty:
+            return False
+        new_state = apply_change(cached.state, change)
+        if not _plain_append(change, cached.state, new_state, cached.meta):
+            return False
+        entry = self._append(
+            conversation_id, cached, cached.meta, change.append[0], new_state, cached.text
+        )
+        if entry is None:
+            return False
+        request.value = decided.value
+        entry.chars = cached.chars + len(change.append[0].text)
+        staged[conversation_id] = entry
+        # A record with no state yet (a remove of nothing wrote one) becomes a conversation.
+        self._index(conversation_id, cached.state, new_state)
+        return True
 
     def _wait_for(self, batch: list[Request]) -> bool:
         """Wait for another process's lock only until the batch's earliest deadline; True if one bounds it.
@@ -1014,8 +1084,13 @@ class DiskBackend:
         old: Meta,
         utterance: Utterance,
         new_state: ConversationState,
-    ) -> _Cached:
-        """_write for the usual store (see _plain_append): one short utterance into the open block."""
+        replacing: str | None = None,
+    ) -> _Cached | None:
+        """_write for the usual store (see _plain_append): one short utterance into the open block.
+
+        With ``replacing``, the meta record is written only if it is still
+        that text (``_REPLACE``); None if it was not, and nothing is written.
+        """
         seq = utterance.seq
         open_records = {**_open_records(current, old), seq: encode_in_block(utterance)}
         new_meta = Meta(
@@ -1031,7 +1106,15 @@ class DiskBackend:
             open=(*old.open, utterance),
         )
         text = encode_meta(new_meta, open_records.values())
-        self._set(meta_key(conversation_id), text)
+        if replacing is None:
+            self._set(meta_key(conversation_id), text)
+        else:
+            now = time.time()
+            replaced = self._cache._con.execute(  # diskcache's connection of this thread
+                _REPLACE, (now, now, text, meta_key(conversation_id), replacing)
+            )
+            if replaced.rowcount != 1:
+                return None
         return _Cached(text, new_meta, new_state, open_records)
 
     def _write_new(self, conversation_id: str, new_state: ConversationState) -> _Cached:
@@ -1074,7 +1157,9 @@ class DiskBackend:
         if current.meta is None and not state.next_seq > 1:
             return self._write_new(conversation_id, new_state)
         if _plain_append(change, state, new_state, old):
-            return self._append(conversation_id, current, old, change.append[0], new_state)
+            appended = self._append(conversation_id, current, old, change.append[0], new_state)
+            assert appended is not None  # only a conditional write (``replacing``) may not happen
+            return appended
         kept = old.buffer.without(change.remove)
         appended = [u.seq for u in change.append]
         if appended and (
@@ -1370,6 +1455,23 @@ def _rolled_back(exc: BaseException) -> bool:
         and "no transaction is active" in str(exc)
         and isinstance(exc.__context__, _STORAGE_ERRORS)
     )
+
+
+@dataclass(slots=True)
+class _Decided:
+    """What a request's decide returned, or the error it raised."""
+
+    change: Change | None = None  # None: decide raised ``error``
+    value: Any = None
+    error: Exception | None = None
+
+
+def _decide(request: Request, state: ConversationState) -> _Decided:
+    try:
+        change, value = request.decide(state)
+    except Exception as exc:  # the caller's to see; the others go on
+        return _Decided(error=exc)
+    return _Decided(change, value)
 
 
 def _plain_append(

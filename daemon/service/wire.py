@@ -32,7 +32,12 @@ def _value(value: struct_pb2.Value) -> Any:
 
 def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
     """Every field of ``struct`` as Python values (numbers stay floats)."""
-    return {key: _value(value) for key, value in struct.fields.items()}
+    fields = struct.fields
+    if not fields:  # most requests' data
+        return {}
+    # By key, not items(): the map's items() is the Mapping mixin's Python
+    # view, a quarter of the cost of every request's two conversions.
+    return {key: _value(fields[key]) for key in fields}
 
 
 def dict_to_struct(values: dict[str, Any]) -> struct_pb2.Struct:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import diskcache
 import pytest
 
-from chd.backends.base import Change
+from chd.backends.base import Change, ConversationState
 from chd.backends.checkpointer import BACKSTOP
 from chd.backends.disk import MARKER, DiskBackend, InvalidChange
 from chd.backends.records import (
@@ -309,26 +310,61 @@ class TestLayout:
         assert stored_value(tmp_path, meta_key("c")).endswith('"open":[]}')
         backend.close()
 
-    def test_a_store_is_one_read_and_one_write_statement_in_its_transaction(
-        self, tmp_path: Path
-    ) -> None:
-        """The meta record is read and written with a statement each (Cache.get and Cache.set took five)."""
+    def test_a_store_is_one_write_statement_in_its_transaction(self, tmp_path: Path) -> None:
+        """The usual store decides on the cached state and replaces the meta record only if it is
+        still the cached one, in one statement (Cache.get and Cache.set took five; a read and a
+        write statement took two, issue 31)."""
         backend = DiskBackend(tmp_path)
         for _ in range(3):
             backend.transact("c", append_next("short"))
-        statements: list[str] = []
-        connection = (
-            backend._cache._con
-        )  # this thread's, which the store below commits on (white box)
-        connection.set_trace_callback(statements.append)
-        try:
-            backend.transact("c", append_next("short"))
-        finally:
-            connection.set_trace_callback(None)
-        # SQLite traces a statement again for each trigger it fires (diskcache's counters): count it once.
-        distinct = [s for i, s in enumerate(statements) if i == 0 or s != statements[i - 1]]
-        assert [s.split()[0] for s in distinct] == ["BEGIN", "SELECT", "INSERT", "COMMIT"]
+        assert _statements(backend, lambda: backend.transact("c", append_next("short"))) == [
+            "BEGIN",
+            "UPDATE",
+            "COMMIT",
+        ]
         backend.close()
+
+    def test_a_store_after_another_process_wrote_is_decided_again(self, tmp_path: Path) -> None:
+        """The conditional write finds the record changed, writes nothing, and the store is decided
+        again on the record as read: its seq follows the other process's."""
+        backend, other = DiskBackend(tmp_path), DiskBackend(tmp_path)
+        for _ in range(3):
+            backend.transact("c", append_next("short"))
+        other.transact("c", append_next("from the other"))
+        seen: list[int] = []
+
+        def decide(state: ConversationState) -> tuple[Change, int]:
+            seen.append(state.next_seq)
+            return append_next("short")(state)
+
+        # The conditional write, the meta record, the records it names, the usual write.
+        assert _statements(backend, lambda: backend.transact("c", decide)) == [
+            "BEGIN",
+            "UPDATE",
+            "SELECT",
+            "SELECT",
+            "INSERT",
+            "COMMIT",
+        ]
+        assert seen == [4, 5]
+        assert [u.text for u in other.read("c").utterances][-2:] == ["from the other", "short"]
+        assert [u.seq for u in other.read("c").utterances] == [1, 2, 3, 4, 5]
+        backend.close()
+        other.close()
+
+
+def _statements(backend: DiskBackend, call: Callable[[], object]) -> list[str]:
+    """The first words of the SQL statements ``call`` runs on this thread's connection (white box)."""
+    statements: list[str] = []
+    connection = backend._cache._con  # this thread's, which the store commits on
+    connection.set_trace_callback(statements.append)
+    try:
+        call()
+    finally:
+        connection.set_trace_callback(None)
+    # SQLite traces a statement again for each trigger it fires (diskcache's counters): count it once.
+    distinct = [s for i, s in enumerate(statements) if i == 0 or s != statements[i - 1]]
+    return [s.split()[0] for s in distinct]
 
 
 class TestSchemaVersion:
