@@ -320,6 +320,9 @@ class Workload:
     clients: int = 4
     ops: int | None = None  # stop after this many operations in all ...
     duration: float | None = None  # ... or after this many seconds
+    # ... but not before this many were issued (at most 10 x duration): a loaded machine
+    # does less in the same seconds, and a test needs enough operations to judge.
+    at_least: int = 0
     mix: dict[str, float] = field(
         default_factory=lambda: {STORE: 0.36, READ: 0.34, REMOVE: 0.14, MARK: 0.08, CONFIGURE: 0.08}
     )
@@ -369,13 +372,16 @@ def run_workload(
     kinds = list(workload.mix)
     weights = [workload.mix[k] for k in kinds]
 
+    longest = began + 10 * workload.duration if workload.duration is not None else INF
+
     def take() -> bool:
-        if stop.is_set() or time.monotonic() >= deadline:
+        now = time.monotonic()
+        if stop.is_set() or now >= longest:
             return False
-        if workload.ops is None:
-            return True
         with budget_lock:
-            if issued[0] >= workload.ops:
+            if now >= deadline and issued[0] >= workload.at_least:
+                return False
+            if workload.ops is not None and issued[0] >= workload.ops:
                 return False
             issued[0] += 1
             return True

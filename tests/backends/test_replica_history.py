@@ -75,6 +75,7 @@ def _run_and_check(
             buffer_sizes=buffer_sizes,
             seed=seed,
             tag=f"{run}-",
+            at_least=80,  # the check below needs more than 50 acknowledged
         ),
     )
     fresh = cluster.fresh_replica()
