@@ -134,7 +134,7 @@ def chd_command() -> list[str]:
 
 
 def run_chd(
-    *args: str, timeout: float = 30, stdin: str | None = None, env: Mapping[str, str] | None = None
+    *args: str, timeout: float = 60, stdin: str | None = None, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run the ``chd`` command as a separate process, ``stdin`` as its input."""
     return subprocess.run(
