@@ -976,8 +976,9 @@ def _items_of(
             windows.append((a, b, [fact]))
             continue
         # A number with nothing saying what it counts ("7:30", "2,000"); a currency or a
-        # percent sign is a unit ("£9,100", "3%").
-        # A version or a "#4100" is an identifier, not an amount: it reads as one alone.
+        # percent sign is a unit ("£9,100", "3%"). A version, a "#4100", an ISO date or a
+        # year is an identifier that reads alone (LoCoMo's "8 May, 2023" lost its year
+        # when the year had to carry a word).
         bare = (
             number
             and not any(c.isalpha() or c in _UNIT_SIGNS for c in fact)
@@ -1071,6 +1072,8 @@ def _context(
     ):
         lo = a - 1
         keep.add(a - 1)
+    if number and a > 0 and lo == a and cores[a - 1].lower() in _WEEKDAYS:
+        lo = a - 1  # "Wednesday 7 October": the day a date falls on is part of it
     if lo < a and cores[a - 1].lower() in _RANGE_WORDS and a >= 2 and _has_digit(cores[a - 2]):
         keep.add(a - 1)  # "10 to 20 percent": the range, not two numbers
     hi = b
@@ -1092,7 +1095,8 @@ def _context(
 # Function words that change what a number says: "about 80 %", "by 7:30".
 _QUALIFIERS = frozenset("about around approx approximately roughly nearly almost by ~".split())
 _UNIT_SIGNS = frozenset("€$£¥₹%°")
-_IDENTIFIER = re.compile(r"#\S+|[<>=~!]*\d+\.\d+\.\d+\S*|\S*/\S*")
+_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
+_IDENTIFIER = re.compile(r"#\S+|[<>=~!]*\d+\.\d+\.\d+\S*|\S*/\S*|\d{4}-\d\d-\d\d|(?:1[89]|20)\d\d")
 # Words that join two numbers into a range ("10 to 20 percent", "B4 to B9").
 _RANGE_WORDS = frozenset({"to", "and", "or", "-", "–"})
 
