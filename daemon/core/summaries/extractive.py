@@ -986,8 +986,9 @@ def _items_of(
         )
         lo, hi = _context(tokens, cores, a, b, width, keep, number)
         last = fact.rsplit(" ", 1)[-1]
-        if number and _has_digit(last) and not (width == 0 and last[:1] in "€$£¥₹"):
-            hi = max(hi, _number_tail(tokens, cores, b, keep))
+        if number and _has_digit(last):
+            # An amount in a currency at no room keeps only its period ("EUR 48 a month").
+            hi = max(hi, _number_tail(tokens, cores, b, keep, width == 0 and last[:1] in "€$£¥₹"))
         if bare and lo == a and (hi == b or cores[b].lower() not in _RANGE_WORDS):
             # Nothing in its clause says what it counts: a bare "2,000" or "7:30" reads
             # as a value of anything, so it is no item (issue 26, "or is not kept").
@@ -1093,7 +1094,12 @@ def _context(
 
 
 # Function words that change what a number says: "about 80 %", "by 7:30".
-_QUALIFIERS = frozenset("about around approx approximately roughly nearly almost by ~".split())
+# "per 10 mL", "every 2 hours": a rate, not an amount.
+_QUALIFIERS = frozenset(
+    "about around approx approximately roughly nearly almost by per every ~".split()
+)
+# "EUR 48 a month": the period of a rate.
+_PERIODS = frozenset("day week month year hour night head person piece unit".split())
 _UNIT_SIGNS = frozenset("€$£¥₹%°")
 _WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
 _IDENTIFIER = re.compile(r"#\S+|[<>=~!]*\d+\.\d+\.\d+\S*|\S*/\S*|\d{4}-\d\d-\d\d|(?:1[89]|20)\d\d")
@@ -1105,7 +1111,9 @@ def _has_digit(text: str) -> bool:
     return any(c.isdigit() for c in text)
 
 
-def _number_tail(tokens: list[str], cores: list[str], b: int, keep: set[int]) -> int:
+def _number_tail(
+    tokens: list[str], cores: list[str], b: int, keep: set[int], period_only: bool = False
+) -> int:
     """Where a number's item ends: with the word after it in its clause ("3% processing fee", "130 seated").
 
     A number that loses the noun or unit after it says something else
@@ -1116,6 +1124,11 @@ def _number_tail(tokens: list[str], cores: list[str], b: int, keep: set[int]) ->
         return b
     core = cores[b]
     low = core.lower()
+    if low in ("a", "an") and b + 1 < len(tokens) and cores[b + 1].lower() in _PERIODS:
+        keep.add(b)
+        return b + 2
+    if period_only:
+        return b
     if low in _RANGE_WORDS and b + 1 < len(tokens) and _has_digit(cores[b + 1]):
         keep.add(b)
         return b + 2
