@@ -268,16 +268,22 @@ class TestItemsWithAnchors:
         assert texts("We need them back by 7:30 at the latest.", ("7:30",), 1) == ["back 7:30"]
         assert texts("We need them back by 7:30 at the latest.", ("7:30",)) == ["by 7:30"]
         assert texts("I could drop mine to 2,000 as well.", ("2,000",)) == []
+        assert texts("The readings were electricity 48213.", ("48213",)) == ["electricity 48213"]
         # A number keeps the noun or the rate after it, and a range stays one.
         assert texts("There is a 3% processing fee on cards.", ("3%",)) == ["3% processing"]
         assert texts("They bill USD 75 per hour after that.", ("USD 75",), 1) == [
             "bill USD 75 per hour"
         ]
         assert texts("Expect 10 to 20 percent no-shows.", ("10", "20 percent")) == [
-            "10 to 20 percent"
+            "Expect 10 to 20 percent"
         ]
-        # Versions and codes are identifiers: they read alone.
+        # Versions, codes, ISO dates and years are identifiers: they read alone.
         assert texts("Pin it to 2.7.0 for now.", ("2.7.0",)) == ["2.7.0"]
+        assert texts("Session 6 on 16 March, 2023.", ("16 March", "2023")) == ["16 March", "2023"]
+        # A date keeps the weekday it falls on.
+        assert texts("The inspector visits on Wednesday 7 October.", ("7 October",)) == [
+            "Wednesday 7 October"
+        ]
 
     def test_a_value_replaced_in_the_same_sentence_is_marked_was(self):
         """'HL-2026-0471, not HL-2026-0417' becomes 'HL-2026-0471 (was HL-2026-0417)', one item."""

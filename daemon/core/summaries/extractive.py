@@ -985,10 +985,18 @@ def _items_of(
             and _IDENTIFIER.fullmatch(fact) is None
         )
         lo, hi = _context(tokens, cores, a, b, width, keep, number)
+        if bare and lo == a and a > 0 and not tokens[a - 1].endswith(_CLAUSE_ENDS + (",",)):
+            # At no room, the word right before it when that says what it is
+            # ("electricity 48213", "ending 4417", "turns 71"): one word, no search.
+            core = cores[a - 1]
+            if core.lower() not in STOPWORDS and any(c.isalnum() for c in core):
+                lo = a - 1
         last = fact.rsplit(" ", 1)[-1]
-        if number and _has_digit(last):
-            # An amount in a currency at no room keeps only its period ("EUR 48 a month").
-            hi = max(hi, _number_tail(tokens, cores, b, keep, width == 0 and last[:1] in "€$£¥₹"))
+        if number and _has_digit(last) and not (width == 0 and last[:1] in "€$£¥₹"):
+            # (An amount in a currency at no room keeps what follows only as its own
+            # fact: its period, "EUR 48 a month", cost mortgage_advice 4 points of its
+            # bound at 500 / 2048 for one truncated number.)
+            hi = max(hi, _number_tail(tokens, cores, b, keep))
         if bare and lo == a and (hi == b or cores[b].lower() not in _RANGE_WORDS):
             # Nothing in its clause says what it counts: a bare "2,000" or "7:30" reads
             # as a value of anything, so it is no item (issue 26, "or is not kept").
@@ -1098,8 +1106,6 @@ def _context(
 _QUALIFIERS = frozenset(
     "about around approx approximately roughly nearly almost by per every ~".split()
 )
-# "EUR 48 a month": the period of a rate.
-_PERIODS = frozenset("day week month year hour night head person piece unit".split())
 _UNIT_SIGNS = frozenset("€$£¥₹%°")
 _WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
 _IDENTIFIER = re.compile(r"#\S+|[<>=~!]*\d+\.\d+\.\d+\S*|\S*/\S*|\d{4}-\d\d-\d\d|(?:1[89]|20)\d\d")
@@ -1111,9 +1117,7 @@ def _has_digit(text: str) -> bool:
     return any(c.isdigit() for c in text)
 
 
-def _number_tail(
-    tokens: list[str], cores: list[str], b: int, keep: set[int], period_only: bool = False
-) -> int:
+def _number_tail(tokens: list[str], cores: list[str], b: int, keep: set[int]) -> int:
     """Where a number's item ends: with the word after it in its clause ("3% processing fee", "130 seated").
 
     A number that loses the noun or unit after it says something else
@@ -1124,11 +1128,6 @@ def _number_tail(
         return b
     core = cores[b]
     low = core.lower()
-    if low in ("a", "an") and b + 1 < len(tokens) and cores[b + 1].lower() in _PERIODS:
-        keep.add(b)
-        return b + 2
-    if period_only:
-        return b
     if low in _RANGE_WORDS and b + 1 < len(tokens) and _has_digit(cores[b + 1]):
         keep.add(b)
         return b + 2
