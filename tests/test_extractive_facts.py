@@ -268,14 +268,13 @@ class TestItemsWithAnchors:
         assert texts("We need them back by 7:30 at the latest.", ("7:30",), 1) == ["back 7:30"]
         assert texts("We need them back by 7:30 at the latest.", ("7:30",)) == ["by 7:30"]
         assert texts("I could drop mine to 2,000 as well.", ("2,000",)) == []
-        assert texts("The readings were electricity 48213.", ("48213",)) == ["electricity 48213"]
         # A number keeps the noun or the rate after it, and a range stays one.
         assert texts("There is a 3% processing fee on cards.", ("3%",)) == ["3% processing"]
         assert texts("They bill USD 75 per hour after that.", ("USD 75",), 1) == [
             "bill USD 75 per hour"
         ]
         assert texts("Expect 10 to 20 percent no-shows.", ("10", "20 percent")) == [
-            "Expect 10 to 20 percent"
+            "10 to 20 percent"
         ]
         # Versions, codes, ISO dates and years are identifiers: they read alone.
         assert texts("Pin it to 2.7.0 for now.", ("2.7.0",)) == ["2.7.0"]

@@ -985,12 +985,6 @@ def _items_of(
             and _IDENTIFIER.fullmatch(fact) is None
         )
         lo, hi = _context(tokens, cores, a, b, width, keep, number)
-        if bare and lo == a and a > 0 and not tokens[a - 1].endswith(_CLAUSE_ENDS + (",",)):
-            # At no room, the word right before it when that says what it is
-            # ("electricity 48213", "ending 4417", "turns 71"): one word, no search.
-            core = cores[a - 1]
-            if core.lower() not in STOPWORDS and any(c.isalnum() for c in core):
-                lo = a - 1
         last = fact.rsplit(" ", 1)[-1]
         if number and _has_digit(last) and not (width == 0 and last[:1] in "€$£¥₹"):
             # (An amount in a currency at no room keeps what follows only as its own
