@@ -950,7 +950,10 @@ def _items_of(
     """The items of one sentence: each fact with up to ``width`` content words before it in its clause.
 
     Linear in the sentence: each fact is looked for once from where the
-    previous one ended, and every window is at most ``2 * width + 2`` tokens.
+    previous one ended, and every window is at most ``2 * width + 5`` tokens
+    besides the fact. A number never stands alone at an item's edge where its
+    clause goes on (issue 26): it keeps the noun or "per" phrase after it, and
+    a bare one ("7:30", "2,000") with no word saying what it counts is no item.
     """
     if not facts:
         return ()
@@ -987,9 +990,8 @@ def _items_of(
         lo, hi = _context(tokens, cores, a, b, width, keep, number)
         last = fact.rsplit(" ", 1)[-1]
         if number and _has_digit(last) and not (width == 0 and last[:1] in "€$£¥₹"):
-            # (An amount in a currency at no room keeps what follows only as its own
-            # fact: its period, "EUR 48 a month", cost mortgage_advice 4 points of its
-            # bound at 500 / 2048 for one truncated number.)
+            # Not for an amount in a currency at no room: its currency is its unit, and
+            # the words after it cost the tuning set more than they kept (docs).
             hi = max(hi, _number_tail(tokens, cores, b, keep))
         if bare and lo == a and (hi == b or cores[b].lower() not in _RANGE_WORDS):
             # Nothing in its clause says what it counts: a bare "2,000" or "7:30" reads
@@ -1052,10 +1054,10 @@ def _context(
 ) -> tuple[int, int]:
     """The window of the fact at ``a:b``: ``width`` content words before it in its clause, a linked phrase after.
 
-    A number gets one word before it whatever the room (issue 26: "7:30" alone
-    of "back by 7:30", "0.996" of "R² = 0.996" said nothing about what they
-    measure): the nearest content word of its clause, else the function word
-    right before it ("about 80 %"), else nothing (the clause starts there).
+    A number also keeps, whatever the room, the word right before it that
+    changes what it says (issue 26): an approximation or a rate ("about 80
+    %", "by 7:30", "per 10 mL"), the weekday of a date ("Wednesday 7
+    October"), a range's "to" ("10 to 20 percent").
     """
     lo, taken = a, 0
     j = a - 1
