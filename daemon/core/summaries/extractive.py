@@ -993,7 +993,7 @@ def _items_of(
             # Not for an amount in a currency at no room: its currency is its unit, and
             # the words after it cost the tuning set more than they kept (docs).
             hi = max(hi, _number_tail(tokens, cores, b, keep))
-        if bare and lo == a and (hi == b or cores[b].lower() not in _RANGE_WORDS):
+        if bare and lo == a and hi == b:
             # Nothing in its clause says what it counts: a bare "2,000" or "7:30" reads
             # as a value of anything, so it is no item (issue 26, "or is not kept").
             windows.append((-2, -2, [fact]))
