@@ -177,7 +177,12 @@ def _readability(
         "items": len(items),
         # A fact list's group ("Oakhurst, USD 9,800") is read piece by piece: a cut
         # number before ", " is as cut as one before "; ".
-        "truncated": truncated(facts, text, [p for item in items for p in item.split(", ")]),
+        "truncated": truncated(
+            facts,
+            text,
+            [p for item in items for p in item.split(", ")],
+            [item for item in items for _ in item.split(", ")],
+        ),
         "unbalanced": unbalanced(items),
     }
     if conversation is None:

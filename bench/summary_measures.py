@@ -76,7 +76,9 @@ def _words(text: str) -> list[str]:
     return [w.strip(_EDGE) for w in text.split()]
 
 
-def truncated(facts: list[str], summary: str, items: list[str]) -> int:
+def truncated(
+    facts: list[str], summary: str, items: list[str], wholes: list[str] | None = None
+) -> int:
     """How many facts with a number and a word beside it the summary holds cut short.
 
     Cut short: in some item, a number of the fact has lost the word right
@@ -86,6 +88,10 @@ def truncated(facts: list[str], summary: str, items: list[str]) -> int:
     Another value sharing a part ("3.6 by 2.4 metres" beside the fact "3.6
     by 3.7 metres") is not a cut, nor a date without its weekday ("October
     10" of "Saturday, October 10").
+
+    ``wholes``: the item each of ``items`` was split from, when they are
+    pieces of a group ("Saturday, October 17, 2026" split on ", "): a piece
+    of an item that states the whole fact is no cut of it.
     """
     per_item = [_words(_HEAD.sub("", item)) for item in items]
     where: dict[str, list[tuple[int, int]]] = {}
@@ -102,6 +108,8 @@ def truncated(facts: list[str], summary: str, items: list[str]) -> int:
         cut = False
         for n in numbers:
             for k, at in where.get(fw[n], ()):
+                if wholes is not None and said_in(fact, wholes[k]):
+                    continue  # the item says the whole fact; its split pieces are no cut
                 words = per_item[k]
                 left = 0
                 while (

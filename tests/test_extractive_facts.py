@@ -257,6 +257,33 @@ class TestItemsWithAnchors:
         assert _items_of(text, ("75 µg",), 1) == (("levothyroxine 75 µg", ("75 µg",)),)
         assert _items_of(text, ("75 µg",), 0) == (("75 µg", ("75 µg",)),)
 
+    def test_a_number_never_stands_alone_at_an_item_edge(self):
+        """Issue 26: '7:30' of 'back by 7:30', 'USD 75' of 'USD 75 per hour' and '3%' of '3% processing fee' mislead."""
+        from chd.core.summaries.extractive import _items_of
+
+        def texts(sentence: str, facts: tuple[str, ...], width: int = 0) -> list[str]:
+            return [text for text, _ in _items_of(sentence, facts, width)]
+
+        # A bare number takes the word of its clause that says what it is, or is no item.
+        assert texts("We need them back by 7:30 at the latest.", ("7:30",), 1) == ["back 7:30"]
+        assert texts("We need them back by 7:30 at the latest.", ("7:30",)) == ["by 7:30"]
+        assert texts("I could drop mine to 2,000 as well.", ("2,000",)) == []
+        # A number keeps the noun or the rate after it, and a range stays one.
+        assert texts("There is a 3% processing fee on cards.", ("3%",)) == ["3% processing"]
+        assert texts("They bill USD 75 per hour after that.", ("USD 75",), 1) == [
+            "bill USD 75 per hour"
+        ]
+        assert texts("Expect 10 to 20 percent no-shows.", ("10", "20 percent")) == [
+            "10 to 20 percent"
+        ]
+        # Versions, codes, ISO dates and years are identifiers: they read alone.
+        assert texts("Pin it to 2.7.0 for now.", ("2.7.0",)) == ["2.7.0"]
+        assert texts("Session 6 on 16 March, 2023.", ("16 March", "2023")) == ["16 March", "2023"]
+        # A date keeps the weekday it falls on.
+        assert texts("The inspector visits on Wednesday 7 October.", ("7 October",)) == [
+            "Wednesday 7 October"
+        ]
+
     def test_a_value_replaced_in_the_same_sentence_is_marked_was(self):
         """'HL-2026-0471, not HL-2026-0417' becomes 'HL-2026-0471 (was HL-2026-0417)', one item."""
         from chd.core.summaries.extractive import _items_of

@@ -950,7 +950,10 @@ def _items_of(
     """The items of one sentence: each fact with up to ``width`` content words before it in its clause.
 
     Linear in the sentence: each fact is looked for once from where the
-    previous one ended, and every window is at most ``2 * width + 2`` tokens.
+    previous one ended, and every window is at most ``2 * width + 5`` tokens
+    besides the fact. A number never stands alone at an item's edge where its
+    clause goes on (issue 26): it keeps the noun or "per" phrase after it, and
+    a bare one ("7:30", "2,000") with no word saying what it counts is no item.
     """
     if not facts:
         return ()
@@ -969,34 +972,32 @@ def _items_of(
         spans.append((at, at + len(words), fact))
         start = at + len(words)
     windows: list[tuple[int, int, list[str]]] = []  # first token, end, the facts inside
+    keep: set[int] = set()  # function words an item keeps: a range's "to", a bare number's label
     for a, b, fact in sorted(spans, key=lambda s: s[0]):
-        if a < 0 or width == 0:
+        number = any(c.isdigit() for c in fact)
+        if a < 0 or (width == 0 and not number):
             windows.append((a, b, [fact]))
             continue
-        lo, taken = a, 0
-        j = a - 1
-        while (
-            j >= 0
-            and taken < width
-            and a - j <= 2 * width + 1
-            and not tokens[j].endswith(_CLAUSE_ENDS)
-        ):
-            if cores[j] and cores[j].lower() not in STOPWORDS:
-                taken += 1
-                lo = j
-            j -= 1
-        hi = b
-        if (
-            b < len(tokens)
-            and cores[b].lower() in _LINKS
-            and not tokens[b - 1].endswith(_CLAUSE_ENDS + (",",))
-        ):
-            k = b + 1
-            while k < len(tokens) and k <= b + 2 and cores[k] and cores[k].lower() not in STOPWORDS:
-                hi = k + 1
-                if tokens[k].endswith(_CLAUSE_ENDS + (",",)):
-                    break
-                k += 1
+        # A number with nothing saying what it counts ("7:30", "2,000"); a currency or a
+        # percent sign is a unit ("£9,100", "3%"). A version, a "#4100", an ISO date or a
+        # year is an identifier that reads alone (LoCoMo's "8 May, 2023" lost its year
+        # when the year had to carry a word).
+        bare = (
+            number
+            and not any(c.isalpha() or c in _UNIT_SIGNS for c in fact)
+            and _IDENTIFIER.fullmatch(fact) is None
+        )
+        lo, hi = _context(tokens, cores, a, b, width, keep, number)
+        last = fact.rsplit(" ", 1)[-1]
+        if number and _has_digit(last) and not (width == 0 and last[:1] in "€$£¥₹"):
+            # Not for an amount in a currency at no room: its currency is its unit, and
+            # the words after it cost the tuning set more than they kept (docs).
+            hi = max(hi, _number_tail(tokens, cores, b, keep))
+        if bare and lo == a and hi == b:
+            # Nothing in its clause says what it counts: a bare "2,000" or "7:30" reads
+            # as a value of anything, so it is no item (issue 26, "or is not kept").
+            windows.append((-2, -2, [fact]))
+            continue
         if windows and windows[-1][0] >= 0 and lo < windows[-1][1]:
             begins, ends, inside = windows[-1]
             windows[-1] = (begins, max(ends, hi), inside)
@@ -1015,6 +1016,8 @@ def _items_of(
     }
     items: list[tuple[str, tuple[str, ...]]] = []
     for lo, hi, inner in windows:
+        if lo == -2:
+            continue
         if old.issuperset(inner):
             continue
         if lo < 0:
@@ -1037,11 +1040,112 @@ def _items_of(
             if i in cue or not any(c.isalnum() for c in core):
                 i += 1
                 continue
-            if core and (core.lower() not in STOPWORDS or (core.lower() in _LINKS and i > lo)):
+            if core and (
+                core.lower() not in STOPWORDS or i in keep or (core.lower() in _LINKS and i > lo)
+            ):
                 words.append(core)
             i += 1
         items.append((_balanced(" ".join(words)), tuple(inner)))
     return tuple(items)
+
+
+def _context(
+    tokens: list[str], cores: list[str], a: int, b: int, width: int, keep: set[int], number: bool
+) -> tuple[int, int]:
+    """The window of the fact at ``a:b``: ``width`` content words before it in its clause, a linked phrase after.
+
+    A number also keeps, whatever the room, the word right before it that
+    changes what it says (issue 26): an approximation or a rate ("about 80
+    %", "by 7:30", "per 10 mL"), the weekday of a date ("Wednesday 7
+    October"), a range's "to" ("10 to 20 percent").
+    """
+    lo, taken = a, 0
+    j = a - 1
+    while (
+        j >= 0 and taken < width and a - j <= 2 * width + 1 and not tokens[j].endswith(_CLAUSE_ENDS)
+    ):
+        if cores[j] and cores[j].lower() not in STOPWORDS and any(c.isalnum() for c in cores[j]):
+            taken += 1
+            lo = j
+        j -= 1
+    if (
+        taken == 0
+        and number
+        and a > 0
+        and not tokens[a - 1].endswith(_CLAUSE_ENDS + (",",))
+        and cores[a - 1].lower() in _QUALIFIERS
+    ):
+        lo = a - 1
+        keep.add(a - 1)
+    if number and a > 0 and lo == a and cores[a - 1].lower() in _WEEKDAYS:
+        lo = a - 1  # "Wednesday 7 October": the day a date falls on is part of it
+    if lo < a and cores[a - 1].lower() in _RANGE_WORDS and a >= 2 and _has_digit(cores[a - 2]):
+        keep.add(a - 1)  # "10 to 20 percent": the range, not two numbers
+    hi = b
+    if (
+        width
+        and b < len(tokens)
+        and cores[b].lower() in _LINKS
+        and not tokens[b - 1].endswith(_CLAUSE_ENDS + (",",))
+    ):
+        k = b + 1
+        while k < len(tokens) and k <= b + 2 and cores[k] and cores[k].lower() not in STOPWORDS:
+            hi = k + 1
+            if tokens[k].endswith(_CLAUSE_ENDS + (",",)):
+                break
+            k += 1
+    return lo, hi
+
+
+# Function words that change what a number says: "about 80 %", "by 7:30".
+# "per 10 mL", "every 2 hours": a rate, not an amount.
+_QUALIFIERS = frozenset(
+    "about around approx approximately roughly nearly almost by per every ~".split()
+)
+_UNIT_SIGNS = frozenset("€$£¥₹%°")
+_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
+_IDENTIFIER = re.compile(r"#\S+|[<>=~!]*\d+\.\d+\.\d+\S*|\S*/\S*|\d{4}-\d\d-\d\d|(?:1[89]|20)\d\d")
+# Words that join two numbers into a range ("10 to 20 percent", "B4 to B9").
+_RANGE_WORDS = frozenset({"to", "and", "or", "-", "–"})
+
+
+def _has_digit(text: str) -> bool:
+    return any(c.isdigit() for c in text)
+
+
+def _number_tail(tokens: list[str], cores: list[str], b: int, keep: set[int]) -> int:
+    """Where a number's item ends: with the word after it in its clause ("3% processing fee", "130 seated").
+
+    A number that loses the noun or unit after it says something else
+    ("USD 75" of "USD 75 per hour"), so that word is kept, and a range's
+    other end ("10 to 20 percent") with its "to".
+    """
+    if b >= len(tokens) or tokens[b - 1].endswith(_CLAUSE_ENDS + (",",)):
+        return b
+    core = cores[b]
+    low = core.lower()
+    if low in _RANGE_WORDS and b + 1 < len(tokens) and _has_digit(cores[b + 1]):
+        keep.add(b)
+        return b + 2
+    if low in _LINKS:
+        keep.add(b)
+        hi = b
+        k = b + 1  # "per square metre": the phrase, up to two words
+        while k < len(tokens) and k <= b + 2 and cores[k] and cores[k].lower() not in STOPWORDS:
+            hi = k + 1
+            if tokens[k].endswith(_CLAUSE_ENDS + (",",)):
+                break
+            k += 1
+        return hi
+    # A noun or a participle ("fee", "seated"), not a verb of the sentence ("arrives").
+    if (
+        core
+        and any(c.isalnum() for c in core)
+        and low not in STOPWORDS
+        and not (low.endswith("s") and not low.endswith("ss"))
+    ):
+        return b + 1
+    return b
 
 
 # Words that put an old value after a new one in one sentence: "HL-2026-0471,
