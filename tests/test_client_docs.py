@@ -16,7 +16,11 @@ def _blocks(language: str) -> list[str]:
 
 
 def test_the_documented_example_prints_what_the_page_shows() -> None:
-    """Scores and token counts may move with the ranking and the tokenizer; the rest must match exactly."""
+    """Every line, numbers included: a fresh daemon, one conversation, nothing on the page varies.
+
+    (Until newcomer pass 32 every number was compared as N, so a score that
+    moved with the ranking went unseen.)
+    """
     daemon = DaemonProcess()
     try:
         env = chd_env() | {"CHD_TARGET": daemon.target}
@@ -31,13 +35,4 @@ def test_the_documented_example_prints_what_the_page_shows() -> None:
     finally:
         daemon.kill()
     assert done.returncode == 0, done.stderr
-    shown = _blocks("text")[0].splitlines()
-    printed = done.stdout.splitlines()
-    assert len(printed) == len(shown), done.stdout
-    for got, expected in zip(printed, shown):
-        assert _shape(got) == _shape(expected), (got, expected)
-    assert printed[0] == shown[0] and printed[-1] == shown[-1]
-
-
-def _shape(line: str) -> str:
-    return re.sub(r"\d+(\.\d+)?", "N", line)
+    assert done.stdout == _blocks("text")[0]

@@ -205,8 +205,20 @@ class TestRetrieve:
             filled.query("Get utterance 2").result["utterances"][0]["text"]
             == "It is sunny in Paris."
         )
-        with pytest.raises(NotFound, match="no utterance 99"):
+        with pytest.raises(NotFound, match=r"no utterance 99 yet \(the newest is 4\)"):
             filled.query("Get utterance 99")
+
+    def test_a_missing_seq_of_an_empty_conversation_says_it_holds_nothing(self) -> None:
+        """Not "the newest is 0" (newcomer 32 #21)."""
+        history = ConversationHistory(background=False)
+        try:
+            with pytest.raises(NotFound) as refused:
+                history.query("Get utterance 99")
+        finally:
+            history.close()
+        assert str(refused.value).endswith(
+            "there is no utterance 99: the conversation holds no utterances yet"
+        )
 
     def test_last_n_larger_than_buffer_returns_all(self, filled: ConversationHistory) -> None:
         """Asking for more than there is returns what there is, in order."""

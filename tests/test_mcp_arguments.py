@@ -7,6 +7,8 @@ is tested; tests/test_mcp_stdio.py covers the transport).
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,3 +127,20 @@ def test_recall_takes_a_day_and_a_single_place(served: Any) -> None:
     assert len(today.structured_content["result"]["utterances"]) == 6
     one = _call(server, "recall", {"conversation_id": "f", "topic": "u1", "where": "buffer"})
     assert [u["text"] for u in one.structured_content["result"]["utterances"]] == ["u1"]
+
+
+def test_a_forget_without_selector_is_refused_as_docs_mcp_shows_naming_only_its_arguments(
+    served: Any,
+) -> None:
+    """The refusal docs/mcp.md prints is the real one, and it names no selector forget lacks (newcomer 32 #25)."""
+    server, history = served
+    result = _call(server, "forget", {"conversation_id": "f"})
+    assert result.is_error
+    text = result.content[0].text
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "mcp.md").read_text(encoding="utf-8")
+    assert "\n" + text + "\n" in doc
+    tool = next(t for t in asyncio.run(server.list_tools()) if t.name == "forget")
+    named = set(re.findall(r"([a-z_]+)(?: \([nN]\)| \(true\))?(?:,|$)", text.split(": ", 2)[2]))
+    named |= set(re.findall(r"(\w+)/(\w+)", text)[0])
+    assert named and named <= set(tool.input_schema["properties"]), named
+    assert len(history.backend.read("f").utterances) == 6

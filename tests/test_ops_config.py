@@ -269,3 +269,63 @@ class TestRedisTimeout:
     def test_an_empty_redis_url_is_refused_by_chd_config_as_by_chd_serve(self, url: str) -> None:
         with pytest.raises(ConfigError, match="needs a server"):
             load({"backend": "redis", "redis_url": url}, {})
+
+
+class TestNewcomer32Refusals:
+    """What a newcomer typed wrong is named by the command it was typed to (newcomer pass 32)."""
+
+    @pytest.mark.parametrize(
+        ("argv", "usage", "hint"),
+        [
+            (["serve", "--buffersize", "5"], "usage: chd serve ", "did you mean --buffer-size?"),
+            (["query", "hi", "--tagret", "x"], "usage: chd query ", "did you mean --target?"),
+            (["config", "--bogus"], "usage: chd config ", None),
+        ],
+    )
+    def test_an_unknown_flag_after_a_command_is_that_commands_error(
+        self, capsys, argv, usage, hint
+    ) -> None:
+        from chd.cli.main import main
+
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2
+        flag = next(a for a in argv if a.startswith("--"))
+        assert err.startswith(usage) and f"error: unrecognized arguments: {flag}" in err
+        assert (hint in err) if hint else ("did you mean" not in err)
+
+    def test_a_far_key_gets_no_suggestion_and_a_near_one_does(self, tmp_path) -> None:
+        """bogus_key is not tls_key (#20); bufer_size is buffer_size, in a file or a variable."""
+        with pytest.raises(ConfigError) as refused:
+            load({}, {}, _file(tmp_path, "bogus_key = 1\n"))
+        assert "did you mean" not in str(refused.value)
+        with pytest.raises(ConfigError, match="did you mean buffer_size"):
+            load({}, {"CHD_BUFER_SIZE": "3"})
+
+    def test_the_backends_needing_a_key_say_so_alike(self) -> None:
+        """Both name the flag and the variable, and call the key missing (#6)."""
+        for backend, key, variable in (
+            ("disk", "data_dir", "CHD_DATA_DIR"),
+            ("redis", "redis_url", "CHD_REDIS_URL"),
+        ):
+            with pytest.raises(ConfigError) as refused:
+                load({"backend": backend}, {})
+            text = str(refused.value)
+            assert text.startswith(
+                f"configuration key '{key}' (missing): the {backend} backend needs"
+            )
+            assert f"(or {variable})" in text
+
+    @pytest.mark.parametrize("backend", ["memory", "redis"])
+    def test_durability_with_a_backend_that_ignores_it_is_refused(self, backend) -> None:
+        """As a redis key is with the disk backend (#23); disk and module:Class take it."""
+        flags = {"backend": backend, "durability": "full"}
+        if backend == "redis":
+            flags["redis_url"] = "redis://127.0.0.1:46379/0"
+        with pytest.raises(ConfigError, match="only the disk backend uses it"):
+            load(flags, {})
+        assert (
+            load({"backend": "disk", "data_dir": "d", "durability": "full"}, {}).durability
+            == "full"
+        )

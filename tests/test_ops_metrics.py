@@ -135,6 +135,13 @@ class TestMetricsFromTheProcess:
             "chd_summary_late_results",
             "chd_summary_late_calls_in_flight",
         }
+        # ... and the table says so of exactly those rows (issue 30, newcomer 32 #8).
+        conditional = {
+            row.split("`")[1].removesuffix("_total")
+            for row in metrics_table().splitlines()[2:]
+            if "only with Claude configured" in row
+        }
+        assert conditional == documented - families
 
 
 def test_operations_doc_carries_the_metrics_table_built_from_the_definitions() -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -154,3 +156,16 @@ def test_an_ambiguous_remove_is_traced_as_a_remove_every_time() -> None:
                 raise AssertionError("an ambiguous remove ran")
     finally:
         history.close()
+
+
+def test_the_operations_doc_lists_every_operation_the_trace_writes() -> None:
+    """docs/operations.md's `operation` field names exactly TRACE_OPERATIONS (newcomer 32 #7)."""
+    from chd.service.observe import TRACE_OPERATIONS
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text(
+        encoding="utf-8"
+    )
+    start = doc.index("- `operation`:")
+    field = doc[start : doc.index("\n- `", start + 1)]
+    named = list(dict.fromkeys(re.findall(r"`(\w+)`", field)))
+    assert named == ["operation", *TRACE_OPERATIONS]

@@ -50,3 +50,21 @@ def test_a_configure_that_evicts_lists_its_evictions_once() -> None:
         }
     )
     assert [line for line in text.splitlines() if line.startswith("evicted")] == ["evicted: #1, #2"]
+
+
+def test_an_empty_line_of_a_context_or_summary_is_printed_empty() -> None:
+    """No line of two spaces where the text has an empty one (newcomer 32 #2)."""
+    from chd.cli.answer import human
+
+    shown = human(
+        {
+            "operation": "retrieve",
+            "metadata": {"conversation_id": "c", "items_affected": 1, "tokens_used": 9},
+            "result": {
+                "context": "Summary:\nfacts\n\nMost recent:\nhi",
+                "tokens": 9,
+                "token_limit": 9,
+            },
+        }
+    )
+    assert shown.splitlines()[2:] == ["  Summary:", "  facts", "", "  Most recent:", "  hi"]

@@ -170,15 +170,26 @@ class TestExamplesAreTrue:
 
 
 def test_the_stats_returns_name_every_field_a_stats_answer_has() -> None:
-    """The guide's "Returns" for stats is the field list a real stats answer carries (issue 30 item 5)."""
-    from chd.core.history import ConversationHistory
-    from chd.core.language.guide import GUIDE
+    """The guide's "Returns" for stats is the field list a real stats answer carries (issue 30 item 5).
+
+    Both ways: with the offline summarizer alone, and with a summarizer that
+    can reply late (as Claude does), which adds summary_late_results.
+    """
+    from chd.core.language.guide import GUIDE, STATS_CLAUDE_FIELDS, STATS_FIELDS
+    from chd.core.summaries.extractive import ExtractiveSummarizer
+    from chd.core.summaries.writer import SummaryWriter
+    from chd.core.tokens import default_counter
 
     (stats,) = [g for g in GUIDE if g.operation == "stats"]
-    history = ConversationHistory(background=False)
-    try:
-        fields = list(history.query("Stats").result)
-    finally:
-        history.close()
-    named = [name.strip() for name in stats.returns.removeprefix("result.").split(",")]
-    assert named == fields
+    assert stats.returns.startswith("result." + ", ".join(STATS_FIELDS) + "; ")
+    assert ", ".join(STATS_CLAUDE_FIELDS) in stats.returns
+    counter = default_counter()
+    late = SummaryWriter(
+        ExtractiveSummarizer(counter), counter, ExtractiveSummarizer(counter), late_after=1.0
+    )
+    for writer, expected in ((None, STATS_FIELDS), (late, STATS_FIELDS + STATS_CLAUDE_FIELDS)):
+        history = ConversationHistory(background=False, writer=writer)
+        try:
+            assert list(history.query("Stats").result) == list(expected)
+        finally:
+            history.close()

@@ -10,7 +10,9 @@ from tests.transcripts import (
     DOCUMENTS,
     Transcript,
     commands_outside_console_blocks,
+    jobs_left,
     matches,
+    names_jobs,
     normalized,
     replay,
     transcripts,
@@ -52,6 +54,14 @@ def test_only_the_listed_transcripts_are_not_replayed_and_each_says_why():
     left_out = {t.name: t.not_replayed for t in ALL if t.not_replayed is not None}
     assert set(left_out) == NOT_REPLAYED
     assert all(len(reason or "") >= 20 for reason in left_out.values())
+
+
+def test_a_block_naming_jobs_by_number_follows_one_that_left_no_job_running():
+    """A reader runs a document's blocks in one shell: jobs a block leaves behind renumber the next
+    block's ``%N`` (newcomer 32 #3: the Redis block's ``kill -9 %2`` killed redis-server)."""
+    for before, after in zip(ALL, ALL[1:]):
+        if before.path == after.path and names_jobs(after):
+            assert jobs_left(before) == [], (before.name, after.name)
 
 
 @pytest.mark.parametrize("path", DOCUMENTS)

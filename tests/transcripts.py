@@ -28,7 +28,8 @@ What a block may write, and what the replay makes of it:
   ready when its port takes connections. A ``chd serve`` that exits instead
   (a refused configuration) shows what it printed. A running daemon's log
   (stderr) and bash's job notices (``[1] 4242``, ``Killed``) are not shown.
-- ``kill -9 %N`` kills the Nth background job, numbered as bash numbers them.
+- ``kill -9 %N`` kills the Nth background job, numbered as bash numbers them;
+  ``kill %N; wait`` stops it (SIGTERM) and waits until it has ended.
 - ``<!-- transcript: not replayed: REASON -->`` on the line before a block
   leaves it out; tests/test_transcripts.py lists every block so marked.
 """
@@ -65,7 +66,7 @@ _DAEMON_REMARK = re.compile(
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?")
 _PORT = re.compile(r"(?:(?<=[\w\]]:)|(?<=--port )|(?<=--metrics-port ))(\d{4,5})(?!\d)")
 _HEREDOC = re.compile(r"<<-?\s*'?\"?(\w+)'?\"?")
-_KILL = re.compile(r"kill -9 %(\d+)\s*(?:#.*)?$")
+_KILL = re.compile(r"kill (?P<nine>-9 )?%(?P<job>\d+)(?(nine)|; wait)\s*(?:#.*)?$")
 # A remark at the end of a command line (no quote after it, so not inside a string).
 _COMMENT = re.compile(r"\s+#[^'\"\n]*$")
 # Longest a command or a daemon's start may take on a loaded machine: a guard against a hang,
@@ -245,6 +246,31 @@ def _in_process_daemon(flags: str) -> Iterator[Any]:
         yield server
 
 
+def jobs_left(transcript: Transcript) -> list[int]:
+    """The background job numbers a reader's shell still holds after the block, as bash numbers them.
+
+    Read from the block alone: a ``chd serve`` whose shown output is not
+    ``chd listening on`` exited (a refusal) and holds no number.
+    """
+    jobs: list[int] = []
+    for step in transcript.steps():
+        killed = _KILL.match(step.command)
+        if killed is not None:
+            jobs.remove(int(killed.group("job")))
+            continue
+        bare = _COMMENT.sub("", step.command).rstrip()
+        if bare.endswith("&") or _is_serve(bare):
+            if _is_serve(bare) and not step.shown.startswith("chd listening on"):
+                continue
+            jobs.append(max(jobs, default=0) + 1)
+    return jobs
+
+
+def names_jobs(transcript: Transcript) -> bool:
+    """Whether the block's commands name background jobs by number (``%N``)."""
+    return any(_KILL.match(step.command) for step in transcript.steps())
+
+
 def _is_serve(command: str) -> bool:
     return re.match(r"(?:\w+=\S* )*chd serve\b", command) is not None
 
@@ -318,7 +344,8 @@ class _Session:
             command = re.sub(rf"(?<!\d){documented}(?!\d)", str(used), command)
         killed = _KILL.match(command)
         if killed is not None:
-            self._stop(self.jobs.pop(int(killed.group(1))), signal.SIGKILL)
+            how = signal.SIGKILL if killed.group("nine") else signal.SIGTERM
+            self._stop(self.jobs.pop(int(killed.group("job"))), how)
             return ""
         bare = _COMMENT.sub("", command).rstrip()
         if bare.endswith("&") or _is_serve(bare):

@@ -17,7 +17,7 @@ def human(answer: dict[str, Any]) -> str:
     if "context" in result:
         # The text to paste into a prompt, shown as is.
         lines.append(f"context ({result['tokens']} of {result['token_limit']} tokens):")
-        lines.append("  " + (result["context"].replace("\n", "\n  ") or "(empty)"))
+        lines.append(_indented(result["context"]))
         return "\n".join(lines)
     if "utterance" in result:
         lines.append(utterance_line(result["utterance"]))
@@ -46,8 +46,15 @@ def human(answer: dict[str, Any]) -> str:
     if "summary" in result:
         tokens = result.get("tokens", result.get("summary_tokens", 0))
         lines.append(f"summary ({tokens} tokens):")
-        lines.append("  " + (result["summary"].replace("\n", "\n  ") or "(empty)"))
+        lines.append(_indented(result["summary"]))
     return "\n".join(lines)
+
+
+def _indented(text: str) -> str:
+    """``text`` two spaces in, an empty line left empty (no trailing blanks in the output)."""
+    if not text:
+        return "  (empty)"
+    return "\n".join(f"  {line}" if line else "" for line in text.split("\n"))
 
 
 def utterance_line(u: dict[str, Any]) -> str:

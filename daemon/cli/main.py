@@ -64,12 +64,33 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: an argument it does not know is its own error (its usage), with a
+    near flag suggested as a misspelt configuration key is; argparse would leave it to the
+    top-level parser, which shows only ``chd [-h] [--version] COMMAND``."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            flags = [o for action in self._actions for o in action.option_strings]
+            hints = [
+                f"did you mean {' or '.join(close)}?"
+                for extra in extras
+                if extra.startswith("--")
+                and (close := config.close_names(extra.split("=", 1)[0], flags))
+            ]
+            self.error("; ".join([f"unrecognized arguments: {' '.join(extras)}", *hints]))
+        return parsed, extras
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chd", description="chd, the Conversation History Daemon")
     parser.add_argument(
         "--version", action=_Version, help="show the program's version number and exit"
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
 
     serve = commands.add_parser("serve", help="run the daemon", description=SERVE_DESCRIPTION)
     config.add_arguments(serve)

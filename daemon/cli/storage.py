@@ -168,7 +168,7 @@ cannot be exported from outside it.
 def add_transfer_commands(commands: argparse._SubParsersAction) -> None:
     export = commands.add_parser(
         "export",
-        help="write conversations of a disk data dir as JSON Lines",
+        help="write conversations of a backend (disk, redis or module:Class) as JSON Lines",
         description="Write conversations as JSON Lines: seqs, turns, summaries and queues kept.",
         epilog=_TRANSFER_NOTE
         + "\nexample:\n  chd export --data-dir ./chd-data --output backup.jsonl",
@@ -187,7 +187,7 @@ def add_transfer_commands(commands: argparse._SubParsersAction) -> None:
 
     imp = commands.add_parser(
         "import",
-        help="read conversations from JSON Lines into a disk data dir",
+        help="read conversations from JSON Lines into a backend (disk, redis or module:Class)",
         description="Read conversations written by `chd export`; a failed import changes nothing.",
         epilog=_TRANSFER_NOTE + "\nexample:\n  chd import backup.jsonl --data-dir ./restored",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -221,6 +221,14 @@ def build_server(answerer: Answerer) -> MCPServer:
         turn_from: TurnNumber = None,
         turn_to: TurnNumber = None,
         speaker: SpeakerFilter = None,
+        # The core's refusal of a forget without a selector names these two,
+        # so the tool has them: an agent is never told to use what it lacks.
+        within_seconds: Annotated[
+            int | None, Field(description="Utterances stored in the last n seconds.", ge=1)
+        ] = None,
+        older_than_seconds: Annotated[
+            int | None, Field(description="Utterances stored more than n seconds ago.", ge=1)
+        ] = None,
         all: Annotated[
             bool,
             Field(
@@ -249,6 +257,8 @@ def build_server(answerer: Answerer) -> MCPServer:
                 "turn_from": turn_from,
                 "turn_to": turn_to,
                 "speaker": speaker,
+                "within_seconds": within_seconds,
+                "older_than_seconds": older_than_seconds,
                 "all": all,
             },
         )

@@ -27,7 +27,7 @@ import ipaddress
 import math
 import re
 import tomllib
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -697,8 +697,20 @@ def _from_file(path: str) -> dict[str, tuple[str, Any]]:
     return found
 
 
+# How alike a misspelt name and a real one must be (difflib's ratio) to be
+# suggested: bufer_size, data_directory, tls_certificate are; bogus_key
+# (tls_key, 0.62) and token (max_tokens, 0.67) are not, being alike only in
+# a common part. One threshold for keys in the file, CHD_* variables and flags.
+CLOSE = 0.68
+
+
+def close_names(name: str, names: Iterable[str]) -> list[str]:
+    """The (at most two) names close enough to ``name`` to be what was meant."""
+    return difflib.get_close_matches(name, list(names), n=2, cutoff=CLOSE)
+
+
 def _close_keys(name: str) -> list[str]:
-    return difflib.get_close_matches(name, list(_BY_NAME), n=2)
+    return close_names(name, _BY_NAME)
 
 
 def _unknown(name: str) -> str:
@@ -822,6 +834,20 @@ def _check_storage(config: Config) -> None:
             src["allow_empty_database"],
             f"only the disk backend has a database; backend is {name}",
         )
+    if name in ("memory", "redis") and src["durability"] != "default":
+        # Like a Redis key with the disk backend: `--backend redis --durability
+        # full` must not look like fsync per commit (Redis's appendfsync
+        # decides that). A module:Class backend is passed it, so may use it.
+        what = (
+            "Redis's own persistence (appendfsync) decides what survives"
+            if name == "redis"
+            else "nothing is kept on disk"
+        )
+        raise ConfigError(
+            "durability",
+            src["durability"],
+            f"only the disk backend uses it, and the backend is {name}: {what}",
+        )
     if name == "memory" and v["data_dir"] is not None:
         # Accepting it silently would let a user believe their data is on disk.
         raise ConfigError(
@@ -840,8 +866,8 @@ def _check_redis(config: Config) -> None:
     if not (v["redis_url"] or "").strip():
         raise ConfigError(
             "redis_url",
-            src.get("redis_url", "missing"),
-            "the redis backend needs a server: --redis-url redis://HOST:PORT/DB",
+            "missing" if src.get("redis_url", "default") == "default" else src["redis_url"],
+            "the redis backend needs a server: --redis-url redis://HOST:PORT/DB (or CHD_REDIS_URL)",
         )
     timeout = v["redis_timeout"]
     if timeout is None:

@@ -143,25 +143,29 @@ class Metrics:
         # Per conversation (issue 13): what the summary holds of what left the buffer.
         coverage = Gauge(
             "chd_summary_coverage_ratio",
-            "Share of evicted utterances with some content in the summary.",
+            "Share of evicted utterances with some content in the summary (a sample per conversation "
+            "once it has a summary).",
             ["conversation_id"],
             registry=r,
         )
         offline_only = Gauge(
             "chd_summary_offline_only_utterances",
-            "Evicted utterances in segments the offline fallback wrote instead of Claude.",
+            "Evicted utterances in segments the offline fallback wrote instead of Claude (per "
+            "conversation, once it has a summary).",
             ["conversation_id"],
             registry=r,
         )
         awaiting = Gauge(
             "chd_summary_awaiting_rewrite_utterances",
-            "Originals kept for Claude to rewrite offline segments from.",
+            "Originals kept for Claude to rewrite offline segments from (per conversation, once it "
+            "has a summary).",
             ["conversation_id"],
             registry=r,
         )
         dropped = Gauge(
             "chd_summary_originals_dropped",
-            "Originals dropped by the per-conversation bound before Claude could rewrite them.",
+            "Originals dropped by the per-conversation bound before Claude could rewrite them (per "
+            "conversation, once it has a summary).",
             ["conversation_id"],
             registry=r,
         )
@@ -279,7 +283,7 @@ class _LateCollector:
         results = CounterMetricFamily(
             "chd_summary_late_results",
             "Claude replies that came after their fold had gone offline: applied in place of the offline "
-            "segment, dropped (the range changed first) or failed.",
+            "segment, dropped (the range changed first) or failed. Served only with Claude configured.",
             labels=["outcome"],
         )
         for outcome in ("applied", "dropped", "failed"):
@@ -287,7 +291,7 @@ class _LateCollector:
         yield results
         yield GaugeMetricFamily(
             "chd_summary_late_calls_in_flight",
-            "Claude calls still running after their fold went offline.",
+            "Claude calls still running after their fold went offline. Served only with Claude configured.",
             value=self.calls.in_flight,
         )
 

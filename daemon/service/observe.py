@@ -19,10 +19,13 @@ from typing import Any, Protocol
 
 import grpc
 
+from chd.core.language.intents import OPERATIONS
 from chd.service.admission import arrived
 from chd.service.handlers import Behavior, Guard
 
 __all__ = [
+    "RPC_OPERATIONS",
+    "TRACE_OPERATIONS",
     "CallRecord",
     "CallSink",
     "answered_code",
@@ -33,7 +36,11 @@ __all__ = [
     "operation_of",
 ]
 
-_OPERATIONS = {"GetPurpose": "get_purpose", "GetInstructions": "get_instructions"}
+RPC_OPERATIONS = {"GetPurpose": "get_purpose", "GetInstructions": "get_instructions"}
+# Every value operation_of can give: a query's operation, the two RPCs that
+# are not queries, and unknown. docs/operations.md lists them (a test keeps
+# the list equal), and metrics and OTel spans use the same names.
+TRACE_OPERATIONS: tuple[str, ...] = (*OPERATIONS, *RPC_OPERATIONS.values(), "unknown")
 # What the current call tried to do, noted by whoever decided it (the
 # servicer, from the core's error); read by the guard in the same context.
 _ATTEMPTED: ContextVar[str | None] = ContextVar("chd_attempted_operation", default=None)
@@ -69,8 +76,8 @@ class CallRecord:
 
 def operation_of(call: CallRecord) -> str:
     """The operation a call performed, or tried to: ``store``, ``get_purpose``, ``unknown``..."""
-    if call.method in _OPERATIONS:
-        return _OPERATIONS[call.method]
+    if call.method in RPC_OPERATIONS:
+        return RPC_OPERATIONS[call.method]
     if call.response is not None and getattr(call.response, "operation", ""):
         return str(call.response.operation)
     # A failed query: what the core noted it tried (a refused call never reached it).

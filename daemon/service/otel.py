@@ -25,14 +25,18 @@ from typing import Any
 import grpc
 
 from chd.service.handlers import Behavior
-from chd.service.observe import answered_code, attempted_operation, clear_operation
+from chd.service.observe import (
+    RPC_OPERATIONS,
+    answered_code,
+    attempted_operation,
+    clear_operation,
+)
 
 __all__ = ["OtelTracing", "tracing_from_environment", "configured", "SERVICE"]
 
 log = logging.getLogger(__name__)
 
 SERVICE = "daemon.v1.Daemon"
-_OPERATIONS = {"GetPurpose": "get_purpose", "GetInstructions": "get_instructions"}
 # Exporters the SDK itself ships (OTLP needs an exporter package of its own).
 _EXPORTER_NAMES = ("otlp", "console")
 
@@ -167,8 +171,8 @@ class OtelTracing:
 
 
 def _operation(method: str, response: Any) -> str:
-    if method in _OPERATIONS:
-        return _OPERATIONS[method]
+    if method in RPC_OPERATIONS:
+        return RPC_OPERATIONS[method]
     if response is not None and getattr(response, "operation", ""):
         return str(response.operation)
     return attempted_operation() or "unknown"

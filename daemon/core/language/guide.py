@@ -36,6 +36,37 @@ __all__ = [
 MAX_INSTRUCTION_CHARS = 2000
 
 
+# What a stats answer holds, in its order (tests/test_query_docs.py checks
+# both lists against real answers): the second only when the configured
+# summarizer can reply late (Claude).
+STATS_FIELDS = (
+    "utterance_count",
+    "by_speaker",
+    "important_count",
+    "tokens",
+    "turn_count",
+    "first_turn",
+    "last_turn",
+    "oldest_seq",
+    "newest_seq",
+    "next_seq",
+    "summary_tokens",
+    "summary_segments",
+    "summary_through_seq",
+    "summary_coverage",
+    "summary_offline_only_utterances",
+    "summary_awaiting_rewrite",
+    "summary_rewrite_ranges",
+    "summary_originals_dropped",
+    "queue_length",
+    "queue_tokens",
+    "buffer_fill",
+    "token_fill",
+    "settings",
+)
+STATS_CLAUDE_FIELDS = ("summary_late_results",)
+
+
 @dataclass(frozen=True, slots=True)
 class Example:
     """A query and its effect on the demo conversation.
@@ -570,11 +601,11 @@ GUIDE: tuple[OperationGuide, ...] = (
                 },
             ),
         ),
-        "result.utterance_count, by_speaker, important_count, tokens, turn_count, first_turn, last_turn, "
-        "oldest_seq, newest_seq, next_seq, summary_tokens, summary_segments, "
-        "summary_through_seq, summary_coverage, summary_offline_only_utterances, summary_awaiting_rewrite, "
-        "summary_rewrite_ranges, summary_originals_dropped, queue_length, queue_tokens, buffer_fill, "
-        "token_fill, settings",
+        "result."
+        + ", ".join(STATS_FIELDS)
+        + "; with Claude configured also "
+        + ", ".join(STATS_CLAUDE_FIELDS)
+        + " (the daemon's late Claude replies: applied, dropped, failed, in_flight)",
     ),
 )
 

@@ -96,6 +96,8 @@ def position_of(utterances: Sequence[Utterance], seq: int) -> int | None:
 
 
 def missing_seq_message(state: ConversationState, seq: int) -> str:
+    if state.next_seq == 1:  # seqs start at 1: nothing was ever stored
+        return f"there is no utterance {seq}: the conversation holds no utterances yet"
     if seq >= state.next_seq:
         return f"there is no utterance {seq} yet (the newest is {state.next_seq - 1})"
     if position_of(state.pending, seq) is not None:
