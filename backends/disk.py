@@ -1157,9 +1157,9 @@ class DiskBackend:
         if current.meta is None and not state.next_seq > 1:
             return self._write_new(conversation_id, new_state)
         if _plain_append(change, state, new_state, old):
-            appended = self._append(conversation_id, current, old, change.append[0], new_state)
-            assert appended is not None  # only a conditional write (``replacing``) may not happen
-            return appended
+            written = self._append(conversation_id, current, old, change.append[0], new_state)
+            assert written is not None  # only a conditional write (``replacing``) may not happen
+            return written
         kept = old.buffer.without(change.remove)
         appended = [u.seq for u in change.append]
         if appended and (
