@@ -87,18 +87,24 @@ def test_a_child_that_never_answers_is_given_up_after_its_timeout() -> None:
         process.close()
 
 
-def test_a_child_that_answers_garbage_is_stopped(tmp_path: Path) -> None:
-    """Ready, then bytes that are no frame: the query is read here and the child is ended."""
-    script = tmp_path / "liar.py"
+def _fake_child(tmp_path: Path, files: dict[str, int], then: str) -> tuple[str, ...]:
+    """A child that says it is ready with ``files`` as its code, runs ``then``, and sleeps."""
+    script = tmp_path / "fake_child.py"
     script.write_text(
         "import os, pickle, struct, sys, time\n"
-        "body = pickle.dumps(('ready', {}))\n"
+        f"body = pickle.dumps(('ready', {files!r}))\n"
         "os.write(1, struct.pack('>I', len(body)) + body)\n"
-        "sys.stdin.buffer.read(1)\n"
-        "os.write(1, struct.pack('>I', 5) + b'xxxxx')\n"
-        "time.sleep(60)\n"
+        f"{then}time.sleep(60)\n"
     )
-    process = ReadingProcess(reading_of, timeout=5, command=(sys.executable, str(script)))
+    return (sys.executable, str(script))
+
+
+def test_a_child_that_answers_garbage_is_stopped(tmp_path: Path) -> None:
+    """Ready, then bytes that are no frame: the query is read here and the child is ended."""
+    liar = _fake_child(
+        tmp_path, {}, "sys.stdin.buffer.read(1)\nos.write(1, struct.pack('>I', 5) + b'xxxxx')\n"
+    )
+    process = ReadingProcess(reading_of, timeout=5, command=liar)
     try:
         assert process.start(30)
         child = process._child
@@ -112,14 +118,8 @@ def test_a_child_that_answers_garbage_is_stopped(tmp_path: Path) -> None:
 
 def test_a_child_of_other_code_is_never_used(tmp_path: Path) -> None:
     """A child whose chd.core files are not the daemon's (installed since it started) is ended for good."""
-    script = tmp_path / "upgraded.py"
-    script.write_text(
-        "import os, pickle, struct, sys, time\n"
-        "body = pickle.dumps(('ready', {'chd.core.language.parser': 1}))\n"
-        "os.write(1, struct.pack('>I', len(body)) + body)\n"
-        "time.sleep(60)\n"
-    )
-    process = ReadingProcess(reading_of, command=(sys.executable, str(script)))
+    upgraded = _fake_child(tmp_path, {"chd.core.language.parser": 1}, "")
+    process = ReadingProcess(reading_of, command=upgraded)
     try:
         assert not process.start(30)
         query = build("hashes", 2000)
