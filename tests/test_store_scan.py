@@ -68,3 +68,22 @@ def test_a_kept_reading_is_the_reading() -> None:
     for text in ("Add my gate code 4411", "Add user utterance " + "please " * 10, noted):
         store_header.read_header(text)
         assert text not in store_header._KEPT_READINGS
+
+
+def test_the_instruction_cache_keeps_no_words_the_rules_set_aside() -> None:
+    """Review of issue 31: a store's remark, set aside as commentary, was kept in the cache."""
+    from chd.core.language.grammar import store_header
+    from chd.core.language.parser import parse
+
+    store_header._KEPT_READINGS.clear()
+    for query in (
+        "Add utterance: Save this for later, it was a lovely day: and more",
+        "Save this, the weather was nice today",
+        "We met Sarah at the café - thanks a ton mate, store it",
+    ):
+        parse(query)
+    kept = " ".join(store_header._KEPT_READINGS)
+    for private in ("lovely", "weather", "thanks", "Sarah"):
+        assert private not in kept, (private, list(store_header._KEPT_READINGS))
+    parse("Add user utterance: hello")
+    assert any("Add" in text for text in store_header._KEPT_READINGS)

@@ -210,9 +210,11 @@ _POLITE_QUESTION = re.compile(
 
 
 # Readings of short instructions, which clients repeat ("Add user utterance"):
-# reading one costs ~15 us of a store's ~100 in the core. Only an instruction
-# read in full as the rules' own words is kept (no sentence whose words were
-# set aside as a note), so the cache holds no one's utterance.
+# reading one costs ~15 us of a store's ~100 in the core. Only a text whose
+# every word the rules read as their own is kept (no clause set aside as
+# commentary, no sentence set aside as a note): the cache holds no words of an
+# utterance but instruction vocabulary (review of issue 31: "Save this for
+# later, it was a lovely day" was kept, its remark set aside).
 _KEPT_READINGS: dict[str, Header] = {}
 _KEPT_LIMIT = 512
 _KEPT_CHARS = 64
@@ -231,19 +233,20 @@ def read_header(text: str) -> Header:
     kept = _KEPT_READINGS.get(text)
     if kept is not None:
         return kept
-    header = _read_header(text)
-    if header.understood and len(text) <= _KEPT_CHARS and _NOTE.search(text) is None:
+    header, whole = _read_header(text)
+    if whole and len(text) <= _KEPT_CHARS and _NOTE.search(text) is None:
         if len(_KEPT_READINGS) >= _KEPT_LIMIT:
             _KEPT_READINGS.clear()  # bounded; the few instructions in use come back at once
         _KEPT_READINGS[text] = header
     return header
 
 
-def _read_header(text: str) -> Header:
+def _read_header(text: str) -> tuple[Header, bool]:
+    """The reading, and whether every word was read as the rules' own (no clause set aside)."""
     text = _POLITE_QUESTION.sub(lambda m: m.group(0)[:-1], text)
     header = _read_words(text)
     if header.understood or len(text) > _LENIENT_LIMIT:
-        return header
+        return header, header.understood
     kept: list[Header] = []
     set_aside = False
     for clause in _HEADER_CLAUSE.split(text):
@@ -255,13 +258,13 @@ def _read_header(text: str) -> Header:
         elif _aside(clause, part):
             set_aside = True
         else:
-            return header
+            return header, False
     if not set_aside or not kept:
-        return header
+        return header, False
     joined = _NO_WORDS
     for part in kept:
         joined = joined.joined(part)
-    return joined if joined.asks_store or joined.speakers else header
+    return (joined if joined.asks_store or joined.speakers else header), False
 
 
 def _aside(clause: str, part: Header) -> bool:
