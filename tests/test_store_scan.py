@@ -87,3 +87,18 @@ def test_the_instruction_cache_keeps_no_words_the_rules_set_aside() -> None:
         assert private not in kept, (private, list(store_header._KEPT_READINGS))
     parse("Add user utterance: hello")
     assert any("Add" in text for text in store_header._KEPT_READINGS)
+
+
+def test_a_urls_colon_is_never_taken_for_the_end_of_the_instruction() -> None:
+    """Review of issue 31: 'Add utterance, speaker user, http://...' stored '//...' (the scheme lost)."""
+    from chd.core.errors import InvalidRequest
+    from chd.core.language.parser import parse
+
+    url = "http://example.com/a?q=1"
+    try:
+        stored = parse(f"Add utterance, speaker user, {url}")
+    except InvalidRequest:
+        pass  # refused as unclear: nothing lost
+    else:
+        assert stored.fields["text"] == url
+    assert parse(f"Save this: {url}").fields["text"] == url

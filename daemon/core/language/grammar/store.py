@@ -38,7 +38,9 @@ HEAD_LIMIT = 400
 
 # Separators people type between an instruction and what it stores. A
 # hyphen counts only next to a space, so "user-side" or "e-mail" stay words.
-_SEPARATOR = re.compile(r"\r?\n|:|->|=>|\u2192|[\u2014\u2013]|-{1,2}(?=\s)|(?<=\s)-{1,2}")
+# A colon before "//" is a URL's ("http://..."), never the end of an instruction
+# (review of issue 31: "Add utterance, speaker user, http://x" stored "//x").
+_SEPARATOR = re.compile(r"\r?\n|:(?!//)|->|=>|\u2192|[\u2014\u2013]|-{1,2}(?=\s)|(?<=\s)-{1,2}")
 # The characters a separator can start with. sre tries every branch of
 # _SEPARATOR at every position (its lookbehind and optional parts leave it no
 # first character to skip to), but scans fast for a character class: finding
