@@ -280,6 +280,10 @@ class TestNewcomer32Refusals:
             (["serve", "--buffersize", "5"], "usage: chd serve ", "did you mean --buffer-size?"),
             (["query", "hi", "--tagret", "x"], "usage: chd query ", "did you mean --target?"),
             (["config", "--bogus"], "usage: chd config ", None),
+            # The shared "--" made it "--tls-key" (newcomer recheck N2).
+            (["config", "--bogus-key", "1"], "usage: chd config ", None),
+            # An abbreviation is no flag: "--buffer" started a daemon with buffer_size 5 (N3).
+            (["serve", "--buffer", "5"], "usage: chd serve ", "did you mean --buffer-size?"),
         ],
     )
     def test_an_unknown_flag_after_a_command_is_that_commands_error(

@@ -67,19 +67,29 @@ class _Version(argparse.Action):
 class _CommandParser(argparse.ArgumentParser):
     """A subcommand's parser: an argument it does not know is its own error (its usage), with a
     near flag suggested as a misspelt configuration key is; argparse would leave it to the
-    top-level parser, which shows only ``chd [-h] [--version] COMMAND``."""
+    top-level parser, which shows only ``chd [-h] [--version] COMMAND``. No abbreviations:
+    ``chd serve --buffer 5`` started a daemon with buffer_size 5 (newcomer pass, issue 30), and
+    an abbreviation that works today breaks when a key is added beside it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
-            flags = [o for action in self._actions for o in action.option_strings]
+            # Compared without the dashes every long flag shares, which would
+            # make "--bogus-key" look like "--tls-key" (newcomer recheck, issue 30).
+            flags = [
+                o[2:] for action in self._actions for o in action.option_strings if o[:2] == "--"
+            ]
             hints = [
-                f"did you mean {' or '.join(close)}?"
+                f"did you mean {' or '.join('--' + c for c in close)}?"
                 for extra in extras
                 if extra.startswith("--")
-                and (close := config.close_names(extra.split("=", 1)[0], flags))
+                and (close := config.close_names(extra.split("=", 1)[0][2:], flags))
             ]
             self.error("; ".join([f"unrecognized arguments: {' '.join(extras)}", *hints]))
         return parsed, extras
