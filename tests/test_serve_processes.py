@@ -19,7 +19,7 @@ import pytest
 from chd.client import Client
 from chd.service.group import CRASH_LIMIT, _Child, _stop_all, _supervise
 from chd.v1 import daemon_pb2_grpc
-from tests.conftest import DaemonProcess, query, run_chd
+from tests.conftest import DaemonProcess, chd_env, query, run_chd
 
 
 def _children(pid: int) -> list[int]:
@@ -247,3 +247,17 @@ def test_chd_mcp_refuses_processes_in_one_line(tmp_path: Path) -> None:
     assert done.stderr.strip().count("\n") == 0
     assert "--processes is for chd serve" in done.stderr
     assert "--processes" not in run_chd("mcp", "--help").stdout
+
+
+def test_chd_mcp_refuses_processes_from_the_environment_too(tmp_path: Path) -> None:
+    """CHD_PROCESSES=2 started chd mcp on one process without a word (newcomer recheck N4)."""
+    done = run_chd(
+        "mcp",
+        "--backend",
+        "disk",
+        "--data-dir",
+        str(tmp_path / "data"),
+        env={**chd_env(), "CHD_PROCESSES": "2"},
+    )
+    assert done.returncode == 2
+    assert "--processes is for chd serve" in done.stderr

@@ -83,18 +83,23 @@ def add_mcp_command(commands: argparse._SubParsersAction) -> None:
     )
 
 
+_ONE_PROCESS = (
+    "chd: --processes is for chd serve; chd mcp serves from one process "
+    "(point it at a chd serve --processes N with --target)"
+)
+
+
 def run_mcp(args: argparse.Namespace) -> int:
     if args.mcp_processes is not None:
-        print(
-            "chd: --processes is for chd serve; chd mcp serves from one process "
-            "(point it at a chd serve --processes N with --target)",
-            file=sys.stderr,
-        )
+        print(_ONE_PROCESS, file=sys.stderr)
         return EXIT_USAGE
     try:
         effective = config.from_arguments(args, os.environ)
     except config.ConfigError as exc:
         print(f"chd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if effective.processes > 1:  # from CHD_PROCESSES or a file: refused as the flag is
+        print(_ONE_PROCESS, file=sys.stderr)
         return EXIT_USAGE
     for flag, value in (
         ("--target", args.target),
