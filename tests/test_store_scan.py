@@ -102,3 +102,16 @@ def test_a_urls_colon_is_never_taken_for_the_end_of_the_instruction() -> None:
     else:
         assert stored.fields["text"] == url
     assert parse(f"Save this: {url}").fields["text"] == url
+
+
+def test_a_last_line_read_only_by_setting_a_clause_aside_is_not_taken_for_the_instruction() -> None:
+    """Review of issue 31: 'line one\\nline two, add it' stored 'line one' (a line lost); now refused."""
+    import pytest
+
+    from chd.core.errors import InvalidRequest
+    from chd.core.language.parser import parse
+
+    for query in ("line one\nline two, add it", "We met at noon\nline two, save it"):
+        with pytest.raises(InvalidRequest):
+            parse(query)
+    assert parse("Book the 9:15 train\nsave it").fields["text"] == "Book the 9:15 train"

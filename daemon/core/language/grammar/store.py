@@ -29,7 +29,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from chd.core.errors import InvalidRequest, quote
-from chd.core.language.grammar.store_header import Header, commentary, is_note, read_header
+from chd.core.language.grammar.store_header import (
+    Header,
+    commentary,
+    is_note,
+    read_header,
+    reads_whole,
+)
 
 __all__ = ["read_store", "UnclearStore", "HEAD_LIMIT", "QUOTE_MARKS"]
 
@@ -553,6 +559,11 @@ def _instruction_last(q: str) -> _Split | None:
     instruction = q[last.end() :]
     header = read_header(instruction)
     if not (header.understood and (header.imperative or (header.speech and header.speakers))):
+        return None
+    if last.group().strip() == "" and not reads_whole(instruction):
+        # A last line read only by setting a clause aside ("line two, add it") may be the
+        # utterance's own last line: storing the lines above it would lose it (review of
+        # issue 31). Refused, not guessed.
         return None
     text = q[: last.start()].strip()
     if not text:

@@ -241,6 +241,11 @@ def read_header(text: str) -> Header:
     return header
 
 
+def reads_whole(text: str) -> bool:
+    """Whether the rules read every word of ``text`` as their own, setting no clause aside."""
+    return _read_header(text)[1]
+
+
 def _read_header(text: str) -> tuple[Header, bool]:
     """The reading, and whether every word was read as the rules' own (no clause set aside)."""
     text = _POLITE_QUESTION.sub(lambda m: m.group(0)[:-1], text)
