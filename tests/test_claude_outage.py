@@ -153,7 +153,11 @@ class TestWhatClaudeIsSent:
         buffered = first.prompt.split('<still_in_buffer read_only="true">', 1)[1].split(
             "</still_in_buffer>", 1
         )[0]
-        assert f"Parcel {code(3)} goes to locker 24." in buffered
+        # What was still in the buffer when the first fold ran (how many stores had come by
+        # then depends on the machine's load): read-only context, none of it in the evicted data.
+        lines = [line for line in buffered.splitlines() if "Parcel" in line]
+        assert lines
+        assert not any(line.split(": ", 1)[1] in evicted for line in lines)
         rest = second.prompt.split('<rest_of_summary read_only="true">', 1)[1].split(
             "</rest_of_summary>", 1
         )[0]
