@@ -647,25 +647,26 @@ class _ReadingCache:
     def read(self, query: str) -> _Outcome:
         """Read ``query`` (not cached: ``known`` said so) and keep the reading or the refusal."""
         outcome = self.reader(query, True)
-        self._keep(query, (outcome, self._size(query, outcome)))
+        self._keep(query, outcome)
         if isinstance(outcome, InvalidRequest):
             raise _fresh(outcome)
         return outcome
 
     def kept(self, query: str, outcome: _Outcome) -> _Outcome:
         """``outcome``, kept as the reading of ``query``."""
-        self._keep(query, (outcome, self._size(query, outcome)))
+        self._keep(query, outcome)
         return outcome
 
-    def _keep(self, query: str, entry: tuple[_Outcome | InvalidRequest, int]) -> None:
+    def _keep(self, query: str, outcome: _Outcome | InvalidRequest) -> None:
+        size = self._size(query, outcome)
         with self._lock:
             if query in self._entries:
                 return
-            self._entries[query] = entry
-            self.used += entry[1]
+            self._entries[query] = (outcome, size)
+            self.used += size
             while self.used > self.budget and self._entries:
-                _, (_, size) = self._entries.popitem(last=False)
-                self.used -= size
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.used -= dropped
 
     def _size(self, query: str, outcome: _Outcome | InvalidRequest) -> int:
         if isinstance(outcome, InvalidRequest):

@@ -106,8 +106,7 @@ class ReadingProcess:
         self._command = command or (sys.executable, "-P", "-m", module, str(os.getpid()))
         self._code = fingerprint()
         self._lock = threading.Lock()  # one query at a time on the pipe
-        self._child: subprocess.Popen[bytes] | None = None
-        self._ready = False
+        self._child: subprocess.Popen[bytes] | None = None  # set once it said it is ready
         self._started = threading.Event()  # set once a start has ended, well or not
         self._starting = False
         self._retry_at = 0.0  # after a failed start, no other before this (monotonic)
@@ -124,7 +123,7 @@ class ReadingProcess:
             return self.read_here(query, rewrites)  # the child is busy past what this call can wait
         try:
             child = self._child
-            if child is None or not self._ready:
+            if child is None:
                 return self.read_here(query, rewrites)
             try:
                 outcome = self._ask(child, query, rewrites, until)
@@ -148,11 +147,11 @@ class ReadingProcess:
 
     def start(self, timeout: float) -> bool:
         """Start the child now rather than at the first long query; whether it is ready in ``timeout`` s."""
-        if self._ready:
+        if self._child is not None:
             return True
         self._started.clear()
         self._usable()
-        return self._started.wait(timeout) and self._ready
+        return self._started.wait(timeout) and self._child is not None
 
     def close(self) -> None:
         with self._lock:
@@ -167,10 +166,10 @@ class ReadingProcess:
 
     def _usable(self) -> bool:
         """Whether a ready child is there; starts one in the background if none is."""
-        if self._ready:
+        if self._child is not None:
             return True
         with self._lock:
-            if not (self._starting or self._closed or self._ready) and (
+            if not (self._starting or self._closed or self._child is not None) and (
                 time.monotonic() >= self._retry_at
             ):
                 self._starting = True
@@ -183,7 +182,7 @@ class ReadingProcess:
         with self._lock:
             self._starting = False
             if child is not None and not self._closed:
-                self._child, self._ready, self._owed = child, True, 0
+                self._child, self._owed = child, 0
         self._started.set()
         if child is None:
             return
@@ -250,7 +249,7 @@ class ReadingProcess:
         return value
 
     def _stop_child(self) -> None:
-        child, self._child, self._ready, self._owed = self._child, None, False, 0
+        child, self._child, self._owed = self._child, None, 0
         if child is not None:
             _end(child)
 
