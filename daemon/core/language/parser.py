@@ -58,6 +58,7 @@ from chd.core.language.grammar.normalize import (
     operation_label,
     phrases,
     removal_idiom,
+    speech_question,
     vocabulary_of,
     write_operations,
 )
@@ -389,6 +390,7 @@ def normalized(query: str) -> str:
     text = developer_syntax(query)
     text = repaired(text) or text
     text = _without_lead_fillers(text)
+    text = speech_question(text) or text
     text = _LIKE_BEFORE_NUMBER.sub("", text)
     text = removal_idiom(text) or text
     out: list[str] = []

@@ -32,6 +32,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from chd.core.language.grammar.vocab import SPEAKER
+
 __all__ = [
     "LEXICON",
     "WORDS",
@@ -362,9 +364,35 @@ _NOT_NEEDED = re.compile(
 # (issue 25, non-native order). Read as "<verb> <what> <rest>".
 _LATE_REMOVE = re.compile(
     r"^(?P<obj>[^\"\u201c]{1,200}?)[\s,;\u2014\u2013-]++(?:(?:you|we|i)\s+)?(?:(?:must|should|can|could|shall|will|please|pls|plz)\s+)*"
-    r"(?P<v>remove|delete|erase|drop|discard|wipe|del)(?:\s+(?:it|them|this|that|these|those|em))?\b(?P<rest>.{0,200})$",
+    r"(?P<v>remove|delete|erase|drop|discard|wipe|del)(?:\s+(?:it|them|this|that|these|those|em|everything|all(?:\s+of\s+(?:it|them))?))?\b(?P<rest>.{0,200})$",
     re.IGNORECASE | re.DOTALL,
 )
+
+
+# Non-native questions about speech (issue 25): "What said the assistant in turn 2?",
+# "What user was saying?", "What was the bot answering?" read as "what did the X say".
+_SPEECH_PAST = {
+    "said": "say", "wrote": "write", "answered": "answer", "replied": "reply", "asked": "ask",
+    "told": "tell", "sent": "send", "saying": "say", "writing": "write", "answering": "answer",
+    "replying": "reply", "asking": "ask", "telling": "tell",
+}  # fmt: skip
+_SPEECH_INVERTED = re.compile(
+    rf"^(?P<w>what|which\s+(?:things?|messages?))\s+"
+    rf"(?:(?P<v>said|wrote|answered|replied|asked|told|sent)\s+(?P<t>the\s+)?(?P<s>{SPEAKER})\b"
+    rf"|(?:(?:was|were|is|has\s+been|had\s+been)\s+)?(?P<t2>the\s+)?(?P<s2>{SPEAKER})\s+"
+    rf"(?:was|were|is|has\s+been|had\s+been)?\s*(?P<v2>saying|writing|answering|replying|asking|telling)\b)",
+    re.IGNORECASE,
+)
+
+
+def speech_question(text: str) -> str | None:
+    """ "What said the assistant ..." as "what did the assistant say ...", or None."""
+    m = _SPEECH_INVERTED.match(text)
+    if m is None:
+        return None
+    speaker = m.group("s") or m.group("s2")
+    verb = _SPEECH_PAST[(m.group("v") or m.group("v2")).lower()]
+    return f"{m.group('w')} did the {speaker} {verb}{text[m.end() :]}"
 
 
 def _names_a_remove(text: str) -> bool:

@@ -48,6 +48,36 @@ _FINITE = frozenset(
     helps help keeps make makes made said says reduce reduces take takes took""".split()
 )
 _CONTRACTED = frozenset("it's that's there's they're we're i'm i've we've you're i'd we'd".split())
+# Past tenses the lemmatizer does not undo by a suffix: "patient withdrew the question",
+# "already told him" (issue 25: a narrative clause has a verb of its own).
+_IRREGULAR_PAST = frozenset(
+    """told gave sent wrote spoke went came got knew thought felt heard paid bought sold found
+    lost withdrew forgot began brought caught chose drove ate fell flew meant met ran saw
+    sat stood understood woke won""".split()
+)
+
+
+def _past(word: str) -> bool:
+    from chd.core.language.grammar.normalize import lemma
+
+    return word in _IRREGULAR_PAST or (
+        len(word) > 4 and word.endswith("ed") and lemma(word) != word
+    )
+
+
+# "we keep hitting it": "keep" before an -ing form says "go on", it spares nothing.
+_KEEP_DOING = re.compile(r"\b(?:keeps?|kept)\s+(?=\w+ing\b)", re.I)
+# "next customer", "new patient at the desk": the session is over; said so, it agrees with a remove.
+_NEXT_PERSON = re.compile(
+    r"\b(?:next|new)\s+(?:customer|patient|caller|client|guest|visitor|passenger|ticket|session|call|one\s+in)\b",
+    re.I,
+)
+# A speaker word in these places is who a remark is about, not whose messages are meant:
+# after a preposition or a verb of speech ("for this patient", "told the guest"), or as
+# the subject of a verb of its own ("the user has requested", "patient withdrew").
+_SPEAKER_OBJECT = frozenset(
+    "for to with from told tell telling asked ask gave give helped called this that our".split()
+)
 # Idioms of time that hold a scope word but narrow nothing.
 _IDIOMS = re.compile(
     r"\b(?:no\s+longer|any\s*more|from\s+now\s+on|later\s+on|for\s+now|by\s+mistake|in\s+error)\b",
@@ -114,8 +144,9 @@ _AGREES = {
         r"\b(?:mistakes?|mistaken(?:ly)?|wrong|errors?|erroneous|typos?|typed|duplicat\w*|unneeded|irrelevant"
         r"|obsolete|outdated|stale|old|cancel+ed|test(?:ing)?|spam|junk|garbage|off[\s-](?:track|topic)"
         r"|sensitive|private|personal|confidential|privacy|gdpr|deletion|erased|deleted|removed|forgotten"
-        r"|space|room|clean(?:\s*up)?|start(?:ing)?\s+over|fresh\s+start|new\s+(?:session|customer|patient)"
-        r"|relevant|needed|necessary|ended|over|finished|closed|resolved|fresh|history|ancient)\b",
+        r"|space|room|clean(?:\s*up)?|start(?:ing)?\s+over|fresh\s+start|(?:new|next)\s+(?:session|customer|patient|caller|client|guest|visitor|passenger|ticket|call)"
+        r"|relevant|needed|necessary|ended|over|finished|closed|resolved|fresh|history|ancient"
+        r"|withdr[ae]w[n]?|retracted|took\s+(?:it|that|this)\s+back|changed\s+(?:his|her|their)\s+mind)\b",
         re.IGNORECASE,
     ),
     "mark": re.compile(
@@ -172,7 +203,9 @@ def is_remark(clause: str, operation: str | None) -> bool:
     labelled = len(text) != len(clause)
     reason = _REASON.match(text) is not None
     text = _IDIOMS.sub(" ", text)
+    text = _KEEP_DOING.sub("are ", text)
     if operation in (None, "remove"):
+        text = _NEXT_PERSON.sub(" finished ", text)
         # "not needed anymore", "don't need the weather stuff": a remove's reason agrees with it.
         text = _UNNEEDED.sub(" unneeded ", text)
     if any(c.isdigit() for c in text) or _NUMBER.search(text):
@@ -181,7 +214,12 @@ def is_remark(clause: str, operation: str | None) -> bool:
     stated = any(w in _STATE for w in words)
     if len(words) < _MIN_WORDS and not stated:
         return False
-    if not (labelled or reason or stated or any(w in _FINITE or w in _CONTRACTED for w in words)):
+    if not (
+        labelled
+        or reason
+        or stated
+        or any(w in _FINITE or w in _CONTRACTED or _past(w) for w in words)
+    ):
         return False
     if operation in _READS and not (labelled or reason) and words[0] not in _PRONOUNS:
         # A read's remark about "the X" may be naming what to read ("the weather ones matter").
@@ -189,6 +227,8 @@ def is_remark(clause: str, operation: str | None) -> bool:
     for i, word in enumerate(words):
         base = word[:-2] if word.endswith("'s") else word  # "it was the user's"
         asking = base in _SPEAKER_NAMES if labelled else base in _ASKING
+        if asking and operation not in _READS and base in _SPEAKER_NAMES and _narrated(words, i):
+            asking = False
         if base in _NARROWING or asking or word.endswith("n't"):
             return False
         if base in COUNTERMAND and operation != "store":  # a store's "so that it remains available"
@@ -199,3 +239,16 @@ def is_remark(clause: str, operation: str | None) -> bool:
         if write is not None and operation is not None and write != operation:
             return False
     return True
+
+
+def _narrated(words: list[str], i: int) -> bool:
+    """Whether the speaker word ``words[i]`` is who a write's remark tells of, not a filter."""
+    if words[i] in ("me", "my", "mine", "our", "ours"):
+        return False  # "it was mine": what the target is
+    before = words[i - 1] if i else ""
+    if before == "the" and i > 1:
+        before = words[i - 2]
+    if before in _SPEAKER_OBJECT:
+        return True
+    after = words[i + 1] if i + 1 < len(words) else ""
+    return after in _FINITE or _past(after)

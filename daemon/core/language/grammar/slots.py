@@ -170,6 +170,10 @@ _TURN_AFTER = rf"\b(?:after|later\s+than|newer\s+than|following)\s+{_turn_ref('n
 _TURN_SINCE = (
     rf"\b(?:since|starting\s+(?:at|from|with))\s+{_turn_ref('n')}(?:\s+on(?:wards?)?)?",
     rf"\bfrom\s+{_turn_ref('n')}\s+on(?:wards?)?\b",
+    # "from turn 3 until the end", "turn 3 to the last one" (issue 25: open ranges are ranges).
+    rf"\b(?:from\s+)?{_turn_ref('n')}\s*(?:,\s*)?(?:to|until|till|through|thru|up\s+to)\s+(?:the\s+)?"
+    rf"(?:very\s+)?(?:end|last(?:\s+(?:one|turn))?|latest(?:\s+(?:one|turn))?|newest(?:\s+(?:one|turn))?)"
+    rf"(?:\s+of\s+(?:the\s+)?(?:conversation|chat|history|buffer))?\b",
     rf"\b(?:in\s+|from\s+)?{_turn_ref('n')}\s+(?:and\s+(?:later|after|newer|onwards?|beyond)|on(?:wards?)?)\b",
     # "turn 3 and everything after (it)", "turn 3 and all that follows" (issue 25).
     rf"\b(?:in\s+|from\s+)?{_turn_ref('n')}\s+and\s+(?:everything|all|anything|whatever)\s+(?:(?:that\s+)?(?:comes?\s+|came\s+)?"
@@ -243,8 +247,11 @@ def take_turns(q: Query) -> TurnSpan:
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _UNIT = r"(?P<u>seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?)"
+# "10m", "2h", "30s": a letter glued to its number is a unit only there ("10 m" is not read).
+_GLUED_UNIT = r"(?P<g>\d+)(?P<gu>[smhdw])"
 _TIME_WINDOW = (
-    rf"\b(?:(?:in|within|during|over|from|for)\s+)?the\s+(?:last|past|previous)\s+(?:(?P<n>{NUM})\s*)?{_UNIT}\b",
+    # Without "the" too: "messages in last 10 minutes", "get utts from last 10m" (issue 25).
+    rf"\b(?:(?:in|within|during|over|from|for|of)\s+)?(?:the\s+)?(?:last|past|previous)\s+(?:(?:(?P<n>{NUM})\s*)?{_UNIT}|{_GLUED_UNIT})\b",
     rf"\b(?:since|from|after)\s+(?P<n>{NUM})\s*{_UNIT}\s+ago\b",
     rf"\b(?:in|within)\s+(?P<n>{NUM})\s*{_UNIT}\b",
 )
@@ -378,7 +385,7 @@ def _take_day(q: Query) -> str | None:
 
 
 _ANY_TIME = re.compile(
-    r"sec|min|hour|hr|day|week|tomorrow|[0-9]{4}|\bon\s+(?:the\s+)?[0-9]|\b(?:on|since|after|before|until|till|to|than)\s+(?:the\s+)?(?:[0-9]|"
+    r"sec|min|hour|hr|day|week|tomorrow|[0-9][smhdw]\b|[0-9]{4}|\bon\s+(?:the\s+)?[0-9]|\b(?:on|since|after|before|until|till|to|than)\s+(?:the\s+)?(?:[0-9]|"
     + "|".join(m[:3] for m in _MONTHS)
     + ")",
     FLAGS,
@@ -389,14 +396,21 @@ def _unit_seconds(unit: str) -> int:
     return _UNIT_SECONDS[unit.lower()[0]]
 
 
+def _window_seconds(m: re.Match[str]) -> int:
+    found = m.groupdict()
+    if found.get("g"):
+        return int(found["g"]) * _unit_seconds(found["gu"])
+    count = parse_number(found["n"]) if found.get("n") else 1
+    return count * _unit_seconds(found["u"])
+
+
 def take_time(q: Query) -> dict[str, object]:
     """'in the last 10 minutes' -> within_seconds; 'since 2026-01-31T14:00Z' -> since."""
     if not q.search(_ANY_TIME):
         return {}
     for pattern in _TIME_WINDOW:
         if m := q.take(pattern):
-            count = parse_number(m.group("n")) if m.group("n") else 1
-            return {"within_seconds": count * _unit_seconds(m.group("u"))}
+            return {"within_seconds": _window_seconds(m)}
     for pattern in _TIME_OLDER:
         if m := q.take(pattern):
             count = parse_number(m.group("n")) if m.group("n") else 1
@@ -438,7 +452,7 @@ _SEQ_NOUN = (
 )
 _SEQ_LIST = (
     rf"\b(?:the\s+)?{_SEQ_NOUN}\s*(?:numbered|number|no\.?|\#|seq|id)?\s*(?:=|:)?\s*\#?(?P<a>\d+|{NUM})"
-    rf"(?P<rest>(?:\s*(?:,|and|&|or)\s*(?:and\s+)?\#?\d+)+|\s*(?:to|through|thru|-|\u2013)\s*\#?\d+)?\b"
+    rf"(?P<rest>(?:\s*(?:,|and|&|or)\s*(?:and\s+)?\#?\d+)+|\s*(?:to|through|thru|until|till|-|\u2013)\s*(?:{_SEQ_NOUN}\s*)?\#?\d+)?\b"
 )
 _OPEN_SEQS = re.compile(
     r"\s*(?:on(?:wards?)?|and\s+(?:later|after|beyond|on(?:wards?)?|newer|everything\s+after|all\s+after))\b",
@@ -474,7 +488,7 @@ def take_seqs(q: Query) -> tuple[int, ...]:
     first = parse_number(m.group("a"))
     rest = m.group("rest") or ""
     numbers = [digits_value(n) for n in re.findall(r"\d+", rest)]
-    if numbers and re.match(r"\s*(?:to|through|thru|-|\u2013)", rest, FLAGS):
+    if numbers and re.match(r"\s*(?:to|through|thru|until|till|-|\u2013)", rest, FLAGS):
         low, high = sorted((first, numbers[0]))
         if high - low >= MAX_SEQ_RANGE:
             raise InvalidRequest(f"the seq range {low}-{high} is longer than {MAX_SEQ_RANGE}")
@@ -633,7 +647,7 @@ _TRAILING = (
     rf"\s*,?\s*(?:(?:in|from|during|for|of|over|across|within)\s+)?(?:the\s+)?turns?\s*\#?{NUM}\s*{_TO}\s*(?:turn\s*\#?)?{NUM}",
     rf"\s*,?\s*between\s+turns?\s*\#?{NUM}\s+and\s+(?:turn\s*\#?)?{NUM}",
     rf"\s*,?\s*(?:before|after|since|until|up\s+to|from|in|during|at|starting\s+(?:at|from))\s+{_turn_ref('x')}(?:\s+on(?:wards?)?)?",
-    rf"\s*,?\s*(?:(?:in|within|during|over|from|for)\s+)?the\s+(?:last|past|previous)\s+(?:{NUM}\s*)?{_UNIT}",
+    rf"\s*,?\s*(?:(?:in|within|during|over|from|for|of)\s+)?(?:the\s+)?(?:last|past|previous)\s+(?:(?:{NUM}\s*)?{_UNIT}|\d+[smhdw]\b)",
     rf"\s*,?\s*(?:in|during|from|over)\s+the\s+(?:last|latest|most\s+recent|past|previous)\s+(?:{NUM}\s+)?{_TURNS}",
     rf"\s*,?\s*(?:in|during|from|over|of)\s+the\s+(?:first|earliest|oldest|opening|initial)\s+{NUM}\s+turns",
     rf"\s*,?\s*(?:in|among|within|from|of)\s+the\s+(?:{_NEWEST}|{_OLDEST})\s+{NUM}(?:\s+{NOUN})?",
