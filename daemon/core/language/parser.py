@@ -78,6 +78,7 @@ from chd.core.language.grammar.retrieve import read_retrieve
 from chd.core.language.grammar.stats import read_stats
 from chd.core.language.grammar.store import UnclearStore, read_store
 from chd.core.language.grammar.summarize import read_summarize
+from chd.core.language.grammar.vocab import NOUN
 from chd.core.language.guide import GUIDE, MAX_INSTRUCTION_CHARS
 from chd.core.language.numbers import NUM, parse_number
 
@@ -456,6 +457,7 @@ def _commentary_free(segment: str) -> bool:
         or '"' in segment
         or WRONG_TARGET.search(segment)
         or DESCRIBES_TARGET.search(segment)
+        or read_stats(segment) is not None  # "How full is the buffer?" asks for something
     ):
         return False
     for word in words:
@@ -558,7 +560,11 @@ def _read_normalized(query: str) -> tuple[str, dict[str, Any], float] | None:
             dropped = clauses[:lead] + clauses[len(clauses) - (drop - lead) :]
             dropped = [c for c in dropped if c.strip()]
             remarks = [c for c in dropped if not _commentary_free(c)]
-            if not kept or not dropped or not all(is_remark(c, None) for c in remarks):
+            if (
+                not kept
+                or not dropped
+                or not all(is_remark(c, None) or _beside_stats(c) for c in remarks)
+            ):
                 # Nothing set aside is no reading: rejoined without their
                 # punctuation the clauses read otherwise ("..., please set this
                 # in the settings." became one topic).
@@ -570,11 +576,34 @@ def _read_normalized(query: str) -> tuple[str, dict[str, Any], float] | None:
                 continue
             if (
                 confidence >= 1.0
-                and all(is_remark(c, operation) for c in remarks)
+                and all(
+                    is_remark(c, operation) or (operation == "stats" and _beside_stats(c))
+                    for c in remarks
+                )
                 and all(_may_set_aside(c, operation) for c in dropped)
             ):
                 return operation, fields, confidence
     return None
+
+
+_ASKS_FOR_MORE = re.compile(
+    rf"\b(?:{NOUN}|summary|summaries|settings?|turns?|seqs?|show|get|give|list|send|include|also|too|and)\b",
+    re.IGNORECASE,
+)
+
+
+def _beside_stats(clause: str) -> bool:
+    """Whether a clause beside a stats question only says why it is asked.
+
+    Stats take no filter, so nothing in such a clause can narrow them; it may
+    not ask for anything more ("and the last 3 messages"), name a number or a write.
+    """
+    return (
+        "\u27e6" not in clause
+        and not any(c.isdigit() for c in clause)
+        and _ASKS_FOR_MORE.search(clause) is None
+        and not write_operations(clause)
+    )
 
 
 def _summary_reading(text: str) -> tuple[str, dict[str, Any], float] | None:

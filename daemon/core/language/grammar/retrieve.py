@@ -47,8 +47,12 @@ _ARCHIVE = re.compile(r"\barchived\b|(?:\b(?:in|from|of)\s+)?\bthe\s+archive\b",
 # a read of a filtered set says "only" in many ways, none changing the filter.
 _ONLY = re.compile(r"\bnothing\s+but\b|\b(?:only|just|alone|solely|exclusively|purely)\b", FLAGS)
 _NO_UTTERANCES = re.compile(
-    r"(?:\b(?:only|alone)\b)?\s*[,(]?\s*\b(?:no|not\s+the|without(?:\s+the)?|and\s+no)\s+(?:individual\s+)?"
-    r"(?:utterances|messages)\b(?:\s+(?:are\s+)?needed)?\s*\)?",
+    r"(?:\b(?:only|alone)\b)?\s*[,(;]?\s*\b(?:no|not\s+the|without(?:\s+(?:the|any))?|and\s+no"
+    r"|(?:and\s+)?(?:do\s+not|don't|dont)\s+(?:include|return|show|send)(?:\s+(?:the|any))?)\s+(?:individual\s+)?"
+    r"(?:utterances|messages|entries|items|records)\b(?:\s+(?:are\s+)?needed)?\s*\)?"
+    # "... and do not generate a new summary", "don't regenerate it": the stored one is what a read returns.
+    r"(?:\s*[,;]?\s*(?:and\s+)?(?:do\s+not|don't|dont|without)\s+(?:re-?generat\w*|generat\w*|creat\w*|produc\w*|mak\w*)"
+    r"(?:\s+(?:it|a\s+new\s+(?:one|summary)|a\s+fresh\s+(?:one|summary)|(?:it|one|the\s+summary)\s+again))?)?",
     FLAGS,
 )
 # Reads answer oldest first: saying so changes nothing ("the most recent four,

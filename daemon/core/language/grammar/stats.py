@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from chd.core.language.grammar.query import Query
 from chd.core.language.grammar.reading import Reading
 
@@ -22,8 +24,24 @@ _WORDS = frozenset(
 )
 
 
+_SECOND_REQUEST = re.compile(
+    r"\b(?:and|also|plus|then|as\s+well\s+as)\s+(?:(?:also|then|please)\s+)?(?:show|get|give|list|send|include"
+    r"|display|return|read|fetch|tell|find|summari[sz]e|delete|remove|clear|set|mark|the\s+(?:last|first)\b|\d)",
+    re.IGNORECASE,
+)
+
+
 def read_stats(text: str) -> Reading | None:
     q = Query(text)
     if q.search(_TRIGGER) is None:
         return None
-    return Reading("stats", {}, q.unexplained(_WORDS), q.total_words)
+    unexplained = q.unexplained(_WORDS)
+    # "How full is the buffer, and show the summary": a second request, not a stray word.
+    second = _SECOND_REQUEST.search(text)
+    refusal = (
+        f"this asks for the stats and for something else ({second.group(0)!r} ...); "
+        "send each as a query of its own"
+        if second
+        else None
+    )
+    return Reading("stats", {}, unexplained, q.total_words, refusal=refusal)
