@@ -35,6 +35,7 @@ from chd.core.language.grammar.store_header import (
     is_note,
     read_header,
     reads_whole,
+    trailing_note,
 )
 
 __all__ = ["read_store", "UnclearStore", "HEAD_LIMIT", "QUOTE_MARKS"]
@@ -434,13 +435,16 @@ def _quoted(q: str, start: int, before: Header, instruction: str) -> _Split:
     close = _closing(q, start)
     if close is None:
         return _Split("", header.joined(Header(unclear=("(an unclosed quote)",))), instruction)
-    after = q[close + 1 :].lstrip(_GLUE)
+    glued = q[close + 1 :]
+    after = glued.lstrip(_GLUE)
     if len(after) > HEAD_LIMIT:
         return _Split(
             "", header.joined(Header(unclear=("(text after the closing quote)",))), instruction
         )
     return _Split(
-        q[start + 1 : close], header.joined(_trailer(after)), f"{instruction} {after}".strip()
+        q[start + 1 : close],
+        header.joined(_trailer(after, set_apart=_SET_APART.match(glued) is not None)),
+        f"{instruction} {after}".strip(),
     )
 
 
@@ -454,7 +458,11 @@ _COURTESY = frozenset(
 )
 
 
-def _trailer(after: str) -> Header:
+# A note set apart from the quoted utterance by a bracket or a dash.
+_SET_APART = re.compile(r"\s*[.,;!]?\s*(?:[(\[]|[\u2014\u2013]|-+\s)")
+
+
+def _trailer(after: str, set_apart: bool = False) -> Header:
     """The words after a closing quote: courtesy, or an instruction of their own.
 
     "'Note' is the word" must not store "Note": words after the quote that
@@ -466,6 +474,12 @@ def _trailer(after: str) -> Header:
         # quotes were part of the text, not around it.
         return Header(unclear=(quote(after),))
     header = read_header(after)
+    if set_apart and not (header.verb or header.destination or header.turns):
+        note = trailing_note(after)
+        if note is not None:
+            # '"My card changed." (patient at the desk)', '"..." — ticket 4471',
+            # '"..." — told the patient': a note; only who it says spoke is read (issue 25).
+            return note
     if header.understood and (header.asks_store or header.speakers or header.turns):
         return header
     words = [w.lower() for w in re.findall(r"[\w']+", after)]

@@ -23,7 +23,7 @@ from chd.core.language.grammar.normalize import SCOPE, WRITE_FORMS, Normalizer
 from chd.core.language.grammar.remarks import is_remark
 from chd.core.language.grammar.vocab import speaker_of
 
-__all__ = ["Header", "read_header", "commentary", "is_note", "STORE_VERBS"]
+__all__ = ["Header", "read_header", "commentary", "is_note", "trailing_note", "STORE_VERBS"]
 
 STORE_VERBS = frozenset(
     """add adding store storing save saving record recording log logging note noting
@@ -377,6 +377,57 @@ def commentary(text: str) -> bool:
         ):
             return False
     return True
+
+
+# "(no follow-up needed)", "(yes again, don't ask)": negations that deny nothing of the store.
+_IDLE_NEGATION = re.compile(
+    r"\bno\s+[\w-]+\s+(?:needed|required|necessary)\b|\bdon't\s+ask\b|\bno\s+(?:action|reply)\b",
+    re.I,
+)
+# Nouns a number may follow in a note without being a turn or a seq: "ticket 4471", "room 12".
+_NUMBERED = frozenset(
+    """ticket case order invoice room ref reference account booking reservation table gate
+    flight bed ward desk line extension ext po id""".split()
+) - {"line", "id"}
+# Who a note tells of, not who spoke: "told the patient", "asked him", "for this caller".
+_OBJECT_OF = frozenset("told tell telling to for with asked gave helped called this that".split())
+
+
+def trailing_note(text: str) -> Header | None:
+    """The speakers a note after a quoted utterance names, or None if it may not be set aside.
+
+    The quotes make the utterance certain; what follows may only say who
+    spoke (as the subject of a verb: "caller asked"), or be about the
+    utterance ("patient at the desk", "already told him", "ticket 4471").
+    It may not ask for anything, name a turn or seq, deny or hedge the store.
+    """
+    if "?" in text or _HEDGE.search(text) or _NEGATED_STORE.search(text):
+        return None
+    plain = _IDLE_NEGATION.sub(" ", text)
+    words = [w.lower().replace("\u2019", "'") for w in _TOKEN.findall(plain)]
+    if not words:
+        return None
+    speakers: list[str] = []
+    for i, word in enumerate(words):
+        before = words[i - 1] if i else ""
+        if before == "the" and i > 1:
+            before = words[i - 2]
+        base = _POSSESSIVE.sub(r"\g<base>", word)
+        if any(c.isdigit() for c in word):
+            if before not in _NUMBERED:
+                return None
+            continue
+        if (
+            word in ("not", "no", "never", "only", "except", "but", "instead", "rather")
+            or word.endswith("n't")
+            or word in WRITE_FORMS
+            or _NORMALIZER.word(word) in STORE_VERBS
+        ):
+            return None
+        base = _NORMALIZER.word(base)  # "caller", "end user": the lexicon's names of speakers
+        if base in _SPEAKERS and before not in _OBJECT_OF:
+            speakers.append(speaker_of(base))
+    return Header(speakers=tuple(speakers))
 
 
 def _imperative(text: str) -> bool:
