@@ -102,7 +102,11 @@ _NORMALIZER = Normalizer(_KNOWN, lemmas=False)
 _POINTERS = re.compile(
     r"\b(?:(?:given|provided|supplied|contained|found|passed|sent|included|held|carried)\s+)?"
     r"(?:(?:in|via|as|from|at|inside|under)\s+)?(?:the\s+)?(?:field\s+)?`?data\.text`?(?:\s+field)?"
-    r"|\b(?:(?:the\s+)?(?:speaker|turn)\s+)?(?:is\s+)?(?:given\s+)?(?:from|in)\s+(?:the\s+)?metadata\b",
+    r"|\b(?:(?:the\s+)?(?:speaker|turn)\s+)?(?:is\s+)?(?:given\s+)?(?:from|in)\s+(?:the\s+)?metadata\b"
+    # "the text which I put in data", "provided in the data field", "it's in the data field" (issue 25).
+    r"|\b(?:(?:which|that)\s+(?:i|we)(?:\s+have|'ve)?\s+(?:put|placed|sent|passed|gave|attached)\s+"
+    r"|(?:it\s+is|it's|is|are)\s+|(?:given|provided|supplied|contained|found|passed|sent|included|held)\s+)?"
+    r"(?:in|via|from|inside|under|into)\s+(?:the\s+)?data(?:\s+(?:field|object|payload|parameter|section|part))?\b(?!\.\w)",
     re.IGNORECASE,
 )
 # A sentence that says the content is to be kept as it is ("it looks like a
