@@ -1,0 +1,121 @@
+"""Issue 25, fifth pass: classes the tuning corpora (a, c, d, e) still refused, each with its counter-case.
+
+What a rule sets aside must never be what narrows, negates or changes the
+request; a store's text must be exactly what was quoted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chd.core.errors import InvalidRequest
+from chd.core.language.parser import parse
+
+
+@pytest.mark.parametrize(
+    ("query", "operation", "fields"),
+    [
+        # Time windows without "the" and with glued units.
+        ("get utts from last 10m", "retrieve", {"within_seconds": 600}),
+        ("show msgs from last 2 hrs", "retrieve", {"within_seconds": 7200}),
+        ("Messages of last 10 minutes, show me.", "retrieve", {"within_seconds": 600}),
+        # Ranges said with until/till, a second noun, or to the end.
+        ("Show me the seq 2 until 5.", "retrieve", {"seqs": [2, 3, 4, 5]}),
+        ("From seq 5 until seq 7 delete everything.", "remove", {"seqs": [5, 6, 7]}),
+        ("From turn 3 until the end, everything delete.", "remove", {"turn_from": 3}),
+        ("Remove turn 3 to the end of the conversation", "remove", {"turn_from": 3}),
+        # Non-native questions about speech.
+        (
+            "What said the assistant in turn 2?",
+            "retrieve",
+            {"turn_from": 2, "turn_to": 2, "speaker": "assistant"},
+        ),
+        ("What user was saying?", "retrieve", {"speaker": "user"}),
+        # Narrative remarks beside a write whose target is complete.
+        (
+            "Please get rid of turns 1 and 2, not relevant for this patient.",
+            "remove",
+            {"turn_from": 1, "turn_to": 2},
+        ),
+        ("Delete seq 7 — patient withdrew the question.", "remove", {"seq": 7}),
+        ("Wipe the whole conversation — next customer.", "remove", {"all": True}),
+        (
+            "Could you wipe this whole conversation? The customer asked for their data to be erased.",
+            "remove",
+            {"all": True},
+        ),
+        ("Set max tokens to 6000 — we keep hitting it.", "configure", {"max_tokens": 6000}),
+        # The summary alone, in other words.
+        ("Show only the stored summary, without any utterances.", "retrieve", {"summary_only": True}),
+        (
+            "get stored summary only, no utterances, don't regenerate it",
+            "retrieve",
+            {"summary_only": True},
+        ),
+        ("How full is the buffer? (checking before the busy hour)", "stats", {}),
+        ("Can you pull up the last couple of messages real quick?", "retrieve", {"last_n": 2}),
+        (
+            "Please limit the summary to 300 tokens from now on.",
+            "configure",
+            {"summary_token_limit": 300},
+        ),
+        # Notes set apart after a quoted utterance: only who spoke is read.
+        (
+            'Add user utterance: "My insurance card number changed." (patient at the desk)',
+            "store",
+            {"text": "My insurance card number changed.", "speaker": "user"},
+        ),
+        (
+            'Log customer message: "The app crashes when I upload a photo." — ticket 4471',
+            "store",
+            {"text": "The app crashes when I upload a photo.", "speaker": "user"},
+        ),
+        (
+            'Store reply from assistant: "Dr. Weber has a free slot." — told the patient',
+            "store",
+            {"text": "Dr. Weber has a free slot.", "speaker": "assistant"},
+        ),
+        (
+            'Add: "Is the lab open on Saturday?" - caller asked, I answered on the phone',
+            "store",
+            {"text": "Is the lab open on Saturday?", "speaker": "user"},
+        ),
+        (
+            "Please store the text which I put in data, it is from user.",
+            "store",
+            {"speaker": "user"},
+        ),
+        (
+            "Could you record the bot's answer for me? It's in the data field.",
+            "store",
+            {"speaker": "assistant"},
+        ),
+    ],
+)
+def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> None:
+    parsed = parse(query)
+    assert (parsed.operation, parsed.fields) == (operation, fields)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        # A remark that narrows or takes the write back is no remark.
+        "Delete turn 2 — only the user's message",
+        "Delete seq 7 — the reply can stay.",
+        # A note that names a turn or seq, negates or hedges the store, or asks for another.
+        'Add: "hello" — seq 4',
+        'Add user utterance: "hello" — not the assistant',
+        'Add: "hello" (do not save this one)',
+        'Add assistant utterance: "hello" (the patient said it)',
+        # Stats beside another request.
+        "How full is the buffer, and show the summary",
+        # An open range of seqs is still refused: the newest seq is not known here.
+        "Delete messages 5 to the end",
+    ],
+)
+def test_still_refused(query: str) -> None:
+    with pytest.raises(InvalidRequest):
+        parse(query)
