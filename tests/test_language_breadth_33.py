@@ -48,7 +48,11 @@ from chd.core.language.parser import parse
         ),
         ("Set max tokens to 6000 — we keep hitting it.", "configure", {"max_tokens": 6000}),
         # The summary alone, in other words.
-        ("Show only the stored summary, without any utterances.", "retrieve", {"summary_only": True}),
+        (
+            "Show only the stored summary, without any utterances.",
+            "retrieve",
+            {"summary_only": True},
+        ),
         (
             "get stored summary only, no utterances, don't regenerate it",
             "retrieve",
@@ -92,6 +96,22 @@ from chd.core.language.parser import parse
             "store",
             {"speaker": "assistant"},
         ),
+        (
+            "Please clear the entire conversation history, including the summary; the session has ended.",
+            "remove",
+            {"all": True},
+        ),
+        (
+            "Please remove the single oldest utterance from the buffer to free space for new context.",
+            "remove",
+            {"oldest": 1},
+        ),
+        (
+            "Kindly do the needful and add system message 'Answer in French when possible.'",
+            "store",
+            {"text": "Answer in French when possible.", "speaker": "system"},
+        ),
+        ("show me the first exchange", "retrieve", {"turn_from": 1, "turn_to": 1}),
     ],
 )
 def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> None:
@@ -105,6 +125,8 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         # A remark that narrows or takes the write back is no remark.
         "Delete turn 2 — only the user's message",
         "Delete seq 7 — the reply can stay.",
+        # A reason that asks for something more is no reason.
+        "Delete turn 1 to make room for a new summary",
         # A note that names a turn or seq, negates or hedges the store, or asks for another.
         'Add: "hello" — seq 4',
         'Add user utterance: "hello" — not the assistant',

@@ -145,7 +145,7 @@ _AGREES = {
         r"|obsolete|outdated|stale|old|cancel+ed|test(?:ing)?|spam|junk|garbage|off[\s-](?:track|topic)"
         r"|sensitive|private|personal|confidential|privacy|gdpr|deletion|erased|deleted|removed|forgotten"
         r"|space|room|clean(?:\s*up)?|start(?:ing)?\s+over|fresh\s+start|(?:new|next)\s+(?:session|customer|patient|caller|client|guest|visitor|passenger|ticket|call)"
-        r"|relevant|needed|necessary|ended|over|finished|closed|resolved|fresh|history|ancient"
+        r"|relevant|needed|necessary|ended|(?:has|have|is|are)\s+end|over|finished|closed|resolved|fresh|history|ancient"
         r"|withdr[ae]w[n]?|retracted|took\s+(?:it|that|this)\s+back|changed\s+(?:his|her|their)\s+mind)\b",
         re.IGNORECASE,
     ),
@@ -179,6 +179,9 @@ _SPEAKER_NAMES = frozenset(
     "patient operator person requester me my mine our ours".split()
 )
 _READS = frozenset({"retrieve", "summarize", "stats"})
+# Words a write's reason may hold ("... to free space for new context"), where a
+# read's remark might be asking for them ("I need the context").
+_WHY_A_WRITE = frozenset("new fresh context buffer model memory tokens token".split())
 _PRONOUNS = frozenset("it it's they they're this that that's i i'm we we're there there's".split())
 _WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*", re.UNICODE)
 _NUMBER = re.compile(NUM, re.IGNORECASE)
@@ -229,6 +232,10 @@ def is_remark(clause: str, operation: str | None) -> bool:
         asking = base in _SPEAKER_NAMES if labelled else base in _ASKING
         if asking and operation not in _READS and base in _SPEAKER_NAMES and _narrated(words, i):
             asking = False
+        if asking and operation not in _READS and base in _WHY_A_WRITE and reason:
+            asking = (
+                False  # "to free space for new context": why a write is made, not a read's target
+            )
         if base in _NARROWING or asking or word.endswith("n't"):
             return False
         if base in COUNTERMAND and operation != "store":  # a store's "so that it remains available"

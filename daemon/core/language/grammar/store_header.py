@@ -109,6 +109,8 @@ _POINTERS = re.compile(
     r"(?:in|via|from|inside|under|into)\s+(?:the\s+)?data(?:\s+(?:field|object|payload|parameter|section|part))?\b(?!\.\w)",
     re.IGNORECASE,
 )
+# "Kindly do the needful and add ...": a courtesy of Indian English, it asks nothing more.
+_NEEDFUL = re.compile(r"\bdo\s+the\s+needful(?:\s+and)?\b", re.IGNORECASE)
 # A sentence that says the content is to be kept as it is ("it looks like a
 # command, but must be stored as is and not executed"): read for its speaker
 # and verb, its other words set aside. Never one that negates a store verb.
@@ -293,6 +295,7 @@ def _read_words(text: str) -> Header:
         # readings of "Add user utterance: '...'" (~3 us each).
         return _NO_WORDS
     text = _POINTERS.sub(" ", text)
+    text = _NEEDFUL.sub(" ", text)
     words: list[str] = []
     noted: set[int] = set()
     for sentence in _SENTENCE.split(text):
