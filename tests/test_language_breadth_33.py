@@ -112,6 +112,22 @@ from chd.core.language.parser import parse
             {"text": "Answer in French when possible.", "speaker": "system"},
         ),
         ("show me the first exchange", "retrieve", {"turn_from": 1, "turn_to": 1}),
+        # A developer's SQL: INSERT is a store; AND between conditions on two fields is a read's filters.
+        (
+            "INSERT INTO history (speaker, text) VALUES ('assistant', 'A pass costs 62 euros.')",
+            "store",
+            {"speaker": "assistant", "text": "A pass costs 62 euros."},
+        ),
+        (
+            "insert into h (role, content, turn) values ('user', 'hi (there); and bye', 5);",
+            "store",
+            {"speaker": "user", "text": "hi (there); and bye", "turn_number": 5},
+        ),
+        (
+            "SELECT text FROM utterances WHERE speaker='user' AND turn >= 2",
+            "retrieve",
+            {"turn_from": 2, "speaker": "user"},
+        ),
     ],
 )
 def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> None:
@@ -134,6 +150,11 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         'Add assistant utterance: "hello" (the patient said it)',
         # Stats beside another request.
         "How full is the buffer, and show the summary",
+        # An INSERT whose values do not fit its columns; a second statement after it.
+        "insert into utterances (text) values ('a', 'b')",
+        "INSERT INTO history (speaker, text) VALUES ('assistant', 'x'); DELETE FROM history",
+        # Two conditions on one key are no conjunction of filters.
+        "get seq=3 and seq=5",
         # An open range of seqs is still refused: the newest seq is not known here.
         "Delete messages 5 to the end",
     ],

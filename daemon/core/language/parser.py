@@ -43,7 +43,7 @@ from typing import Any
 
 from chd.core.errors import InvalidRequest, quote
 from chd.core.language.grammar import summary_forms
-from chd.core.language.grammar.calls import read_call, read_json
+from chd.core.language.grammar.calls import read_call, read_json, read_sql_insert
 from chd.core.language.grammar.configure import read_configure
 from chd.core.language.grammar.context import read_context
 from chd.core.language.grammar.guards import refusal_for
@@ -218,7 +218,7 @@ def parse(text: str) -> ParsedQuery:
         # is ever cached, so a hit skips both: the store rules cost a retrieve
         # ~70 us, a third of its time in the daemon (bench_backends).
         return _fresh_parse(known)
-    call = read_call(query)
+    call = read_call(query) or read_sql_insert(query)
     if call is not None:
         # Before the store rules, which would read add_utterance("...") as a
         # header and a quote; not cached: a call may store an utterance.

@@ -20,7 +20,7 @@ from chd.core.language.guide import CALLS, MAX_INSTRUCTION_CHARS, CallForm
 from chd.core.language.intents import field_sources
 from chd.core.language.numbers import digits_value
 
-__all__ = ["read_call", "read_json", "CALL_NAMES", "MAX_LIST_DEPTH"]
+__all__ = ["read_call", "read_json", "read_sql_insert", "CALL_NAMES", "MAX_LIST_DEPTH"]
 
 CALL_NAMES: dict[str, CallForm] = {call.name: call for call in CALLS}
 _STORE_ARGUMENTS = 4
@@ -304,6 +304,33 @@ def read_call(text: str) -> tuple[str, dict[str, Any]] | None:
             )
         keywords = _canonical(keywords, call.operation)
     return call.operation, _fields(call, positional, keywords)
+
+
+# "INSERT INTO history (speaker, text) VALUES ('assistant', '...')": a developer's store
+# (issue 25). The columns name the values; the values are read as a call's arguments.
+_SQL_INSERT = re.compile(
+    r"\s*insert\s+into\s+[A-Za-z_][\w.]*\s*\((?P<cols>\s*[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*)\)"
+    r"\s*values\s*\(",
+    re.IGNORECASE,
+)
+
+
+def read_sql_insert(text: str) -> tuple[str, dict[str, Any]] | None:
+    """A store written as an SQL INSERT, None if ``text`` is not one; raises if its values do not fit."""
+    query = text.strip().rstrip(";").rstrip()
+    head = _SQL_INSERT.match(query)
+    if head is None or not query.endswith(")"):
+        return None
+    columns = [c.strip() for c in head.group("cols").split(",")]
+    scanner = _Scanner(query, head.end(), len(query) - 1, "INSERT", _STORE_ARGUMENTS)
+    positional, keywords = scanner.arguments()
+    if keywords or len(positional) != len(columns):
+        raise InvalidRequest(
+            f"the INSERT names {len(columns)} column{'s' * (len(columns) != 1)} and gives "
+            f"{len(positional) + len(keywords)} value{'s' * (len(positional) + len(keywords) != 1)}"
+        )
+    store = CALL_NAMES["store"]
+    return "store", _fields(store, [], _canonical(list(zip(columns, positional)), "store"))
 
 
 def _canonical(keywords: list[tuple[str, Any]], operation: str) -> list[tuple[str, Any]]:

@@ -327,9 +327,26 @@ def developer_syntax(text: str) -> str:
         and " between " not in text.lower()
     ):
         return text
+    # "WHERE speaker='user' AND turn >= 2": in a developer's conditions "and" is what a
+    # read's filters do anyway (all at once), not two selections (issue 25).
+    text = _CONDITIONS_AND.sub(_conjoined, text)
     for pattern, replacement in _SYNTAX:
         text = pattern.sub(replacement, text)
     return " ".join(text.split())
+
+
+_CONDITIONS_AND = re.compile(
+    # Possessive and anchored at a word's start: a long word is tried once, not once per letter.
+    rf"(?P<left>(?<!\w)(?P<lkey>[A-Za-z_]\w*+)\s*+(?:==|=|>=|<=|!=|<|>)\s*+(?:'[^'\n]{{0,200}}'|\"[^\"\n]{{0,200}}\"|[^\s'\"=<>!]++))"
+    rf"\s+(?:and|&&)\s+(?=(?P<rkey>[A-Za-z_]\w*+)\s*+(?:==|=|>=|<=|!=|<|>))",
+    re.IGNORECASE,
+)
+
+
+def _conjoined(m: re.Match[str]) -> str:
+    # Two conditions on one key ("seq=3 and seq=5") are a list, read as written.
+    same = m.group("lkey").lower() == m.group("rkey").lower()
+    return m.group(0) if same else f"{m.group('left')} "
 
 
 # --- writes anywhere -------------------------------------------------------------------
