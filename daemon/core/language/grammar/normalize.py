@@ -337,8 +337,8 @@ def developer_syntax(text: str) -> str:
 
 _CONDITIONS_AND = re.compile(
     # Possessive and anchored at a word's start: a long word is tried once, not once per letter.
-    rf"(?P<left>(?<!\w)(?P<lkey>[A-Za-z_]\w*+)\s*+(?:==|=|>=|<=|!=|<|>)\s*+(?:'[^'\n]{{0,200}}'|\"[^\"\n]{{0,200}}\"|[^\s'\"=<>!]++))"
-    rf"\s+(?:and|&&)\s+(?=(?P<rkey>[A-Za-z_]\w*+)\s*+(?:==|=|>=|<=|!=|<|>))",
+    r"(?P<left>(?<!\w)(?P<lkey>[A-Za-z_]\w*+)\s*+(?:==|=|>=|<=|!=|<|>)\s*+(?:'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"|[^\s'\"=<>!]++))"
+    r"\s+(?:and|&&)\s+(?=(?P<rkey>[A-Za-z_]\w*+)\s*+(?:==|=|>=|<=|!=|<|>))",
     re.IGNORECASE,
 )
 
