@@ -112,6 +112,13 @@ from chd.core.language.parser import parse
             {"text": "Answer in French when possible.", "speaker": "system"},
         ),
         ("show me the first exchange", "retrieve", {"turn_from": 1, "turn_to": 1}),
+        # The value a setting has now, said beside the new one.
+        ("set buffer size to 50 (currently 20)", "configure", {"buffer_size": 50}),
+        (
+            "change the summary limit from 512 to 300 tokens",
+            "configure",
+            {"summary_token_limit": 300},
+        ),
         # A developer's SQL: INSERT is a store; AND between conditions on two fields is a read's filters.
         (
             "INSERT INTO history (speaker, text) VALUES ('assistant', 'A pass costs 62 euros.')",

@@ -96,7 +96,18 @@ def _policy(word: str) -> str:
     return "importance" if re.search(r"import|unimportant", word, FLAGS) else "fifo"
 
 
+# The value a setting has now, said beside the new one: "from 512 to 300", "to 50 instead
+# of 20", "(currently 20)". Only the new value is read (issue 25).
+_OLD_VALUE = re.compile(
+    rf"\bfrom\s+{NUM}\s+(?=(?:up\s+|down\s+)?to\s+{NUM})"
+    rf"|\s*,?\s*(?:instead\s+of|rather\s+than)\s+(?:the\s+)?(?:current\s+|old\s+|default\s+)?{NUM}\b"
+    rf"|\s*[(,]\s*(?:currently|now|was|it\s+is|it's|right\s+now|today)\s+(?:at\s+)?{NUM}\s*\)?",
+    re.IGNORECASE,
+)
+
+
 def read_configure(text: str) -> Reading | None:
+    text = _OLD_VALUE.sub(" ", text)
     q = Query(text)
     fields: dict[str, object] = {}
     if q.take(_RESET):
