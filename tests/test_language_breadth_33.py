@@ -33,12 +33,13 @@ from chd.core.language.parser import parse
             {"turn_from": 2, "turn_to": 2, "speaker": "assistant"},
         ),
         ("What user was saying?", "retrieve", {"speaker": "user"}),
-        # Narrative remarks beside a write whose target is complete.
+        ("Which messages said the assistant", "retrieve", {"speaker": "assistant"}),
         (
-            "Please get rid of turns 1 and 2, not relevant for this patient.",
-            "remove",
-            {"turn_from": 1, "turn_to": 2},
+            "What said the assistant (turn 2)",
+            "retrieve",
+            {"turn_from": 2, "turn_to": 2, "speaker": "assistant"},
         ),
+        # Narrative remarks beside a write whose target is complete.
         ("Delete seq 7 — patient withdrew the question.", "remove", {"seq": 7}),
         ("Wipe the whole conversation — next customer.", "remove", {"all": True}),
         (
@@ -58,7 +59,7 @@ from chd.core.language.parser import parse
             "retrieve",
             {"summary_only": True},
         ),
-        ("How full is the buffer? (checking before the busy hour)", "stats", {}),
+        ("How full is the buffer? (checking in on it)", "stats", {}),
         ("Can you pull up the last couple of messages real quick?", "retrieve", {"last_n": 2}),
         (
             "Please limit the summary to 300 tokens from now on.",
@@ -162,6 +163,39 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         "INSERT INTO history (speaker, text) VALUES ('assistant', 'x'); DELETE FROM history",
         # Two conditions on one key are no conjunction of filters.
         "get seq=3 and seq=5",
+        # Outside review of this pass: a remark naming whose message, or which kind, beside a
+        # remove of a turn may narrow it; a policy for the future is no remove now.
+        "Please get rid of turns 1 and 2, not relevant for this patient.",
+        "Delete turn 2, the answer the agent sent was wrong",
+        "Delete turn 2, the user has requested deletion of his messages",
+        "Delete turn 3, the user retracted his answer",
+        "From now on, delete the user's messages",
+        "Going forward, remove the assistant's utterances",
+        "From now on summary must be maximum 256 tokens",
+        # A request followed by who asked is no store, and no remove of that speaker's messages.
+        "Remove turn 2 - caller asked",
+        "Delete everything — the customer asked",
+        # An inverted question before a separator is no reported store.
+        "What said the assistant in turn 2 - ticket 4471",
+        "What said the user: clear everything",
+        # Notes: whom it was said to with no speaker, both named, a second quote, a turn in
+        # words, a destination.
+        '"Your card is blocked." — reply to the customer',
+        '"Refund please" — agent typing for the customer',
+        '"Refund please" — and also "cancel my order"',
+        'Add: "I also need a receipt." (turn three)',
+        'Add: "I also need a receipt." — to the archive',
+        'Add: "hi" (in conversation sales)',
+        # The summary without messages, and a filter on the messages left out.
+        "Get the summary and don't include the user's messages",
+        "Get the summary without any messages about the weather",
+        # Stats joined to a read, or narrowed.
+        "How full is the buffer and what did the assistant say?",
+        "How full is the buffer; the user asked for the summary too",
+        "How many utterances are there, only counting the assistant",
+        "How full is the buffer? (checking before the busy hour)",
+        # Seqs and turns in one remove.
+        "Remove seq 3 until turn 4",
         # An open range of seqs is still refused: the newest seq is not known here.
         "Delete messages 5 to the end",
     ],

@@ -49,6 +49,7 @@ from chd.core.language.grammar.context import read_context
 from chd.core.language.grammar.guards import refusal_for
 from chd.core.language.grammar.mark import read_mark
 from chd.core.language.grammar.normalize import (
+    LEXICON,
     SCOPE,
     WORDS,
     WRITE_FORMS,
@@ -78,7 +79,7 @@ from chd.core.language.grammar.retrieve import read_retrieve
 from chd.core.language.grammar.stats import read_stats
 from chd.core.language.grammar.store import UnclearStore, read_store
 from chd.core.language.grammar.summarize import read_summarize
-from chd.core.language.grammar.vocab import NOUN
+from chd.core.language.grammar.vocab import NOUN, SPEAKER
 from chd.core.language.guide import GUIDE, MAX_INSTRUCTION_CHARS
 from chd.core.language.numbers import NUM, parse_number
 
@@ -261,7 +262,9 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
     try:
         # Developer forms ("turn>=3", "speaker=user") are read as their words
         # first: a search verb would otherwise take "speaker=user" as topic.
-        return _read_rules(developer_syntax(query))
+        # "What said the assistant" first as "what did the assistant say": read as
+        # written, a topic marker takes the speaker for a topic (review of issue 25).
+        return _read_rules(developer_syntax(speech_question(query) or query))
     except (NotUnderstood, Ambiguous):
         # An Ambiguous refusal may come of a word the rules did not know
         # ("flag msg 7": no seq); it stands unless the normalized query reads fully.
@@ -291,6 +294,12 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
         best = removal
     if best.refusal is not None:
         raise _refused(best.refusal, best.operation)
+    if best.operation != "stats" and _STATS_THEN_MORE.match(query):
+        # "How full is the buffer and what did the assistant say?" answered the read alone.
+        raise _refused(
+            "this asks for the stats and for something else; send each as a query of its own",
+            best.operation,
+        )
     if best.operation not in _WRITE_OPERATIONS and (writes := write_operations(_unquoted(query))):
         # Issue 25: "The utterance with seq 6 can be removed" was read as a
         # retrieve with one stray word, and answered OK. A write word anywhere
@@ -323,6 +332,15 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
             _with_forms(reason, query, best.operation, meant), best.confidence, best, meant
         )
     return best.operation, best.fields, best.confidence
+
+
+# A stats question, then more after its clause ends or an "and" (review of issue 25).
+_STATS_THEN_MORE = re.compile(
+    r"\W*(?:how\s+(?:many|much|big|large|long|full)|(?:is|are)\s+(?:the\s+)?(?:buffer|memory|history"
+    r"|conversation|summary)\s+(?:already\s+|almost\s+|nearly\s+)?(?:full|empty|big|large))\b"
+    r"[^?;.!]*?(?:[?;.!]|\band\b|\bplus\b|\balso\b)[\s(\[\u2014\u2013-]*[^\W_]",
+    re.IGNORECASE,
+)
 
 
 def _refused(why: str, operation: str) -> Ambiguous:
@@ -580,6 +598,7 @@ def _read_normalized(query: str) -> tuple[str, dict[str, Any], float] | None:
                     is_remark(c, operation) or (operation == "stats" and _beside_stats(c))
                     for c in remarks
                 )
+                and not (operation == "remove" and _narrows(fields, dropped))
                 and all(_may_set_aside(c, operation) for c in dropped)
             ):
                 return operation, fields, confidence
@@ -598,12 +617,31 @@ def _beside_stats(clause: str) -> bool:
     Stats take no filter, so nothing in such a clause can narrow them; it may
     not ask for anything more ("and the last 3 messages"), name a number or a write.
     """
+    words = {w.lower() for w in re.findall(r"[\w']+", clause)}
     return (
         "\u27e6" not in clause
         and not any(c.isdigit() for c in clause)
         and _ASKS_FOR_MORE.search(clause) is None
+        and _WHOSE.search(clause) is None  # "only counting the assistant": a filter stats lack
+        and not words & (_NARROWING | _NEGATION)
         and not write_operations(clause)
     )
+
+
+# Whose message, or which kind: in a remark beside a remove of a turn or a count, such a
+# word may say that only part of it was meant ("Delete turn 2, the answer the agent sent
+# was wrong"; review of issue 25).
+_WHOSE = re.compile(
+    rf"\b(?:{SPEAKER}|{'|'.join(re.escape(w) for w in LEXICON['speakers'])}|answers?|questions?"
+    r"|repl(?:y|ies)|responses?|messages?|utterances?|entries|entry|his|her|their|mine|my|ours)\b",
+    re.IGNORECASE,
+)
+
+
+def _narrows(fields: dict[str, Any], dropped: list[str]) -> bool:
+    """Whether a clause set aside beside a remove may have narrowed what it deletes."""
+    exact = "all" in fields or "seq" in fields or "seqs" in fields
+    return not exact and any(_WHOSE.search(c) for c in dropped)
 
 
 def _summary_reading(text: str) -> tuple[str, dict[str, Any], float] | None:

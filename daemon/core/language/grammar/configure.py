@@ -101,7 +101,10 @@ def _policy(word: str) -> str:
 _OLD_VALUE = re.compile(
     rf"\bfrom\s+{NUM}\s+(?=(?:up\s+|down\s+)?to\s+{NUM})"
     rf"|\s*,?\s*(?:instead\s+of|rather\s+than)\s+(?:the\s+)?(?:current\s+|old\s+|default\s+)?{NUM}\b"
-    rf"|\s*[(,]\s*(?:currently|now|was|it\s+is|it's|right\s+now|today)\s+(?:at\s+)?{NUM}\s*\)?",
+    rf"|\s*[(,]\s*(?:currently|now|was|it\s+is|it's|right\s+now|today)\s+(?:at\s+)?{NUM}\s*\)?"
+    # A setting holds until it is changed: "from now on", "going forward" say nothing more.
+    # Only here: "From now on, delete the user's messages" asks for a policy, not a remove.
+    r"|\b(?:from\s+now\s+on|going\s+forward|from\s+here\s+on|from\s+this\s+point\s+on)\b",
     re.IGNORECASE,
 )
 

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from chd.core.language.grammar.repairs import repaired
+from chd.core.language.grammar.vocab import SPEAKER
 
 __all__ = ["refusal_for"]
 
@@ -78,6 +79,18 @@ _WRITES = frozenset({"remove", "configure", "mark"})
 _COUNTS = frozenset({"last_n", "first_n", "limit"})
 
 
+_TURN_FIELDS = frozenset(
+    {"turn_from", "turn_to", "before_turn", "after_turn", "last_turns", "first_turns"}
+)
+# A clause at the end that says a speaker asked (or said, or wants) something.
+_REQUESTED_BY = re.compile(
+    rf"(?:[,;(\u2014\u2013]|\s-+\s|[.!?]\s)\s*(?:as\s+|because\s+|since\s+)?(?:the\s+|this\s+|our\s+|my\s+)?"
+    rf"(?:{SPEAKER}|end\s+user|client|caller|operator|requester|person)\s+"
+    r"(?:has\s+|had\s+|just\s+)?(?:asked|requested|wants?|wanted|said|told\s+(?:me|us)|insisted|demanded|called)\b[^,;\u2014\u2013]{0,80}$",
+    re.IGNORECASE,
+)
+
+
 def refusal_for(query: str, operation: str, fields: dict[str, Any]) -> str | None:
     """Why a complete reading of ``query`` must not run, or None if it may."""
     if _HOW_TO.search(query):
@@ -100,6 +113,22 @@ def refusal_for(query: str, operation: str, fields: dict[str, Any]) -> str | Non
         return (
             "this corrects itself ('sorry', 'no wait', 'I mean') in a way the rules cannot place; "
             "send the corrected instruction alone"
+        )
+    if (
+        operation == "remove"
+        and ("seq" in fields or "seqs" in fields)
+        and _TURN_FIELDS & fields.keys()
+    ):
+        # "Remove seq 3 until turn 4" removed seq 3 alone (review of issue 25).
+        return (
+            "this names seqs and turns together; a remove takes seqs ('messages 3 to 8') or turns "
+            "('turns 2 to 4'), not a range from one to the other"
+        )
+    if operation in ("remove", "mark") and "speaker" in fields and _REQUESTED_BY.search(query):
+        # "Delete everything — the customer asked": who asked for it, or whose messages go?
+        return (
+            "it is not clear whether the speaker named at the end says whose messages to change "
+            "or who asked for it; say 'the user's messages' in the request, or leave the remark out"
         )
     if operation == "remove" and "within_seconds" in fields and _AGO.search(query):
         return (

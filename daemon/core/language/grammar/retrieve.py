@@ -142,6 +142,19 @@ def read_retrieve(text: str) -> Reading | None:
         fields["topic"] = topic
     if count is not None:
         fields.update(_count_fields(count, topic is not None))
+    if without is not None and fields:
+        # "the summary and don't include the user's messages": the filter was part of
+        # what is left out, not what is asked for (review of issue 25).
+        return Reading(
+            "retrieve",
+            fields,
+            [],
+            q.total_words,
+            refusal=(
+                "this asks for no messages and names which messages in one query; ask for the "
+                "summary alone ('Get the summary only') or for the messages you want"
+            ),
+        )
     if summary is not None:
         alone = not fields and (
             without is not None or (not NOUNS_RE.search(q.text) and not summary.group("with"))

@@ -565,7 +565,9 @@ _STRONG_TOPIC = (
     r"|(?:that|which)\s+refers?\s+to|talking\s+about|discussing|(?:that|which)\s+discuss(?:es|ed)?"
     r"|on\s+the\s+subject|(?:that|which)\s+touch(?:es)?\s+(?:on|upon)|touching\s+(?:on|upon)"
     r"|(?:that|which)\s+(?:deal|deals|dealt)\s+with|dealing\s+with|(?:that|which)\s+(?:cover|covers|covered)"
-    rf"|covering|to\s+do\s+with|mentions?\s+of|references?\s+to|(?:any|anything)\s+(?:said\s+)?(?:on|about)|(?:that|which)\s+(?:concern|concerns|concerned)|on(?!\s+(?:the\s+)?(?:turn|{_ON_DAY})))\s+"
+    rf"|covering|to\s+do\s+with|mentions?\s+of|references?\s+to|(?:any|anything)\s+(?:said\s+)?(?:on|about)|(?:that|which)\s+(?:concern|concerns|concerned)"
+    # "From now on ..." is a time, not a topic (issue 25 review).
+    rf"|(?<!now\s)(?<!here\s)on(?!\s+(?:the\s+)?(?:turn|{_ON_DAY})))\s+"
 )
 # "messages where the budget was mentioned": the topic sits between two
 # markers, so it is bounded (80 characters) to keep the search linear.
@@ -629,6 +631,7 @@ def split_topic(q: Query) -> tuple[Query, str | None]:
         if marker is _WEAK_TOPIC and (
             all(w.lower() in _ORDER_WORDS for w in topic.split())
             or topic.split()[0].lower() in _ADVERBIAL
+            or topic[0] in "(["  # "what did the assistant say (turn 2)": a filter in brackets
         ):
             # "what did the bot say last": an order, not a topic (issue 25).
             continue

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from chd.core.errors import InvalidRequest, quote
+from chd.core.language.grammar.normalize import WRITE_FORMS
 from chd.core.language.grammar.store_header import (
     Header,
     commentary,
@@ -443,7 +444,11 @@ def _quoted(q: str, start: int, before: Header, instruction: str) -> _Split:
         )
     return _Split(
         q[start + 1 : close],
-        header.joined(_trailer(after, set_apart=_SET_APART.match(glued) is not None)),
+        header.joined(
+            _trailer(
+                after, set_apart=_SET_APART.match(glued) is not None, spoken=bool(header.speakers)
+            )
+        ),
         f"{instruction} {after}".strip(),
     )
 
@@ -462,7 +467,7 @@ _COURTESY = frozenset(
 _SET_APART = re.compile(r"\s*[.,;!]?\s*(?:[(\[]|[\u2014\u2013]|-+\s)")
 
 
-def _trailer(after: str, set_apart: bool = False) -> Header:
+def _trailer(after: str, set_apart: bool = False, spoken: bool = False) -> Header:
     """The words after a closing quote: courtesy, or an instruction of their own.
 
     "'Note' is the word" must not store "Note": words after the quote that
@@ -475,7 +480,7 @@ def _trailer(after: str, set_apart: bool = False) -> Header:
         return Header(unclear=(quote(after),))
     header = read_header(after)
     if set_apart and not (header.verb or header.destination or header.turns):
-        note = trailing_note(after)
+        note = trailing_note(after, spoken)
         if note is not None:
             # '"My card changed." (patient at the desk)', '"..." — ticket 4471',
             # '"..." — told the patient': a note; only who it says spoke is read (issue 25).
@@ -591,6 +596,14 @@ def _instruction_last(q: str) -> _Split | None:
     return _Split(text, header, instruction)
 
 
+# A text that opens with a write verb aimed at this memory's things ("Delete everything",
+# "Remove turn 2", "clear the summary").
+_REQUEST_AS_TEXT = re.compile(
+    r"\s*(?:please\s+)?(?:" + "|".join(sorted(WRITE_FORMS, key=len, reverse=True)) + r")\b"
+    r"[^.!?\n]{0,80}?\b(?:turns?|seqs?|utterances?|messages?|entr(?:y|ies)|everything|all|conversation"
+    r"|history|summary|buffer|memory|chat|settings?)\b",
+    re.IGNORECASE,
+)
 # How many separated segments of a text-first store are checked for store words.
 _LEAD_SEGMENTS = 4
 
@@ -611,6 +624,10 @@ def _uncertain_start(text: str) -> bool:
             # the report is part of the utterance is a guess (issue 25). A word
             # or two quoted ("Did the assistant say 'Paris'?") is a mention.
             return True
+    if _REQUEST_AS_TEXT.match(head):
+        # "Remove turn 2 - caller asked" stored "Remove turn 2" (review of issue 25):
+        # a text that reads as a request to this memory may be the request itself.
+        return True
     start = 0
     for count, sep in enumerate(_scan(_SEPARATOR, _SEPARATOR_START, head)):
         if count >= _LEAD_SEGMENTS:

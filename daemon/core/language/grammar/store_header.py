@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from chd.core.language.grammar.normalize import SCOPE, WRITE_FORMS, Normalizer
 from chd.core.language.grammar.remarks import is_remark
 from chd.core.language.grammar.vocab import speaker_of
+from chd.core.language.numbers import NUM
 
 __all__ = ["Header", "read_header", "commentary", "is_note", "trailing_note", "STORE_VERBS"]
 
@@ -252,8 +253,17 @@ def reads_whole(text: str) -> bool:
     return _read_header(text)[1]
 
 
+# "What said the assistant in turn 2 - ...": a non-native question, never a reported store.
+_INVERTED_QUESTION = re.compile(
+    r"^\W*(?:what|which)\s+(?:\w+\s+)?(?:said|wrote|answered|replied|asked|told|sent)\s+(?:the\s+)?\w+",
+    re.IGNORECASE,
+)
+
+
 def _read_header(text: str) -> tuple[Header, bool]:
     """The reading, and whether every word was read as the rules' own (no clause set aside)."""
+    if _INVERTED_QUESTION.match(text):
+        return Header(unclear=("(a question, not a store)",)), False
     text = _POLITE_QUESTION.sub(lambda m: m.group(0)[:-1], text)
     header = _read_words(text)
     if header.understood or len(text) > _LENIENT_LIMIT:
@@ -380,6 +390,7 @@ def commentary(text: str) -> bool:
             or base in _SPEAKERS
             or word in SCOPE
             or word in WRITE_FORMS
+            or word in _PLACE_WORDS  # "(in conversation sales)": where to store it
             or _NORMALIZER.word(word) in STORE_VERBS | _SPEECH
         ):
             return False
@@ -396,11 +407,27 @@ _NUMBERED = frozenset(
     """ticket case order invoice room ref reference account booking reservation table gate
     flight bed ward desk line extension ext po id""".split()
 ) - {"line", "id"}
+# "ticket four" is rare; "room one" too: a number after such a noun is still a reference.
+_NUMBERED_REF = re.compile(
+    r"\b(?:ticket|case|order|invoice|room|ref|reference|account|booking|reservation|table|gate|flight|bed)\s+\S+",
+    re.IGNORECASE,
+)
 # Who a note tells of, not who spoke: "told the patient", "asked him", "for this caller".
 _OBJECT_OF = frozenset("told tell telling to for with asked gave helped called this that".split())
 
 
-def trailing_note(text: str) -> Header | None:
+# Words that would say where or in which turn to store: a note holding one is instruction.
+_PLACE_WORDS = frozenset(
+    """turn turns seq seqs archive archived archives conversation conversations history buffer
+    memory summary thread session timeline""".split()
+)
+_NOTE_QUOTES = re.compile(
+    "[\"`\u201c\u201d\u201e\u201f\u00ab\u00bb\u2039\u203a\u300c\u300d\u300e\u300f\uff02]|(?:^|\\s)'"
+)
+_NUMBER_WORD = re.compile(rf"\b{NUM}\b", re.IGNORECASE)
+
+
+def trailing_note(text: str, spoken: bool = False) -> Header | None:
     """The speakers a note after a quoted utterance names, or None if it may not be set aside.
 
     The quotes make the utterance certain; what follows may only say who
@@ -408,14 +435,24 @@ def trailing_note(text: str) -> Header | None:
     utterance ("patient at the desk", "already told him", "ticket 4471").
     It may not ask for anything, name a turn or seq, deny or hedge the store.
     """
-    if "?" in text or _HEDGE.search(text) or _NEGATED_STORE.search(text):
+    if (
+        "?" in text
+        or _HEDGE.search(text)
+        or _NEGATED_STORE.search(text)
+        or _NOTE_QUOTES.search(text)  # a second quoted text would be lost
+    ):
         return None
     plain = _IDLE_NEGATION.sub(" ", text)
+    if _NUMBER_WORD.search(_NUMBERED_REF.sub(" ", plain)):
+        return None  # "(turn three)": a number in words may be a turn
     words = [w.lower().replace("\u2019", "'") for w in _TOKEN.findall(plain)]
     if not words:
         return None
     speakers: list[str] = []
+    addressed: list[str] = []
     for i, word in enumerate(words):
+        if word in _PLACE_WORDS:
+            return None
         before = words[i - 1] if i else ""
         if before == "the" and i > 1:
             before = words[i - 2]
@@ -432,8 +469,12 @@ def trailing_note(text: str) -> Header | None:
         ):
             return None
         base = _NORMALIZER.word(base)  # "caller", "end user": the lexicon's names of speakers
-        if base in _SPEAKERS and before not in _OBJECT_OF:
-            speakers.append(speaker_of(base))
+        if base in _SPEAKERS:
+            (addressed if before in _OBJECT_OF else speakers).append(speaker_of(base))
+    if addressed and (speakers or not spoken):
+        # "— reply to the customer" with no speaker said: whose words these are is a guess;
+        # "— agent typing for the customer": both named, either could be the speaker.
+        return None
     return Header(speakers=tuple(speakers))
 
 
