@@ -99,9 +99,11 @@ def _policy(word: str) -> str:
 # The value a setting has now, said beside the new one: "from 512 to 300", "to 50 instead
 # of 20", "(currently 20)". Only the new value is read (issue 25).
 _OLD_VALUE = re.compile(
+    # Each alternative starts at a word or a bracket, never with optional spaces: a run of
+    # spaces is not tried once per space (tests/test_parser_linear.py).
     rf"\bfrom\s+{NUM}\s+(?=(?:up\s+|down\s+)?to\s+{NUM})"
-    rf"|\s*,?\s*(?:instead\s+of|rather\s+than)\s+(?:the\s+)?(?:current\s+|old\s+|default\s+)?{NUM}\b"
-    rf"|\s*[(,]\s*(?:currently|now|was|it\s+is|it's|right\s+now|today)\s+(?:at\s+)?{NUM}\s*\)?"
+    rf"|\b(?:instead\s+of|rather\s+than)\s+(?:the\s+)?(?:current\s+|old\s+|default\s+)?{NUM}\b"
+    rf"|[(,]\s*+(?:currently|now|was|it\s+is|it's|right\s+now|today)\s+(?:at\s+)?{NUM}\s*+\)?"
     # A setting holds until it is changed: "from now on", "going forward" say nothing more.
     # Only here: "From now on, delete the user's messages" asks for a policy, not a remove.
     r"|\b(?:from\s+now\s+on|going\s+forward|from\s+here\s+on|from\s+this\s+point\s+on)\b",
