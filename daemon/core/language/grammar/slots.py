@@ -251,7 +251,9 @@ _UNIT = r"(?P<u>seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?)"
 _GLUED_UNIT = r"(?P<g>\d+)(?P<gu>[smhdw])"
 _TIME_WINDOW = (
     # Without "the" too: "messages in last 10 minutes", "get utts from last 10m" (issue 25).
-    rf"\b(?:(?:in|within|during|over|from|for|of)\s+)?(?:the\s+)?(?:last|past|previous)\s+(?:(?:(?P<n>{NUM})\s*)?{_UNIT}|{_GLUED_UNIT})\b",
+    # Without "the" only with a number: "from last week" is the calendar week (_TIME_DAY).
+    rf"\b(?:(?:in|within|during|over|from|for|of)\s+)?(?:the\s+(?:last|past|previous)\s+(?:(?P<n>{NUM})\s*)?{_UNIT}"
+    rf"|(?:last|past|previous)\s+(?:(?P<n2>{NUM})\s*{_UNIT.replace('?P<u>', '?P<u2>')}|{_GLUED_UNIT}))\b",
     rf"\b(?:since|from|after)\s+(?P<n>{NUM})\s*{_UNIT}\s+ago\b",
     rf"\b(?:in|within)\s+(?P<n>{NUM})\s*{_UNIT}\b",
 )
@@ -400,6 +402,8 @@ def _window_seconds(m: re.Match[str]) -> int:
     found = m.groupdict()
     if found.get("g"):
         return int(found["g"]) * _unit_seconds(found["gu"])
+    if found.get("n2"):
+        return parse_number(found["n2"]) * _unit_seconds(found["u2"])
     count = parse_number(found["n"]) if found.get("n") else 1
     return count * _unit_seconds(found["u"])
 
@@ -650,7 +654,8 @@ _TRAILING = (
     rf"\s*,?\s*(?:(?:in|from|during|for|of|over|across|within)\s+)?(?:the\s+)?turns?\s*\#?{NUM}\s*{_TO}\s*(?:turn\s*\#?)?{NUM}",
     rf"\s*,?\s*between\s+turns?\s*\#?{NUM}\s+and\s+(?:turn\s*\#?)?{NUM}",
     rf"\s*,?\s*(?:before|after|since|until|up\s+to|from|in|during|at|starting\s+(?:at|from))\s+{_turn_ref('x')}(?:\s+on(?:wards?)?)?",
-    rf"\s*,?\s*(?:(?:in|within|during|over|from|for|of)\s+)?(?:the\s+)?(?:last|past|previous)\s+(?:(?:{NUM}\s*)?{_UNIT}|\d+[smhdw]\b)",
+    rf"\s*,?\s*(?:(?:in|within|during|over|from|for|of)\s+)?(?:the\s+(?:last|past|previous)\s+(?:{NUM}\s*)?{_UNIT}"
+    rf"|(?:last|past|previous)\s+(?:{NUM}\s*{_UNIT.replace('?P<u>', '?:')}|\d+[smhdw]\b))",
     rf"\s*,?\s*(?:in|during|from|over)\s+the\s+(?:last|latest|most\s+recent|past|previous)\s+(?:{NUM}\s+)?{_TURNS}",
     rf"\s*,?\s*(?:in|during|from|over|of)\s+the\s+(?:first|earliest|oldest|opening|initial)\s+{NUM}\s+turns",
     rf"\s*,?\s*(?:in|among|within|from|of)\s+the\s+(?:{_NEWEST}|{_OLDEST})\s+{NUM}(?:\s+{NOUN})?",
