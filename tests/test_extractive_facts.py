@@ -278,7 +278,12 @@ class TestItemsWithAnchors:
         ]
         # Versions, codes, ISO dates and years are identifiers: they read alone.
         assert texts("Pin it to 2.7.0 for now.", ("2.7.0",)) == ["2.7.0"]
-        assert texts("Session 6 on 16 March, 2023.", ("16 March", "2023")) == ["16 March", "2023"]
+        assert texts("It was 2019 then.", ("2019",)) == ["2019"]
+        # A year after its date's comma is part of the date (sum33): "2026" alone was a cut.
+        assert texts("Session 6 on 16 March, 2023.", ("16 March", "2023")) == ["16 March 2023"]
+        assert texts(
+            "We'll take Saturday, October 17, 2026.", ("Saturday", "October 17", "2026")
+        ) == ["Saturday October 17 2026"]
         # A date keeps the weekday it falls on.
         assert texts("The inspector visits on Wednesday 7 October.", ("7 October",)) == [
             "Wednesday 7 October"
@@ -362,3 +367,45 @@ class TestItemsWithAnchors:
         summary = summarizer.summarize(first, said[2:], 30)
         assert "15 July (was 30 June)" in summary, summary
         assert summary.count("30 June") == 1, summary
+
+    def test_a_move_from_one_value_to_another_is_a_correction_not_a_range(self):
+        """Sum33: 'moved the meeting from 17:30 to 18:00' kept '17:30 to 18:00', a range."""
+        from chd.core.summaries.extractive import _items_of
+
+        def texts(sentence: str, facts: tuple[str, ...], width: int = 0) -> list[str]:
+            return [text for text, _ in _items_of(sentence, facts, width)]
+
+        assert texts("I've moved the meeting from 17:30 to 18:00.", ("17:30", "18:00")) == [
+            "18:00 (was 17:30)"
+        ]
+        # Without a verb of change it is a range.
+        assert texts("The shop is open from 9:00 to 17:00.", ("9:00", "17:00")) == ["9:00 to 17:00"]
+
+    def test_a_recount_of_a_listed_count_is_marked(self):
+        """Sum33: '6 people' listed by an earlier fold, then 'so 5 people now': the new count says it replaced it."""
+        from chd.core.summaries.extractive import ExtractiveSummarizer
+        from chd.core.tokens import default_counter
+        from chd.core.utterance import Utterance
+
+        counter = default_counter()
+        rows = [
+            ("user", "Hair and makeup is for 6 people on the morning."),
+            ("assistant", "Noted."),
+            ("user", "Jonah recounted. It's 5 people getting ready."),
+            ("assistant", "Okay."),
+        ]
+        said = [
+            Utterance("c", i + 1, sp, t, i + 1, "2026-01-01T00:00:00.000000Z", counter.count(t))
+            for i, (sp, t) in enumerate(rows)
+        ]
+        summarizer = ExtractiveSummarizer(counter)
+        first = summarizer.summarize("", said[:2], 20)
+        assert "6 people" in first
+        summary = summarizer.summarize(first, said[2:], 24)
+        assert "5 people (was 6 people)" in summary, summary
+        # A unit of measure is no counted noun: two concentrations may both be current.
+        from chd.core.summaries.extractive import _counted_noun
+
+        assert _counted_noun("78 households") == ("households",)
+        assert _counted_noun("300 mM") is None
+        assert _counted_noun("3 days") is None

@@ -230,7 +230,7 @@ class ExtractiveSummarizer:
         width = _anchor_width(token_limit, distinct)
         for sentence in sentences:
             sentence.items = _items_of(sentence.text, sentence.facts, width)
-        _mark_corrections(sentences)
+        _mark_corrections(sentences, listed)
         facts = _facts(sentences, listed, weights)
         if context is not None and context.summary:
             # Said elsewhere in the summary already: a copy here adds little.
@@ -971,6 +971,7 @@ def _items_of(
             continue
         spans.append((at, at + len(words), fact))
         start = at + len(words)
+    fact_ends = {b - 1 for a, b, _ in spans if a >= 0}
     windows: list[tuple[int, int, list[str]]] = []  # first token, end, the facts inside
     keep: set[int] = set()  # function words an item keeps: a range's "to", a bare number's label
     for a, b, fact in sorted(spans, key=lambda s: s[0]):
@@ -993,7 +994,18 @@ def _items_of(
             # Not for an amount in a currency at no room: its currency is its unit, and
             # the words after it cost the tuning set more than they kept (docs).
             hi = max(hi, _number_tail(tokens, cores, b, keep))
-        if bare and lo == a and hi == b:
+        if (
+            _YEAR.fullmatch(fact)
+            and a > 0
+            and tokens[a - 1].endswith(",")
+            and a - 1 in fact_ends
+            and (_has_digit(cores[a - 1]) or cores[a - 1].lower() in _DAY_WORDS)
+        ):
+            # "Saturday, October 17, 2026": the year of a date is part of it; alone in
+            # the date's group, a later fold could keep "2026" and drop the day (sum33).
+            lo = a - 1
+        inside = bool(windows) and windows[-1][0] >= 0 and a < windows[-1][1]
+        if bare and lo == a and hi == b and not inside:  # a range's end is inside its start's item
             # Nothing in its clause says what it counts: a bare "2,000" or "7:30" reads
             # as a value of anything, so it is no item (issue 26, "or is not kept").
             windows.append((-2, -2, [fact]))
@@ -1009,10 +1021,10 @@ def _items_of(
     old = set(was.values())
     cue = {
         j
-        for a, _, f in spans
+        for a, b, f in spans
         if f in old
-        for j in range(max(0, a - 2), a)
-        if cores[j].lower() in _CUE_WORDS
+        for j in (*range(max(0, a - 2), a), b)
+        if j < len(cores) and cores[j].lower() in _CUE_WORDS | {"from", "to"}
     }
     items: list[tuple[str, tuple[str, ...]]] = []
     for lo, hi, inner in windows:
@@ -1113,6 +1125,9 @@ def _has_digit(text: str) -> bool:
     return any(c.isdigit() for c in text)
 
 
+_YEAR = re.compile(r"(?:1[89]|20)\d\d")
+
+
 def _number_tail(tokens: list[str], cores: list[str], b: int, keep: set[int]) -> int:
     """Where a number's item ends: with the word after it in its clause ("3% processing fee", "130 seated").
 
@@ -1158,6 +1173,18 @@ def _corrected(cores: list[str], spans: list[tuple[int, int, str]]) -> dict[str,
     """{new fact: old fact} for the facts a sentence states as replaced by the fact before them (issue 26)."""
     was: dict[str, str] = {}
     located = sorted((a, b, f) for a, b, f in spans if a >= 0)
+    if _MOVE_CUES.intersection(c.lower() for c in cores):
+        # "moved the meeting from 17:30 to 18:00": a change, not a range (sum33).
+        for (a, b, old), (a2, _, new) in zip(located, located[1:]):
+            if (
+                a > 0
+                and cores[a - 1].lower() == "from"
+                and a2 == b + 1
+                and cores[b].lower() == "to"
+                and new not in was
+                and _same_shape(new, old)
+            ):
+                was[new] = old
     for k in range(1, len(located)):
         a, _, old = located[k]
         before = tuple(c.lower() for c in cores[max(0, a - 2) : a])
@@ -1187,6 +1214,11 @@ def _same_shape(new: str, old: str) -> bool:
     return not old_unit or not unit or unit[-1:] == old_unit[-1:]
 
 
+# Verbs that make "from X to Y" a change of a value rather than a range.
+_MOVE_CUES = frozenset(
+    "moved move moves moving changed change changes switched switch pushed push bumped "
+    "rescheduled shifted updated raised lowered increased reduced dropped drops".split()
+)
 # Words that say a sentence changes a value stated before ("Actually the
 # deposit is $5,000", "we moved the tasting to 4 pm").
 _CHANGE_CUES = frozenset(
@@ -1198,7 +1230,7 @@ _DAY_WORDS = frozenset(
 )
 
 
-def _mark_corrections(sentences: list[_Sentence]) -> None:
+def _mark_corrections(sentences: list[_Sentence], listed: Sequence[_Fact] = ()) -> None:
     """A value a later sentence changes is written "new (was old)" there (issue 26: corrections as state).
 
     The later sentence must say it changes something (_CHANGE_CUES) and share
@@ -1208,8 +1240,39 @@ def _mark_corrections(sentences: list[_Sentence]) -> None:
     a bounded window, so the cost stays linear.
     """
     recent: list[_Sentence] = []
+    # The last value said of each counted noun ("6 people", "78 households"), the
+    # previous summary's items first: a correction often comes folds after the value.
+    counted: dict[tuple[str, ...], str] = {}
+    for fact in listed:
+        for value in fact.facts:
+            if (noun := _counted_noun(value)) is not None:
+                counted[noun] = value
+    cued_by = None  # the speaker whose last sentence said a count changed
     for sentence in sentences:
-        if sentence.facts and recent and _CHANGE_CUES.intersection(_lower_words(sentence.text)):
+        lowered = _lower_words(sentence.text)
+        cued = bool(_RECOUNT_CUES.intersection(lowered))
+        # "Jonah recounted. It's 81 households": the cue may open the utterance.
+        if sentence.facts and counted and (cued or cued_by == (sentence.block, sentence.speaker)):
+            # "so 5 people getting ready now": the same counted noun, another number,
+            # and a word saying the count changed (sum33).
+            recount: dict[str, str] = {}
+            for new in sentence.facts:
+                noun = _counted_noun(new)
+                old = counted.get(noun) if noun is not None else None
+                if old is not None and old != new and old not in sentence.facts:
+                    if not any(f"{new} (was " in text for text, _ in sentence.items):
+                        recount[new] = old
+            if recount:
+                sentence.items += tuple(
+                    (marked, inner)
+                    for text, inner in sentence.items
+                    if (marked := _with_was(text, inner, recount)) != text
+                )
+        for value in sentence.facts:
+            if (noun := _counted_noun(value)) is not None:
+                counted[noun] = value
+        cued_by = (sentence.block, sentence.speaker) if cued else None
+        if sentence.facts and recent and _CHANGE_CUES.intersection(lowered):
             said = {w for fact in sentence.facts for w in _lower_words(fact)}
             anchors = sentence.words - _CHANGE_CUES - said
             was: dict[str, str] = {}
@@ -1240,6 +1303,36 @@ def _mark_corrections(sentences: list[_Sentence]) -> None:
                 )
         if sentence.facts:
             recent.append(sentence)
+
+
+# Words that say a count changed; with the same counted noun, no anchor word is needed.
+_RECOUNT_CUES = _CHANGE_CUES | frozenset(
+    "now recounted recount drops dropped moves change correction".split()
+)
+# Units that measure time or money: two such values are often both current
+# ("3 days" to pay, "5 days" to ship), so only counted nouns are compared.
+_NOT_COUNTED = _DAY_WORDS | frozenset(
+    "am pm a.m. p.m. min mins minutes hour hours h day days week weeks month months year years "
+    "usd eur gbp cad aud chf dollars euros pounds bucks k percent".split()
+)
+
+
+def _counted_noun(value: str) -> tuple[str, ...] | None:
+    """The noun a number counts ("6 people" -> ("people",)), or None when it is no count.
+
+    One number followed by lower-case words of four letters or more, none of them a time or money unit:
+    "78 households", "14 centerpieces".
+    """
+    words = value.lower().split(" ")
+    if len(words) < 2 or not any(c.isdigit() for c in words[0]):
+        return None
+    if not words[0].replace(",", "").replace(".", "").isdigit():
+        return None
+    rest = tuple(value.split(" ")[1:])
+    # A noun, not a unit of measure: "mM", "mg/mL", "kg" are said of many things at once.
+    if any(not (w.isalpha() and w.islower() and len(w) > 3) or w in _NOT_COUNTED for w in rest):
+        return None
+    return rest
 
 
 def _old_shown(new: str, old: str) -> str:
