@@ -971,7 +971,6 @@ def _items_of(
             continue
         spans.append((at, at + len(words), fact))
         start = at + len(words)
-    fact_ends = {b - 1 for a, b, _ in spans if a >= 0}
     windows: list[tuple[int, int, list[str]]] = []  # first token, end, the facts inside
     keep: set[int] = set()  # function words an item keeps: a range's "to", a bare number's label
     for a, b, fact in sorted(spans, key=lambda s: s[0]):
@@ -994,16 +993,6 @@ def _items_of(
             # Not for an amount in a currency at no room: its currency is its unit, and
             # the words after it cost the tuning set more than they kept (docs).
             hi = max(hi, _number_tail(tokens, cores, b, keep))
-        if (
-            _YEAR.fullmatch(fact)
-            and a > 0
-            and tokens[a - 1].endswith(",")
-            and a - 1 in fact_ends
-            and (_has_digit(cores[a - 1]) or cores[a - 1].lower() in _DAY_WORDS)
-        ):
-            # "Saturday, October 17, 2026": the year of a date is part of it; alone in
-            # the date's group, a later fold could keep "2026" and drop the day (sum33).
-            lo = a - 1
         inside = bool(windows) and windows[-1][0] >= 0 and a < windows[-1][1]
         if bare and lo == a and hi == b and not inside:  # a range's end is inside its start's item
             # Nothing in its clause says what it counts: a bare "2,000" or "7:30" reads
@@ -1123,9 +1112,6 @@ _RANGE_WORDS = frozenset({"to", "and", "or", "-", "–"})
 
 def _has_digit(text: str) -> bool:
     return any(c.isdigit() for c in text)
-
-
-_YEAR = re.compile(r"(?:1[89]|20)\d\d")
 
 
 def _number_tail(tokens: list[str], cores: list[str], b: int, keep: set[int]) -> int:
