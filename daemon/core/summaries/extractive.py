@@ -147,6 +147,10 @@ class _Fact:
         str, ...
     ] = ()  # the facts this item states (an item is a fact with its anchor words)
     speaker: str = ""  # a speaker named by a "Name: " prefix; "" for the roles
+    at: int = 0  # its place among the items of its sentence or group (source order)
+    joint: str = (
+        ""  # how it follows the item before it in the source ("Barn at 11:00 am"); "" for ", "
+    )
 
 
 @dataclass(slots=True)
@@ -339,7 +343,8 @@ def _read(
     """
     blocks: list[_Block] = []
     raw: list[tuple[int, str, str]] = []  # block, speaker, sentence
-    listed: list[tuple[int, str, str, int]] = []  # block, named speaker, item, its group
+    # block, named speaker, item, its group, its place in it, its joint (see _Fact)
+    listed: list[tuple[int, str, str, int, int, str]] = []
     for line in previous.splitlines():
         line = line.strip()
         if not line:
@@ -354,7 +359,10 @@ def _read(
         raw.extend((len(blocks) - 1, speaker, quote) for speaker, quote in phrases)
         for speaker, item in items:
             group = len(listed)
-            listed.extend((len(blocks) - 1, speaker, piece, group) for piece in _pieces_of(item))
+            listed.extend(
+                (len(blocks) - 1, speaker, piece, group, k, joint)
+                for k, (piece, joint) in enumerate(_pieces_of(item))
+            )
     if utterances:
         blocks.append(
             _Block(min(u.turn_number for u in utterances), max(u.turn_number for u in utterances))
@@ -390,8 +398,10 @@ def _read(
             0.0,
             facts=_listed_facts(text, names, rare, uncommon),
             speaker=speaker,
+            at=at,
+            joint=joint,
         )
-        for block, speaker, text, group in listed
+        for block, speaker, text, group, at, joint in listed
     ]
     return blocks, sentences, facts
 
@@ -401,28 +411,50 @@ def _read(
 _GROUP_JOIN = ", "
 
 
-def _pieces_of(item: str) -> list[str]:
-    """The facts of one listed item, each a piece a later fold can keep or drop (a group: see _GROUP_JOIN)."""
+# A time said "at" a place or a day stays joined to it by that word (sum33): "Oakhurst
+# Barn at 11:00 am" costs what "Oakhurst Barn, 11:00 am" does, and "11:00 am" read as
+# a piece of its own was a cut fact. A later fold reads the two as one piece: kept
+# apart, "Delia Marsh, 4 pm" had lost the day the time was on.
+_JOINT = " at "
+
+
+def _pieces_of(item: str) -> list[tuple[str, str]]:
+    """The facts of one listed item, each a piece a later fold can keep or drop, with its joint (see _Fact)."""
     if _GROUP_JOIN not in item:
-        return [item]
-    pieces = [piece for piece in item.split(_GROUP_JOIN) if piece]
+        return [(item, "")]
+    pieces = [(piece, "") for piece in item.split(_GROUP_JOIN) if piece]
     # A comma inside brackets or quotes is part of one fact ("(a, b)"): not a group's joint.
-    if any(_balanced(piece) != piece or piece.count("'") % 2 for piece in pieces):
-        return [item]
+    if any(_balanced(piece) != piece or piece.count("'") % 2 for piece, _ in pieces):
+        return [(item, "")]
     return pieces
 
 
 def _grouped(facts: Iterable[_Fact]) -> list[str]:
-    """The texts of ``facts`` (in order), those of one sentence joined into one item."""
+    """The texts of ``facts`` (in order), those of one sentence joined into one item, in their source order."""
     out: list[str] = []
-    last = None
-    for fact in facts:
-        if out and fact.order == last:
-            out[-1] += _GROUP_JOIN + fact.text
-        else:
-            out.append(fact.text)
-        last = fact.order
+    run: list[_Fact] = []
+    for fact in [*facts, None]:
+        if run and (fact is None or fact.order != run[0].order):
+            run.sort(key=lambda f: f.at)
+            text = run[0].text
+            for before, after in zip(run, run[1:]):
+                joined = after.joint and after.at == before.at + 1
+                text += (after.joint if joined else _GROUP_JOIN) + after.text
+            out.append(text)
+            run = []
+        if fact is not None:
+            run.append(fact)
     return out
+
+
+def _joints(sentence: str, items: Sequence[tuple[str, tuple[str, ...]]]) -> list[str]:
+    """For each item of ``sentence``, _JOINT when the source says "<item before> at <it>" and it opens with a digit."""
+    return [
+        _JOINT
+        if k and text[:1].isdigit() and f"{items[k - 1][0]}{_JOINT}{text}" in sentence
+        else ""
+        for k, (text, _) in enumerate(items)
+    ]
 
 
 def _name_prefix(text: str) -> str:
@@ -756,9 +788,11 @@ def _facts(
             0.0,
             facts=inner,
             speaker="" if s.speaker in _ROLES else s.speaker,
+            at=k,
+            joint=joint,
         )
         for s in sentences
-        for text, inner in s.items
+        for k, ((text, inner), joint) in enumerate(zip(s.items, _joints(s.text, s.items)))
     ] + listed
     old: dict[str, int] = {}  # old value -> where it was marked superseded
     for s in sentences:
