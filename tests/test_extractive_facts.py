@@ -405,3 +405,36 @@ class TestItemsWithAnchors:
         assert _counted_noun("78 households") == ("households",)
         assert _counted_noun("300 mM") is None
         assert _counted_noun("3 days") is None
+
+    def test_one_quantity_in_two_units_is_one_item(self):
+        """Sum33: '2 h 45 min' was listed as '2 h' and '45 min', each a cut of the duration."""
+        from chd.core.summaries.extractive import _items_of
+
+        items = _items_of("The drive takes 2 h 45 min from Buffalo.", ("2 h", "45 min"), 0)
+        assert [text for text, _ in items] == ["2 h 45 min"]
+        items = _items_of("We need 3 pallets 2 drums.", ("3 pallets", "2 drums"), 0)
+        assert [text for text, _ in items] == ["3 pallets", "2 drums"]
+
+    def test_a_time_stays_joined_to_the_place_it_is_at(self):
+        """Sum33: 'Oakhurst Barn at 11:00 am' was listed 'February 21, 11:00 am, Oakhurst Barn'."""
+        from chd.core.summaries.extractive import ExtractiveSummarizer
+        from chd.core.tokens import default_counter
+        from chd.core.utterance import Utterance
+
+        counter = default_counter()
+        text = "Booked your visits: Oakhurst Barn at 11:00 am and Willow Creek at 2:00 pm on February 21."
+        said = [
+            Utterance(
+                "c", 1, "assistant", text, 1, "2026-01-01T00:00:00.000000Z", counter.count(text)
+            )
+        ]
+        summary = ExtractiveSummarizer(counter).summarize("", said, 30)
+        assert "Oakhurst Barn at 11:00 am" in summary, summary
+        # The next fold reads the joined pair as one piece: the time never loses its place.
+        again = ExtractiveSummarizer(counter).summarize(summary, [], 18)
+        assert "11:00 am" not in again or "Oakhurst Barn at 11:00 am" in again, again
+        # With no room for a line's head, the facts that fit are listed whole, never cut at a token.
+        for limit in (8, 5):
+            tiny = ExtractiveSummarizer(counter).summarize(summary, [], limit)
+            assert tiny and not tiny.endswith(" at"), tiny
+            assert all(item in summary for item in tiny.split("; ")), tiny

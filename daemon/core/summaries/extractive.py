@@ -254,7 +254,7 @@ class ExtractiveSummarizer:
         if not text or self._count_text(text) > token_limit:
             best = max(sentences, key=lambda s: (s.score, -s.order), default=None)
             if best is None:
-                return self._counter.fit("; ".join(f.text for f in facts), token_limit)
+                return self._whole_items(facts, token_limit)
             clipped = self._clip(best.text, token_limit)
             return clipped if self._counter.count(clipped) <= token_limit else ""
         return text
@@ -324,6 +324,24 @@ class ExtractiveSummarizer:
             for b in used
             if blocks[b].turn_from is not None
         )
+
+    def _whole_items(self, facts: Sequence[_Fact], limit: int) -> str:
+        """The facts that fit in ``limit`` as "a; b; c", each whole (sum33).
+
+        Cut at a token, "Oakhurst Barn at 11:00 am" ended "Oakhurst Barn at"
+        and "USD 5 million" could end "USD 5".
+        """
+        kept: list[str] = []
+        used = 0
+        for fact in sorted(facts, key=lambda f: (-f.weight / max(1, f.cost), f.order)):
+            if used + fact.cost <= limit:
+                kept.append(fact.text)
+                used += fact.cost
+        text = "; ".join(kept)
+        while kept and self._count_text(text) > limit:
+            kept.pop()
+            text = "; ".join(kept)
+        return text
 
     def _clip(self, text: str, limit: int) -> str:
         cut = self._counter.truncate(text, max(limit - 1, 0)).rstrip()
@@ -1027,6 +1045,14 @@ def _items_of(
             # Not for an amount in a currency at no room: its currency is its unit, and
             # the words after it cost the tuning set more than they kept (docs).
             hi = max(hi, _number_tail(tokens, cores, b, keep))
+        if (
+            windows
+            and windows[-1][0] >= 0
+            and windows[-1][1] == a == lo
+            and _compound(windows[-1][2][-1], fact)
+            and not tokens[a - 1].endswith(_CLAUSE_ENDS + (",",))
+        ):
+            lo = a - 1  # "2 h 45 min": one quantity in two units is one item (sum33)
         inside = bool(windows) and windows[-1][0] >= 0 and a < windows[-1][1]
         if bare and lo == a and hi == b and not inside:  # a range's end is inside its start's item
             # Nothing in its clause says what it counts: a bare "2,000" or "7:30" reads
@@ -1146,6 +1172,31 @@ _RANGE_WORDS = frozenset({"to", "and", "or", "-", "–"})
 
 def _has_digit(text: str) -> bool:
     return any(c.isdigit() for c in text)
+
+
+# A unit and the smaller one a quantity goes on in: "2 h 45 min", "5 ft 10 in".
+_SUBUNITS = {
+    "h": "min",
+    "hr": "min",
+    "hrs": "min",
+    "hour": "minutes",
+    "hours": "minutes",
+    "min": "s",
+    "ft": "in",
+    "feet": "inches",
+    "lb": "oz",
+    "lbs": "oz",
+    "kg": "g",
+    "m": "cm",
+}
+
+
+def _compound(first: str, second: str) -> bool:
+    """Whether ``first`` and ``second`` are one quantity in two units ("2 h" and "45 min")."""
+    a, b = first.split(" "), second.split(" ")
+    if len(a) != 2 or len(b) != 2 or not (_has_digit(a[0]) and _has_digit(b[0])):
+        return False
+    return _SUBUNITS.get(a[1].lower(), "-").rstrip("s") == b[1].lower().rstrip("s")
 
 
 def _number_tail(tokens: list[str], cores: list[str], b: int, keep: set[int]) -> int:
