@@ -148,9 +148,6 @@ class _Fact:
     ] = ()  # the facts this item states (an item is a fact with its anchor words)
     speaker: str = ""  # a speaker named by a "Name: " prefix; "" for the roles
     at: int = 0  # its place among the items of its sentence or group (source order)
-    joint: str = (
-        ""  # how it follows the item before it in the source ("Barn at 11:00 am"); "" for ", "
-    )
 
 
 @dataclass(slots=True)
@@ -361,8 +358,9 @@ def _read(
     """
     blocks: list[_Block] = []
     raw: list[tuple[int, str, str]] = []  # block, speaker, sentence
-    # block, named speaker, item, its group, its place in it, its joint (see _Fact)
-    listed: list[tuple[int, str, str, int, int, str]] = []
+    listed: list[
+        tuple[int, str, str, int, int]
+    ] = []  # block, named speaker, item, its group, its place
     for line in previous.splitlines():
         line = line.strip()
         if not line:
@@ -378,8 +376,8 @@ def _read(
         for speaker, item in items:
             group = len(listed)
             listed.extend(
-                (len(blocks) - 1, speaker, piece, group, k, joint)
-                for k, (piece, joint) in enumerate(_pieces_of(item))
+                (len(blocks) - 1, speaker, piece, group, k)
+                for k, piece in enumerate(_pieces_of(item))
             )
     if utterances:
         blocks.append(
@@ -417,9 +415,8 @@ def _read(
             facts=_listed_facts(text, names, rare, uncommon),
             speaker=speaker,
             at=at,
-            joint=joint,
         )
-        for block, speaker, text, group, at, joint in listed
+        for block, speaker, text, group, at in listed
     ]
     return blocks, sentences, facts
 
@@ -429,21 +426,14 @@ def _read(
 _GROUP_JOIN = ", "
 
 
-# A time said "at" a place or a day stays joined to it by that word (sum33): "Oakhurst
-# Barn at 11:00 am" costs what "Oakhurst Barn, 11:00 am" does, and "11:00 am" read as
-# a piece of its own was a cut fact. A later fold reads the two as one piece: kept
-# apart, "Delia Marsh, 4 pm" had lost the day the time was on.
-_JOINT = " at "
-
-
-def _pieces_of(item: str) -> list[tuple[str, str]]:
-    """The facts of one listed item, each a piece a later fold can keep or drop, with its joint (see _Fact)."""
+def _pieces_of(item: str) -> list[str]:
+    """The facts of one listed item, each a piece a later fold can keep or drop (a group: see _GROUP_JOIN)."""
     if _GROUP_JOIN not in item:
-        return [(item, "")]
-    pieces = [(piece, "") for piece in item.split(_GROUP_JOIN) if piece]
+        return [item]
+    pieces = [piece for piece in item.split(_GROUP_JOIN) if piece]
     # A comma inside brackets or quotes is part of one fact ("(a, b)"): not a group's joint.
-    if any(_balanced(piece) != piece or piece.count("'") % 2 for piece, _ in pieces):
-        return [(item, "")]
+    if any(_balanced(piece) != piece or piece.count("'") % 2 for piece in pieces):
+        return [item]
     return pieces
 
 
@@ -454,25 +444,11 @@ def _grouped(facts: Iterable[_Fact]) -> list[str]:
     for fact in [*facts, None]:
         if run and (fact is None or fact.order != run[0].order):
             run.sort(key=lambda f: f.at)
-            text = run[0].text
-            for before, after in zip(run, run[1:]):
-                joined = after.joint and after.at == before.at + 1
-                text += (after.joint if joined else _GROUP_JOIN) + after.text
-            out.append(text)
+            out.append(_GROUP_JOIN.join(f.text for f in run))
             run = []
         if fact is not None:
             run.append(fact)
     return out
-
-
-def _joints(sentence: str, items: Sequence[tuple[str, tuple[str, ...]]]) -> list[str]:
-    """For each item of ``sentence``, _JOINT when the source says "<item before> at <it>" and it opens with a digit."""
-    return [
-        _JOINT
-        if k and text[:1].isdigit() and f"{items[k - 1][0]}{_JOINT}{text}" in sentence
-        else ""
-        for k, (text, _) in enumerate(items)
-    ]
 
 
 def _name_prefix(text: str) -> str:
@@ -807,10 +783,9 @@ def _facts(
             facts=inner,
             speaker="" if s.speaker in _ROLES else s.speaker,
             at=k,
-            joint=joint,
         )
         for s in sentences
-        for k, ((text, inner), joint) in enumerate(zip(s.items, _joints(s.text, s.items)))
+        for k, (text, inner) in enumerate(s.items)
     ] + listed
     old: dict[str, int] = {}  # old value -> where it was marked superseded
     for s in sentences:
@@ -1053,6 +1028,20 @@ def _items_of(
             and not tokens[a - 1].endswith(_CLAUSE_ENDS + (",",))
         ):
             lo = a - 1  # "2 h 45 min": one quantity in two units is one item (sum33)
+        if (
+            number
+            and a >= 2
+            and lo == a
+            and cores[a - 1].lower() == "at"
+            and windows
+            and windows[-1][0] >= 0
+            and windows[-1][1] == a - 1
+            and not tokens[a - 2].endswith(_CLAUSE_ENDS + (",",))
+        ):
+            # "Oakhurst Barn at 11:00 am": a time said at a place or a day is one item with
+            # it (sum33); listed apart, "11:00 am" was kept without where it was.
+            lo = a - 2  # inside the window before: the two are one item
+            keep.add(a - 1)
         inside = bool(windows) and windows[-1][0] >= 0 and a < windows[-1][1]
         if bare and lo == a and hi == b and not inside:  # a range's end is inside its start's item
             # Nothing in its clause says what it counts: a bare "2,000" or "7:30" reads
