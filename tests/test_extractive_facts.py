@@ -442,3 +442,14 @@ class TestItemsWithAnchors:
             tiny = ExtractiveSummarizer(counter).summarize(summary, [], limit)
             assert tiny and not tiny.endswith(" at"), tiny
             assert all(item in summary for item in tiny.split("; ")), tiny
+
+    def test_not_the_old_value_is_a_correction(self):
+        """Sum33: 'USD 1.15 million, not the USD 1.2 million' left both values unmarked."""
+        from chd.core.summaries.extractive import _items_of
+
+        sentence = "The house is valued at USD 1.15 million, not the USD 1.2 million Karen guessed."
+        items = _items_of(sentence, ("USD 1.15 million", "USD 1.2 million"), 0)
+        assert [text for text, _ in items] == ["USD 1.15 million (was USD 1.2 million)"]
+        sentence = "She quoted a fee of EUR 2,200 plus VAT, not the EUR 2,600 you mentioned."
+        items = _items_of(sentence, ("EUR 2,200", "VAT", "EUR 2,600"), 0)
+        assert "EUR 2,200 (was EUR 2,600)" in [text for text, _ in items]

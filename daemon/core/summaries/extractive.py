@@ -1247,7 +1247,9 @@ def _corrected(cores: list[str], spans: list[tuple[int, int, str]]) -> dict[str,
                 was[new] = old
     for k in range(1, len(located)):
         a, _, old = located[k]
-        before = tuple(c.lower() for c in cores[max(0, a - 2) : a])
+        # "not the USD 1.2 million": an article between the cue and the value (sum33).
+        start = a - 1 if a > 0 and cores[a - 1].lower() in ("the", "a", "an") else a
+        before = tuple(c.lower() for c in cores[max(0, start - 2) : start])
         if not any(before[-len(cue) :] == cue for cue in _NOT_BEFORE):
             continue
         # The value it replaces is the nearest one of its shape before it: in
@@ -1271,6 +1273,8 @@ def _same_shape(new: str, old: str) -> bool:
     old_unit = [w for w in old.split(" ") if not any(c.isdigit() for c in w)]
     if unit and old_unit and unit[-1].lower() in _DAY_WORDS and old_unit[-1].lower() in _DAY_WORDS:
         return True  # "15 July, not 30 June": two dates
+    if unit and old_unit and new.split(" ")[0] == unit[0] == old_unit[0] == old.split(" ")[0]:
+        return True  # "EUR 2,200 plus VAT, not the EUR 2,600": the same currency first
     return not old_unit or not unit or unit[-1:] == old_unit[-1:]
 
 
@@ -1342,6 +1346,8 @@ def _mark_corrections(sentences: list[_Sentence], listed: Sequence[_Fact] = ()) 
                 for earlier in reversed(recent[-_WINDOW:]):
                     if not anchors & earlier.words:
                         continue
+                    if new in earlier.facts:
+                        break  # said before as it is now: that sentence is no older value of it
                     old = next(
                         (
                             o
