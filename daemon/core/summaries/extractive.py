@@ -335,8 +335,10 @@ class ExtractiveSummarizer:
                 kept.append(fact.text)
                 used += fact.cost
         text = "; ".join(kept)
-        while kept and self._count_text(text) > limit:
-            kept.pop()
+        # Each item is at least a token: dropping as many items as the text is over
+        # fits it in a round or two, whatever the count (issue 14: nothing quadratic).
+        while kept and (over := self._count_text(text) - limit) > 0:
+            del kept[-over:]
             text = "; ".join(kept)
         return text
 
