@@ -147,7 +147,6 @@ class _Fact:
         str, ...
     ] = ()  # the facts this item states (an item is a fact with its anchor words)
     speaker: str = ""  # a speaker named by a "Name: " prefix; "" for the roles
-    at: int = 0  # its place among the items of its sentence or group (source order)
 
 
 @dataclass(slots=True)
@@ -377,10 +376,7 @@ def _read(
         raw.extend((len(blocks) - 1, speaker, quote) for speaker, quote in phrases)
         for speaker, item in items:
             group = len(listed)
-            listed.extend(
-                (len(blocks) - 1, speaker, piece, group, k)
-                for k, piece in enumerate(_pieces_of(item))
-            )
+            listed.extend((len(blocks) - 1, speaker, piece, group) for piece in _pieces_of(item))
     if utterances:
         blocks.append(
             _Block(min(u.turn_number for u in utterances), max(u.turn_number for u in utterances))
@@ -416,9 +412,8 @@ def _read(
             0.0,
             facts=_listed_facts(text, names, rare, uncommon),
             speaker=speaker,
-            at=at,
         )
-        for block, speaker, text, group, at in listed
+        for block, speaker, text, group in listed
     ]
     return blocks, sentences, facts
 
@@ -440,16 +435,15 @@ def _pieces_of(item: str) -> list[str]:
 
 
 def _grouped(facts: Iterable[_Fact]) -> list[str]:
-    """The texts of ``facts`` (in order), those of one sentence joined into one item, in their source order."""
+    """The texts of ``facts`` (in order), those of one sentence joined into one item."""
     out: list[str] = []
-    run: list[_Fact] = []
-    for fact in [*facts, None]:
-        if run and (fact is None or fact.order != run[0].order):
-            run.sort(key=lambda f: f.at)
-            out.append(_GROUP_JOIN.join(f.text for f in run))
-            run = []
-        if fact is not None:
-            run.append(fact)
+    last = None
+    for fact in facts:
+        if out and fact.order == last:
+            out[-1] += _GROUP_JOIN + fact.text
+        else:
+            out.append(fact.text)
+        last = fact.order
     return out
 
 
@@ -784,10 +778,9 @@ def _facts(
             0.0,
             facts=inner,
             speaker="" if s.speaker in _ROLES else s.speaker,
-            at=k,
         )
         for s in sentences
-        for k, (text, inner) in enumerate(s.items)
+        for text, inner in s.items
     ] + listed
     old: dict[str, int] = {}  # old value -> where it was marked superseded
     for s in sentences:
