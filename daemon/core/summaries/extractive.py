@@ -993,6 +993,7 @@ def _items_of(
             continue
         spans.append((at, at + len(words), fact))
         start = at + len(words)
+    was = _corrected(cores, spans)
     windows: list[tuple[int, int, list[str]]] = []  # first token, end, the facts inside
     keep: set[int] = set()  # function words an item keeps: a range's "to", a bare number's label
     for a, b, fact in sorted(spans, key=lambda s: s[0]):
@@ -1037,8 +1038,9 @@ def _items_of(
             # it (sum33); listed apart, "11:00 am" was kept without where it was.
             lo = a - 2  # inside the window before: the two are one item
             keep.add(a - 1)
-        inside = bool(windows) and windows[-1][0] >= 0 and a < windows[-1][1]
-        if bare and lo == a and hi == b and not inside:  # a range's end is inside its start's item
+        # "from 17:30 to 18:00" as a change: the new value is inside the old one's window.
+        inside = fact in was and bool(windows) and windows[-1][0] >= 0 and a < windows[-1][1]
+        if bare and lo == a and hi == b and not inside:
             # Nothing in its clause says what it counts: a bare "2,000" or "7:30" reads
             # as a value of anything, so it is no item (issue 26, "or is not kept").
             windows.append((-2, -2, [fact]))
@@ -1050,7 +1052,6 @@ def _items_of(
         else:
             windows.append((lo, hi, [fact]))
     fact_at = {a: (b, fact) for a, b, fact in spans if a >= 0}
-    was = _corrected(cores, spans)
     old = set(was.values())
     cue = {
         j
