@@ -359,9 +359,7 @@ def _read(
     """
     blocks: list[_Block] = []
     raw: list[tuple[int, str, str]] = []  # block, speaker, sentence
-    listed: list[
-        tuple[int, str, str, int, int]
-    ] = []  # block, named speaker, item, its group, its place
+    listed: list[tuple[int, str, str, int]] = []  # block, named speaker, item, its group
     for line in previous.splitlines():
         line = line.strip()
         if not line:
@@ -1039,8 +1037,8 @@ def _items_of(
             lo = a - 2  # inside the window before: the two are one item
             keep.add(a - 1)
         # "from 17:30 to 18:00" as a change: the new value is inside the old one's window.
-        inside = fact in was and bool(windows) and windows[-1][0] >= 0 and a < windows[-1][1]
-        if bare and lo == a and hi == b and not inside:
+        within = fact in was and bool(windows) and windows[-1][0] >= 0 and a < windows[-1][1]
+        if bare and lo == a and hi == b and not within:
             # Nothing in its clause says what it counts: a bare "2,000" or "7:30" reads
             # as a value of anything, so it is no item (issue 26, "or is not kept").
             windows.append((-2, -2, [fact]))
@@ -1385,8 +1383,8 @@ _NOT_COUNTED = _DAY_WORDS | frozenset(
 def _counted_noun(value: str) -> tuple[str, ...] | None:
     """The noun a number counts ("6 people" -> ("people",)), or None when it is no count.
 
-    One number followed by lower-case words of four letters or more, none of them a time or money unit:
-    "78 households", "14 centerpieces".
+    One number followed by lower-case words of four letters or more, none
+    of them a time or money unit: "78 households", "14 centerpieces".
     """
     words = value.lower().split(" ")
     if len(words) < 2 or not any(c.isdigit() for c in words[0]):
