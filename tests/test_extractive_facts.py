@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pytest
@@ -278,6 +279,7 @@ class TestItemsWithAnchors:
         ]
         # Versions, codes, ISO dates and years are identifiers: they read alone.
         assert texts("Pin it to 2.7.0 for now.", ("2.7.0",)) == ["2.7.0"]
+        assert texts("It was 2019 then.", ("2019",)) == ["2019"]
         assert texts("Session 6 on 16 March, 2023.", ("16 March", "2023")) == ["16 March", "2023"]
         # A date keeps the weekday it falls on.
         assert texts("The inspector visits on Wednesday 7 October.", ("7 October",)) == [
@@ -362,3 +364,92 @@ class TestItemsWithAnchors:
         summary = summarizer.summarize(first, said[2:], 30)
         assert "15 July (was 30 June)" in summary, summary
         assert summary.count("30 June") == 1, summary
+
+    def test_a_move_from_one_value_to_another_is_a_correction_not_a_range(self):
+        """Sum33: 'moved the meeting from 17:30 to 18:00' kept '17:30 to 18:00', a range."""
+        from chd.core.summaries.extractive import _items_of
+
+        def texts(sentence: str, facts: tuple[str, ...], width: int = 0) -> list[str]:
+            return [text for text, _ in _items_of(sentence, facts, width)]
+
+        assert texts("I've moved the meeting from 17:30 to 18:00.", ("17:30", "18:00")) == [
+            "18:00 (was 17:30)"
+        ]
+        # Without a verb of change it is a range.
+        assert texts("The shop is open from 9:00 to 17:00.", ("9:00", "17:00")) == ["9:00 to 17:00"]
+
+    def test_a_recount_of_a_listed_count_is_marked(self):
+        """Sum33: '6 people' listed by an earlier fold, then 'so 5 people now': the new count says it replaced it."""
+        from chd.core.summaries.extractive import ExtractiveSummarizer
+        from chd.core.tokens import default_counter
+        from chd.core.utterance import Utterance
+
+        counter = default_counter()
+        rows = [
+            ("user", "Hair and makeup is for 6 people on the morning."),
+            ("assistant", "Noted."),
+            ("user", "Jonah recounted. It's 5 people getting ready."),
+            ("assistant", "Okay."),
+        ]
+        said = [
+            Utterance("c", i + 1, sp, t, i + 1, "2026-01-01T00:00:00.000000Z", counter.count(t))
+            for i, (sp, t) in enumerate(rows)
+        ]
+        summarizer = ExtractiveSummarizer(counter)
+        first = summarizer.summarize("", said[:2], 20)
+        assert "6 people" in first
+        summary = summarizer.summarize(first, said[2:], 24)
+        assert "5 people (was 6 people)" in summary, summary
+        # A unit of measure is no counted noun: two concentrations may both be current.
+        from chd.core.summaries.extractive import _counted_noun
+
+        assert _counted_noun("78 households") == ("households",)
+        assert _counted_noun("300 mM") is None
+        assert _counted_noun("3 days") is None
+
+    def test_one_quantity_in_two_units_is_one_item(self):
+        """Sum33: '2 h 45 min' was listed as '2 h' and '45 min', each a cut of the duration."""
+        from chd.core.summaries.extractive import _items_of
+
+        items = _items_of("The drive takes 2 h 45 min from Buffalo.", ("2 h", "45 min"), 0)
+        assert [text for text, _ in items] == ["2 h 45 min"]
+        items = _items_of("We need 3 pallets 2 drums.", ("3 pallets", "2 drums"), 0)
+        assert [text for text, _ in items] == ["3 pallets", "2 drums"]
+
+    def test_a_time_stays_joined_to_the_place_it_is_at(self):
+        """Sum33: 'Oakhurst Barn at 11:00 am' was listed 'February 21, 11:00 am, Oakhurst Barn'."""
+        from chd.core.summaries.extractive import ExtractiveSummarizer
+        from chd.core.tokens import default_counter
+        from chd.core.utterance import Utterance
+
+        counter = default_counter()
+        text = "Booked your visits: Oakhurst Barn at 11:00 am and Willow Creek at 2:00 pm on February 21."
+        said = [
+            Utterance(
+                "c", 1, "assistant", text, 1, "2026-01-01T00:00:00.000000Z", counter.count(text)
+            )
+        ]
+        summary = ExtractiveSummarizer(counter).summarize("", said, 30)
+        assert "Oakhurst Barn at 11:00 am" in summary or "Willow Creek at 2:00 pm" in summary, (
+            summary
+        )
+        assert not re.search(r"(^|, |; |: )(11:00 am|2:00 pm)", summary), summary
+        # The next fold reads the joined pair as one piece: the time never loses its place.
+        again = ExtractiveSummarizer(counter).summarize(summary, [], 18)
+        assert "11:00 am" not in again or "Oakhurst Barn at 11:00 am" in again, again
+        # With no room for a line's head, the facts that fit are listed whole, never cut at a token.
+        for limit in (8, 5):
+            tiny = ExtractiveSummarizer(counter).summarize(summary, [], limit)
+            assert tiny and not tiny.endswith(" at"), tiny
+            assert all(item in summary for item in tiny.split("; ")), tiny
+
+    def test_not_the_old_value_is_a_correction(self):
+        """Sum33: 'USD 1.15 million, not the USD 1.2 million' left both values unmarked."""
+        from chd.core.summaries.extractive import _items_of
+
+        sentence = "The house is valued at USD 1.15 million, not the USD 1.2 million Karen guessed."
+        items = _items_of(sentence, ("USD 1.15 million", "USD 1.2 million"), 0)
+        assert [text for text, _ in items] == ["USD 1.15 million (was USD 1.2 million)"]
+        sentence = "She quoted a fee of EUR 2,200 plus VAT, not the EUR 2,600 you mentioned."
+        items = _items_of(sentence, ("EUR 2,200", "VAT", "EUR 2,600"), 0)
+        assert "EUR 2,200 (was EUR 2,600)" in [text for text, _ in items]

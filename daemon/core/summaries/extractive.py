@@ -230,7 +230,7 @@ class ExtractiveSummarizer:
         width = _anchor_width(token_limit, distinct)
         for sentence in sentences:
             sentence.items = _items_of(sentence.text, sentence.facts, width)
-        _mark_corrections(sentences)
+        _mark_corrections(sentences, listed)
         facts = _facts(sentences, listed, weights)
         if context is not None and context.summary:
             # Said elsewhere in the summary already: a copy here adds little.
@@ -250,7 +250,7 @@ class ExtractiveSummarizer:
         if not text or self._count_text(text) > token_limit:
             best = max(sentences, key=lambda s: (s.score, -s.order), default=None)
             if best is None:
-                return self._counter.fit("; ".join(f.text for f in facts), token_limit)
+                return self._whole_items(facts, token_limit)
             clipped = self._clip(best.text, token_limit)
             return clipped if self._counter.count(clipped) <= token_limit else ""
         return text
@@ -320,6 +320,26 @@ class ExtractiveSummarizer:
             for b in used
             if blocks[b].turn_from is not None
         )
+
+    def _whole_items(self, facts: Sequence[_Fact], limit: int) -> str:
+        """The facts that fit in ``limit`` as "a; b; c", each whole (sum33).
+
+        Cut at a token, "Oakhurst Barn at 11:00 am" ended "Oakhurst Barn at"
+        and "USD 5 million" could end "USD 5".
+        """
+        kept: list[str] = []
+        used = 0
+        for fact in sorted(facts, key=lambda f: (-f.weight / max(1, f.cost), f.order)):
+            if used + fact.cost <= limit:
+                kept.append(fact.text)
+                used += fact.cost
+        text = "; ".join(kept)
+        # Each item is at least a token: dropping as many items as the text is over
+        # fits it in a round or two, whatever the count (issue 14: nothing quadratic).
+        while kept and (over := self._count_text(text) - limit) > 0:
+            del kept[-over:]
+            text = "; ".join(kept)
+        return text
 
     def _clip(self, text: str, limit: int) -> str:
         cut = self._counter.truncate(text, max(limit - 1, 0)).rstrip()
@@ -971,6 +991,7 @@ def _items_of(
             continue
         spans.append((at, at + len(words), fact))
         start = at + len(words)
+    was = _corrected(cores, spans)
     windows: list[tuple[int, int, list[str]]] = []  # first token, end, the facts inside
     keep: set[int] = set()  # function words an item keeps: a range's "to", a bare number's label
     for a, b, fact in sorted(spans, key=lambda s: s[0]):
@@ -993,7 +1014,31 @@ def _items_of(
             # Not for an amount in a currency at no room: its currency is its unit, and
             # the words after it cost the tuning set more than they kept (docs).
             hi = max(hi, _number_tail(tokens, cores, b, keep))
-        if bare and lo == a and hi == b:
+        if (
+            windows
+            and windows[-1][0] >= 0
+            and windows[-1][1] == a == lo
+            and _compound(windows[-1][2][-1], fact)
+            and not tokens[a - 1].endswith(_CLAUSE_ENDS + (",",))
+        ):
+            lo = a - 1  # "2 h 45 min": one quantity in two units is one item (sum33)
+        if (
+            _TIME.match(fact)
+            and a >= 2
+            and lo == a
+            and cores[a - 1].lower() == "at"
+            and windows
+            and windows[-1][0] >= 0
+            and windows[-1][1] == a - 1
+            and not tokens[a - 2].endswith(_CLAUSE_ENDS + (",",))
+        ):
+            # "Oakhurst Barn at 11:00 am": a time said at a place or a day is one item with
+            # it (sum33); listed apart, "11:00 am" was kept without where it was.
+            lo = a - 2  # inside the window before: the two are one item
+            keep.add(a - 1)
+        # "from 17:30 to 18:00" as a change: the new value is inside the old one's window.
+        within = fact in was and bool(windows) and windows[-1][0] >= 0 and a < windows[-1][1]
+        if bare and lo == a and hi == b and not within:
             # Nothing in its clause says what it counts: a bare "2,000" or "7:30" reads
             # as a value of anything, so it is no item (issue 26, "or is not kept").
             windows.append((-2, -2, [fact]))
@@ -1005,14 +1050,13 @@ def _items_of(
         else:
             windows.append((lo, hi, [fact]))
     fact_at = {a: (b, fact) for a, b, fact in spans if a >= 0}
-    was = _corrected(cores, spans)
     old = set(was.values())
     cue = {
         j
-        for a, _, f in spans
+        for a, b, f in spans
         if f in old
-        for j in range(max(0, a - 2), a)
-        if cores[j].lower() in _CUE_WORDS
+        for j in (*range(max(0, a - 2), a), b)
+        if j < len(cores) and cores[j].lower() in _CUE_WORDS | {"from", "to"}
     }
     items: list[tuple[str, tuple[str, ...]]] = []
     for lo, hi, inner in windows:
@@ -1113,6 +1157,34 @@ def _has_digit(text: str) -> bool:
     return any(c.isdigit() for c in text)
 
 
+# A time of day: "11:00 am", "7:30", "4 pm" (not "4,000 rpm": "5810R at 4,000 rpm" is a
+# rate, and kept as one item it cost the tuning set's coding conversation 5 points).
+_TIME = re.compile(r"\d{1,2}(?::\d\d)? ?(?:am|pm|a\.m\.|p\.m\.)$|\d{1,2}:\d\d$", re.IGNORECASE)
+# A unit and the smaller one a quantity goes on in: "2 h 45 min", "5 ft 10 in".
+_SUBUNITS = {
+    "h": "min",
+    "hr": "min",
+    "hrs": "min",
+    "hour": "minutes",
+    "hours": "minutes",
+    "min": "s",
+    "ft": "in",
+    "feet": "inches",
+    "lb": "oz",
+    "lbs": "oz",
+    "kg": "g",
+    "m": "cm",
+}
+
+
+def _compound(first: str, second: str) -> bool:
+    """Whether ``first`` and ``second`` are one quantity in two units ("2 h" and "45 min")."""
+    a, b = first.split(" "), second.split(" ")
+    if len(a) != 2 or len(b) != 2 or not (_has_digit(a[0]) and _has_digit(b[0])):
+        return False
+    return _SUBUNITS.get(a[1].lower(), "-").rstrip("s") == b[1].lower().rstrip("s")
+
+
 def _number_tail(tokens: list[str], cores: list[str], b: int, keep: set[int]) -> int:
     """Where a number's item ends: with the word after it in its clause ("3% processing fee", "130 seated").
 
@@ -1158,9 +1230,23 @@ def _corrected(cores: list[str], spans: list[tuple[int, int, str]]) -> dict[str,
     """{new fact: old fact} for the facts a sentence states as replaced by the fact before them (issue 26)."""
     was: dict[str, str] = {}
     located = sorted((a, b, f) for a, b, f in spans if a >= 0)
+    if _MOVE_CUES.intersection(c.lower() for c in cores):
+        # "moved the meeting from 17:30 to 18:00": a change, not a range (sum33).
+        for (a, b, old), (a2, _, new) in zip(located, located[1:]):
+            if (
+                a > 0
+                and cores[a - 1].lower() == "from"
+                and a2 == b + 1
+                and cores[b].lower() == "to"
+                and new not in was
+                and _same_shape(new, old)
+            ):
+                was[new] = old
     for k in range(1, len(located)):
         a, _, old = located[k]
-        before = tuple(c.lower() for c in cores[max(0, a - 2) : a])
+        # "not the USD 1.2 million": an article between the cue and the value (sum33).
+        start = a - 1 if a > 0 and cores[a - 1].lower() in ("the", "a", "an") else a
+        before = tuple(c.lower() for c in cores[max(0, start - 2) : start])
         if not any(before[-len(cue) :] == cue for cue in _NOT_BEFORE):
             continue
         # The value it replaces is the nearest one of its shape before it: in
@@ -1184,9 +1270,16 @@ def _same_shape(new: str, old: str) -> bool:
     old_unit = [w for w in old.split(" ") if not any(c.isdigit() for c in w)]
     if unit and old_unit and unit[-1].lower() in _DAY_WORDS and old_unit[-1].lower() in _DAY_WORDS:
         return True  # "15 July, not 30 June": two dates
+    if unit and old_unit and new.split(" ")[0] == unit[0] == old_unit[0] == old.split(" ")[0]:
+        return True  # "EUR 2,200 plus VAT, not the EUR 2,600": the same currency first
     return not old_unit or not unit or unit[-1:] == old_unit[-1:]
 
 
+# Verbs that make "from X to Y" a change of a value rather than a range.
+_MOVE_CUES = frozenset(
+    "moved move moves moving changed change changes switched switch pushed push bumped "
+    "rescheduled shifted updated raised lowered increased reduced dropped drops".split()
+)
 # Words that say a sentence changes a value stated before ("Actually the
 # deposit is $5,000", "we moved the tasting to 4 pm").
 _CHANGE_CUES = frozenset(
@@ -1198,7 +1291,7 @@ _DAY_WORDS = frozenset(
 )
 
 
-def _mark_corrections(sentences: list[_Sentence]) -> None:
+def _mark_corrections(sentences: list[_Sentence], listed: Sequence[_Fact] = ()) -> None:
     """A value a later sentence changes is written "new (was old)" there (issue 26: corrections as state).
 
     The later sentence must say it changes something (_CHANGE_CUES) and share
@@ -1208,8 +1301,39 @@ def _mark_corrections(sentences: list[_Sentence]) -> None:
     a bounded window, so the cost stays linear.
     """
     recent: list[_Sentence] = []
+    # The last value said of each counted noun ("6 people", "78 households"), the
+    # previous summary's items first: a correction often comes folds after the value.
+    counted: dict[tuple[str, ...], str] = {}
+    for fact in listed:
+        for value in fact.facts:
+            if (noun := _counted_noun(value)) is not None:
+                counted[noun] = value
+    cued_by = None  # the speaker whose last sentence said a count changed
     for sentence in sentences:
-        if sentence.facts and recent and _CHANGE_CUES.intersection(_lower_words(sentence.text)):
+        lowered = _lower_words(sentence.text)
+        cued = bool(_RECOUNT_CUES.intersection(lowered))
+        # "Jonah recounted. It's 81 households": the cue may open the utterance.
+        if sentence.facts and counted and (cued or cued_by == (sentence.block, sentence.speaker)):
+            # "so 5 people getting ready now": the same counted noun, another number,
+            # and a word saying the count changed (sum33).
+            recount: dict[str, str] = {}
+            for new in sentence.facts:
+                noun = _counted_noun(new)
+                old = counted.get(noun) if noun is not None else None
+                if old is not None and old != new and old not in sentence.facts:
+                    if not any(f"{new} (was " in text for text, _ in sentence.items):
+                        recount[new] = old
+            if recount:
+                sentence.items += tuple(
+                    (marked, inner)
+                    for text, inner in sentence.items
+                    if (marked := _with_was(text, inner, recount)) != text
+                )
+        for value in sentence.facts:
+            if (noun := _counted_noun(value)) is not None:
+                counted[noun] = value
+        cued_by = (sentence.block, sentence.speaker) if cued else None
+        if sentence.facts and recent and _CHANGE_CUES.intersection(lowered):
             said = {w for fact in sentence.facts for w in _lower_words(fact)}
             anchors = sentence.words - _CHANGE_CUES - said
             was: dict[str, str] = {}
@@ -1219,6 +1343,8 @@ def _mark_corrections(sentences: list[_Sentence]) -> None:
                 for earlier in reversed(recent[-_WINDOW:]):
                     if not anchors & earlier.words:
                         continue
+                    if new in earlier.facts:
+                        break  # said before as it is now: that sentence is no older value of it
                     old = next(
                         (
                             o
@@ -1240,6 +1366,36 @@ def _mark_corrections(sentences: list[_Sentence]) -> None:
                 )
         if sentence.facts:
             recent.append(sentence)
+
+
+# Words that say a count changed; with the same counted noun, no anchor word is needed.
+_RECOUNT_CUES = _CHANGE_CUES | frozenset(
+    "now recounted recount drops dropped moves change correction".split()
+)
+# Units that measure time or money: two such values are often both current
+# ("3 days" to pay, "5 days" to ship), so only counted nouns are compared.
+_NOT_COUNTED = _DAY_WORDS | frozenset(
+    "am pm a.m. p.m. min mins minutes hour hours h day days week weeks month months year years "
+    "usd eur gbp cad aud chf dollars euros pounds bucks k percent".split()
+)
+
+
+def _counted_noun(value: str) -> tuple[str, ...] | None:
+    """The noun a number counts ("6 people" -> ("people",)), or None when it is no count.
+
+    One number followed by lower-case words of four letters or more, none
+    of them a time or money unit: "78 households", "14 centerpieces".
+    """
+    words = value.lower().split(" ")
+    if len(words) < 2 or not any(c.isdigit() for c in words[0]):
+        return None
+    if not words[0].replace(",", "").replace(".", "").isdigit():
+        return None
+    rest = tuple(value.split(" ")[1:])
+    # A noun, not a unit of measure: "mM", "mg/mL", "kg" are said of many things at once.
+    if any(not (w.isalpha() and w.islower() and len(w) > 3) or w in _NOT_COUNTED for w in rest):
+        return None
+    return rest
 
 
 def _old_shown(new: str, old: str) -> str:
