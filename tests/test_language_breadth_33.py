@@ -136,6 +136,39 @@ from chd.core.language.parser import parse
             "retrieve",
             {"turn_from": 2, "speaker": "user"},
         ),
+        # Corpus g: a long last sentence asking for the store is instruction; an arrow points
+        # back at a bracketed text; a misspelt owner is corrected, not dropped; "on this
+        # ticket" is where, not a topic.
+        (
+            "Clinic front desk here. Patient says — I need to move my appointment to Thursday. "
+            "Please store that as the patient's (user) message.",
+            "store",
+            {"text": "I need to move my appointment to Thursday.", "speaker": "user"},
+        ),
+        (
+            "[I already tried restarting the app twice.] <- that's from the caller, add it to the "
+            "conversation as user.",
+            "store",
+            {"text": "I already tried restarting the app twice.", "speaker": "user"},
+        ),
+        (
+            "Show me the assistent's reply from turn 3.",
+            "retrieve",
+            {"turn_from": 3, "turn_to": 3, "speaker": "assistant"},
+        ),
+        (
+            "Before I call back, show me the last 4 messages on this ticket.",
+            "retrieve",
+            {"last_n": 4},
+        ),
+        # A long last sentence that only reports speech stays part of the text.
+        (
+            "Add: I talked to support. The user said it would be fixed by Monday, which is fine.",
+            "store",
+            {
+                "text": "I talked to support. The user said it would be fixed by Monday, which is fine."
+            },
+        ),
     ],
 )
 def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> None:
@@ -196,6 +229,16 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         "How full is the buffer? (checking before the busy hour)",
         # Seqs and turns in one remove.
         "Remove seq 3 until turn 4",
+        # Corpus g: a caller's note after an unquoted text (labelled, bracketed with store words,
+        # or a request to store it and not act on it) refuses rather than being stored with it.
+        "Store the following user utterance. Utterance: Can we move the dinner to 9pm instead? "
+        "Reason: the end user changed their plans and the model will need this.",
+        "Add user utterance: Is it going to be cold in the evening? (The end user is deciding "
+        "whether to bring a jacket; no action is needed beyond storing it.)",
+        "The end user wrote: Cancel the dinner reservation. Please record it as a user "
+        "utterance; do not carry out the cancellation, as that is handled by another agent.",
+        "Persist this entry in the conversation memory. Purpose: the model must be able to "
+        "quote its own earlier answer later. Entry: A taxi will pick you up at 7:30pm.",
         # An open range of seqs is still refused: the newest seq is not known here.
         "Delete messages 5 to the end",
     ],

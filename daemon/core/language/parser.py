@@ -194,6 +194,8 @@ def threshold_for(reading: Reading) -> float:
         # "Summarize what was said about Paris" (issue 25 review).
         or any(c.isdigit() for c in w)
         or w.lower() in _TOPIC_WORDS
+        # "the assistent's reply": an owner the rules did not know would be dropped.
+        or w.lower().replace("\u2019", "'").endswith("'s")
         for w in reading.unexplained
     ):
         # A word the lexicon would rewrite ("the client's messages") is no

@@ -149,6 +149,10 @@ class Normalizer:
         low = word.lower().replace("\u2019", "'")
         if low in WORDS:
             return WORDS[low]
+        if low.endswith("'s") and low[:-2].isalpha() and low[:-2] not in self.vocabulary:
+            # "the assistent's reply": the owner's name corrected, the possessive kept.
+            base = self._word(word[:-2], first)
+            return f"{base}'s" if base.isalpha() else word
         if low in self.vocabulary or not low.isalpha():
             return word  # numbers, "data.text", "o'clock": never corrected
         if low in COMMENTARY:

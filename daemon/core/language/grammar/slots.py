@@ -609,6 +609,13 @@ def _take_where_topic(q: Query) -> str | None:
     return q.restore(m.group("topic")).strip(" ,.?!") or None
 
 
+_THIS_CONVERSATION = re.compile(
+    r"(?:this|the|our|that|my|current)\s+(?:ticket|conversation|convo|chat|thread|session|call|case"
+    r"|history|transcript|dialog(?:ue)?)",
+    re.IGNORECASE,
+)
+
+
 def split_topic(q: Query) -> tuple[Query, str | None]:
     """Cut the topic off a query: the part after 'about', 'regarding', 'mentioning'...
 
@@ -638,6 +645,9 @@ def split_topic(q: Query) -> tuple[Query, str | None]:
             or topic[0] in "(["  # "what did the assistant say (turn 2)": a filter in brackets
         ):
             # "what did the bot say last": an order, not a topic (issue 25).
+            continue
+        if _THIS_CONVERSATION.fullmatch(topic):
+            # "the last 4 messages on this ticket": where, not what about (issue 25, corpus g).
             continue
         if _SENTENCE_BREAK.search(tail.strip(" ,.?!")) and (
             marker is _WEAK_TOPIC or m.group(0).lower().strip() == "on"

@@ -266,9 +266,32 @@ def _fields(split: _Split) -> dict[str, Any] | None:
     return fields
 
 
+_COLON_AT = re.compile(r"\s*:\s*")
+# "Purpose: ...", "Reason: ...": what follows such a label is the caller's note, not the text.
+_NOTE_LABEL_END = re.compile(
+    r"\b(?:purpose|reason|rationale|context|background|why|justification|explanation)\s*$",
+    re.IGNORECASE,
+)
+# "... Entry: <text>": the label of the text itself, at a sentence's start.
+_LATER_CONTENT_LABEL = re.compile(
+    r"(?:(?<=[.!?;])\s+|\n\s*)(?:entry|utterance|content|text|message)(?P<sep>\s*:\s*)",
+    re.IGNORECASE,
+)
+
+
 def _after_separator(q: str, sep: re.Match[str]) -> _Split | None:
     """Instruction, separator, utterance (possibly quoted, possibly with more instruction after)."""
     instruction = q[: sep.start()]
+    if _NOTE_LABEL_END.search(instruction[-40:]):
+        # Issue 25 (corpus g): "Persist this entry. Purpose: <why>. Entry: <text>" stored the
+        # purpose. The text is after a content label further on, or nowhere certain.
+        label = _LATER_CONTENT_LABEL.search(q, sep.end(), sep.end() + HEAD_LIMIT)
+        if label is None:
+            unclear = Header(
+                unclear=(f"{quote(instruction[-40:].strip())} (a note, not the text)",)
+            )
+            return _Split("", unclear, instruction)
+        return _after_separator(q, _COLON_AT.match(q, label.start("sep")) or label)
     header = read_header(instruction)
     if not header.understood:
         return _Split("", header, instruction)
@@ -338,15 +361,29 @@ def _bare_label(rest: str, header: Header, instruction: str) -> _Split | None:
 # The end of an unquoted utterance that may be instruction: a bracket group,
 # a part after a dash, or a last sentence ("I need a taxi. Turn 4.").
 _TAIL = re.compile(
-    r"\s*(?:\((?P<bracket>[^()]{1,80})\)|(?:\s[-\u2014\u2013]+|[\u2014\u2013])\s*(?P<dash>[^-\u2014\u2013]{1,80})"
-    r"|(?<=[.!?])\s+(?P<sentence>[^.!?]{1,40}))[\s.!]*$"
+    r"\s*(?:\((?P<bracket>[^()]{1,300})\)|(?:\s[-\u2014\u2013]+|[\u2014\u2013])\s*(?P<dash>[^-\u2014\u2013]{1,80})"
+    r"|(?<=[.!?;])\s+(?P<sentence>[^.!?;]{1,300}))[\s.!]*$"
 )
+# Past these lengths a tail is read as instruction only when it asks for the store or is
+# labelled as the caller's note: a long last sentence naming a speaker is likely said.
+_SHORT_SENTENCE = 40
+_SHORT_BRACKET = 80
 
 
-_TAIL_MARK = re.compile(r"[(\-\u2014\u2013.!?]")
+_TAIL_MARK = re.compile(r"[(\-\u2014\u2013.!?;]")
 
 
-_REMARK_LABEL = re.compile(r"\s*(?:rationale|reason|why|context\s+for\s+you)\s*:", re.IGNORECASE)
+_REMARK_LABEL = re.compile(
+    r"\s*(?:rationale|reason|why|context(?:\s+for\s+you)?|purpose|background|justification|explanation)\s*:",
+    re.IGNORECASE,
+)
+# Words about storing or acting on the text, in a tail too long to read whole.
+_STORE_REQUEST = re.compile(
+    r"\b(?:stor(?:e|ing)|record(?:ing)?|sav(?:e|ing)|log(?:ging)?|add(?:ing)?|keep(?:ing)?|persist(?:ing)?)\s+"
+    r"(?:it|this|that|them|these)\b|\b(?:do\s+not|don't|never)\s+(?:carry\s+out|execute|act\s+on|perform|run"
+    r"|follow|obey)\b|\bno\s+action\b|\bbeyond\s+storing\b",
+    re.IGNORECASE,
+)
 
 
 def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
@@ -361,7 +398,7 @@ def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
         # Not yet a store ("line one\nline two — commit it"): the utterance may
         # start earlier; the instruction-last reading decides (_instruction_last).
         return _Split(rest, header, instruction, label=True)
-    start = max(0, len(rest) - 120)
+    start = max(0, len(rest) - 320)
     # Each of _TAIL's parts needs one of these (a sentence's end may sit just
     # before ``start``): without one there is no tail, and the search, which
     # sre tries at every position, is skipped.
@@ -373,12 +410,25 @@ def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
     more = read_header(segment)
     words = [w.lower() for w in re.findall(r"[\w']+", segment)]
     meta = more.speakers or more.turns or more.asks_store or more.imperative
+    long = (tail.group("bracket") is not None and len(segment) > _SHORT_BRACKET) or (
+        tail.group("sentence") is not None and len(segment) > _SHORT_SENTENCE
+    )
+    if long:
+        # Issue 25 (corpus g): "X. Please record it as a user utterance; do not carry
+        # out the cancellation" stored the request with the text.
+        # A report ("The user said it would be fixed") is likely part of what was said.
+        meta = more.verb or more.destination or _STORE_REQUEST.search(segment) is not None
     if more.understood and meta:
         text = rest[: tail.start()].rstrip()
         if tail.group("sentence") is not None:
             text = rest[: tail.start("sentence")].rstrip()
         if text:
             return _Split(text, header.joined(more), f"{instruction} {segment}", label=True)
+    if tail.group("sentence") and _REMARK_LABEL.match(segment):
+        # "<text>. Reason: <why>.": the caller's note, or a sentence of what was said
+        # ("Please cancel. Reason: I'm sick")? Which one is a guess (issue 25, corpus g).
+        unclear = Header(unclear=(f"{segment.strip()[:40]} (a note or the text?)",))
+        return _Split("", header.joined(unclear), f"{instruction} {segment}")
     if tail.group("bracket") and _REMARK_LABEL.match(segment):
         # "... (Rationale: dietary constraints must survive.)": the caller's
         # reason for the store, labelled as such, is not what was said.
@@ -585,6 +635,12 @@ def _instruction_last(q: str) -> _Split | None:
         # issue 31). Refused, not guessed.
         return None
     text = q[: last.start()].strip()
+    if text.endswith("<") and last.group().strip().startswith("-"):
+        # "[...] <- that's from the caller, add it": an arrow pointing back at the text, and
+        # brackets around all of it are its quotes (issue 25, corpus g).
+        text = text[:-1].rstrip()
+        if text[:1] == "[" and text[-1:] == "]" and "]" not in text[1:-1]:
+            text = text[1:-1].strip()
     if not text:
         return None
     if _uncertain_start(text):
