@@ -41,6 +41,29 @@ from chd.core.language.parser import parse
         ),
         # Narrative remarks beside a write whose target is complete.
         ("Delete seq 7 — patient withdrew the question.", "remove", {"seq": 7}),
+        (
+            "Please get rid of turns 1 and 2, not relevant for this patient.",
+            "remove",
+            {"turn_from": 1, "turn_to": 2},
+        ),
+        # An orchestrator's reason in a sentence of its own: who and why, not which messages.
+        (
+            "Delete all entries before turn 3. Reason: the weather discussion is finished and "
+            "the end user has moved on.",
+            "remove",
+            {"before_turn": 3},
+        ),
+        (
+            "Provide all records from turn 2. Reason: the end user is referring back to what was "
+            "said about tomorrow.",
+            "retrieve",
+            {"turn_from": 2, "turn_to": 2},
+        ),
+        (
+            "List the assistant's messages only; the operator is auditing what the model has said.",
+            "retrieve",
+            {"speaker": "assistant"},
+        ),
         ("Wipe the whole conversation — next customer.", "remove", {"all": True}),
         (
             "Could you wipe this whole conversation? The customer asked for their data to be erased.",
@@ -198,10 +221,11 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         "get seq=3 and seq=5",
         # Outside review of this pass: a remark naming whose message, or which kind, beside a
         # remove of a turn may narrow it; a policy for the future is no remove now.
-        "Please get rid of turns 1 and 2, not relevant for this patient.",
         "Delete turn 2, the answer the agent sent was wrong",
         "Delete turn 2, the user has requested deletion of his messages",
         "Delete turn 3, the user retracted his answer",
+        "Delete turn 2, the user was wrong",
+        "Show turns 1-2. The model needs only the user's questions.",
         "From now on, delete the user's messages",
         "Going forward, remove the assistant's utterances",
         "From now on summary must be maximum 256 tokens",

@@ -640,10 +640,21 @@ _WHOSE = re.compile(
 )
 
 
+# In a remark beside a remove: a kind of message, an owner, or a speaker judged wrong
+# ("the answer the agent sent was wrong", "his messages", "the user was mistaken").
+_WHICH_MESSAGE = re.compile(
+    r"\b(?:answers?|questions?|repl(?:y|ies)|responses?|messages?|utterances?|entries|entry|statements?"
+    r"|his|her|their|mine|my|ours)\b"
+    rf"|\b(?:{SPEAKER}|{'|'.join(re.escape(w) for w in LEXICON['speakers'])})(?:'s)?\s+(?:\w+\s+)?"
+    r"(?:was|were|is|got)\s+(?:\w+\s+)?(?:wrong|mistaken|incorrect|inaccurate|off)\b",
+    re.IGNORECASE,
+)
+
+
 def _narrows(fields: dict[str, Any], dropped: list[str]) -> bool:
     """Whether a clause set aside beside a remove may have narrowed what it deletes."""
     exact = "all" in fields or "seq" in fields or "seqs" in fields
-    return not exact and any(_WHOSE.search(c) for c in dropped)
+    return not exact and any(_WHICH_MESSAGE.search(c) for c in dropped)
 
 
 def _summary_reading(text: str) -> tuple[str, dict[str, Any], float] | None:

@@ -224,14 +224,18 @@ def is_remark(clause: str, operation: str | None) -> bool:
         or any(w in _FINITE or w in _CONTRACTED or _past(w) for w in words)
     ):
         return False
-    if operation in _READS and not (labelled or reason) and words[0] not in _PRONOUNS:
-        # A read's remark about "the X" may be naming what to read ("the weather ones matter").
+    sentence = _subject_then_verb(words)
+    if operation in _READS and not (labelled or reason or sentence) and words[0] not in _PRONOUNS:
+        # A read's remark about "the X" may be naming what to read ("the weather ones matter");
+        # a sentence with a subject and a verb of its own tells ("The model needs the context").
         return False
     for i, word in enumerate(words):
         base = word[:-2] if word.endswith("'s") else word  # "it was the user's"
         asking = base in _SPEAKER_NAMES if labelled else base in _ASKING
-        if asking and operation not in _READS and base in _SPEAKER_NAMES and _narrated(words, i):
+        if asking and base in _SPEAKER_NAMES and _narrated(words, i):
             asking = False
+        if asking and base in _TOLD_OF and (labelled or reason or sentence):
+            asking = False  # "the model needs the complete context": who and why, not what
         if asking and operation not in _READS and base in _WHY_A_WRITE and reason:
             asking = (
                 False  # "to free space for new context": why a write is made, not a read's target
@@ -248,10 +252,48 @@ def is_remark(clause: str, operation: str | None) -> bool:
     return True
 
 
+# Words an orchestrator's reason holds ("the model's context window", "the next model call")
+# that may ask for something in a bare clause but only tell in a sentence of its own.
+_TOLD_OF = frozenset("context model buffer new fresh window prompt call operator".split())
+_DETERMINERS = frozenset("the a an our this that these those its their his her your".split())
+# Verbs in the third person or past that make a clause a statement ("the model needs").
+_STATES = frozenset(
+    """needs wants requires expects uses gets sees knows relies depends runs matters belongs
+    contains holds says asks keeps""".split()
+)
+
+
+def _subject_then_verb(words: list[str]) -> bool:
+    """Whether the clause opens with a subject ("the operator", "the end user's session") and its verb."""
+    if not words or words[0] not in _DETERMINERS:
+        return False
+    for j, word in enumerate(words[1:6], start=1):
+        if word in _FINITE or word in _STATES or _past(word):
+            return j >= 2  # a determiner and at least one noun before the verb
+        if word in _NARROWING or WRITE_FORMS.get(word):
+            return False
+    return False
+
+
+# What a speaker's possessive may own that makes it a filter: "his messages", "the user's answer".
+_MESSAGE_KINDS = frozenset(
+    """message messages utterance utterances answer answers question questions reply replies
+    response responses entry entries line lines words statement statements text texts ones one""".split()
+)
+
+
 def _narrated(words: list[str], i: int) -> bool:
-    """Whether the speaker word ``words[i]`` is who a write's remark tells of, not a filter."""
+    """Whether the speaker word ``words[i]`` is who a remark tells of, not a filter."""
     if words[i] in ("me", "my", "mine", "our", "ours"):
         return False  # "it was mine": what the target is
+    if words[i].endswith("'s"):
+        # "the end user's follow-up" tells of them; "the user's answer" names a message.
+        after = words[i + 1] if i + 1 < len(words) else ""
+        return (
+            bool(after)
+            and after not in _MESSAGE_KINDS
+            and not any(w in _MESSAGE_KINDS for w in words[i + 1 : i + 3])
+        )
     before = words[i - 1] if i else ""
     if before == "the" and i > 1:
         before = words[i - 2]
