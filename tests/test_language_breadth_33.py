@@ -64,6 +64,29 @@ from chd.core.language.parser import parse
             "retrieve",
             {"speaker": "assistant"},
         ),
+        (
+            "Summarize the conversation so far. The summary will be injected into the context of "
+            "the next model call.",
+            "summarize",
+            {},
+        ),
+        (
+            "Show the last 3 messages. The summary will be needed too.",
+            "retrieve",
+            {"last_n": 3, "include_summary": True},
+        ),
+        (
+            "Please delete the record with sequence number 6; the booking confirmation it "
+            "contains was superseded.",
+            "remove",
+            {"seq": 6},
+        ),
+        (
+            "Set the buffer size to 50 utterances. Reason: the end user's sessions are long, and "
+            "the operator wants more recent context kept verbatim.",
+            "configure",
+            {"buffer_size": 50},
+        ),
         ("Wipe the whole conversation — next customer.", "remove", {"all": True}),
         (
             "Could you wipe this whole conversation? The customer asked for their data to be erased.",

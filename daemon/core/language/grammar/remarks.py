@@ -67,6 +67,9 @@ def _past(word: str) -> bool:
 
 # "we keep hitting it": "keep" before an -ing form says "go on", it spares nothing.
 _KEEP_DOING = re.compile(r"\b(?:keeps?|kept)\s+(?=\w+ing\b)", re.I)
+_TOO_MUCH = re.compile(
+    r"\btoo\s+(?=(?:long|big|large|many|much|short|old|small|verbose|detailed|noisy|slow)\b)", re.I
+)
 # "next customer", "new patient at the desk": the session is over; said so, it agrees with a remove.
 _NEXT_PERSON = re.compile(
     r"\b(?:next|new)\s+(?:customer|patient|caller|client|guest|visitor|passenger|ticket|session|call|one\s+in)\b",
@@ -146,7 +149,8 @@ _AGREES = {
         r"|sensitive|private|personal|confidential|privacy|gdpr|deletion|erased|deleted|removed|forgotten"
         r"|space|room|clean(?:\s*up)?|start(?:ing)?\s+over|fresh\s+start|(?:new|next)\s+(?:session|customer|patient|caller|client|guest|visitor|passenger|ticket|call)"
         r"|relevant|needed|necessary|ended|(?:has|have|is|are)\s+end|over|finished|closed|resolved|fresh|history|ancient"
-        r"|withdr[ae]w[n]?|retracted|took\s+(?:it|that|this)\s+back|changed\s+(?:his|her|their)\s+mind)\b",
+        r"|withdr[ae]w[n]?|retracted|took\s+(?:it|that|this)\s+back|changed\s+(?:his|her|their)\s+mind"
+        r"|superseded|replaced|invalid|no\s+longer\s+valid|void|voided|handled|moved\s+on)\b",
         re.IGNORECASE,
     ),
     "mark": re.compile(
@@ -154,7 +158,8 @@ _AGREES = {
     ),
     "configure": re.compile(
         r"\b(?:hit(?:ting|s)?|reduce[sd]?|fewer|save[sd]?|saving|costs?|memory|performance|faster|slower|calls"
-        r"|room|space|budget|longer|shorter|fits?|overflow\w*|larger|smaller|more|less)\b",
+        r"|room|space|budget|longer|shorter|fits?|overflow\w*|larger|smaller|more|less|long|short|big|small"
+        r"|context|verbatim|window|sessions?|limit\w*)\b",
         re.IGNORECASE,
     ),
 }
@@ -207,6 +212,7 @@ def is_remark(clause: str, operation: str | None) -> bool:
     reason = _REASON.match(text) is not None
     text = _IDIOMS.sub(" ", text)
     text = _KEEP_DOING.sub("are ", text)
+    text = _TOO_MUCH.sub("very ", text)  # "too long to pass along": a degree, not "also"
     if operation in (None, "remove"):
         text = _NEXT_PERSON.sub(" finished ", text)
         # "not needed anymore", "don't need the weather stuff": a remove's reason agrees with it.
@@ -236,13 +242,22 @@ def is_remark(clause: str, operation: str | None) -> bool:
             asking = False
         if asking and base in _TOLD_OF and (labelled or reason or sentence):
             asking = False  # "the model needs the complete context": who and why, not what
+        if (
+            asking
+            and base in ("summary", "summaries")
+            and operation in (None, "summarize")
+            and sentence
+        ):
+            asking = False  # "The summary will be injected into the next call": the one asked for
         if asking and operation not in _READS and base in _WHY_A_WRITE and reason:
             asking = (
                 False  # "to free space for new context": why a write is made, not a read's target
             )
         if base in _NARROWING or asking or word.endswith("n't"):
             return False
-        if base in COUNTERMAND and operation != "store":  # a store's "so that it remains available"
+        if base in COUNTERMAND and operation not in (None, "store", "configure"):
+            # A store's "so that it remains available", a setting's "more context kept
+            # verbatim": nothing there is spared or taken back.
             return False
         if i and words[i - 1] in _COPULAS:
             continue  # "the boundaries are clear": an adjective, not the verb
@@ -265,6 +280,8 @@ _STATES = frozenset(
 
 def _subject_then_verb(words: list[str]) -> bool:
     """Whether the clause opens with a subject ("the operator", "the end user's session") and its verb."""
+    if words and words[0] in ("and", "but", "so", "also") and len(words) > 1:
+        words = words[1:]  # "..., and the operator wants ...": the clause's own subject follows
     if not words or words[0] not in _DETERMINERS:
         return False
     for j, word in enumerate(words[1:6], start=1):
