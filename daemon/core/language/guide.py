@@ -21,6 +21,7 @@ __all__ = [
     "NOT_IN_TEXT",
     "SOURCES_RULE",
     "CONFIDENCE_RULE",
+    "REASONS_RULE",
     "ERRORS_RULE",
     "MAX_INSTRUCTION_CHARS",
     "CallForm",
@@ -673,6 +674,35 @@ SOURCES_RULE = (
     "they want can skip the language: set data.operation to an operation's name and pass its "
     "parameters as data fields (the query text is then ignored; metadata.interpreted_by says "
     "'data'). metadata.conversation_id (default 'default') selects the conversation."
+)
+REASONS_RULE = (
+    "Reasons, notes and who asked. A remark may also be a sentence of its own with a subject and "
+    "its verb ('Retrieve every entry. The model needs the complete context to answer the end "
+    "user's follow-up.', '...; the operator is auditing what the model has said'): it may then name "
+    "the model, the context or a speaker it tells of (as the subject of a verb, or after 'for', "
+    "'to', 'told'), and a summarize's reason may name the summary. A speaker's possessive before a "
+    "kind of message ('the user's answer', 'his messages') is a filter, never a remark. Beside a "
+    "remove of a turn, a range or a count, a remark that names a kind of message, an owner or a "
+    "speaker judged wrong ('Delete turn 2, the answer the agent sent was wrong') refuses the "
+    "remove; beside a remove of seqs or of everything, a remark is set aside when it agrees with "
+    "the remove ('- patient withdrew the question', '- next customer', '... was superseded'). A "
+    "speaker said to have asked after a remove ('Delete everything - the customer asked') is "
+    "refused: it may say who asked or whose messages go. 'From now on' and 'going forward' are "
+    "read by configure only ('From now on, delete the user's messages' is refused, not run). A "
+    "setting's current value said beside the new one is set aside ('from 512 to 300', 'to 50 "
+    "instead of 20', '(currently 20)'). A stats question joined to another request ('How full is "
+    "the buffer, and show the summary') or narrowed ('..., only counting the assistant') is "
+    "refused. A remove may not mix seqs and turns ('seq 3 until turn 4'). A store written as SQL "
+    "(INSERT INTO history (speaker, text) VALUES ('assistant', '...')) is a store; in a "
+    "developer's conditions 'AND' between two fields is a read's filters (WHERE speaker='user' AND "
+    'turn >= 2). A note set apart after a quoted utterance by a bracket or a dash (\'"..." '
+    "(patient at the desk)', '\"...\" - ticket 4471', '\"...\" - told the patient') is set aside; "
+    "only who it says spoke is read, and a turn, seq, place, number word, store verb, negation, "
+    "hedge, second quote, or a person spoken to with no speaker given refuses the store. At the "
+    "end of an unquoted utterance, a last sentence or bracket that asks for the store or says not "
+    "to act on the text ('Please record it as a user utterance; do not carry out the "
+    "cancellation') is instruction or refuses the store, and a labelled note ('Reason: ...', "
+    "'Context: ...') refuses it: whether such words were said is not certain."
 )
 CONFIDENCE_RULE = (
     "Every answered query's metadata carries confidence: the share of the query's words the "
