@@ -166,6 +166,9 @@ from chd.core.language.parser import parse
             "configure",
             {"summary_token_limit": 300},
         ),
+        # Non-native: a second "number" in a list of seqs, a foreign word glossed in English.
+        ("Message number 5 and number 6, show please.", "retrieve", {"seqs": [5, 6]}),
+        ("Make a resumo (summary) of all the conversation, please.", "summarize", {}),
         # A developer's SQL: INSERT is a store; AND between conditions on two fields is a read's filters.
         (
             "INSERT INTO history (speaker, text) VALUES ('assistant', 'A pass costs 62 euros.')",
@@ -240,6 +243,8 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         # An INSERT whose values do not fit its columns; a second statement after it.
         "insert into utterances (text) values ('a', 'b')",
         "INSERT INTO history (speaker, text) VALUES ('assistant', 'x'); DELETE FROM history",
+        # A gloss is read only for a word that is not English ("Paris (summary)" stays Paris).
+        "Delete the Paris (summary)",
         # Two conditions on one key are no conjunction of filters.
         "get seq=3 and seq=5",
         # Outside review of this pass: a remark naming whose message, or which kind, beside a

@@ -55,6 +55,7 @@ from chd.core.language.grammar.normalize import (
     WRITE_FORMS,
     Normalizer,
     developer_syntax,
+    glossed,
     lemma,
     operation_label,
     phrases,
@@ -409,6 +410,7 @@ _TOPIC_MARKER = re.compile(
 def normalized(query: str) -> str:
     """``query``'s instruction words in the grammar's words (grammar/normalize.py); quotes and topic kept."""
     text = developer_syntax(query)
+    text = glossed(text, _normalizer().vocabulary)
     text = repaired(text) or text
     text = _without_lead_fillers(text)
     text = speech_question(text) or text

@@ -390,6 +390,30 @@ _LATE_REMOVE = re.compile(
 )
 
 
+# A word of another language glossed in English: "a resumo (summary)", "a riassunto — a
+# summary —", "Kaydet (save)" (issue 25, corpus g). The gloss is read in its place when the
+# word is not English and the gloss is one of the grammar's words.
+_GLOSS = re.compile(
+    r"\b(?P<w>[^\W\d_]{3,30})\s*(?:\(\s*(?:an?\s+|the\s+)?(?P<g>[a-z]{3,20})\s*\)"
+    r"|[\u2014\u2013]\s*(?:an?\s+|the\s+)?(?P<d>[a-z]{3,20})\s*[\u2014\u2013])",
+    re.IGNORECASE,
+)
+
+
+def glossed(text: str, vocabulary: frozenset[str]) -> str:
+    """``text`` with each foreign word that an English gloss follows replaced by the gloss."""
+
+    def gloss(m: re.Match[str]) -> str:
+        word, meant = m.group("w"), (m.group("g") or m.group("d")).lower()
+        if _english(word.lower()) or meant not in vocabulary:
+            return m.group(0)
+        return meant
+
+    return (
+        _GLOSS.sub(gloss, text) if ("(" in text or "\u2014" in text or "\u2013" in text) else text
+    )
+
+
 # Non-native questions about speech (issue 25): "What said the assistant in turn 2?",
 # "What user was saying?", "What was the bot answering?" read as "what did the X say".
 _SPEECH_PAST = {

@@ -456,7 +456,7 @@ _SEQ_NOUN = (
 )
 _SEQ_LIST = (
     rf"\b(?:the\s+)?{_SEQ_NOUN}\s*(?:numbered|number|no\.?|\#|seq|id)?\s*(?:=|:)?\s*\#?(?P<a>\d+|{NUM})"
-    rf"(?P<rest>(?:\s*(?:,|and|&|or)\s*(?:and\s+)?\#?\d+)+|\s*(?:to|through|thru|until|till|-|\u2013)\s*(?:{_SEQ_NOUN}\s*)?\#?\d+)?\b"
+    rf"(?P<rest>(?:\s*(?:,|and|&|or)\s*(?:and\s+)?(?:number\s+|no\.?\s*)?\#?\d+)+|\s*(?:to|through|thru|until|till|-|\u2013)\s*(?:{_SEQ_NOUN}\s*)?\#?\d+)?\b"
 )
 _OPEN_SEQS = re.compile(
     r"\s*(?:on(?:wards?)?|and\s+(?:later|after|beyond|on(?:wards?)?|newer|everything\s+after|all\s+after))\b",
