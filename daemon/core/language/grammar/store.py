@@ -656,7 +656,7 @@ def _instruction_last(q: str) -> _Split | None:
 # "Remove turn 2", "clear the summary").
 _REQUEST_AS_TEXT = re.compile(
     r"\s*(?:please\s+)?(?:" + "|".join(sorted(WRITE_FORMS, key=len, reverse=True)) + r")\b"
-    r"[^.!?\n]{0,80}?\b(?:turns?|seqs?|utterances?|messages?|entr(?:y|ies)|everything|all|conversation"
+    r"[^.!?\n]{0,80}?\b(?:turns?|seqs?|utterances?|messages?|entr(?:y|ies)|everything|conversation"
     r"|history|summary|buffer|memory|chat|settings?)\b",
     re.IGNORECASE,
 )
