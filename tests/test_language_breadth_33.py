@@ -166,6 +166,26 @@ from chd.core.language.parser import parse
             "configure",
             {"summary_token_limit": 300},
         ),
+        # Square brackets right after the name of a message quote it.
+        (
+            "Add a user utterance [Could you move the reservation to 9pm instead?] to the buffer.",
+            "store",
+            {"text": "Could you move the reservation to 9pm instead?", "speaker": "user"},
+        ),
+        ("Add: [INFO] server started", "store", {"text": "[INFO] server started"}),
+        # Notes that the text is exact, and where the turn is given.
+        (
+            "Please append the assistant's latest response to the history. The exact text is "
+            "provided in data.text; do not paraphrase it.",
+            "store",
+            {"speaker": "assistant"},
+        ),
+        (
+            "Write the assistant message in data.text into the conversation memory; the turn "
+            "number is set in the metadata.",
+            "store",
+            {"speaker": "assistant"},
+        ),
         # Non-native: a second "number" in a list of seqs, a foreign word glossed in English.
         ("Message number 5 and number 6, show please.", "retrieve", {"seqs": [5, 6]}),
         ("Make a resumo (summary) of all the conversation, please.", "summarize", {}),
@@ -243,6 +263,10 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         # An INSERT whose values do not fit its columns; a second statement after it.
         "insert into utterances (text) values ('a', 'b')",
         "INSERT INTO history (speaker, text) VALUES ('assistant', 'x'); DELETE FROM history",
+        # A bracket before a separator is a tag; words after a bracket that are not all
+        # instruction may be the text's own.
+        "Add user message [urgent]: the server is down",
+        "Add user message [hello] the server is down",
         # A gloss is read only for a word that is not English ("Paris (summary)" stays Paris).
         "Delete the Paris (summary)",
         # Two conditions on one key are no conjunction of filters.

@@ -143,8 +143,19 @@ def read_store(query: str) -> dict[str, Any] | None:
     head = q[:HEAD_LIMIT]
     sep = _first_separator(head)
     quote = _opening(head)
-    if quote is not None and (sep is None or quote.start() < sep.start()):
-        split: _Split | None = _quoted(q, quote.start(), Header(), q[: quote.start()])
+    bracket = _NAMED_BRACKET.search(head) if "[" in head else None
+    if (
+        bracket is not None
+        and all(m is None or bracket.start("open") < m.start() for m in (sep, quote))
+        and _bracket_quotes(q, bracket.start("open"))
+    ):
+        # "Add a user utterance [Could you move it to 9pm?] to the buffer": square brackets
+        # right after the name of a message quote it (issue 25, corpora e and g).
+        split: _Split | None = _quoted(
+            q, bracket.start("open"), Header(), q[: bracket.start("open")]
+        )
+    elif quote is not None and (sep is None or quote.start() < sep.start()):
+        split = _quoted(q, quote.start(), Header(), q[: quote.start()])
     elif sep is not None:
         split = _after_separator(q, sep)
     else:
@@ -277,6 +288,28 @@ _LATER_CONTENT_LABEL = re.compile(
     r"(?:(?<=[.!?;])\s+|\n\s*)(?:entry|utterance|content|text|message)(?P<sep>\s*:\s*)",
     re.IGNORECASE,
 )
+
+
+_NAMED_BRACKET = re.compile(
+    r"\b(?:utterance|message|reply|response|answer|question|entry|note|text|words|statement|msg)"
+    r"\s*(?P<open>\[)(?=[^\[\]]{1,2000}\])",
+    re.IGNORECASE,
+)
+
+
+def _bracket_quotes(q: str, start: int) -> bool:
+    """Whether the square bracket at ``start`` quotes the text: the words after it are instruction.
+
+    "Add user message [urgent]: the server is down" is a tag before a separator, and
+    words after the bracket that are not all instruction may be the text's own.
+    """
+    close = q.find("]", start + 1)
+    after = q[close + 1 :].strip()
+    if not after:
+        return True
+    if after[0] in ":=-\u2014\u2013>":
+        return False
+    return read_header(after.strip(" .!?")).understood
 
 
 def _after_separator(q: str, sep: re.Match[str]) -> _Split | None:
@@ -483,8 +516,8 @@ def _second_label(rest: str, header: Header, instruction: str) -> _Split | None:
 def _quoted(q: str, start: int, before: Header, instruction: str) -> _Split:
     """The quoted span opening at ``start``; the words before and after it are the instruction."""
     header = before.joined(read_header(q[:start]))
-    close = _closing(q, start)
-    if close is None:
+    close = q.find("]", start + 1) if q[start] == "[" else _closing(q, start)
+    if close is None or close < 0:
         return _Split("", header.joined(Header(unclear=("(an unclosed quote)",))), instruction)
     glued = q[close + 1 :]
     after = glued.lstrip(_GLUE)

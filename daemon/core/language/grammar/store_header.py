@@ -103,7 +103,8 @@ _NORMALIZER = Normalizer(_KNOWN, lemmas=False)
 _POINTERS = re.compile(
     r"\b(?:(?:given|provided|supplied|contained|found|passed|sent|included|held|carried)\s+)?"
     r"(?:(?:in|via|as|from|at|inside|under)\s+)?(?:the\s+)?(?:field\s+)?`?data\.text`?(?:\s+field)?"
-    r"|\b(?:(?:the\s+)?(?:speaker|turn)\s+)?(?:is\s+)?(?:given\s+)?(?:from|in)\s+(?:the\s+)?metadata\b"
+    r"|\b(?:(?:the\s+)?(?:speaker|turn)(?:\s+number)?\s+)?(?:is\s+)?(?:given\s+|set\s+|provided\s+|specified\s+)?"
+    r"(?:from|in)\s+(?:the\s+)?metadata\b"
     # "the text which I put in data", "provided in the data field", "it's in the data field" (issue 25).
     r"|\b(?:(?:which|that)\s+(?:i|we)(?:\s+have|'ve)?\s+(?:put|placed|sent|passed|gave|attached)\s+"
     r"|(?:it\s+is|it's|is|are)\s+|(?:given|provided|supplied|contained|found|passed|sent|included|held)\s+)?"
@@ -117,6 +118,7 @@ _NEEDFUL = re.compile(r"\bdo\s+the\s+needful(?:\s+and)?\b", re.IGNORECASE)
 # and verb, its other words set aside. Never one that negates a store verb.
 _NOTE = re.compile(
     r"\b(?:verbatim|unchanged|unaltered|unmodified|as[\s-]is|literally|as\s+written|as\s+given|word\s+for\s+word"
+    r"|exact(?:ly)?|paraphras\w*|rephras\w*|reword\w*"
     r"|raw|pasted|copied|ordinary\s+content|plain\s+text|as\s+text|looks?\s+like|resembles?|reads\s+like"
     r"|commands?|instructions?|requests?|quer(?:y|ies)|execute[sd]?|interpret(?:ed)?|parsed?|act(?:ed)?\s+(?:on|upon)"
     # Its language (issue 25: "(in German, do not translate)", "it is in Russian").
