@@ -41,18 +41,7 @@ from chd.core.language.parser import parse
         ),
         # Narrative remarks beside a write whose target is complete.
         ("Delete seq 7 — patient withdrew the question.", "remove", {"seq": 7}),
-        (
-            "Please get rid of turns 1 and 2, not relevant for this patient.",
-            "remove",
-            {"turn_from": 1, "turn_to": 2},
-        ),
         # An orchestrator's reason in a sentence of its own: who and why, not which messages.
-        (
-            "Delete all entries before turn 3. Reason: the weather discussion is finished and "
-            "the end user has moved on.",
-            "remove",
-            {"before_turn": 3},
-        ),
         (
             "Provide all records from turn 2. Reason: the end user is referring back to what was "
             "said about tomorrow.",
@@ -80,12 +69,6 @@ from chd.core.language.parser import parse
             "contains was superseded.",
             "remove",
             {"seq": 6},
-        ),
-        (
-            "Set the buffer size to 50 utterances. Reason: the end user's sessions are long, and "
-            "the operator wants more recent context kept verbatim.",
-            "configure",
-            {"buffer_size": 50},
         ),
         ("Wipe the whole conversation — next customer.", "remove", {"all": True}),
         (
@@ -189,6 +172,14 @@ from chd.core.language.parser import parse
         # Non-native: a second "number" in a list of seqs, a foreign word glossed in English.
         ("Message number 5 and number 6, show please.", "retrieve", {"seqs": [5, 6]}),
         ("Make a resumo (summary) of all the conversation, please.", "summarize", {}),
+        # The old value's unit goes with it.
+        ("Set the buffer size to 30 (currently 4000 tokens)", "configure", {"buffer_size": 30}),
+        (
+            "What did the user say about the call",
+            "retrieve",
+            {"speaker": "user", "topic": "the call"},
+        ),
+        ("Add: Thanks; keep it up.", "store", {"text": "Thanks; keep it up."}),
         # A developer's SQL: INSERT is a store; AND between conditions on two fields is a read's filters.
         (
             "INSERT INTO history (speaker, text) VALUES ('assistant', 'A pass costs 62 euros.')",
@@ -315,6 +306,32 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         "utterance; do not carry out the cancellation, as that is handled by another agent.",
         "Persist this entry in the conversation memory. Purpose: the model must be able to "
         "quote its own earlier answer later. Entry: A taxi will pick you up at 7:30pm.",
+        # Second review: beside a remove of a turn, a range or a count, any speaker in a remark
+        # may narrow it; a reason that keeps context may contradict a smaller buffer; an old
+        # value beside a correction; "or" between selections; a remove set aside with a read.
+        "Please get rid of turns 1 and 2, not relevant for this patient.",
+        "Delete all entries before turn 3. Reason: the end user has moved on.",
+        "Delete turn 2, the assistant answered wrong",
+        "Delete turn 2 — the bit the customer typed",
+        "Delete the last 2 — user sent them by mistake",
+        "Set the buffer size to 3. The operator wants the context kept verbatim.",
+        "Set the buffer size to 20 instead of 30 — no wait, 40",
+        "Delete the user's messages or turn 2",
+        "DELETE FROM history WHERE speaker='user' OR turn=2",
+        "Delete the operator's messages",
+        "Delete the everythings's messages",
+        "Summarize the conversation. The old messages can then be removed.",
+        "SELECT * FROM history WHERE speaker='user' AND text LIKE '%card%'",
+        "[I want a refund] <- from the caller",
+        # Second review, stores: a request or a question as the text, a person spoken to,
+        # a labelled note after a dash, two labelled texts, the customer's own request.
+        "Remove the last 3 — the assistant wrote them",
+        '"I can help." — told the patient',
+        "Add user utterance: Please cancel — Reason: I'm sick",
+        "Store this. Reason: compliance. Message: Hello. Entry: Bye.",
+        "Add user utterance: I want a refund (please log that in my file, and never act on "
+        "anything without asking me first)",
+        "Add: Hi there. Do not act on the refund until the manager approves it, thanks.",
         # An open range of seqs is still refused: the newest seq is not known here.
         "Delete messages 5 to the end",
     ],

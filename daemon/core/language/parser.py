@@ -278,6 +278,16 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
         # the words that make it a question ("how do I ...").
         if why := refusal_for(query, alternative[0], alternative[1]):
             raise _refused(why, alternative[0]) from None
+        if alternative[0] not in _WRITE_OPERATIONS and (
+            writes := write_operations(_unquoted(query))
+        ):
+            # "Summarize the conversation. The old messages can then be removed.": a
+            # write word set aside with a clause is still a write asked for (second review).
+            raise _refused(
+                f"this also asks for a {' and a '.join(sorted(writes))}, which a "
+                f"{alternative[0]} does not do; send each as a query of its own",
+                alternative[0],
+            ) from None
         return alternative
 
 
@@ -297,6 +307,12 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
         best = removal
     if best.refusal is not None:
         raise _refused(best.refusal, best.operation)
+    if best.operation in ("retrieve", "summarize", "stats") and _ARROW.search(query):
+        # "[I want a refund] <- from the caller": a pointer at a text, never a read.
+        raise _refused(
+            "an arrow points at a text here; to store it, say so ('Add user utterance: ...')",
+            best.operation,
+        )
     if best.operation != "stats" and _STATS_THEN_MORE.match(query):
         # "How full is the buffer and what did the assistant say?" answered the read alone.
         raise _refused(
@@ -321,6 +337,10 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
             meant,
         )
     needed = threshold_for(best)
+    if _TEXT_CONDITION.search(query):
+        # "WHERE speaker='user' AND text LIKE '%card%'": a condition on the text left
+        # unread would return other messages (second review of issue 25).
+        needed = 1.0
     if best.confidence >= needed and (why := refusal_for(query, best.operation, best.fields)):
         raise _refused(why, best.operation)
     if best.confidence < needed:
@@ -343,6 +363,12 @@ _STATS_THEN_MORE = re.compile(
     r"|conversation|summary)\s+(?:already\s+|almost\s+|nearly\s+)?(?:full|empty|big|large))\b"
     r"[^?;.!]*?(?:[?;.!]|\band\b|\bplus\b|\balso\b)[\s(\[\u2014\u2013-]*[^\W_]",
     re.IGNORECASE,
+)
+
+
+_ARROW = re.compile(r"<-+|\u2190")
+_TEXT_CONDITION = re.compile(
+    r"\b(?:text|content|body|message|utterance)\s*(?:==|=|!=|<>|\blike\b|\bilike\b)", re.IGNORECASE
 )
 
 
@@ -654,9 +680,16 @@ _WHICH_MESSAGE = re.compile(
 
 
 def _narrows(fields: dict[str, Any], dropped: list[str]) -> bool:
-    """Whether a clause set aside beside a remove may have narrowed what it deletes."""
+    """Whether a clause set aside beside a remove may have narrowed what it deletes.
+
+    Beside a turn, a range or a count, any speaker, owner or kind of message may say
+    that only part was meant ("the assistant answered wrong", "the bit the customer
+    typed", "user sent them by mistake": second review of issue 25).
+    """
     exact = "all" in fields or "seq" in fields or "seqs" in fields
-    return not exact and any(_WHICH_MESSAGE.search(c) for c in dropped)
+    return not exact and any(
+        _WHICH_MESSAGE.search(c) or _WHOSE.search(c) or "'s " in f"{c} " for c in dropped
+    )
 
 
 def _summary_reading(text: str) -> tuple[str, dict[str, Any], float] | None:

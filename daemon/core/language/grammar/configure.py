@@ -98,12 +98,19 @@ def _policy(word: str) -> str:
 
 # The value a setting has now, said beside the new one: "from 512 to 300", "to 50 instead
 # of 20", "(currently 20)". Only the new value is read (issue 25).
+# The old value's unit goes with it: "(currently 4000 tokens)" must not make the new value tokens.
+_OLD_UNIT = r"(?:\s+(?:tokens?|messages?|utterances?|turns?|items?|entries))?"
+# A query that corrects itself keeps every number for the correction reader ("to 20 instead
+# of 30 - no wait, 40"); stripped, the correction would replace the wrong one (second review).
+_CORRECTS = re.compile(
+    r"\b(?:no\s+wait|wait\s+no|sorry|i\s+mean|actually|make\s+that|scratch\s+that)\b", re.I
+)
 _OLD_VALUE = re.compile(
     # Each alternative starts at a word or a bracket, never with optional spaces: a run of
     # spaces is not tried once per space (tests/test_parser_linear.py).
     rf"\bfrom\s+{NUM}\s+(?=(?:up\s+|down\s+)?to\s+{NUM})"
-    rf"|\b(?:instead\s+of|rather\s+than)\s+(?:the\s+)?(?:current\s+|old\s+|default\s+)?{NUM}\b"
-    rf"|[(,]\s*+(?:currently|now|was|it\s+is|it's|right\s+now|today)\s+(?:at\s+)?{NUM}\s*+\)?"
+    rf"|\b(?:instead\s+of|rather\s+than)\s+(?:the\s+)?(?:current\s+|old\s+|default\s+)?{NUM}{_OLD_UNIT}\b"
+    rf"|[(,]\s*+(?:currently|now|was|it\s+is|it's|right\s+now|today)\s+(?:at\s+)?{NUM}{_OLD_UNIT}\s*+\)?"
     # A setting holds until it is changed: "from now on", "going forward" say nothing more.
     # Only here: "From now on, delete the user's messages" asks for a policy, not a remove.
     r"|\b(?:from\s+now\s+on|going\s+forward|from\s+here\s+on|from\s+this\s+point\s+on)\b",
@@ -112,7 +119,8 @@ _OLD_VALUE = re.compile(
 
 
 def read_configure(text: str) -> Reading | None:
-    text = _OLD_VALUE.sub(" ", text)
+    if _CORRECTS.search(text) is None:
+        text = _OLD_VALUE.sub(" ", text)
     q = Query(text)
     fields: dict[str, object] = {}
     if q.take(_RESET):

@@ -48,8 +48,13 @@ _EXCLUDING = re.compile(
 )
 # Number lists ("turns 1 and 2", "utterances 3, 4 and 5") are one selector, not two.
 _NUMBER_LIST = re.compile(r"\d+(?:\s*(?:,|and|&|or)\s*\d+)+", re.IGNORECASE)
+# "or" too: "the user's messages or turn 2" was read as both at once (second review of issue 25);
+# "turn 3 or later" is one range.
 _UNION = re.compile(
-    r"\b(?:and|plus|also|as\s+well\s+as|along\s+with|together\s+with)\b|&|\+", re.IGNORECASE
+    r"\b(?:and|plus|also|as\s+well\s+as|along\s+with|together\s+with"
+    r"|or(?!\s+(?:later|more|after|earlier|before|newer|older|so|less|fewer|above|below|beyond)\b))\b"
+    r"|&|\+|\|\|",
+    re.IGNORECASE,
 )
 _CORRECTION = re.compile(
     r"\S[\s,;.!\u2014\u2013-]+(?:no\s*,?\s*wait|wait\s*,?\s*no|sorry|oops|actually|i\s+mean|or\s+rather|rather"
@@ -142,8 +147,9 @@ def refusal_for(query: str, operation: str, fields: dict[str, Any]) -> str | Non
         )
     if operation in ("remove", "retrieve") and _joined_selectors(query, fields):
         return (
-            f"this names two selections joined by 'and'; a {operation} takes what matches all of its "
-            f"filters at once, which is not what 'and' asks for here. Send one {operation} for each"
+            f"this names two selections joined by 'and' or 'or'; a {operation} takes what matches all "
+            f"of its filters at once, which is not what the query asks for here. Send one {operation} "
+            "for each"
         )
     if operation == "summarize" and _AT_LEAST.search(query):
         return (

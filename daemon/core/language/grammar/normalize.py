@@ -126,6 +126,9 @@ def _max_distance(word: str) -> int:
     return 1 if len(word) <= 7 else 2
 
 
+_OWNERS = frozenset("user assistant system".split())
+
+
 class Normalizer:
     """Rewrites words of an instruction into ``vocabulary`` (the words some rules read)."""
 
@@ -152,7 +155,8 @@ class Normalizer:
         if low.endswith("'s") and low[:-2].isalpha() and low[:-2] not in self.vocabulary:
             # "the assistent's reply": the owner's name corrected, the possessive kept.
             base = self._word(word[:-2], first)
-            return f"{base}'s" if base.isalpha() else word
+            # Only into a speaker's name: "everythings's messages" is no owner the rules know.
+            return f"{base}'s" if base.lower() in _OWNERS else word
         if low in self.vocabulary or not low.isalpha():
             return word  # numbers, "data.text", "o'clock": never corrected
         if low in COMMENTARY:

@@ -255,9 +255,9 @@ def is_remark(clause: str, operation: str | None) -> bool:
             )
         if base in _NARROWING or asking or word.endswith("n't"):
             return False
-        if base in COUNTERMAND and operation not in (None, "store", "configure"):
-            # A store's "so that it remains available", a setting's "more context kept
-            # verbatim": nothing there is spared or taken back.
+        if base in COUNTERMAND and operation not in (None, "store"):
+            # A store's "so that it remains available" spares nothing; a setting's "the
+            # context kept verbatim" may contradict a smaller buffer (second review).
             return False
         if i and words[i - 1] in _COPULAS:
             continue  # "the boundaries are clear": an adjective, not the verb

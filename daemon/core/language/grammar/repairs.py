@@ -40,6 +40,11 @@ _SENTENCE_WORDS = frozenset(
 _LIMIT = 400
 
 
+_TWO_VALUES = re.compile(
+    r"\b(?:instead\s+of|rather\s+than|currently|from\s+\S+\s+to)\b", re.IGNORECASE
+)
+
+
 def repaired(text: str) -> str | None:
     """``text`` with one spoken self-correction resolved, or None if it holds none."""
     if len(text) > _LIMIT:
@@ -48,6 +53,10 @@ def repaired(text: str) -> str | None:
     if marker is None or marker.start() == 0:
         return None
     left, right = text[: marker.start()], text[marker.end() :].strip()
+    if _TWO_VALUES.search(left):
+        # "to 20 instead of 30 - no wait, 40": which of the two the correction replaces is
+        # a guess (second review of issue 25).
+        return None
     words = right.split()
     while words and words[0].lower() in _OPENERS:
         words.pop(0)

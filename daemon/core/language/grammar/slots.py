@@ -610,7 +610,7 @@ def _take_where_topic(q: Query) -> str | None:
 
 
 _THIS_CONVERSATION = re.compile(
-    r"(?:this|the|our|that|my|current)\s+(?:ticket|conversation|convo|chat|thread|session|call|case"
+    r"(?:this|the|our|that|my|current)\s+(?:ticket|conversation|convo|chat|thread|session|case"
     r"|history|transcript|dialog(?:ue)?)",
     re.IGNORECASE,
 )
@@ -646,7 +646,7 @@ def split_topic(q: Query) -> tuple[Query, str | None]:
         ):
             # "what did the bot say last": an order, not a topic (issue 25).
             continue
-        if _THIS_CONVERSATION.fullmatch(topic):
+        if m.group(0).lower().strip() == "on" and _THIS_CONVERSATION.fullmatch(topic):
             # "the last 4 messages on this ticket": where, not what about (issue 25, corpus g).
             continue
         if _SENTENCE_BREAK.search(tail.strip(" ,.?!")) and (

@@ -319,6 +319,10 @@ def _after_separator(q: str, sep: re.Match[str]) -> _Split | None:
         # Issue 25 (corpus g): "Persist this entry. Purpose: <why>. Entry: <text>" stored the
         # purpose. The text is after a content label further on, or nowhere certain.
         label = _LATER_CONTENT_LABEL.search(q, sep.end(), sep.end() + HEAD_LIMIT)
+        if label is not None and _LATER_CONTENT_LABEL.search(
+            q, label.end(), label.end() + HEAD_LIMIT
+        ):
+            label = None  # two labelled texts ("Message: Hello. Entry: Bye."): which one is meant?
         if label is None:
             unclear = Header(
                 unclear=(f"{quote(instruction[-40:].strip())} (a note, not the text)",)
@@ -395,7 +399,7 @@ def _bare_label(rest: str, header: Header, instruction: str) -> _Split | None:
 # a part after a dash, or a last sentence ("I need a taxi. Turn 4.").
 _TAIL = re.compile(
     r"\s*(?:\((?P<bracket>[^()]{1,300})\)|(?:\s[-\u2014\u2013]+|[\u2014\u2013])\s*(?P<dash>[^-\u2014\u2013]{1,80})"
-    r"|(?<=[.!?;])\s+(?P<sentence>[^.!?;]{1,300}))[\s.!]*$"
+    r"|(?<=[.!?])\s+(?P<sentence>[^.!?]{1,300}))[\s.!]*$"
 )
 # Past these lengths a tail is read as instruction only when it asks for the store or is
 # labelled as the caller's note: a long last sentence naming a speaker is likely said.
@@ -403,7 +407,7 @@ _SHORT_SENTENCE = 40
 _SHORT_BRACKET = 80
 
 
-_TAIL_MARK = re.compile(r"[(\-\u2014\u2013.!?;]")
+_TAIL_MARK = re.compile(r"[(\-\u2014\u2013.!?]")
 
 
 _REMARK_LABEL = re.compile(
@@ -446,18 +450,26 @@ def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
     long = (tail.group("bracket") is not None and len(segment) > _SHORT_BRACKET) or (
         tail.group("sentence") is not None and len(segment) > _SHORT_SENTENCE
     )
+    doubt = False
     if long:
-        # Issue 25 (corpus g): "X. Please record it as a user utterance; do not carry
-        # out the cancellation" stored the request with the text.
-        # A report ("The user said it would be fixed") is likely part of what was said.
-        meta = more.verb or more.destination or _STORE_REQUEST.search(segment) is not None
+        # Issue 25 (corpus g): "X. Please record it as a user utterance" stored the request
+        # with the text. A long tail is cut only when it reads whole as a store's instruction;
+        # a report ("The user said it would be fixed") is likely part of what was said, and
+        # words about storing or acting on it ("Do not act on the refund until ...") make
+        # the end uncertain, never a cut (second review).
+        meta = more.verb or more.destination
+        doubt = _STORE_REQUEST.search(segment) is not None
+    if meta and (more.verb or more.imperative) and _FIRST_PERSON.search(segment):
+        # "(please log that in my file, and never act on anything without asking me)":
+        # the caller's request, or the customer's words? A guess; refused (second review).
+        meta, doubt = False, True
     if more.understood and meta:
         text = rest[: tail.start()].rstrip()
         if tail.group("sentence") is not None:
             text = rest[: tail.start("sentence")].rstrip()
         if text:
             return _Split(text, header.joined(more), f"{instruction} {segment}", label=True)
-    if tail.group("sentence") and _REMARK_LABEL.match(segment):
+    if (tail.group("sentence") or tail.group("dash")) and _REMARK_LABEL.match(segment):
         # "<text>. Reason: <why>.": the caller's note, or a sentence of what was said
         # ("Please cancel. Reason: I'm sick")? Which one is a guess (issue 25, corpus g).
         unclear = Header(unclear=(f"{segment.strip()[:40]} (a note or the text?)",))
@@ -468,12 +480,25 @@ def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
         text = rest[: tail.start()].rstrip()
         if text:
             return _Split(text, header, f"{instruction} {segment}", label=True)
-    if (meta and not more.understood) or (
-        tail.group("dash") and words and all(w in _COURTESY for w in words)
+    if (
+        (meta and not more.understood)
+        or doubt
+        or (tail.group("dash") and words and all(w in _COURTESY for w in words))
+        or _LATER_STORE_REQUEST.search(rest, 0, tail.start())
     ):
-        unclear = Header(unclear=(f"{segment.strip()} (instruction or utterance?)",))
+        unclear = Header(unclear=(f"{segment.strip()[:60]} (instruction or utterance?)",))
         return _Split("", header.joined(unclear), f"{instruction} {segment}")
     return _Split(rest, header, instruction, label=True)
+
+
+_FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|we|us|our)\b", re.IGNORECASE)
+# A sentence after the first that asks to store the text or not to act on it
+# ("X. Please record it as a user utterance; do not carry out ..."): the end is uncertain.
+_LATER_STORE_REQUEST = re.compile(
+    r"[.!?;]\s+(?:please\s+)?(?:(?:store|record|save|log|add|keep|persist)\s+(?:it|this|that)\s+as\b"
+    r"|(?:do\s+not|don't|never)\s+(?:carry\s+out|execute|act\s+on|perform|follow|obey)\b)",
+    re.IGNORECASE,
+)
 
 
 # How long a report before a quoted utterance may be ("the user asked").
@@ -662,6 +687,14 @@ def _instruction_last(q: str) -> _Split | None:
     header = read_header(instruction)
     if not (header.understood and (header.imperative or (header.speech and header.speakers))):
         return None
+    if (
+        not header.imperative
+        and (note := trailing_note(instruction)) is not None
+        and not note.understood
+    ):
+        # '"I can help." — told the patient': the patient was spoken to, not the speaker
+        # (second review of issue 25); with nobody named as the speaker, refused.
+        return _Split("", header.joined(note), q[:HEAD_LIMIT])
     if last.group().strip() == "" and not reads_whole(instruction):
         # A last line read only by setting a clause aside ("line two, add it") may be the
         # utterance's own last line: storing the lines above it would lose it (review of
@@ -690,6 +723,7 @@ def _instruction_last(q: str) -> _Split | None:
 _REQUEST_AS_TEXT = re.compile(
     r"\s*(?:please\s+)?(?:" + "|".join(sorted(WRITE_FORMS, key=len, reverse=True)) + r")\b"
     r"[^.!?\n]{0,80}?\b(?:turns?|seqs?|utterances?|messages?|entr(?:y|ies)|everything|conversation"
+    r"|(?:the\s+)?(?:last|first|oldest|newest|latest|previous|most\s+recent)\s+(?:\d+|one|two|three|four|five)\b"
     r"|history|summary|buffer|memory|chat|settings?)\b",
     re.IGNORECASE,
 )

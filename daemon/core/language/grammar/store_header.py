@@ -257,7 +257,8 @@ def reads_whole(text: str) -> bool:
 
 # "What said the assistant in turn 2 - ...": a non-native question, never a reported store.
 _INVERTED_QUESTION = re.compile(
-    r"^\W*(?:what|which)\s+(?:\w+\s+)?(?:said|wrote|answered|replied|asked|told|sent)\s+(?:the\s+)?\w+",
+    r"^\W*(?:what|which)\s+(?:(?:\w+\s+)?(?:said|wrote|answered|replied|asked|told|sent)\s+(?:the\s+)?\w+"
+    r"|(?:\w+\s+){0,3}?(?:saying|writing|asking|answering|telling|replying)\b)",
     re.IGNORECASE,
 )
 
@@ -415,6 +416,7 @@ _NUMBERED_REF = re.compile(
     re.IGNORECASE,
 )
 # Who a note tells of, not who spoke: "told the patient", "asked him", "for this caller".
+_TOLD = frozenset("told tell telling asked to".split())
 _OBJECT_OF = frozenset("told tell telling to for with asked gave helped called this that".split())
 
 
@@ -452,6 +454,7 @@ def trailing_note(text: str, spoken: bool = False) -> Header | None:
         return None
     speakers: list[str] = []
     addressed: list[str] = []
+    told = True  # every person addressed was spoken to ("told the patient"), not acted for
     for i, word in enumerate(words):
         if word in _PLACE_WORDS:
             return None
@@ -472,11 +475,19 @@ def trailing_note(text: str, spoken: bool = False) -> Header | None:
             return None
         base = _NORMALIZER.word(base)  # "caller", "end user": the lexicon's names of speakers
         if base in _SPEAKERS:
-            (addressed if before in _OBJECT_OF else speakers).append(speaker_of(base))
+            if before in _OBJECT_OF:
+                addressed.append(speaker_of(base))
+                told = told and before in _TOLD
+            else:
+                speakers.append(speaker_of(base))
+    if addressed and speakers and told:
+        return Header(
+            speakers=tuple(speakers)
+        )  # "the assistant told the patient": who spoke is said
     if addressed and (speakers or not spoken):
         # "— reply to the customer" with no speaker said: whose words these are is a guess;
         # "— agent typing for the customer": both named, either could be the speaker.
-        return None
+        return Header(unclear=(f"{text.strip()[:40]} (who said it?)",))
     return Header(speakers=tuple(speakers))
 
 
