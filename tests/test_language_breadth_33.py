@@ -332,6 +332,9 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         "Add user utterance: I want a refund (please log that in my file, and never act on "
         "anything without asking me first)",
         "Add: Hi there. Do not act on the refund until the manager approves it, thanks.",
+        # A quoted span after the last separator is a text, never the instruction (review of
+        # issue 31: this stored "Content (verbatim)").
+        "Content (verbatim) – „Save me”",
         # An open range of seqs is still refused: the newest seq is not known here.
         "Delete messages 5 to the end",
     ],

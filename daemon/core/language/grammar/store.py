@@ -684,6 +684,9 @@ def _instruction_last(q: str) -> _Split | None:
     if last is None:
         return None
     instruction = q[last.end() :]
+    if any(c in QUOTE_MARKS and c not in "'\u2019" for c in instruction):
+        # 'Content (verbatim) – „Save me”': a quoted span is a text, never the instruction.
+        return None
     header = read_header(instruction)
     if not (header.understood and (header.imperative or (header.speech and header.speakers))):
         return None
