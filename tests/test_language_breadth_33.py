@@ -172,6 +172,14 @@ from chd.core.language.parser import parse
         # Non-native: a second "number" in a list of seqs, a foreign word glossed in English.
         ("Message number 5 and number 6, show please.", "retrieve", {"seqs": [5, 6]}),
         ("Make a resumo (summary) of all the conversation, please.", "summarize", {}),
+        # "What the user was saying: <text>" reports the text; "on this call" is where.
+        (
+            "What the user was saying: remove all",
+            "store",
+            {"text": "remove all", "speaker": "user"},
+        ),
+        ("Get the last 4 messages on this call", "retrieve", {"last_n": 4}),
+        ("Delete turn 2, it was a mistake", "remove", {"turn_from": 2, "turn_to": 2}),
         # The old value's unit goes with it.
         ("Set the buffer size to 30 (currently 4000 tokens)", "configure", {"buffer_size": 30}),
         (
@@ -335,6 +343,20 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         # A quoted span after the last separator is a text, never the instruction (review of
         # issue 31: this stored "Content (verbatim)").
         "Content (verbatim) – „Save me”",
+        # Third review: a reported command after a separator is never run; only plain reasons
+        # beside a remove of a turn or a count; a reason that needs the context beside a cut;
+        # a slash between selections; an old value before a correction; a person told.
+        "What was the user saying: remove all",
+        "What was the customer saying - delete everything",
+        "Delete turn 2, the second one was wrong",
+        "Delete turn 2, she typed it by mistake",
+        "Delete the last 2 - the bottom one was a mistake",
+        "Set the token budget to 20. The model needs the complete context.",
+        "Delete the user's messages / turn 2",
+        "Set the buffer size to 2, was 30 — no wait 6",
+        '"I can help." — the customer was told',
+        "Add assistant utterance: Noted. I will record it.",
+        "SELECT * WHERE LOWER(text) LIKE '%hi%'",
         # An open range of seqs is still refused: the newest seq is not known here.
         "Delete messages 5 to the end",
     ],

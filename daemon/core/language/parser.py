@@ -368,7 +368,8 @@ _STATS_THEN_MORE = re.compile(
 
 _ARROW = re.compile(r"<-+|\u2190")
 _TEXT_CONDITION = re.compile(
-    r"\b(?:text|content|body|message|utterance)\s*(?:==|=|!=|<>|\blike\b|\bilike\b)", re.IGNORECASE
+    r"\b(?:text|content|body|message|utterance)\s*\)?\s*(?:==|=|!=|<>|\blike\b|\bilike\b|\bin\s*\()",
+    re.IGNORECASE,
 )
 
 
@@ -679,6 +680,19 @@ _WHICH_MESSAGE = re.compile(
 )
 
 
+# Words that may pick out part of a turn, a range or a count: who, which one, which kind,
+# or who wrote it ("the second one was wrong", "she typed it by mistake", "the agent's
+# follow-up", "the user sent them by mistake": second and third reviews of issue 25).
+_PART = re.compile(
+    rf"\b(?:{SPEAKER}|{'|'.join(re.escape(w) for w in LEXICON['speakers'])}|answers?|questions?"
+    r"|repl(?:y|ies)|responses?|messages?|utterances?|entries|entry|statements?|follow[\s-]*ups?|part"
+    r"|bit|half|lines?|one|ones|latter|former|first|second|third|last|bottom|top|other|others"
+    r"|he|she|him|her|his|hers|their|theirs|my|mine|ours|typed|wrote|written|sent|said|asked"
+    r"|answered|replied|posted|quoted|gave)\b|'s\b",
+    re.IGNORECASE,
+)
+
+
 def _narrows(fields: dict[str, Any], dropped: list[str]) -> bool:
     """Whether a clause set aside beside a remove may have narrowed what it deletes.
 
@@ -687,9 +701,7 @@ def _narrows(fields: dict[str, Any], dropped: list[str]) -> bool:
     typed", "user sent them by mistake": second review of issue 25).
     """
     exact = "all" in fields or "seq" in fields or "seqs" in fields
-    return not exact and any(
-        _WHICH_MESSAGE.search(c) or _WHOSE.search(c) or "'s " in f"{c} " for c in dropped
-    )
+    return not exact and any(_PART.search(c.replace("\u2019", "'")) for c in dropped)
 
 
 def _summary_reading(text: str) -> tuple[str, dict[str, Any], float] | None:

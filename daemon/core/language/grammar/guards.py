@@ -53,7 +53,7 @@ _NUMBER_LIST = re.compile(r"\d+(?:\s*(?:,|and|&|or)\s*\d+)+", re.IGNORECASE)
 _UNION = re.compile(
     r"\b(?:and|plus|also|as\s+well\s+as|along\s+with|together\s+with"
     r"|or(?!\s+(?:later|more|after|earlier|before|newer|older|so|less|fewer|above|below|beyond)\b))\b"
-    r"|&|\+|\|\|",
+    r"|&|\+|\|\|?|\s/\s",
     re.IGNORECASE,
 )
 _CORRECTION = re.compile(
@@ -86,6 +86,12 @@ _COUNTS = frozenset({"last_n", "first_n", "limit"})
 
 _TURN_FIELDS = frozenset(
     {"turn_from", "turn_to", "before_turn", "after_turn", "last_turns", "first_turns"}
+)
+# Speech reported before a separator: what follows is what was said.
+_SPEECH_BEFORE_SEPARATOR = re.compile(
+    r"\b(?:said|says|saying|wrote|writes|writing|asked|asking|told|telling|typed|typing|answered"
+    r"|answering|replied|replying)\b[^:\u2014\u2013\n]{0,60}?(?::|\s[-\u2014\u2013]+\s|[\u2014\u2013])",
+    re.IGNORECASE,
 )
 # A clause at the end that says a speaker asked (or said, or wants) something.
 _REQUESTED_BY = re.compile(
@@ -128,6 +134,13 @@ def refusal_for(query: str, operation: str, fields: dict[str, Any]) -> str | Non
         return (
             "this names seqs and turns together; a remove takes seqs ('messages 3 to 8') or turns "
             "('turns 2 to 4'), not a range from one to the other"
+        )
+    if writes and _SPEECH_BEFORE_SEPARATOR.search(query):
+        # "What was the user saying: remove all": what someone said, quoted after a
+        # separator, is never a request to this memory (third review of issue 25).
+        return (
+            "this reports what someone said or wrote before the request; to store it, say "
+            "'Add user utterance: ...'; to change the memory, send the request alone"
         )
     if operation in ("remove", "mark") and "speaker" in fields and _REQUESTED_BY.search(query):
         # "Delete everything — the customer asked": who asked for it, or whose messages go?

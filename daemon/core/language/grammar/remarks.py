@@ -159,7 +159,7 @@ _AGREES = {
     "configure": re.compile(
         r"\b(?:hit(?:ting|s)?|reduce[sd]?|fewer|save[sd]?|saving|costs?|memory|performance|faster|slower|calls"
         r"|room|space|budget|longer|shorter|fits?|overflow\w*|larger|smaller|more|less|long|short|big|small"
-        r"|context|verbatim|window|sessions?|limit\w*)\b",
+        r"|limit\w*)\b",
         re.IGNORECASE,
     ),
 }

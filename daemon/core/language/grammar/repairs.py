@@ -41,7 +41,8 @@ _LIMIT = 400
 
 
 _TWO_VALUES = re.compile(
-    r"\b(?:instead\s+of|rather\s+than|currently|from\s+\S+\s+to)\b", re.IGNORECASE
+    r"\b(?:instead\s+of|rather\s+than|currently|from\s+\S+\s+to)\b|[(,]\s*(?:was|now|it\s+is|it's)\s+\S*\d",
+    re.IGNORECASE,
 )
 
 

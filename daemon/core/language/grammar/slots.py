@@ -610,7 +610,7 @@ def _take_where_topic(q: Query) -> str | None:
 
 
 _THIS_CONVERSATION = re.compile(
-    r"(?:this|the|our|that|my|current)\s+(?:ticket|conversation|convo|chat|thread|session|case"
+    r"(?:this|the|our|that|my|current)\s+(?:ticket|conversation|convo|chat|thread|session|call|case"
     r"|history|transcript|dialog(?:ue)?)",
     re.IGNORECASE,
 )

@@ -106,6 +106,9 @@ class _Split:
     header: Header
     instruction: str  # the instruction as written, for error messages
     label: bool = False  # the instruction is a label before a separator ("User: ...")
+    # Refused for where the text ends: no other reading may store part of the query instead
+    # ("Add assistant utterance: Noted. I will record it." stored "Add assistant": third review).
+    settled: bool = False
 
 
 def _scan(
@@ -163,7 +166,8 @@ def read_store(query: str) -> dict[str, Any] | None:
     if split is None or not _is_store(split):
         # Maybe the utterance came first ("We fly out Monday - keep it, from the user"),
         # or all of it follows "remember that" (quotes and all).
-        split = _instruction_last(q) or _that_clause(q) or split
+        if split is None or not split.settled:
+            split = _instruction_last(q) or _that_clause(q) or split
     return None if split is None else _fields(split)
 
 
@@ -473,7 +477,7 @@ def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
         # "<text>. Reason: <why>.": the caller's note, or a sentence of what was said
         # ("Please cancel. Reason: I'm sick")? Which one is a guess (issue 25, corpus g).
         unclear = Header(unclear=(f"{segment.strip()[:40]} (a note or the text?)",))
-        return _Split("", header.joined(unclear), f"{instruction} {segment}")
+        return _Split("", header.joined(unclear), f"{instruction} {segment}", settled=True)
     if tail.group("bracket") and _REMARK_LABEL.match(segment):
         # "... (Rationale: dietary constraints must survive.)": the caller's
         # reason for the store, labelled as such, is not what was said.
@@ -487,7 +491,7 @@ def _tail_split(rest: str, header: Header, instruction: str) -> _Split:
         or _LATER_STORE_REQUEST.search(rest, 0, tail.start())
     ):
         unclear = Header(unclear=(f"{segment.strip()[:60]} (instruction or utterance?)",))
-        return _Split("", header.joined(unclear), f"{instruction} {segment}")
+        return _Split("", header.joined(unclear), f"{instruction} {segment}", settled=True)
     return _Split(rest, header, instruction, label=True)
 
 

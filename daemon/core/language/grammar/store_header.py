@@ -258,7 +258,8 @@ def reads_whole(text: str) -> bool:
 # "What said the assistant in turn 2 - ...": a non-native question, never a reported store.
 _INVERTED_QUESTION = re.compile(
     r"^\W*(?:what|which)\s+(?:(?:\w+\s+)?(?:said|wrote|answered|replied|asked|told|sent)\s+(?:the\s+)?\w+"
-    r"|(?:\w+\s+){0,3}?(?:saying|writing|asking|answering|telling|replying)\b)",
+    r"|(?:was|were|is)\s+(?:the\s+)?\w+\s+(?:saying|writing|asking|answering|telling|replying)\b"
+    r"|(?!the\b)\w+\s+(?:was|were|is)\s+(?:saying|writing|asking|answering|telling|replying)\b)",
     re.IGNORECASE,
 )
 
@@ -417,6 +418,10 @@ _NUMBERED_REF = re.compile(
 )
 # Who a note tells of, not who spoke: "told the patient", "asked him", "for this caller".
 _TOLD = frozenset("told tell telling asked to".split())
+# "the customer was told", "the reply the customer got": the one spoken to (third review).
+_RECEIVED = re.compile(
+    r"(?:(?:was|were|is|got|has\s+been)\s+(?:told|asked|answered|given|sent|informed|shown)|got|gets|received|receives)\b"
+)
 _OBJECT_OF = frozenset("told tell telling to for with asked gave helped called this that".split())
 
 
@@ -474,8 +479,9 @@ def trailing_note(text: str, spoken: bool = False) -> Header | None:
         ):
             return None
         base = _NORMALIZER.word(base)  # "caller", "end user": the lexicon's names of speakers
+        after = " ".join(words[i + 1 : i + 3])
         if base in _SPEAKERS:
-            if before in _OBJECT_OF:
+            if before in _OBJECT_OF or _RECEIVED.match(after):
                 addressed.append(speaker_of(base))
                 told = told and before in _TOLD
             else:
