@@ -180,6 +180,17 @@ from chd.core.language.parser import parse
         ),
         ("Get the last 4 messages on this call", "retrieve", {"last_n": 4}),
         ("Delete turn 2, it was a mistake", "remove", {"turn_from": 2, "turn_to": 2}),
+        (
+            "Delete all utterances before turn 3. The earlier weather discussion is no longer "
+            "relevant.",
+            "remove",
+            {"before_turn": 3},
+        ),
+        (
+            '{"op": "get", "filter": {"speaker": "assistant", "turn": 2}}',
+            "retrieve",
+            {"turn_from": 2, "turn_to": 2, "speaker": "assistant"},
+        ),
         # The old value's unit goes with it.
         ("Set the buffer size to 30 (currently 4000 tokens)", "configure", {"buffer_size": 30}),
         (
@@ -357,6 +368,29 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         '"I can help." — the customer was told',
         "Add assistant utterance: Noted. I will record it.",
         "SELECT * WHERE LOWER(text) LIKE '%hi%'",
+        # Fourth review: a question or a report before a separator never runs what follows;
+        # the speaker who asked is no filter; a remark opening with a noun that finds fault;
+        # more spellings of "or"; a bare remove as a text-first store's text; a person told,
+        # spoken for or who heard; a labelled comment; a text condition set aside with its bracket.
+        "What did the user say: remove all",
+        "What did the assistant reply: delete turn 2",
+        "What was the user saying; remove all",
+        "What was the user saying. Remove all.",
+        "The user asked me to delete turn 2",
+        "Agent asked me to delete everything",
+        "The customer says delete turn 2",
+        "Delete turn 2, the apology was wrong",
+        "Delete turn 2 — wrong expiry claim",
+        "Delete the oldest 3 — GPT was wrong",
+        "Delete messages 3 to 5 — the customer typed by mistake",
+        "Delete the user's messages/turn 2",
+        "Delete the user's messages; turn 2",
+        "Delete all — keep the assistant's",
+        "The customer was told: Go to settings.",
+        "Message for the customer: Your card expired.",
+        '"X" — the customer heard this',
+        "Utterance: Hello. Comment: Bye.",
+        "SELECT * WHERE text IN ('Hi')",
         # An open range of seqs is still refused: the newest seq is not known here.
         "Delete messages 5 to the end",
     ],

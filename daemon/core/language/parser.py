@@ -262,6 +262,12 @@ def _fresh_parse(outcome: tuple[str, dict[str, Any], float]) -> ParsedQuery:
 
 def _read(query: str) -> tuple[str, dict[str, Any], float]:
     """The rules' reading of ``query`` as written; if they refuse it, of its normalized form."""
+    if _TEXT_CONDITION.search(query) and not _TEXT_CONDITION.search(developer_syntax(query)):
+        # "text IN ('Hi')": the developer form was rewritten, the condition on the text lost.
+        raise _refused(
+            "a condition on the text is not read here; search with 'Find utterances about ...'",
+            "retrieve",
+        )
     try:
         # Developer forms ("turn>=3", "speaker=user") are read as their words
         # first: a search verb would otherwise take "speaker=user" as topic.
@@ -278,6 +284,12 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
         # the words that make it a question ("how do I ...").
         if why := refusal_for(query, alternative[0], alternative[1]):
             raise _refused(why, alternative[0]) from None
+        if _TEXT_CONDITION.search(query) and "topic" not in alternative[1]:
+            # "SELECT * WHERE text IN ('Hi')": the condition was set aside with its bracket.
+            raise _refused(
+                "a condition on the text is not read here; search with 'Find utterances about ...'",
+                alternative[0],
+            ) from None
         if alternative[0] not in _WRITE_OPERATIONS and (
             writes := write_operations(_unquoted(query))
         ):
@@ -307,6 +319,20 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
         best = removal
     if best.refusal is not None:
         raise _refused(best.refusal, best.operation)
+    if (
+        best.operation == "retrieve"
+        and "topic" not in best.fields
+        and ANY_QUOTE.search(query)
+        and not _FIELDS_FORM.search(query)
+        and QUOTED.search(query)
+    ):
+        # '"I can help." — the customer was told' read the user's messages and ignored the
+        # quoted text (fourth review): a read uses a quoted span as its topic or not at all.
+        raise _refused(
+            "a quoted text is not part of this read; to store it, say 'Add user utterance: ...'; "
+            "to search for it, say 'Find utterances about \"...\"'",
+            best.operation,
+        )
     if best.operation in ("retrieve", "summarize", "stats") and _ARROW.search(query):
         # "[I want a refund] <- from the caller": a pointer at a text, never a read.
         raise _refused(
@@ -337,10 +363,13 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
             meant,
         )
     needed = threshold_for(best)
-    if _TEXT_CONDITION.search(query):
-        # "WHERE speaker='user' AND text LIKE '%card%'": a condition on the text left
-        # unread would return other messages (second review of issue 25).
-        needed = 1.0
+    if _TEXT_CONDITION.search(query) and "topic" not in best.fields:
+        # "WHERE speaker='user' AND text LIKE '%card%'", "text IN ('Hi')": a condition on
+        # the text left unread would return other messages (second and fourth reviews).
+        raise _refused(
+            "a condition on the text is not read here; search with 'Find utterances about ...'",
+            best.operation,
+        )
     if best.confidence >= needed and (why := refusal_for(query, best.operation, best.fields)):
         raise _refused(why, best.operation)
     if best.confidence < needed:
@@ -366,9 +395,12 @@ _STATS_THEN_MORE = re.compile(
 )
 
 
+# JSON, key=value and call forms quote their values: those quotes are no texts.
+_FIELDS_FORM = re.compile(r"[{}=\[\]]|[\"']\s*:")
 _ARROW = re.compile(r"<-+|\u2190")
 _TEXT_CONDITION = re.compile(
-    r"\b(?:text|content|body|message|utterance)\s*\)?\s*(?:==|=|!=|<>|\blike\b|\bilike\b|\bin\s*\()",
+    r"\b(?:text|content|body|message|utterance)[`'\"\]]?\s*\)?\s*(?:==|=|!=|<>|~|\blike\b|\bilike\b"
+    r"|\bin\s*\(|\bsimilar\s+to\b|\bregexp\b|\bmatch(?:es)?\b|\bglob\b)",
     re.IGNORECASE,
 )
 
@@ -693,6 +725,36 @@ _PART = re.compile(
 )
 
 
+# A remark about all of what a remove names opens with a pronoun or an idiom ("they concern the
+# weather", "it was a mistake", "no longer relevant", "next customer", "to free space"); one
+# that opens with a noun ("the apology was wrong", "wrong expiry claim", "GPT was wrong") may be
+# about a part of it (fourth review of issue 25).
+_ABOUT_ALL_OF_IT = re.compile(
+    r"\W*(?:(?:and|but|so|oh|ugh|well|also|honestly|anyway|ok|okay|please|pls|plz|lol)\W+)*"
+    r"(?:it|they|these|those|this|that|we|i|all|both|everything|it's|they're|we're|i'm|there"
+    r"|no|not|none|nothing|never|next|new|start|starting|fresh|ancient|obsolete|outdated|irrelevant"
+    r"|unneeded|duplicates?|tests?|testing|typos?|done|finished|over|to|in\s+order|as|since|because"
+    r"|so\s+that|for|don't|dont|do|session|conversation|chat|ticket|call|reason|rationale|context)\b",
+    re.IGNORECASE,
+)
+
+
+# A noun may open a remark that says a subject is over ("the earlier weather discussion is no
+# longer relevant", "booking got cancelled", "old stuff"), never one that says a message was at
+# fault ("the apology was wrong"): that is about one message of the turn.
+_OBSOLETE = re.compile(
+    r"\b(?:no\s+longer|not\s+(?:needed|relevant|necessary|useful)|irrelevant|unneeded|cancel+ed|old|over|done"
+    r"|finished|obsolete|outdated|stale|moved\s+on|off[\s-](?:track|topic)|ancient|history|closed|resolved"
+    r"|superseded|anymore|any\s+more)\b",
+    re.IGNORECASE,
+)
+_FAULT = re.compile(
+    r"\b(?:wrong|mistakes?|mistaken|errors?|erroneous|typos?|incorrect|inaccurate|false|misleading|bad"
+    r"|broken|garbled|offensive|rude)\b",
+    re.IGNORECASE,
+)
+
+
 def _narrows(fields: dict[str, Any], dropped: list[str]) -> bool:
     """Whether a clause set aside beside a remove may have narrowed what it deletes.
 
@@ -700,8 +762,12 @@ def _narrows(fields: dict[str, Any], dropped: list[str]) -> bool:
     that only part was meant ("the assistant answered wrong", "the bit the customer
     typed", "user sent them by mistake": second review of issue 25).
     """
-    exact = "all" in fields or "seq" in fields or "seqs" in fields
-    return not exact and any(_PART.search(c.replace("\u2019", "'")) for c in dropped)
+    exact = "all" in fields or "seq" in fields
+    return not exact and any(
+        _PART.search(c.replace("\u2019", "'"))
+        or not (_ABOUT_ALL_OF_IT.match(c) or (_OBSOLETE.search(c) and not _FAULT.search(c)))
+        for c in dropped
+    )
 
 
 def _summary_reading(text: str) -> tuple[str, dict[str, Any], float] | None:

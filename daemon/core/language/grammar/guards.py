@@ -53,7 +53,7 @@ _NUMBER_LIST = re.compile(r"\d+(?:\s*(?:,|and|&|or)\s*\d+)+", re.IGNORECASE)
 _UNION = re.compile(
     r"\b(?:and|plus|also|as\s+well\s+as|along\s+with|together\s+with"
     r"|or(?!\s+(?:later|more|after|earlier|before|newer|older|so|less|fewer|above|below|beyond)\b))\b"
-    r"|&|\+|\|\|?|\s/\s",
+    r"|&|\+|\|\|?|(?<!\d)/(?!\d)|;|\u222a",
     re.IGNORECASE,
 )
 _CORRECTION = re.compile(
@@ -89,8 +89,15 @@ _TURN_FIELDS = frozenset(
 )
 # Speech reported before a separator: what follows is what was said.
 _SPEECH_BEFORE_SEPARATOR = re.compile(
-    r"\b(?:said|says|saying|wrote|writes|writing|asked|asking|told|telling|typed|typing|answered"
-    r"|answering|replied|replying)\b[^:\u2014\u2013\n]{0,60}?(?::|\s[-\u2014\u2013]+\s|[\u2014\u2013])",
+    r"\b(?:say|says|said|saying|write|writes|wrote|writing|ask|asks|asked|asking|tell|tells|told"
+    r"|telling|type|types|typed|typing|answer|answers|answered|answering|reply|replies|replied"
+    r"|replying)\b[^:;.!?\u2014\u2013\n]{0,12}?(?:[:;]|[.!?]\s|\s[-\u2014\u2013]+\s|[\u2014\u2013])",
+    re.IGNORECASE,
+)
+# "The user asked me to delete turn 2": the speaker asked; whose messages go is not said.
+_ASKED_BY = re.compile(
+    rf"^\W*(?:the\s+|our\s+|my\s+)?(?:{SPEAKER}|end\s+user|client|caller|requester|person)\s+"
+    r"(?:has\s+|had\s+|just\s+)?(?:asked|asks|wants|wanted|requested|requests|told|tells|says|said|insisted|demanded)\b",
     re.IGNORECASE,
 )
 # A clause at the end that says a speaker asked (or said, or wants) something.
@@ -142,7 +149,11 @@ def refusal_for(query: str, operation: str, fields: dict[str, Any]) -> str | Non
             "this reports what someone said or wrote before the request; to store it, say "
             "'Add user utterance: ...'; to change the memory, send the request alone"
         )
-    if operation in ("remove", "mark") and "speaker" in fields and _REQUESTED_BY.search(query):
+    if (
+        operation in ("remove", "mark")
+        and "speaker" in fields
+        and (_REQUESTED_BY.search(query) or _ASKED_BY.search(query))
+    ):
         # "Delete everything — the customer asked": who asked for it, or whose messages go?
         return (
             "it is not clear whether the speaker named at the end says whose messages to change "

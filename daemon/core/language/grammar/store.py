@@ -415,7 +415,8 @@ _TAIL_MARK = re.compile(r"[(\-\u2014\u2013.!?]")
 
 
 _REMARK_LABEL = re.compile(
-    r"\s*(?:rationale|reason|why|context(?:\s+for\s+you)?|purpose|background|justification|explanation)\s*:",
+    r"\s*(?:rationale|reason|why|context(?:\s+for\s+you)?|purpose|background|justification|explanation"
+    r"|comments?|remarks?|annotation|note)\s*:",
     re.IGNORECASE,
 )
 # Words about storing or acting on the text, in a tail too long to read whole.
@@ -731,6 +732,7 @@ _REQUEST_AS_TEXT = re.compile(
     r"\s*(?:please\s+)?(?:" + "|".join(sorted(WRITE_FORMS, key=len, reverse=True)) + r")\b"
     r"[^.!?\n]{0,80}?\b(?:turns?|seqs?|utterances?|messages?|entr(?:y|ies)|everything|conversation"
     r"|(?:the\s+)?(?:last|first|oldest|newest|latest|previous|most\s+recent)\s+(?:\d+|one|two|three|four|five)\b"
+    r"|(?:all|it\s+all|them\s+all|them|it)\s*[.!]*\s*$"
     r"|history|summary|buffer|memory|chat|settings?)\b",
     re.IGNORECASE,
 )

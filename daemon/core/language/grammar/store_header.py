@@ -339,7 +339,9 @@ def _read_words(text: str) -> Header:
         if base in _SPEAKERS:
             # "a message to the user" names whom it was said to, not who said it.
             addressed = (
-                words[i - 1 : i] == ["to"] or words[max(0, i - 2) : i] == ["to", "the"]
+                words[i - 1 : i] in (["to"], ["for"])
+                or words[max(0, i - 2) : i] in (["to", "the"], ["for", "the"])
+                or bool(_RECEIVED.match(" ".join(words[i + 1 : i + 3])))
             ) and not _ASSIGNED.intersection(words[max(0, i - 4) : i])
             if addressed and base == word:
                 unclear.extend(("to", word))
@@ -420,7 +422,8 @@ _NUMBERED_REF = re.compile(
 _TOLD = frozenset("told tell telling asked to".split())
 # "the customer was told", "the reply the customer got": the one spoken to (third review).
 _RECEIVED = re.compile(
-    r"(?:(?:was|were|is|got|has\s+been)\s+(?:told|asked|answered|given|sent|informed|shown)|got|gets|received|receives)\b"
+    r"(?:(?:was|were|is|got|has\s+been)\s+(?:told|asked|answered|given|sent|informed|shown)|got|gets|received"
+    r"|receives|heard|hears|saw|sees|read|reads)\b"
 )
 _OBJECT_OF = frozenset("told tell telling to for with asked gave helped called this that".split())
 
