@@ -180,6 +180,15 @@ from chd.core.language.parser import parse
         ),
         ("Get the last 4 messages on this call", "retrieve", {"last_n": 4}),
         ("Delete turn 2, it was a mistake", "remove", {"turn_from": 2, "turn_to": 2}),
+        # The caller's own wish, and one message with a remark about it.
+        ("The turn 2, I want that you delete it.", "remove", {"turn_from": 2, "turn_to": 2}),
+        ("Last message, remove it — typed it wrong.", "remove", {"newest": 1}),
+        ("Drop everything before turn 4 — new patient at the desk.", "remove", {"before_turn": 4}),
+        (
+            'Add utterance: "I can help." — said by the assistant',
+            "store",
+            {"text": "I can help.", "speaker": "assistant"},
+        ),
         (
             "Delete all utterances before turn 3. The earlier weather discussion is no longer "
             "relevant.",
@@ -391,6 +400,28 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         '"X" — the customer heard this',
         "Utterance: Hello. Comment: Bye.",
         "SELECT * WHERE text IN ('Hi')",
+        # Fifth review: a question or a report anywhere before the write's verb; a remark's
+        # opener stripped before its subject is judged; plural requesters; "or" between seqs;
+        # set symbols; a short request as a text; more ways to be spoken to; labels in a text.
+        "What did the user send: remove all",
+        "What was the user saying, remove all",
+        "What was the user saying remove all",
+        "Tell me what the user said, remove all",
+        "Delete turn 2 — reason: the expiry claim was wrong",
+        "Delete turn 2, since the apology was wrong",
+        "Delete turn 2 — typo in the card number",
+        "Delete the oldest 3 — as GPT was wrong",
+        "Customers asked to remove the last 2",
+        "Users asked to delete everything",
+        "Delete seq 3 or 4",
+        "Delete the user's messages \u2228 turn 2",
+        "Delete all please — keep the assistant's",
+        "We told the customer: Go to settings.",
+        "The customer will be told: Go to settings.",
+        'Add utterance: "I can help." — heard by the customer',
+        "The user was saying: hi; the agent was saying: hello",
+        "User: hi / Assistant: hello",
+        "Store this. Message: Hello. Text: Bye.",
         # An open range of seqs is still refused: the newest seq is not known here.
         "Delete messages 5 to the end",
     ],

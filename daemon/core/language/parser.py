@@ -733,6 +733,7 @@ _ABOUT_ALL_OF_IT = re.compile(
     r"\W*(?:(?:and|but|so|oh|ugh|well|also|honestly|anyway|ok|okay|please|pls|plz|lol)\W+)*"
     r"(?:it|they|these|those|this|that|we|i|all|both|everything|it's|they're|we're|i'm|there"
     r"|no|not|none|nothing|never|next|new|start|starting|fresh|ancient|obsolete|outdated|irrelevant"
+    r"|free|make|clean|save|room|space"
     r"|unneeded|duplicates?|tests?|testing|typos?|done|finished|over|to|in\s+order|as|since|because"
     r"|so\s+that|for|don't|dont|do|session|conversation|chat|ticket|call|reason|rationale|context)\b",
     re.IGNORECASE,
@@ -762,12 +763,42 @@ def _narrows(fields: dict[str, Any], dropped: list[str]) -> bool:
     that only part was meant ("the assistant answered wrong", "the bit the customer
     typed", "user sent them by mistake": second review of issue 25).
     """
-    exact = "all" in fields or "seq" in fields
+    # One seq, one newest or oldest, or everything: nothing smaller a remark could mean.
+    exact = "all" in fields or "seq" in fields or 1 in (fields.get("newest"), fields.get("oldest"))
     return not exact and any(
-        _PART.search(c.replace("\u2019", "'"))
-        or not (_ABOUT_ALL_OF_IT.match(c) or (_OBSOLETE.search(c) and not _FAULT.search(c)))
+        _PART.search(_NEW_PERSON.sub(" ", c.replace("\u2019", "'"))) or not _about_all_of_it(c)
         for c in dropped
     )
+
+
+# "new patient at the desk", "next customer": the session is over; no one's messages are meant.
+_NEW_PERSON = re.compile(
+    r"\b(?:next|new)\s+(?:customer|patient|caller|client|guest|visitor|passenger|user)\b",
+    re.IGNORECASE,
+)
+
+
+def _about_all_of_it(clause: str) -> bool:
+    """Whether a remark beside a remove of a turn, range or count is about all it names."""
+    rest = _REMARK_OPENER.sub("", clause)
+    if _PRONOUN_SUBJECT.match(rest):
+        return True  # "it was a mistake", "they concern the weather"
+    if _FAULT.search(rest):
+        return False  # "the apology was wrong", "typo in the card number": one message
+    return bool(_ABOUT_ALL_OF_IT.match(rest) or _OBSOLETE.search(rest))
+
+
+# What opens a remark before its subject: conjunctions, reason words, labels, interjections.
+_REMARK_OPENER = re.compile(
+    r"^\W*(?:(?:and|but|so|oh|ugh|well|also|honestly|anyway|ok|okay|please|pls|plz|lol|as|since"
+    r"|because|cause|cuz|given\s+that|now\s+that|reason|rationale|context|note|why)\W+)*",
+    re.IGNORECASE,
+)
+_PRONOUN_SUBJECT = re.compile(
+    r"(?:it|they|these|those|this|that|we|i|all\s+of\s+(?:it|them)|both|everything|it's|they're|we're"
+    r"|i'm|there)\b",
+    re.IGNORECASE,
+)
 
 
 def _summary_reading(text: str) -> tuple[str, dict[str, Any], float] | None:

@@ -53,7 +53,7 @@ _NUMBER_LIST = re.compile(r"\d+(?:\s*(?:,|and|&|or)\s*\d+)+", re.IGNORECASE)
 _UNION = re.compile(
     r"\b(?:and|plus|also|as\s+well\s+as|along\s+with|together\s+with"
     r"|or(?!\s+(?:later|more|after|earlier|before|newer|older|so|less|fewer|above|below|beyond)\b))\b"
-    r"|&|\+|\|\|?|(?<!\d)/(?!\d)|;|\u222a",
+    r"|&|\+|\|\|?|(?<!\d)/(?!\d)|;|\u222a|\u22c3|\u2228|\\|\u2212",
     re.IGNORECASE,
 )
 _CORRECTION = re.compile(
@@ -94,9 +94,37 @@ _SPEECH_BEFORE_SEPARATOR = re.compile(
     r"|replying)\b[^:;.!?\u2014\u2013\n]{0,12}?(?:[:;]|[.!?]\s|\s[-\u2014\u2013]+\s|[\u2014\u2013])",
     re.IGNORECASE,
 )
+# Before a write's verb: a question word, or a verb that reports speech or a request ("What
+# did the user send: remove all", "Customers asked to remove the last 2", "Tell me what the
+# user said, remove all"). What follows such words is what was said or asked, never a request
+# to this memory as it stands (fifth review of issue 25).
+_ASKS_OR_REPORTS = re.compile(
+    r"\b(?:what|which|who|whom|whose|when|where|why|how|say|says|said|saying|write|writes|wrote"
+    r"|writing|written|send|sends|sent|sending|mention|mentions|mentioned|mentioning|post|posts|posted"
+    r"|tell|tells|told|telling|ask|asks|asked|asking|request|requests|requested|reply|replies|replied"
+    r"|answer|answers|answered|type|types|typed|texted|demand|demanded|insist|insisted|messaged)\b",
+    re.IGNORECASE,
+)
+_WRITE_VERB = re.compile(
+    r"\b(?:remove|delete|erase|purge|wipe|forget|discard|scrub|nuke|trash|expunge|obliterate|eradicate"
+    r"|destroy|drop|prune|rm|del|toss|ditch|scrap|axe|clear|mark|unmark|flag|unflag|pin|unpin|set|change"
+    r"|configure|reconfigure|raise|lower|increase|decrease|reduce|limit|cap)\b",
+    re.IGNORECASE,
+)
+
+
+def _asks_before_the_write(query: str) -> bool:
+    """Whether a question or reported speech comes before the first write verb of ``query``."""
+    plain = _QUOTED_SPAN.sub(" ", query)
+    verb = _WRITE_VERB.search(plain)
+    return verb is not None and _ASKS_OR_REPORTS.search(plain, 0, verb.start()) is not None
+
+
+_SEQ_OR = re.compile(r"\d\s*(?:,\s*)?\bor\b\s*(?:seq\s*|#)?\d", re.IGNORECASE)
+_QUOTED_SPAN = re.compile(r"\"[^\"]*\"|\u201c[^\u201d]*\u201d")
 # "The user asked me to delete turn 2": the speaker asked; whose messages go is not said.
 _ASKED_BY = re.compile(
-    rf"^\W*(?:the\s+|our\s+|my\s+)?(?:{SPEAKER}|end\s+user|client|caller|requester|person)\s+"
+    rf"^\W*(?:the\s+|our\s+|my\s+)?(?:{SPEAKER}|end\s+user|client|caller|requester|person)s?\s+"
     r"(?:has\s+|had\s+|just\s+)?(?:asked|asks|wants|wanted|requested|requests|told|tells|says|said|insisted|demanded)\b",
     re.IGNORECASE,
 )
@@ -142,7 +170,12 @@ def refusal_for(query: str, operation: str, fields: dict[str, Any]) -> str | Non
             "this names seqs and turns together; a remove takes seqs ('messages 3 to 8') or turns "
             "('turns 2 to 4'), not a range from one to the other"
         )
-    if writes and _SPEECH_BEFORE_SEPARATOR.search(query):
+    if operation == "remove" and "seqs" in fields and _SEQ_OR.search(query):
+        # "Delete seq 3 or 4": one of them, or both? (fifth review)
+        return (
+            "'or' between seqs does not say which to delete; name them with 'and' or one at a time"
+        )
+    if writes and (_SPEECH_BEFORE_SEPARATOR.search(query) or _asks_before_the_write(query)):
         # "What was the user saying: remove all": what someone said, quoted after a
         # separator, is never a request to this memory (third review of issue 25).
         return (

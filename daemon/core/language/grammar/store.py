@@ -142,6 +142,13 @@ def read_store(query: str) -> dict[str, Any] | None:
     'Add utterance' with no text gives no ``text`` field: data.text may carry it.
     Raises UnclearStore when the query asks for a store it does not fully explain.
     """
+    if _TWO_TEXTS.search(query[: HEAD_LIMIT * 2]):
+        # "Message: Hello. Text: Bye.", "User: hi / Assistant: hello", "The user was saying: hi;
+        # the agent was saying: hello": two labelled texts in one store (fifth review).
+        raise UnclearStore(
+            "the query holds two labelled texts (or two speakers' labels); store each with a "
+            "query of its own, or quote the one text. Nothing was stored"
+        )
     q = _unlabelled(query.strip())
     head = q[:HEAD_LIMIT]
     sep = _first_separator(head)
@@ -294,6 +301,14 @@ _LATER_CONTENT_LABEL = re.compile(
 )
 
 
+_LABEL_WORD = (
+    r"(?:(?:the\s+)?(?:user|assistant|system|agent|bot|customer|client|caller|patient|ai|human|model)"
+    r"(?:\s+(?:was\s+saying|said|says|wrote))?|message|text|content|utterance|entry)"
+)
+_TWO_TEXTS = re.compile(
+    rf"(?:^|[.;/\n|]\s*){_LABEL_WORD}\s*:(?=[^\"\u201c\u201e\u00ab]*?(?:[.;/\n|]\s*){_LABEL_WORD}\s*:)",
+    re.IGNORECASE,
+)
 _NAMED_BRACKET = re.compile(
     r"\b(?:utterance|message|reply|response|answer|question|entry|note|text|words|statement|msg)"
     r"\s*(?P<open>\[)(?=[^\[\]]{1,2000}\])",
@@ -416,7 +431,7 @@ _TAIL_MARK = re.compile(r"[(\-\u2014\u2013.!?]")
 
 _REMARK_LABEL = re.compile(
     r"\s*(?:rationale|reason|why|context(?:\s+for\s+you)?|purpose|background|justification|explanation"
-    r"|comments?|remarks?|annotation|note)\s*:",
+    r"|comments?|remarks?|annotation|note|nb|n\.b\.|tags?|memo|source|priority|category|label|metadata)\s*:",
     re.IGNORECASE,
 )
 # Words about storing or acting on the text, in a tail too long to read whole.
@@ -736,6 +751,11 @@ _REQUEST_AS_TEXT = re.compile(
     r"|history|summary|buffer|memory|chat|settings?)\b",
     re.IGNORECASE,
 )
+# "Delete all please", "Remove it now!!": a text this short that opens with a write verb.
+_WRITE_FIRST = re.compile(
+    r"\s*(?:please\s+)?(?:" + "|".join(sorted(WRITE_FORMS, key=len, reverse=True)) + r")\b",
+    re.IGNORECASE,
+)
 # How many separated segments of a text-first store are checked for store words.
 _LEAD_SEGMENTS = 4
 
@@ -756,7 +776,9 @@ def _uncertain_start(text: str) -> bool:
             # the report is part of the utterance is a guess (issue 25). A word
             # or two quoted ("Did the assistant say 'Paris'?") is a mention.
             return True
-    if _REQUEST_AS_TEXT.match(head):
+    if _REQUEST_AS_TEXT.match(head) or (
+        len(head.split()) <= 4 and _WRITE_FIRST.match(head) is not None
+    ):
         # "Remove turn 2 - caller asked" stored "Remove turn 2" (review of issue 25):
         # a text that reads as a request to this memory may be the request itself.
         return True

@@ -338,10 +338,14 @@ def _read_words(text: str) -> Header:
         )
         if base in _SPEAKERS:
             # "a message to the user" names whom it was said to, not who said it.
+            before = words[i - 1] if i else ""
+            if before == "the" and i > 1:
+                before = words[i - 2]
+            by_hearer = before == "by" and bool(_HEARD.intersection(words[max(0, i - 4) : i]))
             addressed = (
-                words[i - 1 : i] in (["to"], ["for"])
-                or words[max(0, i - 2) : i] in (["to", "the"], ["for", "the"])
-                or bool(_RECEIVED.match(" ".join(words[i + 1 : i + 3])))
+                before in ("to", "for", "told", "tell", "telling", "asked", "answered", "informed")
+                or by_hearer
+                or bool(_RECEIVED.match(" ".join(words[i + 1 : i + 4])))
             ) and not _ASSIGNED.intersection(words[max(0, i - 4) : i])
             if addressed and base == word:
                 unclear.extend(("to", word))
@@ -421,8 +425,10 @@ _NUMBERED_REF = re.compile(
 # Who a note tells of, not who spoke: "told the patient", "asked him", "for this caller".
 _TOLD = frozenset("told tell telling asked to".split())
 # "the customer was told", "the reply the customer got": the one spoken to (third review).
+_HEARD = frozenset("heard read seen received shown given sent told".split())
 _RECEIVED = re.compile(
-    r"(?:(?:was|were|is|got|has\s+been)\s+(?:told|asked|answered|given|sent|informed|shown)|got|gets|received"
+    r"(?:(?:was|were|is|got|has\s+been|will\s+be|is\s+being|gets)\s+(?:told|asked|answered|given|sent|informed|shown)"
+    r"|got|gets|received"
     r"|receives|heard|hears|saw|sees|read|reads)\b"
 )
 _OBJECT_OF = frozenset("told tell telling to for with asked gave helped called this that".split())
@@ -484,7 +490,8 @@ def trailing_note(text: str, spoken: bool = False) -> Header | None:
         base = _NORMALIZER.word(base)  # "caller", "end user": the lexicon's names of speakers
         after = " ".join(words[i + 1 : i + 3])
         if base in _SPEAKERS:
-            if before in _OBJECT_OF or _RECEIVED.match(after):
+            heard_by = before == "by" and bool(_HEARD.intersection(words[max(0, i - 4) : i]))
+            if before in _OBJECT_OF or heard_by or _RECEIVED.match(after):
                 addressed.append(speaker_of(base))
                 told = told and before in _TOLD
             else:
