@@ -180,6 +180,17 @@ from chd.core.language.parser import parse
         ),
         ("Get the last 4 messages on this call", "retrieve", {"last_n": 4}),
         ("Delete turn 2, it was a mistake", "remove", {"turn_from": 2, "turn_to": 2}),
+        ("Delete turn 2 — that was a mistake", "remove", {"turn_from": 2, "turn_to": 2}),
+        (
+            "The customer asks: can I pay later?",
+            "store",
+            {"text": "can I pay later?", "speaker": "user"},
+        ),
+        (
+            "Forget it, I'll walk. -> add it, from the agent",
+            "store",
+            {"text": "Forget it, I'll walk.", "speaker": "assistant"},
+        ),
         # The caller's own wish, and one message with a remark about it.
         ("The turn 2, I want that you delete it.", "remove", {"turn_from": 2, "turn_to": 2}),
         ("Last message, remove it — typed it wrong.", "remove", {"newest": 1}),
@@ -422,6 +433,21 @@ def test_read_as_meant(query: str, operation: str, fields: dict[str, Any]) -> No
         "The user was saying: hi; the agent was saying: hello",
         "User: hi / Assistant: hello",
         "Store this. Message: Hello. Text: Bye.",
+        # Sixth review: a remark naming whose one message it was; a demonstrative before a
+        # noun, "I think", "there was" before a fault; more set symbols; a ticket's request
+        # label; courtesy before a short remove as a text; a comma between two labels.
+        "Delete the last message — the customer typed it by mistake",
+        "Delete the first message — the assistant's greeting was wrong",
+        "Delete turn 2 — this expiry claim was wrong",
+        "Delete turn 2 — I think the expiry claim was wrong",
+        "Delete turn 2 — there was a typo in the card number",
+        "Delete the last 3 — that weather remark was wrong",
+        "Delete the user's messages \u2216 turn 2",
+        "User request — delete all",
+        "Customer request: delete turn 2",
+        "Kindly delete all — keep the assistant's",
+        "User: hi, Assistant: hello",
+        "Store this. Message: Hello, Text: Bye.",
         # An open range of seqs is still refused: the newest seq is not known here.
         "Delete messages 5 to the end",
     ],

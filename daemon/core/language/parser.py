@@ -719,8 +719,7 @@ _PART = re.compile(
     rf"\b(?:{SPEAKER}|{'|'.join(re.escape(w) for w in LEXICON['speakers'])}|answers?|questions?"
     r"|repl(?:y|ies)|responses?|messages?|utterances?|entries|entry|statements?|follow[\s-]*ups?|part"
     r"|bit|half|lines?|one|ones|latter|former|first|second|third|last|bottom|top|other|others"
-    r"|he|she|him|her|his|hers|their|theirs|my|mine|ours|typed|wrote|written|sent|said|asked"
-    r"|answered|replied|posted|quoted|gave)\b|'s\b",
+    r"|he|she|him|her|his|hers|their|theirs|my|mine|ours)\b|'s\b",
     re.IGNORECASE,
 )
 
@@ -763,10 +762,14 @@ def _narrows(fields: dict[str, Any], dropped: list[str]) -> bool:
     that only part was meant ("the assistant answered wrong", "the bit the customer
     typed", "user sent them by mistake": second review of issue 25).
     """
-    # One seq, one newest or oldest, or everything: nothing smaller a remark could mean.
-    exact = "all" in fields or "seq" in fields or 1 in (fields.get("newest"), fields.get("oldest"))
+    # One seq or everything: nothing smaller a remark could mean. One newest or oldest is one
+    # message too, but a remark naming whose it was may say the count picked the wrong one
+    # ("Delete the last message — the customer typed it": sixth review).
+    exact = "all" in fields or "seq" in fields
+    single = 1 in (fields.get("newest"), fields.get("oldest"))
     return not exact and any(
-        _PART.search(_NEW_PERSON.sub(" ", c.replace("\u2019", "'"))) or not _about_all_of_it(c)
+        _PART.search(_NEW_PERSON.sub(" ", c.replace("\u2019", "'")))
+        or (not single and not _about_all_of_it(c))
         for c in dropped
     )
 
@@ -791,12 +794,16 @@ def _about_all_of_it(clause: str) -> bool:
 # What opens a remark before its subject: conjunctions, reason words, labels, interjections.
 _REMARK_OPENER = re.compile(
     r"^\W*(?:(?:and|but|so|oh|ugh|well|also|honestly|anyway|ok|okay|please|pls|plz|lol|as|since"
-    r"|because|cause|cuz|given\s+that|now\s+that|reason|rationale|context|note|why)\W+)*",
+    r"|because|cause|cuz|given\s+that|now\s+that|reason|rationale|context|note|why"
+    r"|(?:i|we)\s+(?:think|believe|guess|suppose|feel)|apparently|probably|maybe)\W+)*",
     re.IGNORECASE,
 )
+# A demonstrative is a pronoun only before its verb ("that was a mistake"); before a noun
+# ("this expiry claim was wrong") it picks one thing out (sixth review).
 _PRONOUN_SUBJECT = re.compile(
-    r"(?:it|they|these|those|this|that|we|i|all\s+of\s+(?:it|them)|both|everything|it's|they're|we're"
-    r"|i'm|there)\b",
+    r"(?:it|they|we|i|all\s+of\s+(?:it|them)|both|everything|it's|they're|we're|i'm|that's"
+    r"|(?:these|those|this|that)\s+(?:is|was|were|are|has|have|had|can|should|must|will|got)"
+    r"|(?:these|those|this|that)\W*$)\b",
     re.IGNORECASE,
 )
 

@@ -53,7 +53,7 @@ _NUMBER_LIST = re.compile(r"\d+(?:\s*(?:,|and|&|or)\s*\d+)+", re.IGNORECASE)
 _UNION = re.compile(
     r"\b(?:and|plus|also|as\s+well\s+as|along\s+with|together\s+with"
     r"|or(?!\s+(?:later|more|after|earlier|before|newer|older|so|less|fewer|above|below|beyond)\b))\b"
-    r"|&|\+|\|\|?|(?<!\d)/(?!\d)|;|\u222a|\u22c3|\u2228|\\|\u2212",
+    r"|&|\+|\|\|?|(?<!\d)/(?!\d)|;|\u222a|\u22c3|\u2228|\\|\u2212|\u2216|\u2296|\u2227|\u00ac|~",
     re.IGNORECASE,
 )
 _CORRECTION = re.compile(

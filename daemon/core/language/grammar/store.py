@@ -152,11 +152,11 @@ def read_store(query: str) -> dict[str, Any] | None:
     q = _unlabelled(query.strip())
     head = q[:HEAD_LIMIT]
     sep = _first_separator(head)
-    quote = _opening(head)
+    opening = _opening(head)
     bracket = _NAMED_BRACKET.search(head) if "[" in head else None
     if (
         bracket is not None
-        and all(m is None or bracket.start("open") < m.start() for m in (sep, quote))
+        and all(m is None or bracket.start("open") < m.start() for m in (sep, opening))
         and _bracket_quotes(q, bracket.start("open"))
     ):
         # "Add a user utterance [Could you move it to 9pm?] to the buffer": square brackets
@@ -164,8 +164,8 @@ def read_store(query: str) -> dict[str, Any] | None:
         split: _Split | None = _quoted(
             q, bracket.start("open"), Header(), q[: bracket.start("open")]
         )
-    elif quote is not None and (sep is None or quote.start() < sep.start()):
-        split = _quoted(q, quote.start(), Header(), q[: quote.start()])
+    elif opening is not None and (sep is None or opening.start() < sep.start()):
+        split = _quoted(q, opening.start(), Header(), q[: opening.start()])
     elif sep is not None:
         split = _after_separator(q, sep)
     else:
@@ -175,6 +175,21 @@ def read_store(query: str) -> dict[str, Any] | None:
         # or all of it follows "remember that" (quotes and all).
         if split is None or not split.settled:
             split = _instruction_last(q) or _that_clause(q) or split
+    if (
+        split is not None
+        and split.text
+        and not (split.header.verb or split.header.destination or split.header.speech)
+        and _REQUEST_LABEL.search(split.instruction)
+        and _is_request(split.text)
+        and not any(f"{mark}{split.text}" in query for mark in QUOTE_MARKS)
+    ):
+        # "User request — delete all", "Customer request: delete turn 2": a ticket's label
+        # for a request, with no store verb said: the caller's own request to this memory, or
+        # the customer's words? Refused outright, never run as either (sixth review).
+        raise InvalidRequest(
+            f"{quote(split.text, 40)} is labelled as a request; to store it as said, say 'Add "
+            "user utterance: ...' or quote it; to run it, send it alone. Nothing was changed"
+        )
     return None if split is None else _fields(split)
 
 
@@ -306,7 +321,7 @@ _LABEL_WORD = (
     r"(?:\s+(?:was\s+saying|said|says|wrote))?|message|text|content|utterance|entry)"
 )
 _TWO_TEXTS = re.compile(
-    rf"(?:^|[.;/\n|]\s*){_LABEL_WORD}\s*:(?=[^\"\u201c\u201e\u00ab]*?(?:[.;/\n|]\s*){_LABEL_WORD}\s*:)",
+    rf"(?:^|[.,;/\n|]\s*){_LABEL_WORD}\s*:(?=[^\"\u201c\u201e\u00ab]*?(?:[.,;/\n|]\s*){_LABEL_WORD}\s*:)",
     re.IGNORECASE,
 )
 _NAMED_BRACKET = re.compile(
@@ -753,9 +768,25 @@ _REQUEST_AS_TEXT = re.compile(
 )
 # "Delete all please", "Remove it now!!": a text this short that opens with a write verb.
 _WRITE_FIRST = re.compile(
-    r"\s*(?:please\s+)?(?:" + "|".join(sorted(WRITE_FORMS, key=len, reverse=True)) + r")\b",
+    r"\s*(?:(?:please|kindly|pls|plz|just|now|ok|okay|so)\s+)*(?!forget\s+(?:it|about\s+it)\b)(?:"
+    + "|".join(sorted(WRITE_FORMS, key=len, reverse=True))
+    + r")\b",
     re.IGNORECASE,
 )
+
+
+_REQUEST_LABEL = re.compile(
+    r"\b(?:requests?|instructions?|commands?|asks|orders?|demands?|wants)\b", re.IGNORECASE
+)
+
+
+def _is_request(text: str) -> bool:
+    """Whether ``text`` reads as a request to this memory rather than something said."""
+    return _REQUEST_AS_TEXT.match(text) is not None or (
+        len(text.split()) <= 6 and _WRITE_FIRST.match(text) is not None
+    )
+
+
 # How many separated segments of a text-first store are checked for store words.
 _LEAD_SEGMENTS = 4
 
@@ -776,9 +807,7 @@ def _uncertain_start(text: str) -> bool:
             # the report is part of the utterance is a guess (issue 25). A word
             # or two quoted ("Did the assistant say 'Paris'?") is a mention.
             return True
-    if _REQUEST_AS_TEXT.match(head) or (
-        len(head.split()) <= 4 and _WRITE_FIRST.match(head) is not None
-    ):
+    if _is_request(head):
         # "Remove turn 2 - caller asked" stored "Remove turn 2" (review of issue 25):
         # a text that reads as a request to this memory may be the request itself.
         return True
