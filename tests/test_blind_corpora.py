@@ -16,9 +16,9 @@ from bench.bench_understanding import judge_corpus_entry
 
 BLIND = Path(__file__).resolve().parent / "corpus" / "blind"
 # A little under the figures reached by issue 25's fifth pass
-# (docs/understanding.md): a 93.8 %, c 92.8 %, d 93.3 %, e 82.0 %, g 51.2 %
-# (tuning); b 82.6 % and f 58.5 % (reported: only their counts are ever printed).
-FLOORS = {"a": 0.92, "b": 0.81, "c": 0.91, "d": 0.92, "e": 0.80, "f": 0.57, "g": 0.50}
+# (docs/understanding.md): a 93.8 %, c 93.3 %, d 93.3 %, e 82.0 %, g 50.6 %
+# (tuning); b 82.0 % and f 58.5 % (reported: only their counts are ever printed).
+FLOORS = {"a": 0.92, "b": 0.81, "c": 0.92, "d": 0.92, "e": 0.80, "f": 0.57, "g": 0.49}
 # The reported corpora still have wrong answers (measured, not looked at): they
 # may not grow. The tuning corpora have none, and may get none; d's one other
 # wrong effect is the search's recall, not the parser's reading ("the table
