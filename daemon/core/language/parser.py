@@ -691,23 +691,11 @@ def _beside_stats(clause: str) -> bool:
     )
 
 
-# Whose message, or which kind: in a remark beside a remove of a turn or a count, such a
-# word may say that only part of it was meant ("Delete turn 2, the answer the agent sent
-# was wrong"; review of issue 25).
+# Whose message, or which kind: beside a stats question, a filter stats do not take
+# ("..., only counting the assistant's messages").
 _WHOSE = re.compile(
     rf"\b(?:{SPEAKER}|{'|'.join(re.escape(w) for w in LEXICON['speakers'])}|answers?|questions?"
     r"|repl(?:y|ies)|responses?|messages?|utterances?|entries|entry|his|her|their|mine|my|ours)\b",
-    re.IGNORECASE,
-)
-
-
-# In a remark beside a remove: a kind of message, an owner, or a speaker judged wrong
-# ("the answer the agent sent was wrong", "his messages", "the user was mistaken").
-_WHICH_MESSAGE = re.compile(
-    r"\b(?:answers?|questions?|repl(?:y|ies)|responses?|messages?|utterances?|entries|entry|statements?"
-    r"|his|her|their|mine|my|ours)\b"
-    rf"|\b(?:{SPEAKER}|{'|'.join(re.escape(w) for w in LEXICON['speakers'])})(?:'s)?\s+(?:\w+\s+)?"
-    r"(?:was|were|is|got)\s+(?:\w+\s+)?(?:wrong|mistaken|incorrect|inaccurate|off)\b",
     re.IGNORECASE,
 )
 
