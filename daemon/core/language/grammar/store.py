@@ -142,7 +142,8 @@ def read_store(query: str) -> dict[str, Any] | None:
     'Add utterance' with no text gives no ``text`` field: data.text may carry it.
     Raises UnclearStore when the query asks for a store it does not fully explain.
     """
-    if _TWO_TEXTS.search(query[: HEAD_LIMIT * 2]):
+    head2 = query[: HEAD_LIMIT * 2]
+    if head2.count(":") > 1 and _TWO_TEXTS.search(head2):
         # "Message: Hello. Text: Bye.", "User: hi / Assistant: hello", "The user was saying: hi;
         # the agent was saying: hello": two labelled texts in one store (fifth review).
         raise UnclearStore(
