@@ -265,7 +265,7 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
     if _TEXT_CONDITION.search(query) and not _TEXT_CONDITION.search(developer_syntax(query)):
         # "text IN ('Hi')": the developer form was rewritten, the condition on the text lost.
         raise _refused(
-            "a condition on the text is not read here; search with 'Find utterances about ...'",
+            _TEXT_CONDITION_UNREAD,
             "retrieve",
         )
     try:
@@ -287,7 +287,7 @@ def _read(query: str) -> tuple[str, dict[str, Any], float]:
         if _TEXT_CONDITION.search(query) and "topic" not in alternative[1]:
             # "SELECT * WHERE text IN ('Hi')": the condition was set aside with its bracket.
             raise _refused(
-                "a condition on the text is not read here; search with 'Find utterances about ...'",
+                _TEXT_CONDITION_UNREAD,
                 alternative[0],
             ) from None
         if alternative[0] not in _WRITE_OPERATIONS and (
@@ -367,7 +367,7 @@ def _read_rules(query: str) -> tuple[str, dict[str, Any], float]:
         # "WHERE speaker='user' AND text LIKE '%card%'", "text IN ('Hi')": a condition on
         # the text left unread would return other messages (second and fourth reviews).
         raise _refused(
-            "a condition on the text is not read here; search with 'Find utterances about ...'",
+            _TEXT_CONDITION_UNREAD,
             best.operation,
         )
     if best.confidence >= needed and (why := refusal_for(query, best.operation, best.fields)):
@@ -398,6 +398,9 @@ _STATS_THEN_MORE = re.compile(
 # JSON, key=value and call forms quote their values: those quotes are no texts.
 _FIELDS_FORM = re.compile(r"[{}=\[\]]|[\"']\s*:")
 _ARROW = re.compile(r"<-+|\u2190")
+_TEXT_CONDITION_UNREAD = (
+    "a condition on the text is not read here; search with 'Find utterances about ...'"
+)
 _TEXT_CONDITION = re.compile(
     r"\b(?:text|content|body|message|utterance)[`'\"\]]?\s*\)?\s*(?:==|=|!=|<>|~|\blike\b|\bilike\b"
     r"|\bin\s*\(|\bsimilar\s+to\b|\bregexp\b|\bmatch(?:es)?\b|\bglob\b)",
